@@ -1,0 +1,43 @@
+# One command per task. `make test` and `make run` set everything up on a fresh machine first.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
+
+.PHONY: help setup test test-fast run lint bench clean
+
+help:
+	@echo "make setup      create $(VENV) and install seglog with Spark and test extras"
+	@echo "make test       run the whole test suite (what CI runs)"
+	@echo "make test-fast  skip the Spark, slow and stress tests"
+	@echo "make run        run the streaming main job on the embedded default source"
+	@echo "make bench      run the quick benchmarks"
+	@echo "make lint       ruff"
+
+$(STAMP): pyproject.toml
+	@command -v java >/dev/null || { echo "Java 17 is needed for Spark: apt-get install -y openjdk-17-jre-headless"; exit 1; }
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[spark,test]"
+	rm -f $(VENV)/.installed-*
+	touch $(STAMP)
+
+setup: $(STAMP)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest -m "not spark and not slow and not stress" $(PYTEST_ARGS)
+
+run: $(STAMP)
+	$(BIN)/seglog run $(RUN_ARGS)
+
+bench: $(STAMP)
+	$(BIN)/seglog bench engine --quick
+
+lint: $(STAMP)
+	$(BIN)/ruff check indexer streaming maintenance seglog tests
+
+clean:
+	rm -rf $(VENV) data build *.egg-info .pytest_cache .hypothesis

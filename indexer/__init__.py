@@ -1,0 +1,1 @@
+"""seglog's storage engine: Kafka-format segment logs with offset and time indexes."""

@@ -1,0 +1,205 @@
+"""Topic configuration with Kafka's key names and defaults (Kafka's ``LogConfig``).
+
+Layering, lowest first: the built-in defaults below (Kafka's), ``conf/seglog.toml`` (or the file
+named by ``--conf`` / ``$SEGLOG_CONF``), that file's ``[topics."<name>"]`` table for the topic,
+then ``--config KEY=VALUE`` overrides. Unknown keys and out-of-range values raise
+:class:`~indexer.errors.ConfigError` naming the key and where it came from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import random
+import tomllib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from indexer.errors import ConfigError
+
+LONG_MAX = 2**63 - 1
+
+# key -> (attribute, type, default, minimum, doc)
+_TOPIC_KEYS: dict[str, tuple[str, type, Any, int | None, str]] = {
+    "segment.bytes": ("segment_bytes", int, 1073741824, 14, "roll a segment before it grows past this many bytes"),
+    "segment.ms": ("segment_ms", int, 604800000, 1, "roll a segment this long after its first record (ms)"),
+    "segment.jitter.ms": ("segment_jitter_ms", int, 0, 0, "random jitter subtracted from segment.ms (ms)"),
+    "segment.index.bytes": ("segment_index_bytes", int, 10485760, 4, "preallocated size of each index file (bytes)"),
+    "index.interval.bytes": ("index_interval_bytes", int, 4096, 0, "log bytes between offset-index entries"),
+    "max.message.bytes": ("max_message_bytes", int, 1048588, 0, "largest record batch (bytes)"),
+    "message.timestamp.type": ("message_timestamp_type", str, "CreateTime", None, "CreateTime or LogAppendTime"),
+    "retention.ms": ("retention_ms", int, 604800000, -1, "delete segments older than this (ms); -1 = never"),
+    "retention.bytes": ("retention_bytes", int, -1, None, "delete oldest segments above this size; -1 = no limit"),
+    "file.delete.delay.ms": ("file_delete_delay_ms", int, 60000, 0, "delay before .deleted files are removed (ms)"),
+    "flush.messages": ("flush_messages", int, LONG_MAX, 1, "fsync after this many unflushed records"),
+    "flush.ms": ("flush_ms", int, LONG_MAX, 0, "fsync when the last flush is older than this (ms)"),
+    "preallocate": ("preallocate", bool, False, None, "size new .log files to segment.bytes up front"),
+    "compression.type": ("compression_type", str, "producer", None, "producer|none|gzip|snappy|lz4|zstd"),
+}
+_TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
+_COMPRESSION_TYPES = ("producer", "none", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+
+DEFAULT_CONF_PATH = Path(__file__).resolve().parent.parent / "conf" / "seglog.toml"
+
+
+def _coerce(key: str, kind: type, value: Any, source: str) -> Any:
+    if kind is bool:
+        if isinstance(value, bool):
+            return value
+        if isinstance(value, str) and value.lower() in ("true", "false"):
+            return value.lower() == "true"
+        raise ConfigError(f"{key} must be true or false, got {value!r} ({source})")
+    if kind is int:
+        if isinstance(value, bool):
+            raise ConfigError(f"{key} must be an integer, got {value!r} ({source})")
+        if isinstance(value, int):
+            return value
+        if isinstance(value, str):
+            try:
+                return int(value.strip().replace("_", ""))
+            except ValueError:
+                pass
+        raise ConfigError(f"{key} must be an integer, got {value!r} ({source})")
+    if not isinstance(value, str):
+        raise ConfigError(f"{key} must be a string, got {value!r} ({source})")
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """The per-topic settings the engine uses; attribute names are Kafka keys in snake_case."""
+
+    segment_bytes: int = 1073741824
+    segment_ms: int = 604800000
+    segment_jitter_ms: int = 0
+    segment_index_bytes: int = 10485760
+    index_interval_bytes: int = 4096
+    max_message_bytes: int = 1048588
+    message_timestamp_type: str = "CreateTime"
+    retention_ms: int = 604800000
+    retention_bytes: int = -1
+    file_delete_delay_ms: int = 60000
+    flush_messages: int = LONG_MAX
+    flush_ms: int = LONG_MAX
+    preallocate: bool = False
+    compression_type: str = "producer"
+
+    def __post_init__(self) -> None:
+        for key, (attr, _kind, _default, minimum, _doc) in _TOPIC_KEYS.items():
+            value = getattr(self, attr)
+            if minimum is not None and value < minimum:
+                raise ConfigError(f"{key} must be >= {minimum}, got {value}")
+        if self.message_timestamp_type not in _TIMESTAMP_TYPES:
+            raise ConfigError(f"message.timestamp.type must be one of {_TIMESTAMP_TYPES}, got {self.message_timestamp_type!r}")
+        if self.compression_type not in _COMPRESSION_TYPES:
+            raise ConfigError(f"compression.type must be one of {_COMPRESSION_TYPES}, got {self.compression_type!r}")
+
+    @classmethod
+    def from_mapping(cls, values: Mapping[str, Any], *, source: str = "config") -> LogConfig:
+        """Build from Kafka-named keys (``{"segment.bytes": 1024}``); values may be strings."""
+        return cls().with_overrides(values, source=source)
+
+    def with_overrides(self, values: Mapping[str, Any], *, source: str = "config") -> LogConfig:
+        """A copy with Kafka-named keys replaced; unknown keys raise :class:`ConfigError`."""
+        changes: dict[str, Any] = {}
+        for key, value in values.items():
+            spec = _TOPIC_KEYS.get(key)
+            if spec is None:
+                raise ConfigError(f"unknown topic config key {key!r} ({source}); known keys: {', '.join(_TOPIC_KEYS)}")
+            attr, kind, _default, _minimum, _doc = spec
+            changes[attr] = _coerce(key, kind, value, source)
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """Kafka-named keys and values."""
+        return {key: getattr(self, spec[0]) for key, spec in _TOPIC_KEYS.items()}
+
+    @property
+    def is_log_append_time(self) -> bool:
+        return self.message_timestamp_type == "LogAppendTime"
+
+    @property
+    def init_file_size(self) -> int:
+        """Size of a new ``.log`` file: ``segment.bytes`` when preallocating, else 0."""
+        return self.segment_bytes if self.preallocate else 0
+
+    def random_segment_jitter(self, rng: random.Random | None = None) -> int:
+        """Per-segment roll jitter: ``abs(rand) % min(segment.jitter.ms, segment.ms)``, 0 without jitter."""
+        if self.segment_jitter_ms == 0:
+            return 0
+        r = (rng or random).randrange(0, 2**31)
+        return r % min(self.segment_jitter_ms, self.segment_ms)
+
+
+def topic_config_keys() -> dict[str, str]:
+    """Every topic config key with its one-line description (for CLI help)."""
+    return {key: spec[4] for key, spec in _TOPIC_KEYS.items()}
+
+
+def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
+    """``["segment.bytes=1024", ...]`` -> ``{"segment.bytes": "1024"}`` (the CLI's ``--config``)."""
+    out: dict[str, str] = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise ConfigError(f"--config takes KEY=VALUE, got {pair!r}")
+        out[key.strip()] = value.strip()
+    return out
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything in ``conf/seglog.toml``: topic defaults, per-topic tables and other sections."""
+
+    topic_defaults: Mapping[str, Any] = field(default_factory=dict)
+    topics: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    overrides: Mapping[str, Any] = field(default_factory=dict)
+    source: str = "built-in defaults"
+
+    def log_config(self, topic: str | None = None) -> LogConfig:
+        """The effective :class:`LogConfig` for ``topic``: defaults, file, topic table, overrides."""
+        config = LogConfig().with_overrides(self.topic_defaults, source=f"{self.source} [topic]")
+        if topic is not None and topic in self.topics:
+            config = config.with_overrides(self.topics[topic], source=f'{self.source} [topics."{topic}"]')
+        return config.with_overrides(self.overrides, source="--config")
+
+    def section(self, name: str) -> Mapping[str, Any]:
+        """A non-topic section such as ``[maintenance]`` or ``[streaming]`` (empty if absent)."""
+        return self.sections.get(name, {})
+
+
+def load_settings(path: str | os.PathLike[str] | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
+    """Read settings from ``path`` (default ``$SEGLOG_CONF`` or ``conf/seglog.toml``).
+
+    The file's ``[topic]`` table holds topic defaults, ``[topics."<name>"]`` per-topic
+    overrides; every other table is a named section. A missing default file means Kafka's defaults.
+    """
+    explicit = path is not None or "SEGLOG_CONF" in os.environ
+    conf_path = Path(path if path is not None else os.environ.get("SEGLOG_CONF", DEFAULT_CONF_PATH))
+    overrides = dict(overrides or {})
+    if not conf_path.exists():
+        if explicit:
+            raise ConfigError(f"configuration file {conf_path} does not exist")
+        settings = Settings(overrides=overrides)
+        settings.log_config()  # validate the overrides now, not at first use
+        return settings
+    try:
+        data = tomllib.loads(conf_path.read_text(encoding="utf-8"))
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        raise ConfigError(f"cannot read configuration file {conf_path}: {e}") from e
+    topic_defaults = data.pop("topic", {})
+    topics = data.pop("topics", {})
+    settings = Settings(
+        topic_defaults=topic_defaults,
+        topics=topics,
+        sections={k: v for k, v in data.items() if isinstance(v, dict)},
+        overrides=overrides,
+        source=str(conf_path),
+    )
+    settings.log_config()
+    for name in topics:
+        settings.log_config(name)
+    return settings

@@ -1,0 +1,150 @@
+"""Errors raised by seglog on purpose.
+
+Every error seglog raises about data, files or offsets derives from :class:`SeglogError`, so
+callers can write ``except SeglogError``. Names follow Kafka's exception classes with an
+``Error`` suffix. Caller misuse (a negative size, an unknown option) stays ``ValueError`` /
+``TypeError``, as Kafka uses ``IllegalArgumentException``.
+
+Context travels as attributes (``path``, ``offset``, ``position``) and is also named in the
+message, so a log line alone says which file and where::
+
+    SeglogError
+    ├── StorageError                      an OSError, with the path it happened on
+    │   └── LogLockedError                another writer holds the partition
+    ├── CorruptRecordError                bad CRC, impossible size, truncated batch
+    │   └── InvalidRecordError            a batch whose records do not parse
+    ├── CorruptIndexError                 an index that fails its sanity check
+    ├── IndexFullError                    append to a full index (roll first)
+    ├── InvalidOffsetError                an index append that would go backwards
+    ├── IndexOffsetOverflowError          offset not expressible relative to the base
+    ├── LogSegmentOffsetOverflowError     batch offsets outside a segment's range
+    ├── OffsetOutOfRangeError             read/truncate outside [log start, log end]
+    ├── RecordTooLargeError               one record larger than max.message.bytes
+    ├── RecordBatchTooLargeError          one append larger than segment.bytes
+    ├── InvalidTopicError                 topic name breaks Kafka's rules
+    ├── SchemaError                       input columns of the wrong name or type
+    └── ConfigError                       unknown config key or invalid value
+"""
+
+from __future__ import annotations
+
+import os
+
+
+class SeglogError(Exception):
+    """Root of every error seglog raises on purpose."""
+
+
+class StorageError(SeglogError):
+    """An I/O failure on a log file or directory (Kafka's ``KafkaStorageException``).
+
+    ``path`` names the file or directory; ``errno`` is the underlying ``OSError.errno`` (or None).
+    """
+
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None, errno: int | None = None):
+        super().__init__(message)
+        self.path = None if path is None else os.fspath(path)
+        self.errno = errno
+
+
+class LogLockedError(StorageError):
+    """Another writer (this process or another one) holds the partition's lock."""
+
+
+class CorruptRecordError(SeglogError):
+    """A record batch failed validation: CRC mismatch, impossible size or truncated contents."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        path: str | os.PathLike[str] | None = None,
+        position: int | None = None,
+        offset: int | None = None,
+    ):
+        super().__init__(message)
+        self.path = None if path is None else os.fspath(path)
+        self.position = position
+        self.offset = offset
+
+
+class InvalidRecordError(CorruptRecordError):
+    """A batch whose CRC may be fine but whose records do not parse (Kafka ``InvalidRecordException``)."""
+
+
+class CorruptIndexError(SeglogError):
+    """An index file failed its sanity check."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None):
+        super().__init__(message)
+        self.path = None if path is None else os.fspath(path)
+
+
+class IndexFullError(SeglogError):
+    """An append to an index that has no free slot (the segment must roll first)."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None):
+        super().__init__(message)
+        self.path = None if path is None else os.fspath(path)
+
+
+class InvalidOffsetError(SeglogError):
+    """An index append whose offset does not move forward."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None, offset: int | None = None):
+        super().__init__(message)
+        self.path = None if path is None else os.fspath(path)
+        self.offset = offset
+
+
+class IndexOffsetOverflowError(SeglogError):
+    """An offset that cannot be stored relative to the index's base offset (0 .. 2**31-1)."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None, offset: int | None = None):
+        super().__init__(message)
+        self.path = None if path is None else os.fspath(path)
+        self.offset = offset
+
+
+class LogSegmentOffsetOverflowError(SeglogError):
+    """A batch whose offsets do not fit the segment's relative range; carries ``segment`` and ``offset``."""
+
+    def __init__(self, message: str, *, segment: object = None, offset: int | None = None):
+        super().__init__(message)
+        self.segment = segment
+        self.offset = offset
+
+
+class OffsetOutOfRangeError(SeglogError):
+    """A requested offset outside what the log holds."""
+
+    def __init__(self, message: str, *, offset: int | None = None, path: str | os.PathLike[str] | None = None):
+        super().__init__(message)
+        self.offset = offset
+        self.path = None if path is None else os.fspath(path)
+
+
+class RecordTooLargeError(SeglogError):
+    """A single record whose batch would exceed ``max.message.bytes``."""
+
+    def __init__(self, message: str, *, size: int | None = None, limit: int | None = None, index: int | None = None):
+        super().__init__(message)
+        self.size = size
+        self.limit = limit
+        self.index = index
+
+
+class RecordBatchTooLargeError(SeglogError):
+    """One append larger than ``segment.bytes``."""
+
+
+class InvalidTopicError(SeglogError, ValueError):
+    """A topic name that breaks Kafka's rules (and would be unsafe as a directory name)."""
+
+
+class SchemaError(SeglogError, TypeError):
+    """Input columns missing or of the wrong type."""
+
+
+class ConfigError(SeglogError, ValueError):
+    """An unknown configuration key or an invalid value."""

@@ -1,0 +1,136 @@
+"""Every file name seglog reads or writes, in one place (Kafka's ``LogFileUtils``).
+
+A partition directory is ``<topic>-<partition>``; a segment with base offset ``B`` is the set of
+files ``<B as 20 zero-padded digits>.log`` / ``.index`` / ``.timeindex`` / ``.txnindex``.
+Transient suffixes are appended after the normal one: ``.deleted`` (awaiting asynchronous
+deletion), ``.cleaned`` and ``.swap`` (multi-file replace in progress). No other module builds a
+file name.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from indexer.errors import InvalidTopicError
+
+LOG_FILE_SUFFIX = ".log"
+INDEX_FILE_SUFFIX = ".index"
+TIME_INDEX_FILE_SUFFIX = ".timeindex"
+TXN_INDEX_FILE_SUFFIX = ".txnindex"
+PRODUCER_SNAPSHOT_FILE_SUFFIX = ".snapshot"
+DELETED_FILE_SUFFIX = ".deleted"
+CLEANED_FILE_SUFFIX = ".cleaned"
+SWAP_FILE_SUFFIX = ".swap"
+
+# Files in a log directory (beside the partition directories).
+RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
+LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
+REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
+CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
+LOG_DIR_LOCK_FILE = ".lock"
+
+# Files in a partition directory.
+LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
+PARTITION_METADATA_FILE = "partition.metadata"
+PARTITION_LOCK_FILE = ".seglog.lock"
+
+MAX_TOPIC_LENGTH = 249
+_LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
+
+
+def filename_prefix_from_offset(offset: int) -> str:
+    """``offset`` as at least 20 zero-padded digits (``0`` -> ``00000000000000000000``)."""
+    return f"{offset:020d}"
+
+
+def offset_from_file_name(name: str) -> int:
+    """The offset encoded before the first ``.`` of a segment or snapshot file name."""
+    head = name.split(".", 1)[0]
+    try:
+        return int(head)
+    except ValueError:
+        raise ValueError(f"file name {name!r} does not start with an offset") from None
+
+
+def log_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    return directory / (filename_prefix_from_offset(base_offset) + LOG_FILE_SUFFIX + suffix)
+
+
+def offset_index_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    return directory / (filename_prefix_from_offset(base_offset) + INDEX_FILE_SUFFIX + suffix)
+
+
+def time_index_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    return directory / (filename_prefix_from_offset(base_offset) + TIME_INDEX_FILE_SUFFIX + suffix)
+
+
+def transaction_index_file(directory: Path, base_offset: int, suffix: str = "") -> Path:
+    return directory / (filename_prefix_from_offset(base_offset) + TXN_INDEX_FILE_SUFFIX + suffix)
+
+
+def producer_snapshot_file(directory: Path, offset: int) -> Path:
+    return directory / (filename_prefix_from_offset(offset) + PRODUCER_SNAPSHOT_FILE_SUFFIX)
+
+
+def is_log_file(path: Path) -> bool:
+    return path.name.endswith(LOG_FILE_SUFFIX)
+
+
+def is_index_file(path: Path) -> bool:
+    return path.name.endswith((INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX))
+
+
+def validate_topic(topic: str) -> str:
+    """Return ``topic`` if it is a legal Kafka topic name, else raise :class:`InvalidTopicError`.
+
+    Kafka's rules (``org.apache.kafka.common.internals.Topic.validate``): non-empty, at most 249
+    characters, only ASCII letters, digits, ``.``, ``_`` and ``-``, and not ``.`` or ``..``. They
+    also make the name safe as a directory name: no separators, no traversal.
+    """
+    if not isinstance(topic, str):
+        raise InvalidTopicError(f"topic name must be a string, got {type(topic).__name__}")
+    if not topic:
+        raise InvalidTopicError("topic name is empty")
+    if topic in (".", ".."):
+        raise InvalidTopicError(f"topic name cannot be {topic!r}")
+    if len(topic) > MAX_TOPIC_LENGTH:
+        raise InvalidTopicError(f"topic name is {len(topic)} characters long; the limit is {MAX_TOPIC_LENGTH}")
+    if not _LEGAL_TOPIC.match(topic):
+        raise InvalidTopicError(
+            f"topic name {topic!r} is illegal: only ASCII letters, digits, '.', '_' and '-' are allowed"
+        )
+    return topic
+
+
+def partition_dir_name(topic: str, partition: int) -> str:
+    """``<topic>-<partition>`` after validating both."""
+    validate_topic(topic)
+    if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
+        raise ValueError(f"partition must be a non-negative integer, got {partition!r}")
+    return f"{topic}-{partition}"
+
+
+def parse_topic_partition_name(name: str) -> tuple[str, int]:
+    """Split a partition directory name ``<topic>-<partition>`` (partition after the last ``-``).
+
+    Also accepts Kafka's ``<topic>-<partition>.<uuid>-delete|-future|-stray`` forms.
+    """
+    base = name
+    for suffix in ("-delete", "-future", "-stray"):
+        if name.endswith(suffix):
+            m = re.match(r"^(\S+)-(\S+)\.(\S+)" + re.escape(suffix) + "$", name)
+            if not m:
+                raise ValueError(f"directory name {name!r} is not a topic-partition directory")
+            base = f"{m.group(1)}-{m.group(2)}"
+            break
+    topic, sep, part = base.rpartition("-")
+    if not sep or not topic or not part:
+        raise ValueError(f"directory name {name!r} is not a topic-partition directory")
+    try:
+        partition = int(part)
+    except ValueError:
+        raise ValueError(f"directory name {name!r} has a non-integer partition {part!r}") from None
+    if partition < 0:
+        raise ValueError(f"directory name {name!r} has a negative partition")
+    return topic, partition

@@ -1,0 +1,1 @@
+"""Compression codecs of Kafka record batches."""

@@ -1,0 +1,1 @@
+"""Scheduled maintenance of segment logs, the daemon and the recovery command."""

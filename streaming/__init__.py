@@ -1,0 +1,1 @@
+"""The Spark side of seglog: the foreachBatch sink, the main job, readers."""
