@@ -1,0 +1,126 @@
+"""Benchmark results: one shape for every `seglog bench` suite, printed as a table and saved as JSON.
+
+Every figure is a ratio against a baseline measured side by side in the same process, so results
+from different machines compare. ``ratio`` is always "times better than the baseline" (for
+throughputs ``value / baseline_value``, for latencies and counts ``baseline_value / value``);
+``goal`` is the minimum ratio the project promises (or an absolute bound, see ``goal_kind``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+
+@dataclass
+class BenchResult:
+    """One line of a benchmark report."""
+
+    name: str
+    unit: str
+    value: float
+    baseline: str
+    baseline_value: float
+    ratio: float
+    goal: float | None
+    goal_kind: Literal["ratio>=", "value<=", "value>=", "value=="] = "ratio>="
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def met(self) -> bool | None:
+        if self.goal is None:
+            return None
+        if self.goal_kind == "ratio>=":
+            return self.ratio >= self.goal
+        if self.goal_kind == "value<=":
+            return self.value <= self.goal
+        if self.goal_kind == "value>=":
+            return self.value >= self.goal
+        return self.value == self.goal
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["met"] = self.met
+        return d
+
+
+def throughput_result(
+    name: str, unit: str, value: float, baseline: str, baseline_value: float, goal: float | None, **details: Any
+) -> BenchResult:
+    """A higher-is-better figure: ratio = value / baseline_value."""
+    ratio = value / baseline_value if baseline_value else math.inf
+    return BenchResult(name, unit, value, baseline, baseline_value, ratio, goal, "ratio>=", dict(details))
+
+
+def latency_result(
+    name: str, unit: str, value: float, baseline: str, baseline_value: float, goal: float | None,
+    goal_kind: Literal["ratio>=", "value<=", "value>=", "value=="] = "ratio>=", **details: Any
+) -> BenchResult:
+    """A lower-is-better figure: ratio = baseline_value / value."""
+    ratio = baseline_value / value if value else math.inf
+    return BenchResult(name, unit, value, baseline, baseline_value, ratio, goal, goal_kind, dict(details))
+
+
+def percentiles(samples: Sequence[float] | np.ndarray) -> dict[str, float]:
+    """p50/p90/p99/max of ``samples`` (means hide tails; we never report one alone)."""
+    a = np.asarray(samples, dtype=np.float64)
+    if a.size == 0:
+        return {"p50": math.nan, "p90": math.nan, "p99": math.nan, "max": math.nan}
+    p50, p90, p99 = np.percentile(a, [50, 90, 99])
+    return {"p50": float(p50), "p90": float(p90), "p99": float(p99), "max": float(a.max())}
+
+
+def machine_info() -> dict[str, Any]:
+    return {
+        "python": sys.version.split()[0],
+        "platform": platform.platform(),
+        "machine": platform.machine(),
+        "cpus": os.cpu_count(),
+        "numpy": np.__version__,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+    }
+
+
+def _fmt(x: float) -> str:
+    if isinstance(x, float) and (math.isinf(x) or math.isnan(x)):
+        return str(x)
+    ax = abs(x)
+    if ax >= 1e6:
+        return f"{x:,.0f}"
+    if ax >= 100:
+        return f"{x:,.1f}"
+    if ax >= 1:
+        return f"{x:.2f}"
+    return f"{x:.4g}"
+
+
+def format_table(results: Iterable[BenchResult]) -> str:
+    """A plain-text table: name, value, baseline, ratio, goal, met."""
+    rows = [("benchmark", "value", "unit", "baseline", "baseline value", "ratio", "goal", "met")]
+    for r in results:
+        goal = "" if r.goal is None else (f">= {r.goal:g}x" if r.goal_kind == "ratio>=" else f"{r.goal_kind[5:]} {r.goal:g}")
+        met = "" if r.met is None else ("yes" if r.met else "NO")
+        rows.append((r.name, _fmt(r.value), r.unit, r.baseline, _fmt(r.baseline_value), f"{_fmt(r.ratio)}x", goal, met))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def write_json(results: Sequence[BenchResult], path: str | os.PathLike[str], *, suite: str, quick: bool) -> None:
+    """Save ``results`` as a JSON list of objects (``name``, ``unit``, ``value``, ``baseline``,
+    ``baseline_value``, ``ratio``, ``goal``, ``met``, ...), each tagged with the suite and machine."""
+    machine = machine_info()
+    doc = [{**r.to_json(), "suite": suite, "quick": quick, "machine": machine} for r in results]
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+    Path(path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
