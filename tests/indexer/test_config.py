@@ -1,0 +1,92 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from indexer.config import LONG_MAX, LogConfig, load_settings, parse_overrides, topic_config_keys
+from indexer.errors import ConfigError
+
+
+def test_defaults_are_kafkas() -> None:
+    c = LogConfig()
+    assert c.segment_bytes == 1073741824
+    assert c.segment_index_bytes == 10485760
+    assert c.index_interval_bytes == 4096
+    assert c.max_message_bytes == 1048588
+    assert c.retention_ms == 604800000 and c.retention_bytes == -1
+    assert c.flush_messages == LONG_MAX and c.flush_ms == LONG_MAX
+    assert c.file_delete_delay_ms == 60000
+    assert c.message_timestamp_type == "CreateTime"
+
+
+def test_repo_default_file_matches_builtin_defaults() -> None:
+    settings = load_settings(Path(__file__).resolve().parents[2] / "conf" / "seglog.toml")
+    assert settings.log_config() == LogConfig()
+    assert settings.section("maintenance")["log.retention.check.interval.ms"] == 300000
+
+
+def test_layering_file_topic_then_overrides(tmp_path: Path) -> None:
+    conf = tmp_path / "s.toml"
+    conf.write_text(
+        '[topic]\n"segment.bytes" = 2048\n"retention.ms" = 10\n'
+        '[topics."orders"]\n"retention.ms" = 20\n'
+        '[streaming]\n"topic" = "x"\n'
+    )
+    s = load_settings(conf, overrides=parse_overrides(["retention.bytes=99"]))
+    assert s.log_config().segment_bytes == 2048
+    assert s.log_config().retention_ms == 10
+    assert s.log_config("orders").retention_ms == 20
+    assert s.log_config("orders").retention_bytes == 99
+    assert s.section("streaming") == {"topic": "x"}
+    assert s.section("absent") == {}
+
+
+@pytest.mark.parametrize(
+    "values, fragment",
+    [
+        ({"segment.byte": 1}, "unknown topic config key 'segment.byte'"),
+        ({"segment.bytes": 13}, "segment.bytes must be >= 14"),
+        ({"segment.bytes": "abc"}, "segment.bytes must be an integer"),
+        ({"retention.ms": -2}, "retention.ms must be >= -1"),
+        ({"message.timestamp.type": "Now"}, "message.timestamp.type must be one of"),
+        ({"preallocate": "maybe"}, "preallocate must be true or false"),
+        ({"compression.type": "brotli"}, "compression.type must be one of"),
+    ],
+)
+def test_invalid_values_name_the_key(values: dict[str, object], fragment: str) -> None:
+    with pytest.raises(ConfigError, match=fragment):
+        LogConfig.from_mapping(values)
+
+
+def test_string_values_from_the_cli_are_coerced() -> None:
+    c = LogConfig.from_mapping({"segment.bytes": "1_024", "preallocate": "TRUE", "retention.ms": "-1"})
+    assert (c.segment_bytes, c.preallocate, c.retention_ms) == (1024, True, -1)
+    assert c.to_dict()["segment.bytes"] == 1024
+
+
+def test_parse_overrides_rejects_missing_equals() -> None:
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_overrides(["segment.bytes"])
+
+
+def test_missing_explicit_file_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_settings(tmp_path / "nope.toml")
+
+
+def test_bad_toml_names_the_file(tmp_path: Path) -> None:
+    conf = tmp_path / "bad.toml"
+    conf.write_text("[topic\n")
+    with pytest.raises(ConfigError, match="bad.toml"):
+        load_settings(conf)
+
+
+def test_jitter_is_bounded() -> None:
+    c = LogConfig.from_mapping({"segment.jitter.ms": 100, "segment.ms": 50})
+    assert all(0 <= c.random_segment_jitter() < 50 for _ in range(200))
+    assert LogConfig().random_segment_jitter() == 0
+
+
+def test_every_key_has_a_description() -> None:
+    assert all(topic_config_keys().values())
