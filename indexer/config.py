@@ -92,7 +92,9 @@ class LogConfig:
             if minimum is not None and value < minimum:
                 raise ConfigError(f"{key} must be >= {minimum}, got {value}")
         if self.message_timestamp_type not in _TIMESTAMP_TYPES:
-            raise ConfigError(f"message.timestamp.type must be one of {_TIMESTAMP_TYPES}, got {self.message_timestamp_type!r}")
+            raise ConfigError(
+                f"message.timestamp.type must be one of {_TIMESTAMP_TYPES}, got {self.message_timestamp_type!r}"
+            )
         if self.compression_type not in _COMPRESSION_TYPES:
             raise ConfigError(f"compression.type must be one of {_COMPRESSION_TYPES}, got {self.compression_type!r}")
 

@@ -14,8 +14,14 @@ VECTORS_DIR = REPO_ROOT.parent / "shared" / "vectors" / "kafka"
 # Hypothesis budgets: "dev" (default) for quick local runs, "ci" bounded for the 90-minute CI run,
 # "soak" for long local fuzzing (SEGLOG_TEST_BUDGET=soak).
 settings.register_profile("dev", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-settings.register_profile("ci", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow],
-                          derandomize=False, print_blob=True)
+settings.register_profile(
+    "ci",
+    max_examples=50,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    derandomize=False,
+    print_blob=True,
+)
 settings.register_profile("soak", max_examples=2000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 settings.load_profile(os.environ.get("SEGLOG_TEST_BUDGET", "dev"))
 

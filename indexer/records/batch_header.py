@@ -62,7 +62,11 @@ NO_PARTITION_LEADER_EPOCH = -1
 NO_TIMESTAMP_TYPE = -1
 CREATE_TIME = 0
 LOG_APPEND_TIME = 1
-TIMESTAMP_TYPE_NAMES = {NO_TIMESTAMP_TYPE: "NoTimestampType", CREATE_TIME: "CreateTime", LOG_APPEND_TIME: "LogAppendTime"}
+TIMESTAMP_TYPE_NAMES = {
+    NO_TIMESTAMP_TYPE: "NoTimestampType",
+    CREATE_TIME: "CreateTime",
+    LOG_APPEND_TIME: "LogAppendTime",
+}
 
 COMPRESSION_NAMES = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
 COMPRESSION_IDS = {name: cid for cid, name in COMPRESSION_NAMES.items()}
@@ -137,7 +141,9 @@ class BatchHeader(NamedTuple):
         return increment_sequence(self.base_sequence, self.last_offset_delta)
 
 
-def parse_batch_header(buf: bytes | bytearray | memoryview, offset: int = 0, *, position: int | None = None) -> BatchHeader:
+def parse_batch_header(
+    buf: bytes | bytearray | memoryview, offset: int = 0, *, position: int | None = None
+) -> BatchHeader:
     """Decode the v2 header at ``buf[offset:offset+61]`` (no validation beyond the length)."""
     fields = _HEADER.unpack_from(buf, offset)
     # attributes: Kafka narrows the int16 to its low byte; keep the low byte only.

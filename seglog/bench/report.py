@@ -63,8 +63,14 @@ def throughput_result(
 
 
 def latency_result(
-    name: str, unit: str, value: float, baseline: str, baseline_value: float, goal: float | None,
-    goal_kind: Literal["ratio>=", "value<=", "value>=", "value=="] = "ratio>=", **details: Any
+    name: str,
+    unit: str,
+    value: float,
+    baseline: str,
+    baseline_value: float,
+    goal: float | None,
+    goal_kind: Literal["ratio>=", "value<=", "value>=", "value=="] = "ratio>=",
+    **details: Any,
 ) -> BenchResult:
     """A lower-is-better figure: ratio = baseline_value / value."""
     ratio = baseline_value / value if value else math.inf
@@ -108,11 +114,15 @@ def format_table(results: Iterable[BenchResult]) -> str:
     """A plain-text table: name, value, baseline, ratio, goal, met."""
     rows = [("benchmark", "value", "unit", "baseline", "baseline value", "ratio", "goal", "met")]
     for r in results:
-        goal = "" if r.goal is None else (f">= {r.goal:g}x" if r.goal_kind == "ratio>=" else f"{r.goal_kind[5:]} {r.goal:g}")
+        goal = (
+            ""
+            if r.goal is None
+            else (f">= {r.goal:g}x" if r.goal_kind == "ratio>=" else f"{r.goal_kind[5:]} {r.goal:g}")
+        )
         met = "" if r.met is None else ("yes" if r.met else "NO")
         rows.append((r.name, _fmt(r.value), r.unit, r.baseline, _fmt(r.baseline_value), f"{_fmt(r.ratio)}x", goal, met))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

@@ -4,8 +4,27 @@ from indexer.records import batch_header as bh
 
 # Appendix B of the spec: a 69-byte batch with value "a", verified against kafka-python.
 VALUE_A = bytes.fromhex(
-    "0000000000000000" "00000039" "00000000" "02" "965a94b1" "0000" "00000000" "0000018bcfe56800"
-    "0000018bcfe56800" "ffffffffffffffff" "ffff" "ffffffff" "00000001" "0e" "00" "00" "00" "01" "02" "61" "00"
+    "0000000000000000"
+    "00000039"
+    "00000000"
+    "02"
+    "965a94b1"
+    "0000"
+    "00000000"
+    "0000018bcfe56800"
+    "0000018bcfe56800"
+    "ffffffffffffffff"
+    "ffff"
+    "ffffffff"
+    "00000001"
+    "0e"
+    "00"
+    "00"
+    "00"
+    "01"
+    "02"
+    "61"
+    "00"
 )
 
 

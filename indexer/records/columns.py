@@ -1,0 +1,194 @@
+"""Arrow schemas of records going into the log and coming out of it, and input normalisation.
+
+Records travel as Arrow columns (Spark hands micro-batches over as Arrow). The writer takes
+:data:`APPEND_SCHEMA`; :func:`to_append_table` turns what users naturally have (a table with string
+keys, Arrow timestamps, a dict of columns, a list of dicts) into exactly that schema. Readers return
+:data:`READ_SCHEMA`, named as in Spark's Kafka source minus ``topic``/``partition``.
+
+Null meanings follow Kafka: a null key or value is written with length -1 (a null value is a
+tombstone), a null header list means no headers, and a null timestamp means "now" (the log's clock),
+as a producer fills in ``System.currentTimeMillis()`` when the application gives none.
+:func:`to_append_table` is pure and thread-safe.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from indexer.errors import SchemaError
+
+logger = logging.getLogger(__name__)
+
+HEADER_TYPE = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+HEADERS_TYPE = pa.list_(HEADER_TYPE)
+
+APPEND_SCHEMA = pa.schema(
+    [
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("timestamp", pa.int64()),
+        pa.field("headers", HEADERS_TYPE),
+    ]
+)
+
+READ_SCHEMA = pa.schema(
+    [
+        pa.field("offset", pa.int64()),
+        pa.field("timestamp", pa.int64()),
+        pa.field("timestampType", pa.int32()),
+        pa.field("key", pa.binary()),
+        pa.field("value", pa.binary()),
+        pa.field("headers", HEADERS_TYPE),
+    ]
+)
+
+_BINARY_LIKE = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_string, pa.types.is_large_string)
+_MS_FACTORS = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}
+
+
+def to_append_table(data: Any, *, now_ms: int) -> pa.Table:
+    """Normalise ``data`` to a single-chunk table of :data:`APPEND_SCHEMA`.
+
+    Args:
+        data: a ``pa.Table`` / ``pa.RecordBatch``, a mapping of column name to column (Arrow
+            array, numpy array or Python sequence), or a sequence of row mappings.
+        now_ms: the timestamp (ms since epoch) given to rows whose timestamp is null.
+
+    Returns:
+        A table with exactly the columns ``key, value, timestamp, headers``; missing columns are
+        nulls, string keys/values are UTF-8 bytes, Arrow timestamps are ms since epoch (floored,
+        as Spark's ``DateTimeUtils.toMillis``), null timestamps are ``now_ms``.
+
+    Raises:
+        SchemaError: an unknown column, a column of the wrong type (the message names the column,
+            the type found and the type expected), a header with a null key, or input of a kind
+            this function does not take.
+    """
+    columns = _columns_of(data)
+    unknown = sorted(set(columns) - set(APPEND_SCHEMA.names))
+    if unknown:
+        raise SchemaError(f"unknown column(s) {unknown}: records have only the columns {APPEND_SCHEMA.names}")
+    lengths = {name: len(column) for name, column in columns.items()}
+    if len(set(lengths.values())) > 1:
+        raise SchemaError(f"columns have different lengths: {lengths}")
+    num_rows = next(iter(lengths.values()), 0)
+    arrays = []
+    for field in APPEND_SCHEMA:
+        column = columns.get(field.name)
+        if column is None:
+            array: pa.Array = pa.nulls(num_rows, field.type)
+        else:
+            array = _to_array(field.name, column)
+        if field.name == "timestamp":
+            array = _normalise_timestamps(array, now_ms)
+        elif field.name == "headers":
+            array = _normalise_headers(array)
+        else:
+            array = _normalise_binary(field.name, array)
+        arrays.append(array)
+    return pa.Table.from_arrays(arrays, schema=APPEND_SCHEMA)
+
+
+def _columns_of(data: Any) -> dict[str, Any]:
+    """The named columns of any accepted input kind, not yet converted."""
+    if isinstance(data, pa.RecordBatch):
+        data = pa.Table.from_batches([data])
+    if isinstance(data, pa.Table):
+        return {name: data.column(name) for name in data.column_names}
+    if isinstance(data, Mapping):
+        return {str(name): column for name, column in data.items()}
+    if isinstance(data, Sequence) and not isinstance(data, (str, bytes, bytearray)):
+        if not all(isinstance(row, Mapping) for row in data):
+            raise SchemaError("a list of records must hold only mappings (one dict per record)")
+        names: dict[str, None] = {}
+        for row in data:
+            names.update(dict.fromkeys(row))
+        return {str(name): [row.get(name) for row in data] for name in names}
+    raise SchemaError(
+        f"records must be a pyarrow Table/RecordBatch, a dict of columns or a list of dicts, not {type(data).__name__}"
+    )
+
+
+def _to_array(name: str, column: Any) -> pa.Array:
+    """One contiguous Arrow array from an Arrow, numpy or Python column."""
+    if isinstance(column, pa.ChunkedArray):
+        if column.num_chunks == 1:
+            return column.chunk(0)
+        return column.combine_chunks() if column.num_chunks else pa.array([], column.type)
+    if isinstance(column, pa.Array):
+        return column
+    type_hint = HEADERS_TYPE if name == "headers" else None
+    try:
+        if isinstance(column, np.ndarray):
+            return pa.array(column, type=type_hint)
+        return pa.array(list(column), type=type_hint)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
+        raise SchemaError(f"column {name!r}: cannot convert to Arrow ({exc})") from exc
+
+
+def _normalise_binary(name: str, array: pa.Array) -> pa.Array:
+    """``binary`` from binary, large_binary, string, large_string or all-null input."""
+    if pa.types.is_null(array.type):
+        return pa.nulls(len(array), pa.binary())
+    if not any(check(array.type) for check in _BINARY_LIKE):
+        raise SchemaError(f"column {name!r}: found type {array.type}, expected binary (or string, UTF-8 encoded)")
+    return array if array.type == pa.binary() else array.cast(pa.binary())
+
+
+def _normalise_timestamps(array: pa.Array, now_ms: int) -> pa.Array:
+    """``int64`` ms since epoch from integers or Arrow timestamps; nulls become ``now_ms``."""
+    kind = array.type
+    if pa.types.is_null(kind):
+        return pa.array(np.full(len(array), now_ms, dtype=np.int64))
+    if pa.types.is_timestamp(kind):
+        multiply, divide = _MS_FACTORS[kind.unit]
+    elif pa.types.is_integer(kind):
+        multiply, divide = 1, 1
+    else:
+        raise SchemaError(
+            f"column 'timestamp': found type {kind}, expected int64 (ms since epoch) or an Arrow timestamp"
+        )
+    try:
+        raw = array.cast(pa.int64())
+    except pa.ArrowInvalid as exc:
+        raise SchemaError(f"column 'timestamp': found type {kind} with values outside int64 ({exc})") from exc
+    if multiply == 1 and divide == 1 and raw.null_count == 0:
+        return raw
+    values = raw.fill_null(0).to_numpy(zero_copy_only=False).astype(np.int64, copy=True)
+    if divide != 1:
+        values //= divide
+    if multiply != 1:
+        values *= multiply
+    if raw.null_count:
+        values[raw.is_null().to_numpy(zero_copy_only=False)] = now_ms
+    return pa.array(values, type=pa.int64())
+
+
+def _normalise_headers(array: pa.Array) -> pa.Array:
+    """``list<struct<key: string, value: binary>>``; a header with a null key is rejected."""
+    kind = array.type
+    if pa.types.is_null(kind):
+        return pa.nulls(len(array), HEADERS_TYPE)
+    expected = f"found type {kind}, expected {HEADERS_TYPE}"
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_struct(kind.value_type):
+        raise SchemaError(f"column 'headers': {expected}")
+    struct = kind.value_type
+    names = sorted(struct.field(i).name for i in range(struct.num_fields))
+    if names != ["key", "value"]:
+        raise SchemaError(f"column 'headers': {expected} (header fields {names})")
+    key_type, value_type = struct.field("key").type, struct.field("value").type
+    key_ok = pa.types.is_string(key_type) or pa.types.is_large_string(key_type) or pa.types.is_null(key_type)
+    value_ok = pa.types.is_null(value_type) or any(check(value_type) for check in _BINARY_LIKE)
+    if not (key_ok and value_ok):
+        raise SchemaError(f"column 'headers': {expected}")
+    if array.type != HEADERS_TYPE:
+        array = array.cast(HEADERS_TYPE)
+    headers = array.flatten()
+    if headers.null_count or headers.field("key").null_count:
+        raise SchemaError("column 'headers': a header has a null key (Kafka header keys are non-null strings)")
+    return array

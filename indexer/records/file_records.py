@@ -1,0 +1,744 @@
+"""A ``.log`` file: Kafka's ``FileRecords`` and ``FileLogInputStream``.
+
+A ``.log`` file is record batches back to back with no file header and no padding (spec 3):
+each entry starts with ``offset int64 | size int32`` (big-endian; ``size`` counts the bytes after
+it) and has its magic at byte 16. Magic 2 entries are v2 batches (61-byte header, CRC-32C over
+bytes 21..end); magic 0/1 entries are legacy messages (CRC-32 over bytes 16..end).
+
+``FileRecords`` owns one file descriptor. Its *logical* size, ``size_in_bytes()``, is where the
+next append goes; with preallocation the file on disk is larger, and ``trim()`` / ``close()`` cut
+it back. Reads use ``os.pread`` and never move a file pointer.
+
+Thread-safety: appends, truncation, flush, rename and close must be serialised by the caller (the
+log's lock). Reads (``read``, ``batches``, ``search_for_offset_with_size``) are safe concurrently
+with appends: they only look below the logical size they observed, and bytes below it are never
+rewritten. ``scan`` maps the file and must not race a truncation (recovery holds the lock).
+
+Crash behaviour: an append is a plain ``pwrite``; until ``flush()`` (fsync) a crash may leave a
+torn or zero-filled tail, which ``scan``/``batches`` report as the end of the valid bytes, and
+recovery truncates.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno as errno_module
+import logging
+import mmap
+import os
+import struct
+import zlib
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from indexer.errors import CorruptRecordError, SeglogError, StorageError
+from indexer.records import _batch_scan
+from indexer.records.batch_header import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_CODEC_MASK,
+    COMPRESSION_NAMES,
+    CONTROL_FLAG_MASK,
+    CREATE_TIME,
+    HEADER_SIZE_UP_TO_MAGIC,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V0,
+    MAGIC_V2,
+    MIN_LEGACY_RECORD_SIZE,
+    NO_PARTITION_LEADER_EPOCH,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    NO_TIMESTAMP,
+    NO_TIMESTAMP_TYPE,
+    RECORD_BATCH_OVERHEAD,
+    TIMESTAMP_TYPE_MASK,
+    TRANSACTIONAL_FLAG_MASK,
+    BatchHeader,
+    crc32c,
+    parse_batch_header,
+)
+from indexer.records.legacy import (
+    LEGACY_CRC_OFFSET,
+    RECORD_OVERHEAD_V1,
+    iter_legacy_entries,
+    legacy_base_offset,
+)
+
+logger = logging.getLogger(__name__)
+
+MAX_FILE_SIZE = 2**31 - 1  # positions are int32 (Integer.MAX_VALUE)
+_OFFSET_SIZE = struct.Struct(">qi")
+_LEGACY_FIELDS = struct.Struct(">IbBq")  # crc, magic, attributes, v1 timestamp
+
+
+class LogOffsetPosition(NamedTuple):
+    """Where a batch sits: its last offset, file position and size (Kafka's ``LogOffsetPosition``)."""
+
+    offset: int
+    position: int
+    size: int
+
+
+@dataclass(frozen=True, slots=True)
+class BatchScan:
+    """Result of ``FileRecords.scan``: one array element per valid batch, in file order.
+
+    ``valid_bytes`` is the file position just after the last valid batch (``start`` if none);
+    ``error`` is the ``CorruptRecordError``/``InvalidRecordError`` that stopped the scan, or None when
+    it reached ``end`` or a partial trailing entry (which is not an error: a crash mid-append).
+    For legacy entries ``max_timestamps`` is the message timestamp (-1 for v0).
+    """
+
+    positions: np.ndarray
+    sizes: np.ndarray
+    base_offsets: np.ndarray
+    last_offsets: np.ndarray
+    max_timestamps: np.ndarray
+    magics: np.ndarray
+    attributes: np.ndarray
+    valid_bytes: int
+    error: CorruptRecordError | None
+
+    def __len__(self) -> int:
+        return len(self.positions)
+
+
+class FileBatch:
+    """One entry of a ``.log`` file, its header read lazily (Kafka's ``FileChannelRecordBatch``).
+
+    ``batches()`` reads up to 61 header bytes per entry; the rest is read by ``raw()`` and the
+    CRC checks. For legacy entries producer fields are -1 and ``records_count`` is None when
+    compressed (as Kafka's ``countOrNull``); ``base_offset`` of a compressed legacy wrapper
+    decompresses it once. Safe to use from several threads (it only reads).
+    """
+
+    __slots__ = ("_records", "_head", "position", "size_in_bytes", "magic", "_base_offset")
+
+    def __init__(self, records: FileRecords, position: int, head: bytes, size_in_bytes: int, magic: int):
+        self._records = records
+        self._head = head
+        self.position = position
+        self.size_in_bytes = size_in_bytes
+        self.magic = magic
+        self._base_offset: int | None = None
+
+    def __repr__(self) -> str:
+        return (
+            f"FileBatch(magic={self.magic}, offset={self._offset_field}, position={self.position}, "
+            f"size={self.size_in_bytes})"
+        )
+
+    @property
+    def _offset_field(self) -> int:
+        return int(_OFFSET_SIZE.unpack_from(self._head, 0)[0])
+
+    def _header_error(self) -> CorruptRecordError:
+        return CorruptRecordError(
+            f"Record batch is corrupt (the size {self.size_in_bytes} is smaller than the minimum allowed "
+            f"overhead {RECORD_BATCH_OVERHEAD}) in file {self._records.path} at position {self.position}",
+            path=self._records.path,
+            position=self.position,
+        )
+
+    @property
+    def header(self) -> BatchHeader | None:
+        """The parsed v2 header (None for legacy entries).
+
+        Raises:
+            CorruptRecordError: a magic 2 entry smaller than the 61-byte header.
+        """
+        if self.magic < MAGIC_V2:
+            return None
+        if self.size_in_bytes < RECORD_BATCH_OVERHEAD:
+            raise self._header_error()
+        return parse_batch_header(self._head, position=self.position)
+
+    def _legacy(self) -> tuple[int, int, int, int]:
+        """Legacy ``(crc, magic, attributes, timestamp)`` (timestamp -1 for v0)."""
+        head = self._head
+        if self.magic == MAGIC_V0 or len(head) < LOG_OVERHEAD + RECORD_OVERHEAD_V1:
+            crc, magic, attributes = struct.unpack_from(">IbB", head, LEGACY_CRC_OFFSET)
+            return crc, magic, attributes, NO_TIMESTAMP
+        return _LEGACY_FIELDS.unpack_from(head, LEGACY_CRC_OFFSET)
+
+    @property
+    def base_offset(self) -> int:
+        if self.magic >= MAGIC_V2:
+            return self._offset_field
+        if self._base_offset is None:
+            if self.compression_id == 0:
+                self._base_offset = self._offset_field
+            else:
+                entry = next(
+                    iter_legacy_entries(self.raw(), base_position=self.position, path=self._records.path)
+                )
+                self._base_offset = legacy_base_offset(entry, path=self._records.path)
+        return self._base_offset
+
+    @property
+    def last_offset(self) -> int:
+        header = self.header
+        return self._offset_field if header is None else header.last_offset
+
+    @property
+    def next_offset(self) -> int:
+        return self.last_offset + 1
+
+    @property
+    def max_timestamp(self) -> int:
+        header = self.header
+        return self._legacy()[3] if header is None else header.max_timestamp
+
+    @property
+    def crc(self) -> int:
+        """The stored checksum (CRC-32C for v2, CRC-32 for legacy), unsigned."""
+        header = self.header
+        return self._legacy()[0] if header is None else header.crc
+
+    @property
+    def attributes(self) -> int:
+        header = self.header
+        return self._legacy()[2] if header is None else header.attributes
+
+    @property
+    def compression_id(self) -> int:
+        return self.attributes & COMPRESSION_CODEC_MASK
+
+    @property
+    def compression_name(self) -> str:
+        return COMPRESSION_NAMES.get(self.compression_id, f"unknown({self.compression_id})")
+
+    @property
+    def timestamp_type(self) -> int:
+        if self.magic == MAGIC_V0:
+            return NO_TIMESTAMP_TYPE
+        return LOG_APPEND_TIME if self.attributes & TIMESTAMP_TYPE_MASK else CREATE_TIME
+
+    @property
+    def is_transactional(self) -> bool:
+        return self.magic >= MAGIC_V2 and bool(self.attributes & TRANSACTIONAL_FLAG_MASK)
+
+    @property
+    def is_control(self) -> bool:
+        return self.magic >= MAGIC_V2 and bool(self.attributes & CONTROL_FLAG_MASK)
+
+    @property
+    def partition_leader_epoch(self) -> int:
+        header = self.header
+        return NO_PARTITION_LEADER_EPOCH if header is None else header.partition_leader_epoch
+
+    @property
+    def producer_id(self) -> int:
+        header = self.header
+        return NO_PRODUCER_ID if header is None else header.producer_id
+
+    @property
+    def producer_epoch(self) -> int:
+        header = self.header
+        return NO_PRODUCER_EPOCH if header is None else header.producer_epoch
+
+    @property
+    def base_sequence(self) -> int:
+        header = self.header
+        return NO_SEQUENCE if header is None else header.base_sequence
+
+    @property
+    def last_sequence(self) -> int:
+        header = self.header
+        return NO_SEQUENCE if header is None else header.last_sequence
+
+    @property
+    def records_count(self) -> int | None:
+        header = self.header
+        if header is None:
+            return None if self.compression_id else 1
+        return header.records_count
+
+    def raw(self) -> bytes:
+        """The whole entry as stored (``size_in_bytes`` bytes)."""
+        return self._records.read(self.position, self.size_in_bytes)
+
+    def compute_crc(self) -> int:
+        """The checksum the stored bytes should carry."""
+        data = memoryview(self.raw())
+        if self.magic >= MAGIC_V2:
+            return crc32c(data[ATTRIBUTES_OFFSET:])
+        return zlib.crc32(data[MAGIC_OFFSET:])
+
+    def is_valid(self) -> bool:
+        """True if the entry is large enough for its header and its CRC matches."""
+        if not MAGIC_V0 <= self.magic <= MAGIC_V2:
+            return False
+        if self.magic == MAGIC_V2 and self.size_in_bytes < RECORD_BATCH_OVERHEAD:
+            return False
+        return self.compute_crc() == self.crc
+
+    def ensure_valid(self) -> None:
+        """Raises CorruptRecordError (with path, position and offset) unless ``is_valid()``."""
+        path = self._records.path
+        if not MAGIC_V0 <= self.magic <= MAGIC_V2:
+            raise CorruptRecordError(
+                f"Invalid magic {self.magic} in file {path} at position {self.position}",
+                path=path,
+                position=self.position,
+            )
+        if self.magic == MAGIC_V2 and self.size_in_bytes < RECORD_BATCH_OVERHEAD:
+            raise self._header_error()
+        computed = self.compute_crc()
+        if computed != self.crc:
+            raise CorruptRecordError(
+                f"Record is corrupt (stored crc = {self.crc}, computed crc = {computed}) in file {path} "
+                f"at position {self.position}",
+                path=path,
+                position=self.position,
+                offset=self._offset_field,
+            )
+
+
+class FileRecords:
+    """A ``.log`` file of record batches: appends at the logical end, positioned reads, batch walks.
+
+    Open with :meth:`open`. See the module docstring for thread-safety and crash behaviour.
+    """
+
+    def __init__(self, path: Path, fd: int, size: int, mutable: bool):
+        self._path = path
+        self._fd = fd
+        self._size = size
+        self._mutable = mutable
+
+    @classmethod
+    def open(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        mutable: bool = True,
+        file_already_exists: bool = True,
+        init_file_size: int = 0,
+        preallocate: bool = False,
+    ) -> FileRecords:
+        """Open (or create) the ``.log`` file at ``path`` (Kafka's ``FileRecords.open``).
+
+        ``mutable=False`` opens read-only, which works without write permission on the file or its
+        directory. A writable open creates the file if missing; with ``preallocate`` and
+        ``file_already_exists=False`` it must not exist yet, is extended to ``init_file_size`` bytes
+        and starts with logical size 0. Otherwise the logical size is the file's size.
+
+        Raises:
+            StorageError: the file cannot be opened or created.
+        """
+        path = Path(path)
+        preallocated = mutable and preallocate and not file_already_exists
+        if not mutable:
+            flags = os.O_RDONLY
+        elif preallocated:
+            flags = os.O_RDWR | os.O_CREAT | os.O_EXCL
+        else:
+            flags = os.O_RDWR | os.O_CREAT
+        with _storage_errors("open", path):
+            fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
+            try:
+                if preallocated:
+                    os.ftruncate(fd, init_file_size)
+                    size = 0
+                else:
+                    size = min(os.fstat(fd).st_size, MAX_FILE_SIZE)
+            except BaseException:
+                os.close(fd)
+                raise
+        return cls(path, fd, size, mutable)
+
+    @property
+    def path(self) -> Path:
+        return self._path
+
+    @property
+    def mutable(self) -> bool:
+        return self._mutable
+
+    def size_in_bytes(self) -> int:
+        """Logical size: the bytes appended (or found at open); thread-safe."""
+        return self._size
+
+    def __repr__(self) -> str:
+        return f"FileRecords(path={str(self._path)!r}, size={self._size})"
+
+    def __enter__(self) -> FileRecords:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def _check_open(self) -> int:
+        if self._fd < 0:
+            raise StorageError(f"File {self._path} is closed", path=self._path, errno=errno_module.EBADF)
+        return self._fd
+
+    # ---- writes (caller holds the log lock) ------------------------------------------------
+
+    def append(self, data: bytes | bytearray | memoryview | np.ndarray) -> int:
+        """Write ``data`` at the logical end and return its length. Caller holds the log lock.
+
+        Raises:
+            ValueError: the file would grow past 2**31-1 bytes (positions are int32).
+            StorageError: the write failed (the logical size is unchanged).
+        """
+        if isinstance(data, np.ndarray):
+            view = np.ascontiguousarray(data).data.cast("B")
+        else:
+            view = memoryview(data).cast("B")
+        n = len(view)
+        if n > MAX_FILE_SIZE - self._size:
+            raise ValueError(
+                f"Append of size {n} bytes is too large for segment with current file position at "
+                f"{self._size} ({self._path})"
+            )
+        fd = self._check_open()
+        written = 0
+        with _storage_errors("append to", self._path):
+            while written < n:
+                written += os.pwrite(fd, view[written:], self._size + written)
+        self._size += n
+        return n
+
+    def truncate_to(self, target_size: int) -> int:
+        """Cut the file to ``target_size`` bytes; return how many bytes were removed. Caller holds the lock.
+
+        Raises:
+            ValueError: ``target_size`` is negative or beyond the logical size (Kafka's message).
+            StorageError: the truncation failed.
+        """
+        original = self._size
+        if target_size > original or target_size < 0:
+            raise ValueError(
+                f"Attempt to truncate log segment {self._path} to {target_size} bytes failed, "
+                f"size of this log segment is {original} bytes."
+            )
+        fd = self._check_open()
+        with _storage_errors("truncate", self._path):
+            if target_size < os.fstat(fd).st_size:
+                os.ftruncate(fd, target_size)
+        self._size = target_size
+        return original - target_size
+
+    def trim(self) -> None:
+        """Cut preallocated space: truncate the file to the logical size."""
+        self.truncate_to(self._size)
+
+    def flush(self) -> None:
+        """fsync the file's data and metadata (Kafka's ``channel.force(true)``)."""
+        fd = self._check_open()
+        with _storage_errors("flush", self._path):
+            os.fsync(fd)
+
+    def close(self) -> None:
+        """Flush, trim to the logical size and close (read-only: just close). Idempotent."""
+        if self._fd < 0:
+            return
+        try:
+            if self._mutable:
+                self.flush()
+                self.trim()
+        finally:
+            self.close_handlers()
+
+    def close_handlers(self) -> None:
+        """Release the file descriptor without flushing or trimming (used when the disk failed)."""
+        fd, self._fd = self._fd, -1
+        if fd >= 0:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def rename_to(self, path: str | os.PathLike[str]) -> None:
+        """Atomically rename the file (replacing ``path``); the open descriptor stays valid.
+
+        Raises:
+            StorageError: the rename failed; the object keeps its old path.
+        """
+        target = Path(path)
+        with _storage_errors(f"rename to {target}", self._path):
+            os.replace(self._path, target)
+        self._path = target
+
+    def delete_if_exists(self) -> bool:
+        """Close the descriptor and delete the file; False if it was already gone."""
+        self.close_handlers()
+        try:
+            os.unlink(self._path)
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            raise StorageError(
+                f"Failed to delete {self._path}: {e.strerror}", path=self._path, errno=e.errno
+            ) from e
+        return True
+
+    @property
+    def last_modified_ms(self) -> int:
+        """The file's modification time in epoch milliseconds."""
+        with _storage_errors("stat", self._path):
+            return os.stat(self._path).st_mtime_ns // 1_000_000
+
+    def set_last_modified(self, ms: int) -> None:
+        """Set the file's modification time (epoch milliseconds); the access time is kept."""
+        with _storage_errors("set the modification time of", self._path):
+            atime_ns = os.stat(self._path).st_atime_ns
+            os.utime(self._path, ns=(atime_ns, ms * 1_000_000))
+
+    # ---- reads (thread-safe) ----------------------------------------------------------------
+
+    def read(self, position: int, size: int) -> bytes:
+        """Up to ``size`` bytes from ``position``, short when the logical end comes first.
+
+        Raises:
+            ValueError: a negative position or size.
+            StorageError: the read failed.
+        """
+        if position < 0 or size < 0:
+            raise ValueError(f"Invalid read of {size} bytes at position {position} in {self._path}")
+        n = max(0, min(size, self._size - position))
+        fd = self._check_open()
+        parts: list[bytes] = []
+        got = 0
+        with _storage_errors("read", self._path):
+            while got < n:
+                chunk = os.pread(fd, n - got, position + got)
+                if not chunk:
+                    break
+                parts.append(chunk)
+                got += len(chunk)
+        return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    def _end(self, end: int | None) -> int:
+        return self._size if end is None else min(end, self._size)
+
+    def batches(self, start: int = 0, end: int | None = None) -> Iterator[FileBatch]:
+        """The entries from ``start`` (a batch boundary) up to ``end`` (default: the logical size).
+
+        Follows ``FileLogInputStream.nextBatch`` (spec 3.7): stops silently when fewer than 18 bytes
+        remain or the next entry does not fit before ``end``. Nothing is validated beyond the size.
+
+        Raises:
+            CorruptRecordError: an entry's size field is below 14 (names the file and position).
+        """
+        end = self._end(end)
+        position = start
+        while position < end - HEADER_SIZE_UP_TO_MAGIC:
+            head = self.read(position, min(RECORD_BATCH_OVERHEAD, end - position))
+            if len(head) <= HEADER_SIZE_UP_TO_MAGIC:
+                return  # truncated underneath us
+            offset, size = _OFFSET_SIZE.unpack_from(head, 0)
+            if size < MIN_LEGACY_RECORD_SIZE:
+                raise CorruptRecordError(
+                    f"Found record size {size} smaller than minimum record overhead "
+                    f"({MIN_LEGACY_RECORD_SIZE}) in file {self._path}.",
+                    path=self._path,
+                    position=position,
+                    offset=offset,
+                )
+            if position > end - LOG_OVERHEAD - size:
+                return
+            magic = struct.unpack_from(">b", head, MAGIC_OFFSET)[0]
+            total = LOG_OVERHEAD + size
+            yield FileBatch(self, position, head[:total], total, magic)
+            position += total
+
+    def search_for_offset_with_size(
+        self, target_offset: int, start_position: int
+    ) -> LogOffsetPosition | None:
+        """The first batch from ``start_position`` whose last offset is >= ``target_offset``.
+
+        Kafka's ``searchForOffsetWithSize`` (used by ``translateOffset``): batch granularity, so the
+        position is the start of the batch *containing* the offset. None if no such batch.
+        """
+        for batch in self.batches(start_position):
+            last_offset = batch.last_offset
+            if last_offset >= target_offset:
+                return LogOffsetPosition(last_offset, batch.position, batch.size_in_bytes)
+        return None
+
+    def scan(self, start: int = 0, end: int | None = None, *, verify_crc: bool = True) -> BatchScan:
+        """Walk every entry header from ``start`` to ``end`` at once: the recovery hot path.
+
+        A numba kernel reads the headers from a read-only map of the file, then a second compiled
+        loop checks every v2 CRC-32C with the CPU's CRC instruction (legacy entries: CRC-32 in
+        Python). The scan stops at the first problem and returns it in ``BatchScan.error`` rather
+        than raising, with everything valid before it. Caller holds the log lock: a truncation of
+        the file while it is mapped would fault (SIGBUS) on the vanished pages. Readers without the
+        lock (other processes) should walk with ``batches()``, which uses ``pread``.
+
+        Raises:
+            StorageError: the file cannot be mapped.
+        """
+        end = self._end(end)
+        fd = self._check_open()
+        with _storage_errors("map", self._path):
+            end = min(end, os.fstat(fd).st_size)  # never map past the end of the file
+            if end - start <= HEADER_SIZE_UP_TO_MAGIC:
+                return _empty_scan(start)
+            mapped = mmap.mmap(fd, end, prot=mmap.PROT_READ)
+        try:
+            return self._scan_mapped(mapped, start, end, verify_crc)
+        finally:
+            # An unexpected exception escaping the kernel can still reference the map through its
+            # traceback; then the map is released when that exception is collected.
+            with contextlib.suppress(BufferError):
+                mapped.close()
+
+    def _scan_mapped(self, mapped: mmap.mmap, start: int, end: int, verify_crc: bool) -> BatchScan:
+        buf = np.frombuffer(mapped, dtype=np.uint8)
+        try:
+            table, stop_position, status, detail = _batch_scan.scan_entries(buf, start, end)
+            columns = list(table)
+            error = self._stop_error(int(status), int(stop_position), int(detail))
+            count = len(columns[0])
+            failed = (
+                _first_bad_crc(buf, columns[0], columns[1], columns[5], columns[7]) if verify_crc else None
+            )
+            if failed is not None:
+                count, computed = failed
+                position = int(columns[0][count])
+                error = CorruptRecordError(
+                    f"Record is corrupt (stored crc = {int(columns[7][count])}, computed crc = {computed}) "
+                    f"in file {self._path} at position {position}",
+                    path=self._path,
+                    position=position,
+                    offset=int(columns[2][count]),
+                )
+            wrappers = _compressed_legacy_entries(buf, columns, count)
+        finally:
+            del buf  # the map cannot close while numpy holds it
+        legacy_error = self._fix_legacy_base_offsets(wrappers, columns)
+        if legacy_error is not None:
+            count, error = legacy_error
+        positions, sizes, base_offsets, last_offsets, max_timestamps, magics, attributes, _ = (
+            column[:count].copy() if count < len(column) else column for column in columns
+        )
+        valid_bytes = int(positions[-1] + sizes[-1]) if count else start
+        if error is not None:
+            logger.debug("Scan of %s stopped at position %d: %s", self._path, valid_bytes, error)
+        return BatchScan(
+            positions,
+            sizes,
+            base_offsets,
+            last_offsets,
+            max_timestamps,
+            magics,
+            attributes,
+            valid_bytes,
+            error,
+        )
+
+    def _stop_error(self, status: int, position: int, detail: int) -> CorruptRecordError | None:
+        path = self._path
+        if status == _batch_scan.STOP_SIZE_TOO_SMALL:
+            message = (
+                f"Found record size {detail} smaller than minimum record overhead ({MIN_LEGACY_RECORD_SIZE}) "
+                f"in file {path}."
+            )
+            return CorruptRecordError(message, path=path, position=position)
+        if status == _batch_scan.STOP_V2_TOO_SMALL:
+            message = (
+                f"Record batch is corrupt (the size {detail} is smaller than the minimum allowed overhead "
+                f"{RECORD_BATCH_OVERHEAD}) in file {path} at position {position}"
+            )
+            return CorruptRecordError(message, path=path, position=position)
+        if status == _batch_scan.STOP_V1_TOO_SMALL:
+            message = (
+                f"Record is corrupt (size {detail} is smaller than the v1 overhead {RECORD_OVERHEAD_V1}) "
+                f"in file {path} at position {position}"
+            )
+            return CorruptRecordError(message, path=path, position=position)
+        if status == _batch_scan.STOP_BAD_MAGIC:
+            return CorruptRecordError(
+                f"Invalid magic {detail} in file {path} at position {position}", path=path, position=position
+            )
+        return None
+
+    def _fix_legacy_base_offsets(
+        self, wrappers: list[tuple[int, bytes]], columns: list[np.ndarray]
+    ) -> tuple[int, CorruptRecordError] | None:
+        """Set the base offsets of compressed legacy wrappers (rare) by decompressing them.
+
+        Returns ``(index, error)`` for the first wrapper that does not decode, else None.
+        """
+        for index, raw in wrappers:
+            position = int(columns[0][index])
+            try:
+                entry = next(iter_legacy_entries(raw, base_position=position, path=self._path))
+                columns[2][index] = legacy_base_offset(entry, path=self._path)
+            except CorruptRecordError as e:  # includes InvalidRecordError
+                return index, e
+        return None
+
+
+def _compressed_legacy_entries(
+    buf: np.ndarray, columns: list[np.ndarray], count: int
+) -> list[tuple[int, bytes]]:
+    """``(index, bytes)`` of each compressed legacy entry, copied out of the map.
+
+    Copies, so that no view of the map outlives the scan: the traceback of a decoding error would
+    otherwise pin the map and keep it from closing.
+    """
+    magics, attributes = columns[5][:count], columns[6][:count]
+    compressed = np.flatnonzero((magics < MAGIC_V2) & ((attributes & COMPRESSION_CODEC_MASK) != 0))
+    return [
+        (index, buf[columns[0][index] : columns[0][index] + columns[1][index]].tobytes())
+        for index in compressed.tolist()
+    ]
+
+
+def _empty_scan(start: int) -> BatchScan:
+    empty = np.empty(0, dtype=np.int64)
+    return BatchScan(empty, empty, empty, empty, empty, empty, empty, start, None)
+
+
+def _first_bad_crc(
+    buf: np.ndarray, positions: np.ndarray, sizes: np.ndarray, magics: np.ndarray, crcs: np.ndarray
+) -> tuple[int, int] | None:
+    """``(index, computed crc)`` of the first entry whose CRC does not match, or None.
+
+    v2 batches: CRC-32C of bytes 21..end, all in one compiled loop when the hardware routine is
+    available (``_batch_scan.HARDWARE_CRC32C``), else one ``crc32c`` call per batch. Legacy
+    entries (rare): CRC-32 of bytes 16..end, one ``zlib`` call each. Never a call per record.
+    """
+    count = len(positions)
+    first_bad_v2 = count
+    if _batch_scan.HARDWARE_CRC32C:
+        found = _batch_scan.first_bad_v2_crc(buf, positions, sizes, magics, crcs)
+        first_bad_v2 = count if found < 0 else found
+        candidates = np.flatnonzero(magics[:first_bad_v2] < MAGIC_V2).tolist()
+    else:
+        candidates = list(range(count))
+    for index in candidates:
+        computed = _entry_crc(buf, int(positions[index]), int(sizes[index]), int(magics[index]))
+        if computed != crcs[index]:
+            return index, computed
+    if first_bad_v2 < count:
+        index = first_bad_v2
+        return index, _entry_crc(buf, int(positions[index]), int(sizes[index]), MAGIC_V2)
+    return None
+
+
+def _entry_crc(buf: np.ndarray, position: int, size: int, magic: int) -> int:
+    end = position + size
+    if magic == MAGIC_V2:
+        return crc32c(buf[position + ATTRIBUTES_OFFSET : end].data)
+    return zlib.crc32(buf[position + MAGIC_OFFSET : end].data)
+
+
+@contextlib.contextmanager
+def _storage_errors(action: str, path: Path) -> Iterator[None]:
+    """Turn an ``OSError`` into ``StorageError`` naming the file (Kafka's ``maybeHandleIOException``)."""
+    try:
+        yield
+    except SeglogError:
+        raise
+    except OSError as e:
+        raise StorageError(f"Failed to {action} {path}: {e.strerror or e}", path=path, errno=e.errno) from e

@@ -1,0 +1,136 @@
+"""Tests of indexer/records/columns.py: schemas and input normalisation."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from indexer.errors import SchemaError
+from indexer.records.columns import APPEND_SCHEMA, HEADER_TYPE, HEADERS_TYPE, READ_SCHEMA, to_append_table
+
+NOW = 1_700_000_000_000
+
+
+def test_schemas_have_the_documented_columns() -> None:
+    assert APPEND_SCHEMA.names == ["key", "value", "timestamp", "headers"]
+    assert READ_SCHEMA.names == ["offset", "timestamp", "timestampType", "key", "value", "headers"]
+    assert READ_SCHEMA.field("timestampType").type == pa.int32()
+    assert HEADERS_TYPE == pa.list_(HEADER_TYPE)
+    assert [f.type for f in HEADER_TYPE] == [pa.string(), pa.binary()]
+
+
+def test_table_with_strings_becomes_binary_and_missing_columns_null() -> None:
+    table = to_append_table(
+        pa.table({"key": ["k", None], "value": pa.array(["vé", "w"], pa.large_string())}), now_ms=NOW
+    )
+    assert table.schema == APPEND_SCHEMA
+    assert table.column("key").to_pylist() == [b"k", None]
+    assert table.column("value").to_pylist() == ["vé".encode(), b"w"]
+    assert table.column("timestamp").to_pylist() == [NOW, NOW]
+    assert table.column("headers").to_pylist() == [None, None]
+    assert table.column("key").num_chunks == 1
+
+
+def test_large_binary_is_accepted() -> None:
+    table = to_append_table({"value": pa.array([b"x", None], pa.large_binary())}, now_ms=NOW)
+    assert table.column("value").type == pa.binary()
+    assert table.column("value").to_pylist() == [b"x", None]
+
+
+@pytest.mark.parametrize(
+    ("unit", "raw", "expected_ms"),
+    [
+        ("s", [2, -1], [2000, -1000]),
+        ("ms", [5, -5], [5, -5]),
+        ("us", [1999, -1], [1, -1]),  # floored, as Spark's DateTimeUtils.toMillis
+        ("ns", [2_500_000, -1], [2, -1]),
+    ],
+)
+def test_arrow_timestamps_become_ms(unit: str, raw: list[int], expected_ms: list[int]) -> None:
+    column = pa.array(raw, pa.int64()).cast(pa.timestamp(unit, tz="UTC"))
+    table = to_append_table({"value": [b"a", b"b"], "timestamp": column}, now_ms=NOW)
+    assert table.column("timestamp").to_pylist() == expected_ms
+
+
+def test_null_timestamps_become_now_and_python_datetimes_are_accepted() -> None:
+    when = dt.datetime(2023, 11, 14, 22, 13, 20, tzinfo=dt.UTC)
+    table = to_append_table([{"value": b"a", "timestamp": when}, {"value": b"b", "timestamp": None}], now_ms=NOW)
+    assert table.column("timestamp").to_pylist() == [NOW, NOW]
+    table = to_append_table({"timestamp": pa.array([7, None], pa.int32())}, now_ms=NOW)
+    assert table.column("timestamp").to_pylist() == [7, NOW]
+
+
+def test_list_of_dicts_with_header_tuples() -> None:
+    rows = [
+        {"key": "k1", "value": b"v1", "timestamp": 5, "headers": [("h", b"x"), ("n", None)]},
+        {"value": "v2"},
+    ]
+    table = to_append_table(rows, now_ms=NOW)
+    assert table.to_pylist() == [
+        {
+            "key": b"k1",
+            "value": b"v1",
+            "timestamp": 5,
+            "headers": [{"key": "h", "value": b"x"}, {"key": "n", "value": None}],
+        },
+        {"key": None, "value": b"v2", "timestamp": NOW, "headers": None},
+    ]
+
+
+def test_dict_of_numpy_columns_and_record_batch() -> None:
+    table = to_append_table(
+        {"timestamp": np.array([1, 2], np.int64), "value": np.array([b"a", b"bc"], object)}, now_ms=NOW
+    )
+    assert table.column("timestamp").to_pylist() == [1, 2]
+    batch = pa.RecordBatch.from_pydict({"value": [b"a"]})
+    assert to_append_table(batch, now_ms=NOW).column("value").to_pylist() == [b"a"]
+
+
+@pytest.mark.parametrize("empty", [[], {}, pa.table({"value": pa.array([], pa.binary())})])
+def test_empty_input_is_a_zero_row_table(empty: object) -> None:
+    table = to_append_table(empty, now_ms=NOW)
+    assert table.num_rows == 0
+    assert table.schema == APPEND_SCHEMA
+
+
+def test_headers_of_other_list_shapes_are_cast() -> None:
+    struct = pa.struct([("value", pa.large_string()), ("key", pa.large_string())])
+    spark_like = pa.array([[{"key": "a", "value": "b"}], []], pa.large_list(pa.field("element", struct)))
+    table = to_append_table({"headers": spark_like}, now_ms=NOW)
+    assert table.column("headers").type == HEADERS_TYPE
+    assert table.column("headers").to_pylist() == [[{"key": "a", "value": b"b"}], []]
+
+
+def test_sliced_input_keeps_its_rows() -> None:
+    source = pa.table(
+        {"key": [b"a", b"b", b"c"], "headers": pa.array([[("x", b"1")], None, [("y", None)]], HEADERS_TYPE)}
+    )
+    table = to_append_table(source.slice(1), now_ms=NOW)
+    assert table.column("key").to_pylist() == [b"b", b"c"]
+    assert table.column("headers").to_pylist() == [None, [{"key": "y", "value": None}]]
+
+
+@pytest.mark.parametrize(
+    ("data", "fragments"),
+    [
+        ({"offset": [1]}, ["unknown column", "offset"]),
+        ({"key": pa.array([1], pa.int64())}, ["'key'", "int64", "expected binary"]),
+        ({"value": pa.array([1.5])}, ["'value'", "double", "expected binary"]),
+        ({"timestamp": ["yesterday"]}, ["'timestamp'", "string", "expected int64"]),
+        ({"headers": pa.array([["a"]])}, ["'headers'", "list<item: string>", "expected list<item: struct"]),
+        ({"headers": pa.array([[{"key": 1, "value": b"x"}]])}, ["'headers'", "key: int64"]),
+        ({"headers": [[("k", b"v")], [(None, b"v")]]}, ["'headers'", "null key"]),
+        ({"key": [b"a"], "value": [b"a", b"b"]}, ["different lengths"]),
+        ({"key": [b"a", 3]}, ["'key'", "cannot convert"]),
+        ([{"key": b"a"}, "b"], ["only mappings"]),
+        ("key", ["not str"]),
+    ],
+)
+def test_bad_input_raises_schema_error(data: object, fragments: list[str]) -> None:
+    with pytest.raises(SchemaError) as info:
+        to_append_table(data, now_ms=NOW)
+    for fragment in fragments:
+        assert fragment in str(info.value)
