@@ -1,0 +1,568 @@
+"""The common machinery of ``.index`` and ``.timeindex`` files (Kafka's ``AbstractIndex``).
+
+An index file is an array of fixed-width big-endian entries (8 bytes in ``.index``, 12 in
+``.timeindex``; the subclasses give the layouts), memory-mapped whole. There is no header and no
+checksum: after a crash the segment's recovery rebuilds the file.
+
+Lifecycle, as in Kafka (spec section 1.1):
+
+* A *new* file (opened writable and missing) is pre-allocated, sparse and zero-filled, to
+  ``round_down(max_index_size, entry_size)`` bytes and starts with 0 entries.
+* An *existing* file is assumed to be fully valid: every complete slot counts as an entry, so an
+  un-trimmed index left by a crash has trailing all-zero entries until recovery rewrites it.
+* ``trim_to_valid_size()`` (segment roll, ``close()``, end of recovery) shrinks the file to
+  ``entries * entry_size``; ``reset()`` empties it and grows it back to ``max_index_size``.
+
+Searches are those of spec section 2 (largest lower bound / smallest upper bound, by key or by
+value, with the 8 KiB warm section of KAFKA-6432) and run as numba kernels directly over the mapped
+bytes (:mod:`indexer._index_kernels`): a single lookup copies nothing.
+
+Deliberate differences from Kafka: ``writable=False`` never creates, resizes or writes the file
+(Kafka calls ``createNewFile`` even for read-only opens) and raises :class:`StorageError` for a
+missing file; mutating a read-only index raises ``ValueError``; an invalid ``max_index_size`` for a
+new file is rejected without leaving an empty file behind; shrinking below the entries in use
+raises ``ValueError`` before touching the file; ``close()`` after ``close_handler()`` is a no-op and
+every other use of a closed index raises ``ValueError`` (Kafka: ``NullPointerException``).
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import TracebackType
+from typing import ClassVar, NamedTuple, Self
+
+import numpy as np
+
+from indexer import _index_kernels as kernels
+from indexer.errors import IndexOffsetOverflowError, StorageError
+
+logger = logging.getLogger(__name__)
+
+WARM_SECTION_BYTES = 8192
+"""Bytes at the end of an index searched first (KAFKA-6432): every warm lookup touches all its pages."""
+
+INT32_MAX = 2**31 - 1
+
+_EMPTY_WORDS = np.zeros(0, np.uint32)
+_EMPTY_WORDS.setflags(write=False)
+_NO_TRACE = np.zeros(0, np.int64)  # also the empty int64 array of a tree-less _SearchTree
+# Below this many targets per entry, lookup_many searches the mapped bytes per target instead of
+# building the search tree (when no current one is cached).
+_DECODE_RATIO = 16
+
+
+class _SearchTree(NamedTuple):
+    """What ``lookup_many`` caches: the B+-tree of one state of the index (see ``_lookup_many``).
+
+    ``tree`` is None (and ``starts``, ``values`` empty) when the index is empty or its keys are
+    not strictly increasing (an un-recovered index with zero slots); such an index is searched per
+    target, as Kafka does.
+    """
+
+    generation: int
+    entries: int
+    tree: np.ndarray | None
+    starts: np.ndarray
+    values: np.ndarray
+
+
+@contextmanager
+def storage_errors(path: str | os.PathLike[str], action: str) -> Iterator[None]:
+    """Turn an ``OSError`` raised inside into :class:`StorageError` naming ``path`` and the action."""
+    try:
+        yield
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise StorageError(
+            f"Failed to {action} {os.path.abspath(path)}: {reason}", path=path, errno=e.errno
+        ) from e
+
+
+def round_down_to_multiple(number: int, factor: int) -> int:
+    """``factor * (number / factor)`` with Java's truncating division (``round_down(-1, 8) == 0``)."""
+    quotient = abs(number) // factor
+    return factor * (quotient if number >= 0 else -quotient)
+
+
+class AbstractIndex(ABC):
+    """A memory-mapped file of fixed-width entries with warm/cold binary search.
+
+    Thread-safety (as Kafka on Linux): every mutation (``append``, ``truncate*``, ``resize``,
+    ``reset``, ``flush``, ``close*``) takes the index's own re-entrant lock, so mutations are
+    serialised. Reads (``lookup``, ``entry``, searches, ``lookup_many``) take no lock: they read the
+    entry count, then the current mapping, and search at most the slots that mapping holds, so a
+    concurrent append or resize gives them an older or newer answer but never a bad memory access.
+    A mapping replaced by ``resize`` or ``close_handler`` while a reader still uses it is unmapped
+    when that reader lets go of it. (Shrinking the file below slots a concurrent reader still
+    counts, i.e. truncating and then trimming while lookups run, is not supported; the segment
+    layer trims only on roll, close and recovery.)
+
+    Crash behaviour: entries are written into the shared mapping; the kernel writes them back
+    lazily unless ``flush()`` is called. A crash leaves the pre-allocated length, with trailing
+    zero slots that reopening counts as entries (see the module docstring).
+    """
+
+    ENTRY_SIZE: ClassVar[int]
+    _LAYOUT: ClassVar[int]
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        base_offset: int,
+        max_index_size: int = -1,
+        writable: bool = True,
+    ) -> None:
+        self._lock = threading.RLock()
+        self._path = Path(path)
+        self._base_offset = int(base_offset)
+        self._max_index_size = int(max_index_size)
+        self._writable = bool(writable)
+        self._mm: mmap.mmap | None = None
+        self._words: np.ndarray | None = None
+        # Bumped (after the entry count changes) by every truncation: the entries below the count
+        # may then be rewritten, so a search tree of an earlier generation must not be reused.
+        self._generation = 0
+        self._search_tree: _SearchTree | None = None
+        newly_created = self._open_and_map()
+        self._max_entries = self._length // self.ENTRY_SIZE
+        self._entries = 0 if newly_created else self._length // self.ENTRY_SIZE
+
+    # ------------------------------------------------------------------ mapping
+
+    def _open_and_map(self) -> bool:
+        """Open (creating and pre-allocating if writable and missing) and map the file; True if created."""
+        path = self._path
+        newly_created = False
+        with storage_errors(path, "open index file"):
+            if self._writable:
+                try:
+                    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+                    newly_created = True
+                except FileExistsError:
+                    fd = os.open(path, os.O_RDWR)
+            else:
+                fd = os.open(path, os.O_RDONLY)
+            try:
+                if newly_created:
+                    if self._max_index_size < self.ENTRY_SIZE:
+                        os.unlink(path)
+                        raise ValueError(
+                            f"Invalid max index size: {self._max_index_size} for new index file {path}"
+                        )
+                    os.ftruncate(fd, round_down_to_multiple(self._max_index_size, self.ENTRY_SIZE))
+                self._length = os.fstat(fd).st_size
+                self._mm, self._words = self._map(fd, self._length, self._writable)
+            finally:
+                os.close(fd)
+        return newly_created
+
+    @staticmethod
+    def _map(fd: int, length: int, writable: bool) -> tuple[mmap.mmap | None, np.ndarray]:
+        """Map ``length`` bytes of ``fd`` and view them as read-only native uint32 words for the kernels."""
+        if length == 0:  # mmap cannot map 0 bytes
+            return None, _EMPTY_WORDS
+        mm = mmap.mmap(fd, length, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+        if length < 4:
+            return mm, _EMPTY_WORDS
+        words = np.frombuffer(mm, dtype=np.uint32, count=length // 4)
+        words.setflags(write=False)
+        return mm, words
+
+    def _release(self, mm: mmap.mmap | None) -> None:
+        """Unmap ``mm`` now, or when the last concurrent reader drops its view of it."""
+        if mm is None:
+            return
+        try:
+            mm.close()
+        except BufferError:
+            logger.debug("Index %s: old mapping still in use by a reader; unmapped when released", self._path)
+
+    def _require_open(self) -> None:
+        if self._words is None:
+            raise ValueError(f"index file {self._path.absolute()} is closed")
+
+    def _require_writable(self, action: str) -> None:
+        self._require_open()
+        if not self._writable:
+            raise ValueError(f"cannot {action} index file {self._path.absolute()}: it is open read-only")
+
+    def _snapshot(self) -> tuple[np.ndarray, int]:
+        """Words and entry count for a lock-free read (count first: a resize in between only clamps it)."""
+        entries = self._entries
+        words = self._words
+        if words is None:
+            raise ValueError(f"index file {self._path.absolute()} is closed")
+        return words, entries
+
+    # ------------------------------------------------------------------ properties
+
+    @property
+    def path(self) -> Path:
+        """The index file (updated by ``rename_to`` and ``update_parent_dir``)."""
+        return self._path
+
+    @property
+    def base_offset(self) -> int:
+        return self._base_offset
+
+    @property
+    def max_index_size(self) -> int:
+        """The configured maximum size in bytes (``segment.index.bytes``) used on creation and reset."""
+        return self._max_index_size
+
+    @property
+    def writable(self) -> bool:
+        return self._writable
+
+    @property
+    def entries(self) -> int:
+        """Number of entries in use."""
+        return self._entries
+
+    @property
+    def max_entries(self) -> int:
+        """Slots the current file length holds."""
+        return self._max_entries
+
+    @property
+    def length(self) -> int:
+        """Current file (and mapping) length in bytes."""
+        return self._length
+
+    @property
+    def size_in_bytes(self) -> int:
+        """Bytes used by entries: ``entries * ENTRY_SIZE``."""
+        return self.ENTRY_SIZE * self._entries
+
+    @property
+    def warm_entries(self) -> int:
+        """Slots in the warm section: ``8192 // ENTRY_SIZE``."""
+        return WARM_SECTION_BYTES // self.ENTRY_SIZE
+
+    @property
+    def is_closed(self) -> bool:
+        return self._words is None
+
+    def is_full(self) -> bool:
+        """True if no slot is free."""
+        return self._entries >= self._max_entries
+
+    # ------------------------------------------------------------------ offsets
+
+    def relative_offset(self, offset: int) -> int:
+        """``offset - base_offset``, or :class:`IndexOffsetOverflowError` outside ``[0, 2**31-1]``."""
+        relative = offset - self._base_offset
+        if relative < 0 or relative > INT32_MAX:
+            path = self._path.absolute()
+            raise IndexOffsetOverflowError(
+                f"Integer overflow for offset: {offset} ({path})", path=path, offset=offset
+            )
+        return relative
+
+    def can_append_offset(self, offset: int) -> bool:
+        """Whether ``offset`` can be stored relative to this index's base offset."""
+        return 0 <= offset - self._base_offset <= INT32_MAX
+
+    # ------------------------------------------------------------------ searches
+
+    def largest_lower_bound_slot_for(
+        self, target: int, *, by_value: bool = False, trace: np.ndarray | None = None
+    ) -> int:
+        """Slot of the largest entry <= ``target`` (key or value), or -1; warm/cold search. Lock-free.
+
+        ``trace`` (optional int64 array) records the probed slots: ``trace[0]`` = number of probes,
+        ``trace[1:]`` = the slots in order, as many as fit.
+        """
+        words, entries = self._snapshot()
+        return int(
+            kernels.slot_for(
+                words,
+                entries,
+                self._LAYOUT,
+                self._base_offset,
+                target,
+                by_value,
+                False,
+                self.warm_entries,
+                _NO_TRACE if trace is None else trace,
+            )
+        )
+
+    def smallest_upper_bound_slot_for(
+        self, target: int, *, by_value: bool = False, trace: np.ndarray | None = None
+    ) -> int:
+        """Slot of the smallest entry >= ``target`` (key or value), or -1; warm/cold search. Lock-free."""
+        words, entries = self._snapshot()
+        return int(
+            kernels.slot_for(
+                words,
+                entries,
+                self._LAYOUT,
+                self._base_offset,
+                target,
+                by_value,
+                True,
+                self.warm_entries,
+                _NO_TRACE if trace is None else trace,
+            )
+        )
+
+    def _search(self, target: int, by_value: bool, upper_bound: bool) -> tuple[int, int, int]:
+        """(slot, key, value) of the warm/cold search; key/value are 0 when slot is -1."""
+        words, entries = self._snapshot()
+        slot, key, value = kernels.lookup_entry(
+            words,
+            entries,
+            self._LAYOUT,
+            self._base_offset,
+            target,
+            by_value,
+            upper_bound,
+            self.warm_entries,
+            _NO_TRACE,
+        )
+        return slot, key, value
+
+    def _lookup_many(
+        self, targets: np.ndarray, miss_key: int, miss_value: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Floor-by-key of every target: keys and values as int64 arrays shaped like ``targets``.
+
+        Searches a cache-friendly B+-tree of the entries (:func:`kernels.build_search_tree`),
+        cached on the index and keyed by ``(generation, entries)``: an append changes the count, a
+        truncation the generation, so a stale tree is never used. The tree is immutable and
+        replaced by one attribute store, so concurrent lock-free readers see either tree, whole.
+        With few targets and no current tree, the mapping is searched per target instead.
+        """
+        array = np.asarray(targets)
+        if array.dtype.kind not in "iu":
+            raise TypeError(f"lookup_many needs an integer array, got dtype {array.dtype}")
+        flat = np.ascontiguousarray(array.ravel().astype(np.int64, casting="same_kind"))
+        generation = self._generation  # read before the count: see _truncate_to_entries
+        words, entries = self._snapshot()
+        cached = self._search_tree
+        if cached is None or cached.generation != generation or cached.entries != entries:
+            if flat.size * _DECODE_RATIO < entries:
+                cached = None
+            else:
+                cached = self._build_search_tree(words, entries, generation)
+                self._search_tree = cached
+        keys: np.ndarray
+        values: np.ndarray
+        if cached is not None and cached.tree is not None:
+            keys, values = kernels.floor_many_tree(
+                cached.tree, cached.starts, cached.values, flat, miss_key, miss_value
+            )
+        else:  # few targets, an empty or an un-recovered index: Kafka's search per target
+            keys, values = kernels.lookup_many(
+                words, entries, self._LAYOUT, self._base_offset, flat, self.warm_entries, miss_key, miss_value
+            )
+        return keys.reshape(array.shape), values.reshape(array.shape)
+
+    def _build_search_tree(self, words: np.ndarray, entries: int, generation: int) -> _SearchTree:
+        """Decode the first ``entries`` slots of ``words`` and build their search tree."""
+        keys, values = kernels.decode_entries(words, entries, self._LAYOUT, self._base_offset)
+        if keys.size == 0 or not np.all(keys[1:] > keys[:-1]):
+            return _SearchTree(generation, entries, None, _NO_TRACE, _NO_TRACE)
+        tree, starts = kernels.build_search_tree(keys)
+        return _SearchTree(generation, entries, tree, starts, values)
+
+    def _decode_all(self) -> tuple[np.ndarray, np.ndarray]:
+        """Keys and values of every entry as native int64 arrays (one compiled pass). Lock-free."""
+        words, entries = self._snapshot()
+        keys, values = kernels.decode_entries(words, entries, self._LAYOUT, self._base_offset)
+        return keys, values
+
+    def _check_slot(self, n: int, kind: str) -> None:
+        if n < 0 or n >= self._entries:
+            raise IndexError(
+                f"Attempt to fetch the {n}th entry from {kind} {self._path.absolute()}, "
+                f"which has size {self._entries}"
+            )
+
+    # ------------------------------------------------------------------ mutations
+
+    def resize(self, new_size: int) -> bool:
+        """Set the file and mapping length to ``round_down(new_size, ENTRY_SIZE)``; False if unchanged.
+
+        Entries are kept. Thread-safe. Raises ``ValueError`` on a read-only index or when the new
+        size would drop entries in use; :class:`StorageError` on an I/O failure.
+        """
+        with self._lock:
+            self._require_writable("resize")
+            rounded = round_down_to_multiple(new_size, self.ENTRY_SIZE)
+            if self._length == rounded:
+                logger.debug(
+                    "Index %s was not resized because it already has size %d", self._path.absolute(), rounded
+                )
+                return False
+            if rounded < self._entries * self.ENTRY_SIZE:
+                raise ValueError(
+                    f"cannot resize index file {self._path.absolute()} to {rounded} bytes: "
+                    f"it holds {self._entries} entries of {self.ENTRY_SIZE} bytes"
+                )
+            with storage_errors(self._path, "resize index file"):
+                fd = os.open(self._path, os.O_RDWR)
+                try:
+                    os.ftruncate(fd, rounded)
+                    mm, words = self._map(fd, rounded, True)
+                finally:
+                    os.close(fd)
+            old = self._mm
+            self._mm, self._words = mm, words
+            self._length = rounded
+            self._max_entries = rounded // self.ENTRY_SIZE
+            self._release(old)
+            logger.debug("Resized %s to %d bytes, %d entries", self._path.absolute(), rounded, self._entries)
+            self._reload_last_entry()
+            return True
+
+    def trim_to_valid_size(self) -> None:
+        """Drop the unwritten pre-allocated tail: resize to ``entries * ENTRY_SIZE``. Thread-safe.
+
+        A no-op on a closed or read-only index.
+        """
+        with self._lock:
+            if self._words is not None and self._writable:
+                self.resize(self.ENTRY_SIZE * self._entries)
+
+    def reset(self) -> None:
+        """Remove every entry and grow the file back to ``max_index_size``. Thread-safe."""
+        with self._lock:
+            self.truncate()
+            self.resize(self._max_index_size)
+
+    def truncate(self) -> None:
+        """Remove every entry (the file keeps its length and bytes). Thread-safe."""
+        self._truncate_to_entries(0)
+
+    @abstractmethod
+    def truncate_to(self, offset: int) -> None:
+        """Remove the entries whose offset is >= ``offset``; past the end this is a no-op."""
+
+    @abstractmethod
+    def sanity_check(self) -> None:
+        """Raise :class:`~indexer.errors.CorruptIndexError` on an obviously corrupt file."""
+
+    @abstractmethod
+    def _reload_last_entry(self) -> None:
+        """Re-read the cached last entry from the mapping (after truncation or resize)."""
+
+    def _truncate_to_entries(self, entries: int) -> None:
+        """Set the entry count; the bytes after it are left as they are (as Kafka). Thread-safe."""
+        with self._lock:
+            self._require_writable("truncate")
+            self._entries = entries
+            # After the count: a reader that sees the new generation also sees the new count.
+            self._generation += 1
+            self._reload_last_entry()
+            logger.debug("Truncated index %s to %d entries", self._path.absolute(), entries)
+
+    def flush(self) -> None:
+        """Write the mapped pages to disk (``msync``). Thread-safe; a no-op when read-only or empty."""
+        with self._lock:
+            self._require_open()
+            if self._mm is not None and self._writable:
+                with storage_errors(self._path, "flush index file"):
+                    self._mm.flush()
+
+    def close(self) -> None:
+        """Trim to the valid size, then unmap. Thread-safe; a no-op on a closed index."""
+        with self._lock:
+            self.trim_to_valid_size()
+            self.close_handler()
+
+    def close_handler(self) -> None:
+        """Unmap without trimming or writing (KAFKA-4614). Later use raises ``ValueError``. Thread-safe."""
+        with self._lock:
+            old = self._mm
+            self._mm = None
+            self._words = None
+            self._search_tree = None
+            self._release(old)
+
+    def delete_if_exists(self) -> bool:
+        """Unmap and delete the file; whether it existed. Thread-safe."""
+        with self._lock:
+            self.close_handler()
+            try:
+                os.unlink(self._path)
+            except FileNotFoundError:
+                return False
+            except OSError as e:
+                raise StorageError(
+                    f"Failed to delete index file {self._path.absolute()}: {e.strerror}",
+                    path=self._path,
+                    errno=e.errno,
+                ) from e
+            return True
+
+    def rename_to(self, path: str | os.PathLike[str]) -> None:
+        """Atomically move the file to ``path`` (replacing it); the path is updated even if that fails."""
+        with self._lock:
+            source = self._path
+            try:
+                os.replace(source, path)
+            except OSError as e:
+                raise StorageError(
+                    f"Failed to rename index file {source.absolute()} to {os.path.abspath(path)}: "
+                    f"{e.strerror}",
+                    path=source,
+                    errno=e.errno,
+                ) from e
+            finally:
+                self._path = Path(path)
+
+    def update_parent_dir(self, directory: str | os.PathLike[str]) -> None:
+        """Point at the same file name in ``directory`` (after the directory itself was renamed)."""
+        with self._lock:
+            self._path = Path(directory) / self._path.name
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._words is None else f"{self._entries}/{self._max_entries} entries"
+        return f"{type(self).__name__}({str(self._path)!r}, base_offset={self._base_offset}, {state})"
+
+
+def plain_binary_search_slot_for(
+    index: AbstractIndex,
+    target: int,
+    *,
+    by_value: bool = False,
+    upper_bound: bool = False,
+    trace: np.ndarray | None = None,
+) -> int:
+    """The slot the warm/cold search returns, found by one binary search over every slot.
+
+    This is Kafka's search before KAFKA-6432. It returns the same slot as
+    ``index.largest_lower_bound_slot_for`` (``upper_bound=False``) or
+    ``index.smallest_upper_bound_slot_for`` (``upper_bound=True``), but probes pages spread over the
+    whole file; it exists so tests and benchmarks can compare which pages the two strategies touch.
+    """
+    words, entries = index._snapshot()
+    return int(
+        kernels.plain_slot_for(
+            words,
+            entries,
+            index._LAYOUT,
+            index.base_offset,
+            target,
+            by_value,
+            upper_bound,
+            _NO_TRACE if trace is None else trace,
+        )
+    )

@@ -1,0 +1,353 @@
+"""Kafka's text checkpoint files (``CheckpointFile``, ``OffsetCheckpointFile``,
+``LeaderEpochCheckpointFile``), read and written byte-compatibly.
+
+Format (UTF-8, every line ending in ``\\n``; on read a line ends at ``\\n``, ``\\r`` or ``\\r\\n``
+as in Java's ``BufferedReader.readLine``)::
+
+    <version>                      int32, 0 for both kinds
+    <N>                            int32, number of entry lines
+    <entry>                        N lines; fields separated by one space when written, by any run of
+                                   ASCII whitespace on read
+        offset checkpoints:        <topic> <partition int32> <offset int64>
+        leader-epoch-checkpoint:   <epoch int32> <start offset int64>
+
+An empty file, or one holding only the version line, reads as no entries (spec 6.4). Offset
+checkpoints live in a log directory (``recovery-point-offset-checkpoint``,
+``log-start-offset-checkpoint``, ``replication-offset-checkpoint``); ``leader-epoch-checkpoint``
+lives in each partition directory (spec 6.5).
+
+Writes go to ``<file>.tmp``, which is fsynced and atomically renamed over ``<file>``, then the
+directory is fsynced: a crash leaves either the old or the new file, plus at worst a stale
+``.tmp`` that the next write replaces. Several processes that own different partitions of one log
+directory share its offset checkpoints through :func:`update_checkpoint`, a read-merge-write under
+the log directory's ``.lock``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import Generic, NamedTuple, TypeVar
+
+from indexer.errors import StorageError
+from indexer.lock import FileLock
+
+logger = logging.getLogger(__name__)
+
+CURRENT_VERSION = 0
+TMP_SUFFIX = ".tmp"
+DEFAULT_LOCK_TIMEOUT_S = 30.0
+
+_INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
+_WHITESPACE = re.compile(r"\s+", re.ASCII)
+_LINE_BREAK = re.compile(r"\r\n|\r|\n")
+_INT32 = (-(2**31), 2**31 - 1)
+_INT64 = (-(2**63), 2**63 - 1)
+
+TopicPartition = tuple[str, int]
+T = TypeVar("T")
+
+# One mutex per checkpoint path in this process: two CheckpointFile objects on the same path must not
+# interleave their writes to the shared ".tmp" file (Kafka synchronises on one object per file).
+_path_mutexes: dict[Path, threading.Lock] = {}
+_path_mutexes_guard = threading.Lock()
+
+
+def _mutex_for(path: Path) -> threading.Lock:
+    with _path_mutexes_guard:
+        return _path_mutexes.setdefault(path, threading.Lock())
+
+
+def _parse_int(text: str, bounds: tuple[int, int]) -> int | None:
+    """Java ``Integer.parseInt``/``Long.parseLong`` on ASCII digits: None when not a number or out of range."""
+    if not _INT.fullmatch(text):
+        return None
+    value = int(text)
+    return value if bounds[0] <= value <= bounds[1] else None
+
+
+def _split_fields(line: str) -> list[str]:
+    """Java ``Pattern.compile("\\\\s+").split(line)``: a leading empty field is kept, trailing ones dropped."""
+    fields = _WHITESPACE.split(line)
+    while fields and fields[-1] == "":
+        fields.pop()
+    return fields
+
+
+def fsync_directory(directory: Path) -> None:
+    """fsync a directory so a rename or a new file in it survives a crash."""
+    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class CheckpointFile(Generic[T]):
+    """A versioned list of entries, one per line (Kafka ``CheckpointFile``).
+
+    Unlike Kafka's, the constructor does not create a missing file (read-only readers must be able to
+    open checkpoints of a directory they cannot write): reading a missing file gives no entries, just
+    as reading the empty file Kafka would have created. Thread-safe within a process; across processes
+    writers must hold the log directory's lock (see :func:`update_checkpoint`).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        version: int,
+        to_line: Callable[[T], str],
+        from_line: Callable[[str], T | None],
+    ) -> None:
+        self.path = Path(path).absolute()
+        self.version = version
+        self._to_line = to_line
+        self._from_line = from_line
+        self._mutex = _mutex_for(self.path)
+
+    def read_entries(self) -> list[T]:
+        """Parse the file (spec 6.4).
+
+        Raises:
+            StorageError: the file cannot be read, has another version, a malformed line or a wrong
+                entry count; the message names the file (Kafka's wording).
+        """
+        with self._mutex:
+            try:
+                raw = self.path.read_bytes()
+            except FileNotFoundError:
+                return []
+            except OSError as e:
+                raise StorageError(
+                    f"Error while reading checkpoint file {self.path}: {e.strerror}",
+                    path=self.path,
+                    errno=e.errno,
+                ) from e
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise StorageError(f"Checkpoint file {self.path} is not UTF-8 text: {e}", path=self.path) from e
+        lines = _LINE_BREAK.split(text)
+        if lines[-1] == "":  # readLine() returns null after a final line terminator
+            lines.pop()
+        if not lines:
+            return []
+        read_version = self._to_int(lines[0])
+        if read_version != self.version:
+            raise StorageError(
+                f"Unrecognised version:{read_version}, expected version: {self.version} "
+                f"in checkpoint file at: {self.path}",
+                path=self.path,
+            )
+        if len(lines) == 1:
+            return []
+        expected = self._to_int(lines[1])
+        entries: list[T] = []
+        for line in lines[2:]:
+            entry = self._from_line(line)
+            if entry is None:
+                raise self._malformed(line)
+            entries.append(entry)
+        if len(entries) != expected:
+            raise StorageError(
+                f"Expected [{expected}] entries in checkpoint file [{self.path}], but found only [{len(entries)}]",
+                path=self.path,
+            )
+        return entries
+
+    def write_entries(self, entries: Iterable[T], *, sync: bool = True) -> None:
+        """Replace the file's contents atomically (``.tmp``, fsync, rename, directory fsync).
+
+        Raises:
+            StorageError: writing, syncing or renaming failed (the old file is intact).
+        """
+        lines = [self._to_line(entry) for entry in entries]
+        body = "".join(f"{line}\n" for line in [str(self.version), str(len(lines)), *lines]).encode("utf-8")
+        tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
+        with self._mutex:
+            try:
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+                try:
+                    view = memoryview(body)
+                    while view:
+                        view = view[os.write(fd, view) :]
+                    if sync:
+                        os.fsync(fd)
+                finally:
+                    os.close(fd)
+                os.replace(tmp, self.path)
+                if sync:
+                    fsync_directory(self.path.parent)
+            except OSError as e:
+                raise StorageError(
+                    f"Error while writing to checkpoint file {self.path}: {e.strerror}",
+                    path=e.filename or self.path,
+                    errno=e.errno,
+                ) from e
+
+    def _to_int(self, line: str) -> int:
+        value = _parse_int(line, _INT32)
+        if value is None:
+            raise self._malformed(line)
+        return value
+
+    def _malformed(self, line: str) -> StorageError:
+        return StorageError(f"Malformed line in checkpoint file [{self.path}]: {line}", path=self.path)
+
+
+class _TopicPartitionOffset(NamedTuple):
+    topic: str
+    partition: int
+    offset: int
+
+
+def _offset_entry_from_line(line: str) -> _TopicPartitionOffset | None:
+    fields = _split_fields(line)
+    if len(fields) != 3:
+        return None
+    partition = _parse_int(fields[1], _INT32)
+    offset = _parse_int(fields[2], _INT64)
+    if partition is None or offset is None:
+        # Kafka lets a NumberFormatException escape here; we report it as the malformed line it is.
+        return None
+    return _TopicPartitionOffset(fields[0], partition, offset)
+
+
+def _offset_entry_to_line(entry: _TopicPartitionOffset) -> str:
+    return f"{entry.topic} {entry.partition} {entry.offset}"
+
+
+class OffsetCheckpointFile:
+    """``topic partition offset`` checkpoints of a log directory (Kafka ``OffsetCheckpointFile``).
+
+    Entries are written sorted by (topic, partition) so identical maps give identical files (Kafka
+    writes them in hash order; readers do not care). Thread-safe within a process.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._file: CheckpointFile[_TopicPartitionOffset] = CheckpointFile(
+            path, version=CURRENT_VERSION, to_line=_offset_entry_to_line, from_line=_offset_entry_from_line
+        )
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def read(self) -> dict[TopicPartition, int]:
+        """``{(topic, partition): offset}``; a missing or empty file gives ``{}``; duplicates: last wins.
+
+        Raises:
+            StorageError: unreadable or malformed file (see :meth:`CheckpointFile.read_entries`).
+        """
+        return {(e.topic, e.partition): e.offset for e in self._file.read_entries()}
+
+    def write(self, offsets: Mapping[TopicPartition, int], *, sync: bool = True) -> None:
+        """Replace the file with ``offsets`` atomically.
+
+        Raises:
+            StorageError: the write failed; the previous file is intact.
+        """
+        entries = []
+        for (topic, partition), offset in sorted(offsets.items()):
+            if not topic or _WHITESPACE.search(topic):
+                raise ValueError(f"topic {topic!r} cannot be written to checkpoint file {self.path}")
+            entries.append(_TopicPartitionOffset(topic, int(partition), int(offset)))
+        self._file.write_entries(entries, sync=sync)
+
+
+class EpochEntry(NamedTuple):
+    """A leader epoch and the first offset written in it (Kafka ``EpochEntry``)."""
+
+    epoch: int
+    start_offset: int
+
+
+def _epoch_entry_from_line(line: str) -> EpochEntry | None:
+    fields = _split_fields(line)
+    if len(fields) != 2:
+        return None
+    epoch = _parse_int(fields[0], _INT32)
+    start_offset = _parse_int(fields[1], _INT64)
+    if epoch is None or start_offset is None:
+        return None
+    return EpochEntry(epoch, start_offset)
+
+
+def _epoch_entry_to_line(entry: EpochEntry) -> str:
+    return f"{entry.epoch} {entry.start_offset}"
+
+
+class LeaderEpochCheckpointFile:
+    """A partition's ``leader-epoch-checkpoint``: epochs and their start offsets (spec 6.5).
+
+    Thread-safe within a process; the file belongs to the partition's writer.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self._file: CheckpointFile[EpochEntry] = CheckpointFile(
+            path, version=CURRENT_VERSION, to_line=_epoch_entry_to_line, from_line=_epoch_entry_from_line
+        )
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def read(self) -> list[EpochEntry]:
+        """Entries in file order (ascending epochs when Kafka wrote them).
+
+        Raises:
+            StorageError: unreadable or malformed file.
+        """
+        return self._file.read_entries()
+
+    def write(self, entries: Iterable[EpochEntry], *, sync: bool = True) -> None:
+        """Replace the file with ``entries`` (in the given order) atomically.
+
+        Raises:
+            StorageError: the write failed; the previous file is intact.
+        """
+        self._file.write_entries([EpochEntry(int(e), int(o)) for e, o in entries], sync=sync)
+
+
+def update_checkpoint(
+    path: str | os.PathLike[str],
+    updates: Mapping[TopicPartition, int],
+    *,
+    lock_path: str | os.PathLike[str],
+    remove: Iterable[TopicPartition] = (),
+    timeout: float | None = DEFAULT_LOCK_TIMEOUT_S,
+) -> dict[TopicPartition, int]:
+    """Read-merge-write an offset checkpoint shared by several processes; returns what was written.
+
+    Each process owns some partitions of a log directory and checkpoints only those: entries of other
+    partitions are kept as found, ``updates`` replace or add entries, ``remove`` drops entries (a
+    partition that no longer qualifies, e.g. for ``log-start-offset-checkpoint``). The log
+    directory's lock (``lock_path``, normally ``<log dir>/.lock``) is held only for the
+    read-merge-write, so no process loses another's entries. An unreadable existing file is logged
+    and replaced (its entries cannot be recovered anyway).
+
+    Raises:
+        LogLockedError: the directory lock was not free within ``timeout`` seconds.
+        StorageError: the write failed.
+    """
+    checkpoint = OffsetCheckpointFile(path)
+    lock = FileLock(lock_path, what=f"log directory {Path(lock_path).parent}")
+    lock.acquire(timeout=timeout)
+    try:
+        try:
+            merged = checkpoint.read()
+        except StorageError as e:
+            logger.warning("replacing unreadable checkpoint file %s: %s", checkpoint.path, e)
+            merged = {}
+        for tp in remove:
+            merged.pop(tp, None)
+        merged.update(updates)
+        checkpoint.write(merged)
+        return merged
+    finally:
+        lock.release()

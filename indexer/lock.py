@@ -1,0 +1,150 @@
+"""Exclusive advisory locks on files (Kafka's ``FileLock``), used for the per-partition writer lock
+(``<partition dir>/.seglog.lock``) and the log directory's ``.lock`` while checkpoints are written.
+
+The lock is ``fcntl.flock(LOCK_EX | LOCK_NB)`` on a file descriptor opened for this lock only.
+``flock`` locks belong to the open file description, so two ``FileLock`` objects on the same path
+conflict within one process as well as across processes, and the kernel drops the lock when the
+holder dies, even by SIGKILL: a crash never leaves a stale lock behind. The descriptor is
+close-on-exec, so child processes do not inherit the lock.
+
+File content, rewritten by each new holder and emptied on release (informational only, read to name
+the holder in :class:`~indexer.errors.LogLockedError`)::
+
+    pid=<int> host=<hostname> since_ms=<wall-clock ms>\\n
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import logging
+import os
+import socket
+import threading
+import time
+from pathlib import Path
+from types import TracebackType
+
+from indexer.errors import LogLockedError, StorageError
+
+logger = logging.getLogger(__name__)
+
+_POLL_INTERVAL_S = 0.005
+
+
+class FileLock:
+    """An exclusive lock on ``path`` held until :meth:`release` (or process death).
+
+    ``what`` names the locked resource in error messages (default: ``partition <parent dir>``).
+    Thread-safe; not reentrant: acquiring a lock this object already holds is a ``RuntimeError``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, what: str | None = None) -> None:
+        self.path = Path(path)
+        self.what = what if what is not None else f"partition {self.path.parent}"
+        self._fd: int | None = None
+        self._mutex = threading.Lock()
+
+    @property
+    def locked(self) -> bool:
+        """Whether this object holds the lock."""
+        return self._fd is not None
+
+    def acquire(self, timeout: float | None = 0.0) -> None:
+        """Take the lock; ``timeout`` 0 tries once, ``None`` waits forever, else waits that many seconds.
+
+        Raises:
+            LogLockedError: another holder (in this or another process) keeps the lock; the message names
+                its pid and host.
+            StorageError: the lock file cannot be opened.
+        """
+        with self._mutex:
+            if self._fd is not None:
+                raise RuntimeError(f"lock {self.path} is already held by this FileLock")
+            fd = self._open()
+            try:
+                self._lock(fd, timeout)
+                self._write_holder(fd)
+            except BaseException:
+                os.close(fd)
+                raise
+            self._fd = fd
+        logger.debug("acquired lock %s", self.path)
+
+    def release(self) -> None:
+        """Give the lock up (no-op if not held). The file stays; its holder line is cleared."""
+        with self._mutex:
+            fd, self._fd = self._fd, None
+            if fd is None:
+                return
+            try:
+                os.ftruncate(fd, 0)
+            except OSError as e:  # the lock is still released below; the stale line is only informational
+                logger.warning("could not clear lock file %s: %s", self.path, e)
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+        logger.debug("released lock %s", self.path)
+
+    def holder(self) -> str:
+        """The holder line currently in the lock file ("" if none or unreadable)."""
+        try:
+            return self.path.read_text(encoding="utf-8", errors="replace").strip()
+        except OSError:
+            return ""
+
+    def __enter__(self) -> FileLock:
+        self.acquire()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.release()
+
+    def __repr__(self) -> str:
+        return f"FileLock({str(self.path)!r}, locked={self.locked})"
+
+    def _open(self) -> int:
+        try:
+            return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as e:
+            raise StorageError(
+                f"cannot open lock file {self.path}: {e.strerror}", path=self.path, errno=e.errno
+            ) from e
+
+    def _lock(self, fd: int, timeout: float | None) -> None:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except OSError as e:
+                if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise StorageError(
+                        f"cannot lock {self.path}: {e.strerror}", path=self.path, errno=e.errno
+                    ) from e
+            if deadline is not None and time.monotonic() >= deadline:
+                raise LogLockedError(f"{self.what} is locked by {self._describe_holder()}", path=self.path)
+            time.sleep(_POLL_INTERVAL_S)
+
+    def _write_holder(self, fd: int) -> None:
+        line = f"pid={os.getpid()} host={socket.gethostname()} since_ms={time.time_ns() // 1_000_000}\n"
+        try:
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, line.encode("utf-8"), 0)
+        except OSError as e:  # a read-only lock file still locks; the holder is just not named
+            logger.warning("could not record the holder in lock file %s: %s", self.path, e)
+
+    def _describe_holder(self) -> str:
+        fields = dict(part.partition("=")[::2] for part in self.holder().split())
+        pid = fields.get("pid")
+        if not pid:
+            return "another holder (pid unknown)"
+        extra = [f"host {fields['host']}"] if "host" in fields else []
+        if "since_ms" in fields and fields["since_ms"].isdigit():
+            since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(fields["since_ms"]) / 1000))
+            extra.append(f"since {since}")
+        if pid.isdigit() and int(pid) == os.getpid():
+            extra.append("this process")
+        return f"pid {pid} ({', '.join(extra)})" if extra else f"pid {pid}"

@@ -1,0 +1,1081 @@
+"""One partition's log: segments, offsets, append, read, roll, truncation, retention and flush.
+
+Kafka splits this between ``UnifiedLog`` (the façade: lock, high watermark, log start offset,
+retention) and ``LocalLog`` (segments, log end offset, recovery point); seglog has no tiered storage
+or replication, so :class:`Log` is both. A partition directory ``<topic>-<partition>`` holds the
+segments' files (see :mod:`indexer.segment`) and ``.seglog.lock``, the writer lock.
+
+Offsets: ``log_start_offset`` (first offset exposed to readers) <= ``high_watermark`` (committed:
+readers stop here by default; the writer moves it, e.g. after a Spark micro-batch commits) <=
+``log_end_offset`` (next offset to assign). ``recovery_point`` is the first offset not known to be
+fsync'ed: after a crash the loader recovers the segments from the one holding it onward.
+
+Thread-safety: a writable :class:`Log` is owned by one process (the partition lock) and, inside it,
+every mutation takes one re-entrant lock (``Log.lock``, also for callers such as maintenance jobs that
+must act atomically). Reads (``read``, ``read_records``, ``offset_for_timestamp``) take no lock, as in
+Kafka: they work on an immutable snapshot of the offsets and on segments that stay readable until
+``file.delete.delay.ms`` after they are removed.
+
+Crash behaviour: data is appended without fsync unless ``flush.messages`` says otherwise; ``flush``
+fsyncs segments then moves the recovery point, and a new segment also fsyncs the directory. After a
+crash, the loader cuts the log after its last valid batch from the recovery point on.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import functools
+import logging
+import os
+import queue
+import threading
+from collections.abc import Callable, Iterator, MutableMapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from indexer.clock import Clock, SystemClock
+from indexer.config import LogConfig
+from indexer.errors import (
+    InvalidOffsetError,
+    OffsetOutOfRangeError,
+    RecordBatchTooLargeError,
+    StorageError,
+)
+from indexer.file_names import (
+    DELETED_FILE_SUFFIX,
+    PARTITION_LOCK_FILE,
+    is_log_file,
+    log_file,
+    offset_from_file_name,
+    offset_index_file,
+    time_index_file,
+    transaction_index_file,
+)
+from indexer.lock import FileLock
+from indexer.log_loader import LogLoader
+from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata
+from indexer.records.batch_header import (
+    COMPRESSION_IDS,
+    CREATE_TIME,
+    LOG_APPEND_TIME,
+    LOG_OVERHEAD,
+    MIN_LEGACY_RECORD_SIZE,
+    RECORD_BATCH_OVERHEAD,
+    SIZE_OFFSET,
+)
+from indexer.records.columns import READ_SCHEMA, to_append_table
+from indexer.records.decoder import decode_records
+from indexer.records.encoder import EncodedBatches, encode_batches
+from indexer.segment import LogSegment, maybe_handle_io_error
+from indexer.segments import LogSegments
+
+logger = logging.getLogger(__name__)
+
+# read_records reads and decodes the log in chunks that start small (a short read stays cheap) and
+# double up to the maximum; a batch larger than the chunk is read whole.
+_FIRST_READ_CHUNK_BYTES = 64 * 1024
+_READ_CHUNK_BYTES = 4 * 1024 * 1024
+
+# An append whose records may take more than two chunks is encoded chunk by chunk in a helper
+# thread, so encoding a chunk overlaps writing the one before (the encoder's kernels and the
+# writes release the GIL). A chunk is this many bytes of records, or 8 batches of
+# max.message.bytes if more.
+_APPEND_CHUNK_BYTES = 8 * 1024 * 1024
+_APPEND_CHUNK_BATCHES = 8
+# Upper bounds of a v2 record's framing (Kafka's DefaultRecord): length varint 5, attributes 1,
+# timestamp delta varlong 10, offset delta varint 5, key and value length varints 5 + 5, header
+# count varint 5; each header adds its key and value length varints, 5 + 5.
+_RECORD_FRAMING_BOUND = 36
+_HEADER_FRAMING_BOUND = 10
+
+
+def _record_size_bounds(table: pa.Table) -> np.ndarray:
+    """Per row of an append table, an upper bound of the record's uncompressed size in a v2 batch."""
+
+    def lengths(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
+        return np.asarray(pc.binary_length(array).fill_null(0).to_numpy(zero_copy_only=False), dtype=np.int64)
+
+    bounds = _RECORD_FRAMING_BOUND + lengths(table.column("key")) + lengths(table.column("value"))
+    column = table.column("headers")
+    headers = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+    if headers.null_count < len(headers):
+        keys, values = headers.values.flatten()
+        per_header = _HEADER_FRAMING_BOUND + lengths(keys) + lengths(values)
+        cumulative = np.zeros(per_header.size + 1, np.int64)
+        np.cumsum(per_header, out=cumulative[1:])
+        offsets = headers.offsets.to_numpy(zero_copy_only=False)
+        bounds += cumulative[offsets[1:]] - cumulative[offsets[:-1]]
+    return bounds
+
+
+def _without_last_batch(encoded: EncodedBatches) -> EncodedBatches:
+    """``encoded`` minus its last batch (views, no copy)."""
+    k = len(encoded) - 1
+    return EncodedBatches(
+        buffer=encoded.buffer[: int(encoded.positions[k])],
+        positions=encoded.positions[:k],
+        sizes=encoded.sizes[:k],
+        base_offsets=encoded.base_offsets[:k],
+        last_offsets=encoded.last_offsets[:k],
+        max_timestamps=encoded.max_timestamps[:k],
+        offsets_of_max_timestamp=encoded.offsets_of_max_timestamp[:k],
+        record_counts=encoded.record_counts[:k],
+    )
+
+
+def _encode_in_chunks(
+    table: pa.Table,
+    first_offset: int,
+    encode: Callable[[pa.Table, int], EncodedBatches],
+    ends: np.ndarray,
+) -> Iterator[EncodedBatches]:
+    """The batches of ``table`` exactly as one ``encode`` of it makes them, chunk by chunk.
+
+    A helper thread encodes rows ``start .. ends[j]`` (``ends``: increasing candidate chunk ends,
+    the last one ``num_rows``) while the caller consumes the previous chunk. The encoder packs
+    records greedily from a batch's first row, so every batch of a chunk but the last is the one
+    a single ``encode`` makes; the last may have been cut short by the chunk's end, so it is
+    dropped and the next chunk starts at its first row. A chunk that holds less than two batches
+    is widened to the next end. Errors of the helper are raised here; closing the iterator stops it.
+    """
+    results: queue.Queue[EncodedBatches | BaseException | None] = queue.Queue()
+    stop = threading.Event()
+    num_rows = table.num_rows
+
+    def work() -> None:
+        try:
+            start, j = 0, 0
+            while start < num_rows and not stop.is_set():
+                j = int(np.searchsorted(ends, start, side="right"))
+                while True:
+                    end = int(ends[j])
+                    encoded = encode(table.slice(start, end - start), first_offset + start)
+                    if end == num_rows or len(encoded) > 1:
+                        break
+                    j += 1
+                if end < num_rows:
+                    encoded = _without_last_batch(encoded)
+                start += int(encoded.record_counts.sum())
+                results.put(encoded)
+        except BaseException as e:  # handed to the consumer, which raises it
+            results.put(e)
+        else:
+            results.put(None)
+
+    thread = threading.Thread(target=work, name="seglog-append-encoder", daemon=True)
+    thread.start()
+    try:
+        while (item := results.get()) is not None:
+            if isinstance(item, BaseException):
+                raise item
+            yield item
+    finally:
+        stop.set()
+        thread.join()
+
+
+def _whole_entries_length(buf: bytes) -> int:
+    """Length of the prefix of ``buf`` made of whole log entries (a per-batch walk of the 12-byte framing).
+
+    An entry whose size field is impossible is included, so the decoder reports it as corrupt.
+    """
+    position, n = 0, len(buf)
+    while position + LOG_OVERHEAD <= n:
+        size = int.from_bytes(buf[position + SIZE_OFFSET : position + LOG_OVERHEAD], "big", signed=True)
+        if size < MIN_LEGACY_RECORD_SIZE:
+            return n
+        if position + LOG_OVERHEAD + size > n:
+            break
+        position += LOG_OVERHEAD + size
+    return position
+
+
+class _PrefixAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
+    def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
+        return f"{self.extra['prefix']} {msg}", kwargs  # type: ignore[index]
+
+
+class Log:
+    """One partition directory, open for writing (exclusive) or read-only.
+
+    Use :meth:`open`. A writable log holds ``<dir>/.seglog.lock`` until :meth:`close`; a read-only log
+    takes no lock, recovers nothing, writes nothing and sees the files as they were when opened.
+    """
+
+    def __init__(
+        self,
+        directory: Path,
+        config: LogConfig,
+        segments: LogSegments,
+        *,
+        log_start_offset: int,
+        recovery_point: int,
+        next_offset: int,
+        clock: Clock,
+        read_only: bool,
+        file_lock: FileLock | None,
+        high_watermark: int | None,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self.clock = clock
+        self.read_only = read_only
+        self.lock = threading.RLock()
+        self._segments = segments
+        self._file_lock = file_lock
+        self._log = _PrefixAdapter(logger, {"prefix": f"[Log partition={directory.name}]"})
+        self._log_start_offset = log_start_offset
+        self._recovery_point = recovery_point
+        self._last_flush_ms = clock.milliseconds()
+        self._closed = False
+        self._pending_deletes: list[tuple[int, LogSegment]] = []
+        active = segments.active_segment()
+        self._next_offset_metadata = LogOffsetMetadata(next_offset, active.base_offset, active.size)
+        hw = log_start_offset if high_watermark is None else high_watermark
+        self._high_watermark_metadata = LogOffsetMetadata(log_start_offset)
+        self._set_high_watermark(hw)
+
+    # -- opening -------------------------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: str | os.PathLike[str],
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        had_clean_shutdown: bool = False,
+        clock: Clock | None = None,
+        read_only: bool = False,
+        high_watermark: int | None = None,
+    ) -> Log:
+        """Open the partition ``directory`` (created if missing, unless read-only).
+
+        Writable: takes the partition lock, then loads and recovers the segments (``LogLoader``;
+        ``recovery_point``, ``log_start_offset`` and ``had_clean_shutdown`` come from the log
+        directory's checkpoints). The high watermark starts at ``high_watermark`` (clamped to the
+        log), else at the log start offset, as in Kafka.
+
+        Read-only: opens the ``.log`` files found, with indexes mapped read-only; the high watermark is
+        ``high_watermark`` if given, else the log end offset (everything on disk is visible).
+
+        Raises:
+            LogLockedError: another writer, in this or another process, holds the partition.
+            StorageError: the directory or a file cannot be read or created (read-only: the directory
+                holds no ``.log`` file).
+        """
+        directory = Path(directory)
+        clock = clock if clock is not None else SystemClock()
+        if read_only:
+            segments, next_offset = cls._load_read_only(directory, config, clock)
+            first_base = segments.first_segment_base_offset() or 0
+            return cls(
+                directory,
+                config,
+                segments,
+                log_start_offset=max(log_start_offset, first_base),
+                recovery_point=min(recovery_point, next_offset),
+                next_offset=next_offset,
+                clock=clock,
+                read_only=True,
+                file_lock=None,
+                high_watermark=next_offset if high_watermark is None else high_watermark,
+            )
+        with maybe_handle_io_error(directory, "creating the partition directory"):
+            directory.mkdir(parents=True, exist_ok=True)
+        file_lock = FileLock(directory / PARTITION_LOCK_FILE)
+        file_lock.acquire()
+        try:
+            loaded = LogLoader(
+                directory,
+                config,
+                recovery_point=recovery_point,
+                log_start_offset=log_start_offset,
+                had_clean_shutdown=had_clean_shutdown,
+                clock=clock,
+            ).load()
+            log = cls(
+                directory,
+                config,
+                loaded.segments,
+                log_start_offset=loaded.log_start_offset,
+                recovery_point=loaded.recovery_point,
+                next_offset=loaded.next_offset,
+                clock=clock,
+                read_only=False,
+                file_lock=file_lock,
+                high_watermark=high_watermark,
+            )
+        except BaseException:
+            file_lock.release()
+            raise
+        log._log.info(
+            "opened: log start offset %d, log end offset %d, %d segments, recovery point %d",
+            log.log_start_offset,
+            log.log_end_offset,
+            log.num_segments,
+            log.recovery_point,
+        )
+        return log
+
+    @staticmethod
+    def _load_read_only(directory: Path, config: LogConfig, clock: Clock) -> tuple[LogSegments, int]:
+        segments = LogSegments(directory.name)
+        with maybe_handle_io_error(directory, "listing the partition directory"):
+            names = sorted(p.name for p in directory.iterdir() if is_log_file(p) and p.is_file())
+        for name in names:
+            base = offset_from_file_name(name)
+            segments.add(
+                LogSegment.open(
+                    directory, base, config, clock=clock, file_already_exists=True, read_only=True
+                )
+            )
+        if segments.is_empty():
+            raise StorageError(
+                f"{directory} holds no log segment to read", path=directory, errno=errno.ENOENT
+            )
+        return segments, segments.active_segment().read_next_offset()
+
+    # -- offsets -------------------------------------------------------------------------------
+
+    @property
+    def segments(self) -> LogSegments:
+        return self._segments
+
+    @property
+    def num_segments(self) -> int:
+        return self._segments.number_of_segments()
+
+    @property
+    def active_segment(self) -> LogSegment:
+        return self._segments.active_segment()
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset readers may read."""
+        return self._log_start_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record gets."""
+        return self._next_offset_metadata.message_offset
+
+    @property
+    def log_end_offset_metadata(self) -> LogOffsetMetadata:
+        return self._next_offset_metadata
+
+    @property
+    def high_watermark(self) -> int:
+        """The committed offset: reads stop before it unless told otherwise."""
+        return self._high_watermark_metadata.message_offset
+
+    @property
+    def recovery_point(self) -> int:
+        """The first offset not known to be on disk (fsync'ed)."""
+        return self._recovery_point
+
+    @property
+    def size_in_bytes(self) -> int:
+        return self._segments.size_in_bytes()
+
+    @property
+    def unflushed_messages(self) -> int:
+        return self.log_end_offset - self._recovery_point
+
+    @property
+    def last_flush_time_ms(self) -> int:
+        return self._last_flush_ms
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_writable(self, action: str) -> None:
+        if self.read_only:
+            raise ValueError(f"cannot {action}: the log {self.directory} is open read-only")
+        if self._closed:
+            raise ValueError(f"cannot {action}: the log {self.directory} is closed")
+
+    def _update_log_end_offset(self, end_offset: int) -> None:
+        active = self._segments.active_segment()
+        self._next_offset_metadata = LogOffsetMetadata(end_offset, active.base_offset, active.size)
+        if self._recovery_point > end_offset:
+            self._recovery_point = end_offset
+
+    def _offset_metadata(self, offset: int) -> LogOffsetMetadata:
+        """Full metadata (segment and batch position) for ``offset``, or message-offset-only if unknown."""
+        end = self._next_offset_metadata
+        if offset >= end.message_offset:
+            return end
+        segment = self._segments.floor_segment(offset)
+        if segment is not None:
+            position = segment.translate_offset(offset)
+            if position is not None:
+                return LogOffsetMetadata(offset, segment.base_offset, position.position)
+        return LogOffsetMetadata(offset)
+
+    def _set_high_watermark(self, offset: int) -> int:
+        offset = min(max(offset, self._log_start_offset), self.log_end_offset)
+        self._high_watermark_metadata = self._offset_metadata(offset)
+        return offset
+
+    def update_high_watermark(self, offset: int) -> int:
+        """Set the high watermark to ``offset`` clamped into ``[log_start_offset, log_end_offset]``.
+
+        May move it backwards (Kafka ``updateHighWatermark``). Returns the new value. Thread-safe.
+        """
+        with self.lock:
+            return self._set_high_watermark(offset)
+
+    def maybe_increment_high_watermark(self, offset: int) -> int | None:
+        """Move the high watermark forward to ``offset``; returns the old value if it moved, else None.
+
+        Thread-safe. Raises ``ValueError`` if ``offset`` is beyond the log end offset.
+        """
+        with self.lock:
+            if offset > self.log_end_offset:
+                raise ValueError(
+                    f"High watermark {offset} update exceeds current log end offset {self.log_end_offset} "
+                    f"of {self.directory}"
+                )
+            old = self._high_watermark_metadata
+            new = self._offset_metadata(offset)
+            if old.message_offset < offset or (
+                old.message_offset == offset
+                and not old.message_offset_only
+                and not new.message_offset_only
+                and old.on_older_segment(new)
+            ):
+                self._high_watermark_metadata = new
+                return old.message_offset
+            return None
+
+    def maybe_increment_log_start_offset(self, offset: int) -> bool:
+        """Raise the log start offset to ``offset`` (Kafka's DeleteRecords); True if it moved.
+
+        Segments wholly below it are deleted by the next :meth:`delete_old_segments`. Thread-safe.
+
+        Raises:
+            OffsetOutOfRangeError: ``offset`` is beyond the high watermark.
+        """
+        with self.lock:
+            self._check_writable("raise the log start offset")
+            if offset > self.high_watermark:
+                raise OffsetOutOfRangeError(
+                    f"Cannot increment the log start offset to {offset} of partition {self.directory.name} "
+                    f"since it is larger than the high watermark {self.high_watermark}",
+                    offset=offset,
+                    path=self.directory,
+                )
+            if offset <= self._log_start_offset:
+                return False
+            self._log.info("incrementing log start offset to %d", offset)
+            self._log_start_offset = offset
+            if self.high_watermark < offset:
+                self._set_high_watermark(offset)
+            if self._recovery_point < offset:
+                self._recovery_point = offset
+            return True
+
+    # -- append --------------------------------------------------------------------------------
+
+    def _codec(self, compression: str | None) -> str:
+        topic = self.config.compression_type
+        if topic == "producer":
+            name = compression or "none"
+        else:
+            name = topic
+        name = "none" if name == "uncompressed" else name
+        if name not in COMPRESSION_IDS:
+            raise ValueError(f"unknown compression {name!r}; expected one of {sorted(COMPRESSION_IDS)}")
+        return name
+
+    def append(
+        self, data: Any, *, compression: str | None = None, now_ms: int | None = None
+    ) -> LogAppendInfo:
+        """Append records at the log end offset, rolling segments as Kafka does; returns what was written.
+
+        ``data`` is anything :func:`~indexer.records.columns.to_append_table` takes. Records become
+        v2 batches of at most ``max.message.bytes``; timestamps are the records' own (CreateTime) or
+        ``now_ms`` (LogAppendTime, per ``message.timestamp.type``). ``compression`` applies when the
+        topic's ``compression.type`` is ``producer``. Each batch goes to the active segment unless
+        Kafka's roll rule says roll first, so an append may span segments, split at batch boundaries.
+        Every input problem is found before a byte is written. Flushes when ``flush.messages``
+        records are unflushed. Thread-safe (takes the log lock).
+
+        Raises:
+            SchemaError: ``data`` has unknown columns or wrong types.
+            RecordTooLargeError: one record does not fit in ``max.message.bytes``.
+            RecordBatchTooLargeError: one batch is larger than ``segment.bytes``.
+            StorageError: an I/O error; the log is then in the state a crash would leave.
+        """
+        now = self.clock.milliseconds() if now_ms is None else now_ms
+        codec = self._codec(compression)
+        table = to_append_table(data, now_ms=now)
+        log_append_time = self.config.is_log_append_time
+        with self.lock:
+            self._check_writable("append")
+            first_offset = self.log_end_offset
+            if table.num_rows == 0:
+                return LogAppendInfo(
+                    first_offset, first_offset - 1, -1, -1, -1, self._log_start_offset, 0, 0, 0
+                )
+            encode = functools.partial(
+                encode_batches,
+                max_batch_bytes=self.config.max_message_bytes,
+                compression=codec,
+                timestamp_type=LOG_APPEND_TIME if log_append_time else CREATE_TIME,
+                log_append_time_ms=now if log_append_time else None,
+            )
+            rolled = num_batches = valid_bytes = 0
+            max_timestamp, offset_of_max_timestamp, last_offset = -1, -1, first_offset - 1
+            # closing(): a failed write stops the encoder thread at once
+            with contextlib.closing(self._encoded_chunks(table, first_offset, encode)) as chunks:
+                for encoded in chunks:
+                    rolled += self._append_encoded(encoded, now)
+                    best = int(np.argmax(encoded.max_timestamps))
+                    if num_batches == 0 or int(encoded.max_timestamps[best]) > max_timestamp:
+                        max_timestamp = int(encoded.max_timestamps[best])
+                        offset_of_max_timestamp = int(encoded.offsets_of_max_timestamp[best])
+                    num_batches += len(encoded)
+                    valid_bytes += encoded.total_bytes
+                    last_offset = encoded.last_offset
+            if self.unflushed_messages >= self.config.flush_messages:
+                self._flush_locked(self.log_end_offset, including=False)
+            return LogAppendInfo(
+                first_offset=first_offset,
+                last_offset=last_offset,
+                max_timestamp=max_timestamp,
+                offset_of_max_timestamp=offset_of_max_timestamp,
+                log_append_time_ms=now if log_append_time else -1,
+                log_start_offset=self._log_start_offset,
+                num_records=int(table.num_rows),
+                num_batches=num_batches,
+                valid_bytes=valid_bytes,
+                rolled=rolled,
+            )
+
+    def _encoded_chunks(
+        self, table: pa.Table, first_offset: int, encode: Callable[[pa.Table, int], EncodedBatches]
+    ) -> Iterator[EncodedBatches]:
+        """The batches of ``table``, all checked before the first is yielded (so before any write).
+
+        A large table whose every record provably fits a batch (size bounds from the column
+        lengths), with ``max.message.bytes <= segment.bytes`` so no batch can exceed a segment, is
+        encoded chunk by chunk overlapping the writes (:func:`_encode_in_chunks`): none of its
+        chunks can fail. Otherwise it is encoded whole and checked before anything is written.
+        """
+        max_batch = self.config.max_message_bytes
+        chunk_bytes = max(_APPEND_CHUNK_BYTES, _APPEND_CHUNK_BATCHES * max_batch)
+        if table.nbytes > 2 * chunk_bytes and max_batch <= self.config.segment_bytes:
+            bounds = _record_size_bounds(table)
+            if int(bounds.max()) + RECORD_BATCH_OVERHEAD <= max_batch:
+                cumulative = np.cumsum(bounds)
+                ends = np.searchsorted(cumulative, np.arange(chunk_bytes, int(cumulative[-1]), chunk_bytes)) + 1
+                ends = np.unique(np.append(ends[ends < table.num_rows], table.num_rows))
+                if ends.size > 2:
+                    yield from _encode_in_chunks(table, first_offset, encode, ends)
+                    return
+        encoded = encode(table, first_offset)
+        too_large = np.flatnonzero(encoded.sizes > self.config.segment_bytes)
+        if too_large.size:
+            i = int(too_large[0])
+            raise RecordBatchTooLargeError(
+                f"the batch of {int(encoded.sizes[i])} bytes at offset {int(encoded.base_offsets[i])} is larger "
+                f"than segment.bytes = {self.config.segment_bytes} of {self.directory}"
+            )
+        yield encoded
+
+    def _append_encoded(self, encoded: EncodedBatches, now: int) -> int:
+        """Append every batch of ``encoded``, rolling first where Kafka would; returns the rolls made."""
+        rolled = 0
+        i, n = 0, len(encoded)
+        while i < n:
+            segment = self._segments.active_segment()
+            count = segment.appendable_batches(encoded, i, self.config.segment_ms, self.config.segment_bytes, now)
+            if count == 0:
+                segment = self._roll_locked(int(encoded.base_offsets[i]))
+                rolled += 1
+                # Kafka appends after a roll without asking again (an index of 0 slots stays "full").
+                count = max(
+                    1,
+                    segment.appendable_batches(encoded, i, self.config.segment_ms, self.config.segment_bytes, now),
+                )
+            segment.append_batches(encoded, i, i + count)
+            i += count
+            self._update_log_end_offset(int(encoded.last_offsets[i - 1]) + 1)
+        return rolled
+
+    # -- roll ----------------------------------------------------------------------------------
+
+    def roll(self, expected_next_offset: int | None = None) -> LogSegment:
+        """Start a new active segment at ``max(expected_next_offset, log_end_offset)`` (spec 4.6).
+
+        The old active segment is sealed (final time index entry, trimmed indexes) and flushed,
+        which moves the recovery point to the new base offset. Thread-safe (takes the log lock).
+
+        Raises:
+            InvalidOffsetError: a non-empty segment already exists at that offset, or it is below
+                the active segment's base offset.
+        """
+        with self.lock:
+            self._check_writable("roll")
+            return self._roll_locked(expected_next_offset)
+
+    def _roll_locked(self, expected_next_offset: int | None) -> LogSegment:
+        end = self.log_end_offset
+        new_offset = max(expected_next_offset or 0, end)
+        active = self._segments.active_segment()
+        existing = self._segments.get(new_offset)
+        if existing is not None:
+            if existing is not active or active.size > 0:
+                raise InvalidOffsetError(
+                    f"Trying to roll a new log segment for {self.directory.name} "
+                    f"with start offset {new_offset} "
+                    f"=max(provided offset = {expected_next_offset}, LEO = {end}) while it already exists",
+                    offset=new_offset,
+                    path=self.directory,
+                )
+            # KAFKA-6388: an empty active segment that looks full (e.g. a 0-slot index) is replaced.
+            self._log.warning("replacing the empty active segment %d on roll", new_offset)
+            segment = self._create_and_delete_segment(new_offset, active, "roll of an empty active segment")
+        else:
+            if new_offset < active.base_offset:
+                raise InvalidOffsetError(
+                    f"Trying to roll a new log segment for {self.directory.name} "
+                    f"with start offset {new_offset} "
+                    f"=max(provided offset = {expected_next_offset}, LEO = {end}) lower than start offset of "
+                    f"the active segment {active}",
+                    offset=new_offset,
+                    path=self.directory,
+                )
+            for path in self._segment_paths(new_offset):
+                with maybe_handle_io_error(path, "deleting a stale file before roll"):
+                    if path.exists():
+                        self._log.warning(
+                            "newly rolled segment file %s already exists; deleting it first", path
+                        )
+                        path.unlink()
+            active.on_become_inactive_segment()
+            segment = LogSegment.open(self.directory, new_offset, self.config, clock=self.clock)
+            self._segments.add(segment)
+        self._update_log_end_offset(end)
+        if self.high_watermark >= end:
+            self._high_watermark_metadata = self._next_offset_metadata
+        self._log.info("rolled new log segment at offset %d", new_offset)
+        self._flush_locked(new_offset, including=False)
+        return segment
+
+    def _segment_paths(self, base_offset: int) -> list[Path]:
+        return [
+            log_file(self.directory, base_offset),
+            offset_index_file(self.directory, base_offset),
+            time_index_file(self.directory, base_offset),
+            transaction_index_file(self.directory, base_offset),
+        ]
+
+    # -- read ----------------------------------------------------------------------------------
+
+    def _check_read_offset(self, start_offset: int, end: LogOffsetMetadata) -> LogSegment:
+        segment = self._segments.floor_segment(start_offset)
+        if start_offset < self._log_start_offset or start_offset > end.message_offset or segment is None:
+            raise OffsetOutOfRangeError(
+                f"Received request for offset {start_offset} for partition {self.directory.name}, "
+                f"but we only "
+                f"have log segments in the range {self._log_start_offset} to {end.message_offset}.",
+                offset=start_offset,
+                path=self.directory,
+            )
+        return segment
+
+    def read(
+        self,
+        start_offset: int,
+        max_bytes: int,
+        *,
+        max_offset: int | None = None,
+        min_one_message: bool = True,
+    ) -> FetchDataInfo:
+        """Raw batches from the one holding ``start_offset``, at most ``max_bytes`` (a consumer fetch).
+
+        Stops before the batch holding ``max_offset`` (default: the high watermark). With
+        ``min_one_message`` the first batch is returned whole even if larger than ``max_bytes``.
+        Thread-safe without the lock (spec 5.2 ``LocalLog.read``).
+
+        Raises:
+            OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
+        """
+        end = self._next_offset_metadata
+        bound = self._high_watermark_metadata if max_offset is None else self._offset_metadata(max_offset)
+        segment: LogSegment | None = self._check_read_offset(start_offset, end)
+        if start_offset == bound.message_offset:
+            return FetchDataInfo(bound, b"")
+        if start_offset > bound.message_offset:
+            return FetchDataInfo(self._offset_metadata(start_offset), b"")
+        while segment is not None:
+            if segment.base_offset < bound.segment_base_offset:
+                max_position: int | None = segment.size
+            elif segment.base_offset == bound.segment_base_offset and not bound.message_offset_only:
+                max_position = bound.relative_position_in_segment
+            else:
+                return FetchDataInfo(LogOffsetMetadata(start_offset, segment.base_offset, 0), b"")
+            fetched = segment.read(start_offset, max_bytes, max_position, min_one_message)
+            if fetched is not None:
+                return fetched
+            segment = self._segments.higher_segment(segment.base_offset)
+        return FetchDataInfo(end, b"")
+
+    def read_records(
+        self, start_offset: int, max_records: int | None = None, *, max_offset: int | None = None
+    ) -> pa.Table:
+        """Decoded records with offsets in ``[start_offset, max_offset)`` (default bound: the high
+        watermark), at most ``max_records`` of them, as a :data:`~indexer.records.columns.READ_SCHEMA`
+        table in offset order. Control records are left out. Thread-safe without the lock.
+
+        Raises:
+            OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
+            CorruptRecordError: a batch read fails its CRC or does not parse.
+        """
+        end = self._next_offset_metadata
+        self._check_read_offset(start_offset, end)
+        bound = self.high_watermark if max_offset is None else min(max_offset, end.message_offset)
+        limit = None if max_records is None else max(0, max_records)
+        tables: list[pa.Table] = []
+        found = 0
+        if start_offset < bound and limit != 0:
+            for segment in self._segments.values(start_offset, bound):
+                found += self._read_segment_records(segment, start_offset, bound, limit, found, tables)
+                if limit is not None and found >= limit:
+                    break
+        if not tables:
+            return READ_SCHEMA.empty_table()
+        table = pa.concat_tables(tables)
+        return table if limit is None else table.slice(0, limit)
+
+    def _read_segment_records(
+        self,
+        segment: LogSegment,
+        start_offset: int,
+        bound: int,
+        limit: int | None,
+        found: int,
+        out: list[pa.Table],
+    ) -> int:
+        # Positioned reads only (no mmap): a concurrent truncation must never fault a reader.
+        start = segment.translate_offset(max(start_offset, segment.base_offset))
+        if start is None:
+            return 0
+        position, end = start.position, segment.size
+        read = 0
+        chunk = min(_FIRST_READ_CHUNK_BYTES, _READ_CHUNK_BYTES)
+        while position < end:
+            buf = segment.log.read(position, min(end - position, chunk))
+            chunk = min(2 * chunk, _READ_CHUNK_BYTES)
+            whole = _whole_entries_length(buf)
+            if whole == 0:  # one batch larger than the chunk: read exactly that batch
+                if len(buf) < LOG_OVERHEAD:
+                    break
+                size = LOG_OVERHEAD + int.from_bytes(buf[SIZE_OFFSET:LOG_OVERHEAD], "big", signed=True)
+                buf = segment.log.read(position, size)
+                if len(buf) < size:  # a torn batch at the end of the file
+                    break
+                whole = size
+            table = decode_records(
+                buf[:whole],
+                base_position=position,
+                path=segment.log.path,
+                start_offset=start_offset,
+                max_offset=bound,
+            )
+            if table.num_rows:
+                out.append(table)
+                read += table.num_rows
+                if int(table.column("offset")[-1].as_py()) >= bound - 1:
+                    break
+            if limit is not None and found + read >= limit:
+                break
+            position += whole
+        return read
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """The earliest offset (from the log start offset, below the high watermark) whose record has
+        a timestamp ``>= timestamp``, or None (Kafka's ListOffsets by timestamp). Thread-safe."""
+        start = self._log_start_offset
+        hw = self.high_watermark
+        for segment in self._segments.values():
+            if segment.base_offset >= hw:
+                break
+            if segment.largest_timestamp < timestamp:
+                continue
+            found = segment.find_offset_by_timestamp(timestamp, start)
+            if found is not None:
+                return found.offset if found.offset < hw else None
+        return None
+
+    # -- truncation ----------------------------------------------------------------------------
+
+    def truncate_to(self, target_offset: int) -> bool:
+        """Remove every offset ``>= target_offset`` (follower truncation, spec 5.7); True if anything changed.
+
+        The batch holding ``target_offset`` is removed whole; the log end offset becomes
+        ``target_offset``. Removed segments are deleted asynchronously. Thread-safe (log lock).
+        """
+        if target_offset < 0:
+            raise ValueError(
+                f"Cannot truncate partition {self.directory.name} to a negative offset ({target_offset})."
+            )
+        with self.lock:
+            self._check_writable("truncate")
+            if target_offset >= self.log_end_offset:
+                return False
+            first = self._segments.first_segment()
+            if first is not None and first.base_offset > target_offset:
+                self._truncate_fully_locked(target_offset)
+                return True
+            self._log.info("truncating to offset %d", target_offset)
+            removed = self._segments.filter(lambda s: s.base_offset > target_offset)
+            self._remove_and_delete_segments(removed, "log truncation")
+            self._segments.active_segment().truncate_to(target_offset)
+            self._update_log_end_offset(target_offset)
+            self._log_start_offset = min(target_offset, self._log_start_offset)
+            if self.high_watermark >= self.log_end_offset:
+                self._high_watermark_metadata = self._next_offset_metadata
+            else:
+                self._high_watermark_metadata = self._offset_metadata(self.high_watermark)
+            return True
+
+    def truncate_fully_and_start_at(self, new_offset: int) -> None:
+        """Delete every segment and start an empty log at ``new_offset`` (log start = HW = LEO).
+
+        Thread-safe (log lock).
+        """
+        if new_offset < 0:
+            raise ValueError(
+                f"Cannot start partition {self.directory.name} at a negative offset ({new_offset})."
+            )
+        with self.lock:
+            self._check_writable("truncate")
+            self._truncate_fully_locked(new_offset)
+
+    def _truncate_fully_locked(self, new_offset: int) -> None:
+        self._log.info("truncating fully and starting at offset %d", new_offset)
+        old = self._segments.values()
+        self._remove_and_delete_segments(old[:-1], "log truncation")
+        self._create_and_delete_segment(new_offset, old[-1], "log truncation")
+        self._update_log_end_offset(new_offset)
+        self._log_start_offset = new_offset
+        self._high_watermark_metadata = self._next_offset_metadata
+
+    def _create_and_delete_segment(self, new_offset: int, old: LogSegment, reason: str) -> LogSegment:
+        if new_offset == old.base_offset:
+            old.change_file_suffixes("", DELETED_FILE_SUFFIX)
+        segment = LogSegment.open(self.directory, new_offset, self.config, clock=self.clock)
+        self._segments.add(segment)
+        if new_offset != old.base_offset:
+            self._segments.remove(old.base_offset)
+        self._delete_segment_files([old], reason)
+        return segment
+
+    # -- retention -----------------------------------------------------------------------------
+
+    def delete_old_segments(self) -> int:
+        """Delete the oldest segments that breach the log start offset, ``retention.bytes`` or
+        ``retention.ms`` (in that order, spec 5.6); returns how many were deleted.
+
+        Decided from segment metadata only (sizes, max timestamps from the time index, mtimes), never
+        from log data; only segments wholly below the high watermark qualify, and never an empty
+        active segment. Files are renamed ``.deleted`` now and removed ``file.delete.delay.ms`` later.
+        Thread-safe (log lock).
+        """
+        with self.lock:
+            self._check_writable("delete old segments")
+            return (
+                self._delete_start_offset_breach() + self._delete_size_breach() + self._delete_time_breach()
+            )
+
+    def _delete_start_offset_breach(self) -> int:
+        start = self._log_start_offset
+        return self._delete_matching(
+            lambda s, nxt: nxt is not None and nxt.base_offset <= start, "log start offset breach"
+        )
+
+    def _delete_size_breach(self) -> int:
+        retention = self.config.retention_bytes
+        size = self.size_in_bytes
+        if retention < 0 or size < retention:
+            return 0
+        diff = size - retention
+
+        def breach(segment: LogSegment, _next: LogSegment | None) -> bool:
+            nonlocal diff
+            if diff - segment.size >= 0:
+                diff -= segment.size
+                return True
+            return False
+
+        return self._delete_matching(breach, f"retention size {retention} breach")
+
+    def _delete_time_breach(self) -> int:
+        retention = self.config.retention_ms
+        if retention < 0:
+            return 0
+        now = self.clock.milliseconds()
+        return self._delete_matching(
+            lambda s, _next: now - s.largest_timestamp > retention, f"retention time {retention}ms breach"
+        )
+
+    def _delete_matching(
+        self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str
+    ) -> int:
+        segments = self._segments.values()
+        hw = self.high_watermark
+        deletable: list[LogSegment] = []
+        for i, segment in enumerate(segments):
+            following = segments[i + 1] if i + 1 < len(segments) else None
+            upper = following.base_offset if following is not None else self.log_end_offset
+            last_and_empty = following is None and segment.size == 0
+            if hw >= upper and not last_and_empty and predicate(segment, following):
+                deletable.append(segment)
+            else:
+                break
+        if not deletable:
+            return 0
+        if len(deletable) == len(segments):
+            new_segment = self._roll_locked(None)
+            if deletable[-1].base_offset == new_segment.base_offset:
+                deletable = deletable[:-1]
+        following = self._segments.higher_segment(deletable[-1].base_offset)
+        if following is not None and following.base_offset > self._log_start_offset:
+            self._log_start_offset = following.base_offset
+            if self._recovery_point < self._log_start_offset:
+                self._recovery_point = self._log_start_offset
+        self._log.info(
+            "deleting %d segments (%s): %s", len(deletable), reason, [s.base_offset for s in deletable]
+        )
+        self._remove_and_delete_segments(deletable, reason)
+        return len(deletable)
+
+    def _remove_and_delete_segments(self, segments: list[LogSegment], reason: str) -> None:
+        for segment in segments:
+            self._segments.remove(segment.base_offset)
+        self._delete_segment_files(segments, reason)
+
+    def _delete_segment_files(self, segments: list[LogSegment], reason: str) -> None:
+        """Rename to ``.deleted`` now; delete after ``file.delete.delay.ms`` (spec 4.10)."""
+        for segment in segments:
+            if not segment.has_suffix(DELETED_FILE_SUFFIX):
+                segment.change_file_suffixes("", DELETED_FILE_SUFFIX)
+        delay = self.config.file_delete_delay_ms
+        due = self.clock.milliseconds() + delay
+        self._log.info("scheduling %d segments for deletion in %d ms (%s)", len(segments), delay, reason)
+        self._pending_deletes.extend((due, s) for s in segments)
+        self.clock.schedule(delay, self.delete_pending_files, name="delete-file")
+
+    def delete_pending_files(self, now_ms: int | None = None) -> int:
+        """Physically delete the ``.deleted`` segments whose delay has passed; returns how many.
+
+        Called by the clock's scheduler after ``file.delete.delay.ms``; the maintenance service may
+        call it too. Every due segment is attempted even if one fails. Thread-safe.
+
+        Raises:
+            StorageError: a file could not be deleted (the first such error, after trying them all).
+        """
+        now = self.clock.milliseconds() if now_ms is None else now_ms
+        with self.lock:
+            due = [s for t, s in self._pending_deletes if t <= now]
+            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
+        errors: list[StorageError] = []
+        for segment in due:
+            try:
+                segment.delete_if_exists()
+            except StorageError as e:
+                self._log.error("failed to delete the files of segment %d: %s", segment.base_offset, e)
+                errors.append(e)
+        if due:
+            self._log.info("deleted segment files %s", [s.base_offset for s in due])
+        if errors:
+            raise errors[0]
+        return len(due)
+
+    @property
+    def next_pending_deletion_ms(self) -> int | None:
+        """When the next ``.deleted`` segment is due for physical deletion, or None."""
+        pending = self._pending_deletes
+        return min((t for t, _ in pending), default=None)
+
+    # -- flush and close -----------------------------------------------------------------------
+
+    def flush(self, offset: int | None = None) -> None:
+        """fsync every segment holding offsets below ``offset`` (default: all, including an empty active
+        segment) and move the recovery point to it. Thread-safe (log lock).
+        """
+        with self.lock:
+            self._check_writable("flush")
+            if offset is None:
+                self._flush_locked(self.log_end_offset, including=True)
+            else:
+                self._flush_locked(min(offset, self.log_end_offset), including=False)
+
+    def _flush_locked(self, offset: int, *, including: bool) -> None:
+        flush_offset = offset + 1 if including else offset
+        old_recovery_point = self._recovery_point
+        if flush_offset <= old_recovery_point:
+            return
+        segments = self._segments.values(old_recovery_point, flush_offset)
+        for segment in segments:
+            segment.flush()
+        if any(s.base_offset >= old_recovery_point for s in segments):
+            self._fsync_directory()
+        if offset > self._recovery_point:
+            self._recovery_point = offset
+            self._last_flush_ms = self.clock.milliseconds()
+
+    def _fsync_directory(self) -> None:
+        with maybe_handle_io_error(self.directory, "fsync of the partition directory"):
+            fd = os.open(self.directory, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+
+    def close(self) -> None:
+        """Flush everything, seal the active segment's files (final time index entry, trim) and release
+        the partition lock. Idempotent. A read-only log just releases its handles. Thread-safe.
+        """
+        with self.lock:
+            if self._closed:
+                return
+            try:
+                if self.read_only:
+                    self._segments.close_handlers()
+                else:
+                    self._flush_locked(self.log_end_offset, including=True)
+                    self._segments.close()
+            except BaseException:
+                # Release what is left open; the files stay as a crash would leave them.
+                self._segments.close_handlers()
+                raise
+            finally:
+                self._closed = True
+                if self._file_lock is not None:
+                    self._file_lock.release()
+        self._log.info("closed at log end offset %d", self.log_end_offset)
+
+    def __enter__(self) -> Log:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"Log({str(self.directory)!r}, log_start_offset={self._log_start_offset}, "
+            f"log_end_offset={self.log_end_offset}, high_watermark={self.high_watermark}, "
+            f"segments={self.num_segments}{', read_only' if self.read_only else ''})"
+        )

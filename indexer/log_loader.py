@@ -1,0 +1,899 @@
+"""Loading and recovery of one partition directory (Kafka's ``LogLoader``, spec 6.2 and 6.3).
+
+:meth:`LogLoader.load` runs Kafka's steps in Kafka's order:
+
+1. temp files: ``.deleted`` files are deleted; ``.cleaned`` files are deleted, and so is every
+   ``.swap`` file at or above the lowest ``.cleaned`` offset (an unfinished split, KAFKA-6264);
+2. the remaining ``.swap`` segments are measured (lowest base offset, highest next offset);
+3. segment files whose offset lies in that range are deleted (the swap replaces them);
+4. ``.swap`` files are renamed to their final names;
+5. segments are loaded in offset order: orphaned index files are deleted; a segment without an
+   offset index is recovered; a missing time index is created empty; the transaction index is
+   checked;
+6. unless the shutdown was clean, every segment from the one holding the recovery point on is
+   recovered (CRC-checked, cut after its last valid batch, indexes rebuilt); the first segment that
+   loses bytes ends the recovery and every later segment is deleted; a log whose end lies below the
+   checkpointed log start offset is emptied; an empty directory gets an empty segment at the log
+   start offset;
+7. the leader-epoch checkpoint is truncated to the recovered range, stray producer snapshots are
+   deleted, the active segment's indexes get their full preallocated size back.
+
+A segment whose batch offsets do not fit its base offset (``LogSegmentOffsetOverflowError``, pre-0.11
+data) is split into ``.cleaned`` segments, swapped in through ``.swap``, and the step retried.
+
+Decisions and actions are separate, as in diskcache's ``Cache.check(fix=False)``: one code path
+walks the steps over a model of the directory (its file names), decides from read-only inspection
+(names, sizes, index bytes; for a segment to recover, a CRC-checked scan of its ``.log``), records
+each decision as a :class:`RecoveryStep`, and acts only when fixing. :meth:`LogLoader.check` is the
+dry run (the ``--dry-run`` of the recovery command) and changes nothing; :meth:`LogLoader.load`
+acts, letting ``LogSegment.recover`` make the one CRC pass, and returns the loaded segments with
+the :class:`RecoveryReport` of what it did. Both make the same decisions (tested on fuzzed
+directories), except that a dry run assumes the not-yet-written output of a split to be valid.
+
+Beyond Kafka (listed in docs/design.md): an existing offset or time index that fails its sanity
+check, whose size is not a multiple of its entry size, whose entries do not increase or point past
+the end of the ``.log`` is rebuilt (Kafka only rebuilds missing offset indexes since KAFKA-7283); a
+segment whose valid batches' last offsets do not strictly increase loses its data as a whole (Kafka
+does so only when such a batch lands in the index); a segment recovered during loading is not
+recovered again in step 6, and bytes it lost count as corruption there. Not done (seglog keeps
+no producer state or leader-epoch cache): producer snapshots are never written, and epochs are not
+re-assigned from the recovered batches; existing snapshots and epoch checkpoints are trimmed as
+Kafka trims them.
+
+Thread-safety: a loader is used once, by one thread, before the log exists; the caller holds the
+partition's writer lock. Crash safety: every step is idempotent, so a crash during loading is
+repaired by loading again.
+"""
+
+from __future__ import annotations
+
+import enum
+import logging
+import os
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol, TypeVar
+
+import numpy as np
+
+from indexer import file_names
+from indexer.checkpoint import EpochEntry, LeaderEpochCheckpointFile, fsync_directory
+from indexer.clock import Clock, SystemClock
+from indexer.config import LogConfig
+from indexer.errors import (
+    CorruptIndexError,
+    InvalidOffsetError,
+    LogSegmentOffsetOverflowError,
+    StorageError,
+)
+from indexer.records.file_records import BatchScan, FileRecords
+from indexer.segment import LogSegment, maybe_handle_io_error
+from indexer.segments import LogSegments
+
+logger = logging.getLogger(__name__)
+_T = TypeVar("_T")
+
+INT_MAX = 2**31 - 1
+LONG_MAX = 2**63 - 1
+DELETE_DIR_SUFFIX = "-delete"
+_KRAFT_DELETED_SUFFIX = ".checkpoint.deleted"
+_OFFSET_ENTRY = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
+_TIME_ENTRY = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
+_TXN_FIELDS = [("version", ">i2"), ("producer_id", ">i8"), ("first_offset", ">i8"), ("last_offset", ">i8")]
+_TXN_ENTRY = np.dtype([*_TXN_FIELDS, ("last_stable_offset", ">i8")])  # AbortedTxn, 34 bytes
+
+
+class StepKind(enum.StrEnum):
+    """What the loader did (or, in a dry run, would do) to a file or segment."""
+
+    DELETE_STRAY_DELETED = "delete-stray-deleted-file"
+    DELETE_CLEANED = "delete-cleaned-file"
+    DELETE_INVALID_SWAP = "delete-incomplete-split-swap-file"
+    DELETE_SWAPPED_OUT = "delete-file-replaced-by-swap"
+    COMPLETE_SWAP = "rename-swap-file"
+    DELETE_ORPHANED_INDEX = "delete-orphaned-index"
+    CREATE_EMPTY_TIME_INDEX = "create-empty-time-index"
+    RECOVER_SEGMENT = "recover-segment"
+    DROP_SEGMENT_DATA = "drop-segment-data"
+    DELETE_AFTER_CORRUPTION = "delete-segment-after-corruption"
+    DELETE_BELOW_LOG_START = "delete-segment-below-log-start"
+    CREATE_EMPTY_SEGMENT = "create-empty-segment"
+    SPLIT_OVERFLOWED_SEGMENT = "split-overflowed-segment"
+    DELETE_STRAY_SNAPSHOT = "delete-stray-producer-snapshot"
+    TRUNCATE_LEADER_EPOCHS = "truncate-leader-epoch-checkpoint"
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryStep:
+    """One decision of the loader about one file or segment.
+
+    ``bytes_truncated``/``batches_dropped`` count what a recovery cut from the ``.log`` (batches
+    still framed after the first invalid byte; a torn trailing batch counts in bytes only);
+    ``segment_bytes`` is the size of a segment deleted as a whole. ``indexes_rebuilt`` is true for a
+    recovery, which rewrites both indexes.
+    """
+
+    kind: StepKind
+    path: str
+    detail: str
+    base_offset: int | None = None
+    bytes_truncated: int = 0
+    batches_dropped: int = 0
+    segment_bytes: int = 0
+    indexes_rebuilt: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        out = asdict(self)
+        out["kind"] = self.kind.value
+        return out
+
+
+@dataclass(slots=True)
+class RecoveryReport:
+    """What loading a partition directory did (``dry_run=False``) or would do (``dry_run=True``).
+
+    The offsets are the loaded log's: ``next_offset`` is the log end offset after recovery, so data
+    at or above a high watermark greater than it was lost.
+    """
+
+    directory: str
+    dry_run: bool
+    had_clean_shutdown: bool
+    recovery_point_checkpoint: int
+    log_start_offset_checkpoint: int
+    steps: list[RecoveryStep] = field(default_factory=list)
+    log_start_offset: int = 0
+    recovery_point: int = 0
+    next_offset: int = 0
+
+    def of_kind(self, *kinds: StepKind) -> list[RecoveryStep]:
+        return [s for s in self.steps if s.kind in kinds]
+
+    @property
+    def segments_recovered(self) -> int:
+        return len(self.of_kind(StepKind.RECOVER_SEGMENT))
+
+    @property
+    def bytes_truncated(self) -> int:
+        return sum(s.bytes_truncated for s in self.steps)
+
+    @property
+    def batches_dropped(self) -> int:
+        return sum(s.batches_dropped for s in self.steps)
+
+    @property
+    def segments_deleted(self) -> list[RecoveryStep]:
+        """Whole segments removed because of corruption before them or the log start offset."""
+        return self.of_kind(StepKind.DELETE_AFTER_CORRUPTION, StepKind.DELETE_BELOW_LOG_START)
+
+    @property
+    def data_lost(self) -> bool:
+        """Whether any record bytes were (or would be) cut or deleted."""
+        return bool(self.bytes_truncated or self.segments_deleted or self.of_kind(StepKind.DROP_SEGMENT_DATA))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready view, for the recovery command."""
+        out = {name: value for name, value in asdict(self).items() if name != "steps"}
+        for name in ("segments_recovered", "bytes_truncated", "batches_dropped", "data_lost"):
+            out[name] = getattr(self, name)
+        out["steps"] = [s.to_dict() for s in self.steps]
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class LoadedLog:
+    """The result of :meth:`LogLoader.load` (Kafka's ``LoadedLogOffsets`` plus the segments)."""
+
+    segments: LogSegments
+    log_start_offset: int
+    recovery_point: int
+    next_offset: int
+    report: RecoveryReport
+
+
+class _Segment(Protocol):
+    """What the loader's control flow needs from a segment, real or planned."""
+
+    @property
+    def base_offset(self) -> int: ...
+
+    @property
+    def size(self) -> int: ...
+
+    def read_next_offset(self) -> int: ...
+
+
+@dataclass(slots=True)
+class _PlannedSegment:
+    """A dry run's stand-in for a segment: its ``.log`` size and what recovery would leave of it.
+
+    ``next_offset`` is computed on first use (a header walk of the file, as ``readNextOffset``).
+    ``virtual`` segments are the planned output of a split: their files do not exist.
+    """
+
+    base_offset: int
+    path: Path
+    size: int
+    next_offset: int | None = None
+    virtual: bool = False
+
+    def read_next_offset(self) -> int:
+        if self.next_offset is None:
+            with FileRecords.open(self.path, mutable=False) as records:
+                last_offsets = records.scan(0, verify_crc=False).last_offsets
+            self.next_offset = int(last_offsets[-1]) + 1 if len(last_offsets) else self.base_offset
+        return self.next_offset
+
+
+@dataclass(frozen=True, slots=True)
+class _Inspection:
+    """What a CRC-checked read-only scan says recovery of one ``.log`` would do."""
+
+    scan: BatchScan
+    size: int
+    overflow_offset: int | None  # first valid batch whose offsets do not fit the segment
+    offsets_out_of_order: bool  # valid batches whose last offsets do not strictly increase
+    batches_dropped: int  # framed entries after the last valid batch
+
+    @property
+    def valid_next_offset(self) -> int | None:
+        return int(self.scan.last_offsets[-1]) + 1 if len(self.scan) else None
+
+
+class _SplitNeeded(Exception):
+    """Internal: a segment overflows; the caller splits it and retries the step."""
+
+    def __init__(self, segment: _Segment, offset: int) -> None:
+        super().__init__(f"segment {segment.base_offset} overflows at offset {offset}")
+        self.segment = segment
+        self.offset = offset
+
+
+def _offset_index_problem(path: Path, base_offset: int, log_size: int) -> str | None:
+    """Why an existing ``.index`` cannot be trusted, or None (Kafka's sanity check and more)."""
+    raw = path.read_bytes()
+    if len(raw) % _OFFSET_ENTRY.itemsize:
+        return f"Index file {path} is corrupt, found {len(raw)} bytes which is not a multiple of 8"
+    entries = np.frombuffer(raw, dtype=_OFFSET_ENTRY)
+    if not len(entries):
+        return None
+    relative = entries["relative_offset"].astype(np.int64)
+    positions = entries["position"].astype(np.int64)
+    if relative[-1] < 0:
+        return (
+            f"Corrupt index found, index file {path} has non-zero size but the last offset is "
+            f"{base_offset + int(relative[-1])} which is less than the base offset {base_offset}"
+        )
+    if np.any(np.diff(relative) <= 0) or np.any(np.diff(positions) <= 0):
+        return f"index file {path} has entries that do not strictly increase (e.g. zero-filled slots)"
+    if positions[0] < 0 or positions[-1] >= log_size:
+        return f"index file {path} points at position {int(positions[-1])}, past the log's {log_size} bytes"
+    return None
+
+
+def _time_index_problem(path: Path, base_offset: int) -> str | None:
+    """Why an existing ``.timeindex`` cannot be trusted, or None (Kafka's sanity check and more)."""
+    raw = path.read_bytes()
+    if len(raw) % _TIME_ENTRY.itemsize:
+        return f"Time index file {path} is corrupt, found {len(raw)} bytes which is not a multiple of 12"
+    entries = np.frombuffer(raw, dtype=_TIME_ENTRY)
+    if not len(entries):
+        return None
+    stamps = entries["timestamp"].astype(np.int64)
+    relative = entries["relative_offset"].astype(np.int64)
+    if stamps[-1] < stamps[0]:
+        return (
+            f"Corrupt time index found, time index file ({path}) has non-zero size but the last timestamp "
+            f"is {int(stamps[-1])} which is less than the first timestamp {int(stamps[0])}"
+        )
+    if relative[-1] < 0:
+        return (
+            f"Corrupt time index found, time index file ({path}) has non-zero size but the last offset is "
+            f"{base_offset + int(relative[-1])} which is less than the base offset {base_offset}"
+        )
+    if np.any(np.diff(stamps) <= 0) or np.any(np.diff(relative) < 0):
+        return f"time index file {path} has entries that do not increase (e.g. zero-filled slots)"
+    return None
+
+
+def _txn_index_problem(path: Path, base_offset: int) -> str | None:
+    """Kafka's ``TransactionIndex.sanityCheck`` (and its version check) on the raw file, or None."""
+    raw = path.read_bytes()
+    count = len(raw) // _TXN_ENTRY.itemsize
+    entries = np.frombuffer(raw, dtype=_TXN_ENTRY, count=count)
+    if count and np.any((entries["version"] >> 8) > 0):  # AbortedTxn.version() reads byte 0 only
+        return f"transaction index {path} has an entry with an unknown version"
+    below = np.flatnonzero(entries["last_offset"] < base_offset)
+    if below.size:
+        return (
+            f"Last offset of aborted transaction {int(entries['last_offset'][below[0]])} in index {path} "
+            f"is less than start offset {base_offset}"
+        )
+    return None
+
+
+def _truncate_epochs(entries: list[EpochEntry], end_offset: int, start_offset: int) -> list[EpochEntry]:
+    """Kafka's ``truncateFromEnd(end)`` then ``truncateFromStart(start)`` on a leader-epoch list."""
+    out = list(entries)
+    if end_offset >= 0 and out and out[-1].start_offset >= end_offset:
+        while out and out[-1].start_offset >= end_offset:
+            out.pop()
+    removed: list[EpochEntry] = []
+    while out and out[0].start_offset <= start_offset:
+        removed.append(out.pop(0))
+    if removed:
+        out.insert(0, EpochEntry(removed[-1].epoch, start_offset))
+    return out
+
+
+class LogLoader:
+    """Loads (and recovers) the partition directory ``directory``; use once.
+
+    ``recovery_point`` and ``log_start_offset`` are the checkpointed values (0 when unknown);
+    ``had_clean_shutdown`` comes from the log directory's clean-shutdown marker. The clock schedules
+    the deletion of segments removed during recovery (``file.delete.delay.ms`` after renaming them
+    ``.deleted``). Not thread-safe; the caller holds the partition's writer lock.
+    """
+
+    def __init__(
+        self,
+        directory: str | os.PathLike[str],
+        config: LogConfig,
+        *,
+        recovery_point: int = 0,
+        log_start_offset: int = 0,
+        had_clean_shutdown: bool = False,
+        clock: Clock | None = None,
+    ) -> None:
+        self.directory = Path(directory)
+        self.config = config
+        self.recovery_point_checkpoint = recovery_point
+        self.log_start_offset_checkpoint = log_start_offset
+        self.had_clean_shutdown = had_clean_shutdown
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._prefix = f"[LogLoader partition={self.directory.name}, dir={self.directory.parent}] "
+        self._fix = True
+        self._report = self._new_report(dry_run=False)
+        self._names: set[str] = set()
+        self._segments: dict[int, _Segment] = {}
+        self._recovered: dict[int, int] = {}  # base offset -> bytes truncated while loading
+        self._virtual: dict[int, _PlannedSegment] = {}  # dry run: planned output of splits
+        self._renamed: dict[str, str] = {}  # dry run: final name -> swap file holding it
+
+    # -- entry points ---------------------------------------------------------------------------
+
+    def load(self) -> LoadedLog:
+        """Recover the directory and open its segments (spec 6.2).
+
+        Raises:
+            StorageError: an I/O error; the directory is left in a state a later load completes.
+        """
+        try:
+            report = self._run(fix=True)
+        except BaseException:
+            for segment in self._segments.values():  # nothing is returned: release what was opened
+                if isinstance(segment, LogSegment):
+                    segment.close_handlers()
+            raise
+        segments = LogSegments(self.directory.name)
+        for base in sorted(self._segments):
+            segment = self._segments[base]
+            assert isinstance(segment, LogSegment)
+            segments.add(segment)
+        return LoadedLog(segments, report.log_start_offset, report.recovery_point, report.next_offset, report)
+
+    def check(self) -> RecoveryReport:
+        """Make every decision :meth:`load` would make, changing nothing (a dry run).
+
+        Raises:
+            StorageError: a file cannot be read.
+        """
+        return self._run(fix=False)
+
+    # -- the steps ------------------------------------------------------------------------------
+
+    def _new_report(self, *, dry_run: bool) -> RecoveryReport:
+        return RecoveryReport(
+            directory=str(self.directory),
+            dry_run=dry_run,
+            had_clean_shutdown=self.had_clean_shutdown,
+            recovery_point_checkpoint=self.recovery_point_checkpoint,
+            log_start_offset_checkpoint=self.log_start_offset_checkpoint,
+        )
+
+    def _run(self, *, fix: bool) -> RecoveryReport:
+        self._fix = fix
+        self._report = self._new_report(dry_run=not fix)
+        self._segments = {}
+        self._recovered = {}
+        self._virtual = {}
+        self._renamed = {}
+        with maybe_handle_io_error(self.directory, "listing the partition directory"):
+            self._names = {e.name for e in os.scandir(self.directory) if e.is_file(follow_symlinks=False)}
+        swap_files = self._remove_temp_files_and_collect_swap_files()
+        self._complete_swaps(swap_files)
+        self._retry_on_overflow(self._load_segment_files)
+        if self.directory.name.endswith(DELETE_DIR_SUFFIX):
+            if not self._segments:
+                self._create_empty_segment(0)
+            recovery_point, next_offset = 0, 0
+        else:
+            recovery_point, next_offset = self._retry_on_overflow(self._recover_log)
+            if fix:
+                active = self._segments[max(self._segments)]
+                assert isinstance(active, LogSegment)
+                active.offset_index.resize(self.config.segment_index_bytes)
+                active.time_index.resize(self.config.segment_index_bytes)
+        first_base = min(self._segments)
+        report = self._report
+        report.log_start_offset = max(self.log_start_offset_checkpoint, first_base)
+        report.recovery_point = recovery_point
+        report.next_offset = next_offset
+        self._truncate_leader_epochs(next_offset)
+        self._remove_stray_snapshots(next_offset)
+        if fix and report.steps:
+            self._fsync_directory()
+        logger.info(
+            "%s%d segments, log start %d, recovery point %d, next offset %d, %d recovery steps%s",
+            *(self._prefix, len(self._segments), report.log_start_offset, recovery_point, next_offset),
+            *(len(report.steps), "" if fix else " (dry run: nothing changed)"),
+        )
+        return report
+
+    def _record(
+        self, kind: StepKind, path: str | Path, detail: str, base_offset: int | None = None, **counts: Any
+    ) -> None:
+        step = RecoveryStep(kind, str(path), detail, base_offset, **counts)
+        self._report.steps.append(step)
+        log = logger.warning if step.kind in _LOSSY_KINDS else logger.info
+        log("%s%s%s: %s", self._prefix, "" if self._fix else "[dry run] ", step.kind.value, step.detail)
+
+    def _open_segment(self, base_offset: int, **kwargs: Any) -> LogSegment:
+        return LogSegment.open(self.directory, base_offset, self.config, clock=self.clock, **kwargs)
+
+    def _path(self, name: str) -> Path:
+        return self.directory / name
+
+    def _source(self, name: str) -> Path:
+        """Where the file now called ``name`` is to be read (a dry run renames swap files only on paper)."""
+        return self.directory / self._renamed.get(name, name)
+
+    def _delete_file(self, name: str, kind: StepKind, detail: str) -> None:
+        self._record(kind, self._path(name), detail, _offset_or_none(name))
+        self._names.discard(name)
+        if self._fix:
+            with maybe_handle_io_error(self._path(name), "deleting"):
+                self._path(name).unlink(missing_ok=True)
+
+    def _remove_temp_files_and_collect_swap_files(self) -> list[str]:
+        """Step 1: delete ``.deleted`` and ``.cleaned`` files and swap files of unfinished splits."""
+        swap_files: list[str] = []
+        cleaned_files: list[str] = []
+        min_cleaned_offset = LONG_MAX
+        for name in sorted(self._names):
+            path = self._path(name)
+            if not os.access(path, os.R_OK):
+                raise StorageError(f"Could not read file {path}", path=path)
+            if name.endswith(file_names.DELETED_FILE_SUFFIX) and not name.endswith(_KRAFT_DELETED_SUFFIX):
+                self._delete_file(name, StepKind.DELETE_STRAY_DELETED, "stray temporary file")
+            elif name.endswith(file_names.CLEANED_FILE_SUFFIX):
+                offset = _offset_or_none(name)
+                if offset is not None:
+                    min_cleaned_offset = min(min_cleaned_offset, offset)
+                cleaned_files.append(name)
+            elif name.endswith(file_names.SWAP_FILE_SUFFIX):
+                swap_files.append(name)
+        valid_swaps = []
+        for name in swap_files:
+            offset = _offset_or_none(name)
+            if offset is not None and offset >= min_cleaned_offset:
+                why = (
+                    f"swap file of an unfinished split (cleaned files from {min_cleaned_offset}, KAFKA-6264)"
+                )
+                self._delete_file(name, StepKind.DELETE_INVALID_SWAP, why)
+            else:
+                valid_swaps.append(name)
+        for name in cleaned_files:
+            self._delete_file(name, StepKind.DELETE_CLEANED, "stray .cleaned file")
+        return valid_swaps
+
+    def _complete_swaps(self, swap_files: list[str]) -> None:
+        """Steps 2-4: delete what the valid swap segments replace, then rename them into place."""
+        min_swap_offset, max_swap_offset = LONG_MAX, -LONG_MAX - 1
+        for name in swap_files:
+            unswapped = name[: -len(file_names.SWAP_FILE_SUFFIX)]
+            offset = _offset_or_none(name)
+            if offset is None or not unswapped.endswith(file_names.LOG_FILE_SUFFIX):
+                continue
+            inspection = self._inspect(self._path(name), offset, verify_crc=False)
+            next_offset = inspection.valid_next_offset
+            min_swap_offset = min(min_swap_offset, offset)
+            max_swap_offset = max(max_swap_offset, offset if next_offset is None else next_offset)
+            logger.info("%sfound %s from an interrupted swap, recoverable by renaming", self._prefix, name)
+        for name in sorted(self._names):
+            if name.endswith(file_names.SWAP_FILE_SUFFIX):
+                continue
+            offset = _offset_or_none(name)
+            if offset is not None and min_swap_offset <= offset < max_swap_offset:
+                why = f"replaced by the swap files of offsets [{min_swap_offset}, {max_swap_offset})"
+                self._delete_file(name, StepKind.DELETE_SWAPPED_OUT, why)
+        for name in sorted(self._names):
+            if not name.endswith(file_names.SWAP_FILE_SUFFIX):
+                continue
+            target = name[: -len(file_names.SWAP_FILE_SUFFIX)]
+            self._record(
+                StepKind.COMPLETE_SWAP, self._path(name), f"renamed to {target}", _offset_or_none(name)
+            )
+            self._names.discard(name)
+            self._names.add(target)
+            if self._fix:
+                with maybe_handle_io_error(self._path(name), f"renaming to {target}"):
+                    os.replace(self._path(name), self._path(target))
+            else:
+                self._renamed[target] = name
+
+    def _load_segment_files(self) -> None:
+        """Step 5: delete orphaned indexes, open every segment, recover those with missing or bad indexes."""
+        for segment in self._segments.values():
+            if isinstance(segment, LogSegment):
+                segment.close_handlers()
+        self._segments = {}
+        for name in sorted(self._names):
+            path = self._path(name)
+            if file_names.is_index_file(path):
+                offset = _offset_or_none(name)
+                if offset is not None and file_names.log_file(self.directory, offset).name not in self._names:
+                    self._delete_file(name, StepKind.DELETE_ORPHANED_INDEX, "orphaned index: no log file")
+            elif file_names.is_log_file(path):
+                offset = _offset_or_none(name)
+                if offset is None:
+                    logger.warning("%signoring %s: its name is not an offset", self._prefix, path)
+                    continue
+                self._load_segment(offset)
+
+    def _load_segment(self, base_offset: int) -> None:
+        log_path = file_names.log_file(self.directory, base_offset)
+        index_name = file_names.offset_index_file(self.directory, base_offset).name
+        time_index_name = file_names.time_index_file(self.directory, base_offset).name
+        txn_name = file_names.transaction_index_file(self.directory, base_offset).name
+        time_index_newly_created = time_index_name not in self._names
+        if base_offset in self._virtual:  # dry run: a planned split segment, indexes to be written
+            self._segments[base_offset] = self._virtual[base_offset]
+            return
+        with maybe_handle_io_error(log_path, "inspecting the segment"):
+            log_size = self._source(log_path.name).stat().st_size
+            problem = None
+            if index_name not in self._names:
+                problem = f"Could not find offset index file corresponding to log file {log_path}"
+            else:
+                problem = _offset_index_problem(self._source(index_name), base_offset, log_size)
+                if problem is None and not time_index_newly_created:
+                    problem = _time_index_problem(self._source(time_index_name), base_offset)
+                if problem is None and txn_name in self._names:
+                    problem = _txn_index_problem(self._source(txn_name), base_offset)
+        segment: _Segment
+        if self._fix:
+            segment = self._open_segment(base_offset, file_already_exists=True)
+        else:
+            segment = _PlannedSegment(base_offset, self._source(log_path.name), log_size)
+        self._segments[base_offset] = segment
+        if problem is None and time_index_newly_created:
+            why = "missing time index: created empty, not rebuilt (as Kafka)"
+            self._record(StepKind.CREATE_EMPTY_TIME_INDEX, self._path(time_index_name), why, base_offset)
+            self._names.add(time_index_name)
+        if problem is None and isinstance(segment, LogSegment):
+            try:
+                segment.sanity_check(time_index_newly_created)
+            except (StorageError, CorruptIndexError) as e:
+                problem = str(e)
+        if problem is None:
+            return
+        if self.had_clean_shutdown or base_offset < self.recovery_point_checkpoint:
+            logger.error("%s%s, recovering segment and rebuilding index files...", self._prefix, problem)
+        self._recovered[base_offset] = self._recover_segment(segment, reason=problem)
+        self._names.update({index_name, time_index_name})
+
+    def _recover_log(self) -> tuple[int, int]:
+        """Step 6 (Kafka ``recoverLog``): returns (recovery point, next offset)."""
+        if not self.had_clean_shutdown:
+            bases = sorted(self._segments)
+            floor = [b for b in bases if b <= self.recovery_point_checkpoint]
+            start = floor[-1] if floor else (bases[0] if bases else 0)
+            unflushed = [self._segments[b] for b in bases if b >= start]
+            for i, segment in enumerate(unflushed):
+                if segment.base_offset in self._recovered:
+                    truncated = self._recovered[segment.base_offset]
+                else:
+                    truncated = self._recover_segment(segment, reason="unflushed after an unclean shutdown")
+                if truncated > 0:
+                    why = f"segment {segment.base_offset} before it lost {truncated} bytes to corruption"
+                    self._delete_segments(unflushed[i + 1 :], StepKind.DELETE_AFTER_CORRUPTION, why)
+                    break
+        log_end_offset: int | None = None
+        if self._segments:
+            log_end_offset = self._segments[max(self._segments)].read_next_offset()
+            if log_end_offset < self.log_start_offset_checkpoint:  # e.g. segment files deleted by hand
+                why = f"the log ends at {log_end_offset}, below its start {self.log_start_offset_checkpoint}"
+                segments = [self._segments[b] for b in sorted(self._segments)]
+                self._delete_segments(segments, StepKind.DELETE_BELOW_LOG_START, why)
+                log_end_offset = None
+        if not self._segments:
+            self._create_empty_segment(self.log_start_offset_checkpoint)
+        if self.had_clean_shutdown and log_end_offset is not None:
+            return log_end_offset, log_end_offset
+        if log_end_offset is None:
+            log_end_offset = self._segments[max(self._segments)].read_next_offset()
+        return min(self.recovery_point_checkpoint, log_end_offset), log_end_offset
+
+    # -- one segment ----------------------------------------------------------------------------
+
+    def _inspect(self, path: Path, base_offset: int, *, verify_crc: bool = True) -> _Inspection:
+        """Read-only scan of a ``.log``: what recovering it would keep and drop."""
+        with FileRecords.open(path, mutable=False) as records:
+            scan = records.scan(0, verify_crc=verify_crc)
+            size = records.size_in_bytes()
+            dropped = 0
+            if scan.valid_bytes < size:
+                dropped = len(records.scan(scan.valid_bytes, verify_crc=False))
+        last = np.asarray(scan.last_offsets, dtype=np.int64)
+        relative = last - base_offset
+        bad = np.flatnonzero((relative < 0) | (relative > INT_MAX))
+        overflow = int(last[bad[0]]) if bad.size else None
+        out_of_order = bool(last.size > 1 and np.any(np.diff(last) <= 0))
+        return _Inspection(scan, size, overflow, out_of_order, dropped)
+
+    def _recover_segment(self, segment: _Segment, *, reason: str) -> int:
+        """Recover one segment (spec 4.7) or, when its offsets go backwards, drop its data; returns the
+        bytes it lost. Raises :class:`_SplitNeeded` for a segment whose offsets overflow."""
+        log_path = file_names.log_file(self.directory, segment.base_offset)
+        if isinstance(segment, LogSegment):
+            return self._recover_open_segment(segment, log_path, reason)
+        assert isinstance(segment, _PlannedSegment)
+        if segment.virtual:  # the planned output of a split is not written yet: assume it is valid
+            why = f"{reason}: planned split segment"
+            self._record(StepKind.RECOVER_SEGMENT, log_path, why, segment.base_offset, indexes_rebuilt=True)
+            return 0
+        inspection = self._inspect(self._source(log_path.name), segment.base_offset)
+        if inspection.overflow_offset is not None:
+            raise _SplitNeeded(segment, inspection.overflow_offset)
+        everything = len(inspection.scan) + inspection.batches_dropped
+        if inspection.offsets_out_of_order:
+            return self._drop_segment_data(segment, log_path, inspection.size, everything, _OUT_OF_ORDER)
+        valid_bytes = inspection.scan.valid_bytes
+        segment.size = valid_bytes
+        segment.next_offset = inspection.valid_next_offset or segment.base_offset
+        truncated = inspection.size - valid_bytes
+        error = inspection.scan.error
+        cause = str(error) if error is not None else "a torn batch at the end"
+        return self._record_recovery(segment, log_path, reason, truncated, inspection.batches_dropped, cause)
+
+    def _recover_open_segment(self, segment: LogSegment, log_path: Path, reason: str) -> int:
+        """The real recovery: ``LogSegment.recover`` makes the one CRC pass; a header walk before it
+        gives what the report needs (the framing of the bytes it cuts, the kept batches' offsets)."""
+        framed = segment.log.scan(0, verify_crc=False)
+        size = segment.size
+        try:
+            truncated = segment.recover()
+        except LogSegmentOffsetOverflowError as e:
+            raise _SplitNeeded(segment, e.offset if e.offset is not None else segment.base_offset) from e
+        except (InvalidOffsetError, StorageError) as e:
+            return self._drop_segment_data(segment, log_path, size, len(framed), str(e))
+        kept = np.asarray(framed.positions) < segment.size
+        last_offsets = np.asarray(framed.last_offsets)[kept]
+        if last_offsets.size > 1 and np.any(np.diff(last_offsets) <= 0):
+            return self._drop_segment_data(segment, log_path, size, len(framed), _OUT_OF_ORDER)
+        dropped = int(np.count_nonzero(~kept))
+        return self._record_recovery(
+            segment, log_path, reason, truncated, dropped, "invalid bytes, logged above"
+        )
+
+    def _record_recovery(
+        self, segment: _Segment, log_path: Path, reason: str, truncated: int, dropped: int, cause: str
+    ) -> int:
+        detail = f"{reason}: rebuilt indexes"
+        if truncated:
+            detail += f", truncated {truncated} bytes at position {segment.size} ({cause})"
+        counts = {"bytes_truncated": truncated, "batches_dropped": dropped if truncated else 0}
+        self._record(
+            StepKind.RECOVER_SEGMENT, log_path, detail, segment.base_offset, indexes_rebuilt=True, **counts
+        )
+        return truncated
+
+    def _drop_segment_data(self, segment: _Segment, log_path: Path, size: int, batches: int, why: str) -> int:
+        """Kafka's answer to ``InvalidOffsetException`` during recovery: truncate to the base offset."""
+        if isinstance(segment, LogSegment):
+            segment.offset_index.reset()  # so truncate_to finds position 0 whatever the old index said
+            segment.time_index.reset()
+            segment.truncate_to(segment.base_offset)
+            segment.time_index.trim_to_valid_size()
+            segment.offset_index.trim_to_valid_size()
+        else:
+            assert isinstance(segment, _PlannedSegment)
+            segment.size, segment.next_offset = 0, segment.base_offset
+        counts = {"bytes_truncated": size, "batches_dropped": batches, "indexes_rebuilt": True}
+        detail = f"invalid offsets during recovery ({why}): the segment's data is deleted, the segment kept"
+        self._record(StepKind.DROP_SEGMENT_DATA, log_path, detail, segment.base_offset, **counts)
+        return size
+
+    def _delete_segments(self, segments: Iterable[_Segment], kind: StepKind, why: str) -> None:
+        """Remove segments from the map and delete their files asynchronously (spec 4.10)."""
+        for segment in list(segments):
+            del self._segments[segment.base_offset]
+            log_path = file_names.log_file(self.directory, segment.base_offset)
+            detail = f"{segment.size} bytes, deleted: {why}"
+            self._record(kind, log_path, detail, segment.base_offset, segment_bytes=segment.size)
+            for name in _segment_file_names(self.directory, segment.base_offset):
+                self._names.discard(name)
+            if isinstance(segment, LogSegment):
+                segment.change_file_suffixes("", file_names.DELETED_FILE_SUFFIX)
+                self._schedule_delete(segment)
+            snapshot = file_names.producer_snapshot_file(self.directory, segment.base_offset).name
+            if snapshot in self._names:
+                self._delete_file(snapshot, StepKind.DELETE_STRAY_SNAPSHOT, "snapshot of a deleted segment")
+
+    def _schedule_delete(self, segment: LogSegment) -> None:
+        self.clock.schedule(self.config.file_delete_delay_ms, segment.delete_if_exists, name="delete-file")
+
+    def _create_empty_segment(self, base_offset: int) -> None:
+        log_path = file_names.log_file(self.directory, base_offset)
+        self._record(StepKind.CREATE_EMPTY_SEGMENT, log_path, "no segment left: a new empty one", base_offset)
+        segment: _Segment
+        if self._fix:
+            segment = self._open_segment(base_offset)
+        else:
+            segment = _PlannedSegment(base_offset, log_path, 0, base_offset)
+        self._segments[base_offset] = segment
+        self._names.add(log_path.name)
+
+    # -- offset overflow ------------------------------------------------------------------------
+
+    def _retry_on_overflow(self, step: Callable[[], _T]) -> _T:
+        while True:
+            try:
+                return step()
+            except _SplitNeeded as e:
+                self._split_overflowed_segment(e.segment, e.offset)
+
+    def _split_overflowed_segment(self, segment: _Segment, offset: int) -> None:
+        """Kafka's ``LocalLog.splitOverflowedSegment``: copy the batches into new segments, each based
+        at the first batch that no longer fits the previous one, and swap them in (``.cleaned`` ->
+        ``.swap`` -> final names, the old segment -> ``.deleted``)."""
+        log_path = file_names.log_file(self.directory, segment.base_offset)
+        with FileRecords.open(self._source(log_path.name), mutable=False) as records:
+            framed = records.scan(0, verify_crc=False)
+        groups = _split_groups(np.asarray(framed.base_offsets), np.asarray(framed.last_offsets))
+        new_bases = [int(framed.base_offsets[g[0]]) for g in groups]
+        why = (
+            f"offset {offset} overflows the segment (KAFKA-6264): split into segments at offsets {new_bases}"
+        )
+        self._record(StepKind.SPLIT_OVERFLOWED_SEGMENT, log_path, why, segment.base_offset)
+        del self._segments[segment.base_offset]
+        for name in _segment_file_names(self.directory, segment.base_offset):
+            self._names.discard(name)
+        if not self._fix:
+            for group, base in zip(groups, new_bases, strict=True):
+                size, next_offset = int(framed.sizes[group].sum()), int(framed.last_offsets[group[-1]]) + 1
+                planned = _PlannedSegment(
+                    base, file_names.log_file(self.directory, base), size, next_offset, True
+                )
+                self._segments[base] = self._virtual[base] = planned
+                self._names.add(planned.path.name)
+            return
+        assert isinstance(segment, LogSegment)
+        new_segments = []
+        for group, base in zip(groups, new_bases, strict=True):
+            for path in _segment_paths(self.directory, base, file_names.CLEANED_FILE_SUFFIX):
+                path.unlink(missing_ok=True)
+            new = self._open_segment(base, file_suffix=file_names.CLEANED_FILE_SUFFIX)
+            new_segments.append(new)
+            for i in group.tolist():
+                raw = segment.log.read(int(framed.positions[i]), int(framed.sizes[i]))
+                last = int(framed.last_offsets[i])
+                new.append(last, int(framed.max_timestamps[i]), last, raw)
+            new.on_become_inactive_segment()
+            new.flush()
+            new.set_last_modified(segment.last_modified)
+        copied = sum(s.size for s in new_segments)
+        if copied != segment.size:
+            logger.warning(
+                "%s%s: split copied %d of %d bytes (torn tail)", self._prefix, log_path, copied, segment.size
+            )
+        for new in reversed(new_segments):
+            new.change_file_suffixes(file_names.CLEANED_FILE_SUFFIX, file_names.SWAP_FILE_SUFFIX)
+        segment.change_file_suffixes("", file_names.DELETED_FILE_SUFFIX)
+        self._schedule_delete(segment)
+        for new in new_segments:
+            new.change_file_suffixes(file_names.SWAP_FILE_SUFFIX, "")
+            self._segments[new.base_offset] = new
+            self._names.update(
+                p.name for p in _segment_paths(self.directory, new.base_offset, "") if p.exists()
+            )
+        self._fsync_directory()
+
+    # -- leader epochs, producer snapshots ------------------------------------------------------
+
+    def _truncate_leader_epochs(self, next_offset: int) -> None:
+        path = self._path(file_names.LEADER_EPOCH_CHECKPOINT_FILE)
+        if path.name not in self._names:
+            return
+        checkpoint = LeaderEpochCheckpointFile(path)
+        try:
+            entries = checkpoint.read()
+        except StorageError as e:
+            logger.warning("%scannot read %s, leaving it alone: %s", self._prefix, path, e)
+            return
+        truncated = _truncate_epochs(entries, next_offset, self.log_start_offset_checkpoint)
+        if truncated == entries:
+            return
+        why = f"epochs {[tuple(e) for e in entries]} -> {[tuple(e) for e in truncated]} (outside the log)"
+        self._record(StepKind.TRUNCATE_LEADER_EPOCHS, path, why)
+        if self._fix:
+            checkpoint.write(truncated)
+
+    def _remove_stray_snapshots(self, next_offset: int) -> None:
+        """Kafka's ``removeStraySnapshots`` plus the removal of snapshots above the log end offset."""
+        bases = set(self._segments)
+        snapshots = sorted(
+            (offset, name)
+            for name in self._names
+            if name.endswith(file_names.PRODUCER_SNAPSHOT_FILE_SUFFIX)
+            and (offset := _offset_or_none(name)) is not None
+        )
+        strays = [(offset, name) for offset, name in snapshots if offset not in bases]
+        keep = strays[-1] if strays and bases and strays[-1][0] >= max(bases) else None
+        for offset, name in strays:
+            if (offset, name) != keep:
+                self._delete_file(name, StepKind.DELETE_STRAY_SNAPSHOT, "stray: not at a segment base offset")
+        for offset, name in snapshots:
+            if offset > next_offset and name in self._names:
+                self._delete_file(
+                    name, StepKind.DELETE_STRAY_SNAPSHOT, f"beyond the log end offset {next_offset}"
+                )
+
+    def _fsync_directory(self) -> None:
+        with maybe_handle_io_error(self.directory, "fsync of the directory"):
+            fsync_directory(self.directory)
+
+
+_OUT_OF_ORDER = "the batches' last offsets do not increase"
+_LOSSY_KINDS = frozenset(
+    {StepKind.DROP_SEGMENT_DATA, StepKind.DELETE_AFTER_CORRUPTION, StepKind.DELETE_BELOW_LOG_START}
+)
+
+
+def _offset_or_none(name: str) -> int | None:
+    try:
+        return file_names.offset_from_file_name(name)
+    except ValueError:
+        return None
+
+
+def _segment_paths(directory: Path, base_offset: int, suffix: str) -> list[Path]:
+    return [
+        file_names.log_file(directory, base_offset, suffix),
+        file_names.offset_index_file(directory, base_offset, suffix),
+        file_names.time_index_file(directory, base_offset, suffix),
+        file_names.transaction_index_file(directory, base_offset, suffix),
+    ]
+
+
+def _segment_file_names(directory: Path, base_offset: int) -> list[str]:
+    return [p.name for p in _segment_paths(directory, base_offset, "")]
+
+
+def _split_groups(base_offsets: np.ndarray, last_offsets: np.ndarray) -> list[np.ndarray]:
+    """Batch indices of each split segment: a new segment starts at the first batch whose last offset
+    does not fit relative to the current segment's base (the first batch's base offset)."""
+    groups: list[np.ndarray] = []
+    start = 0
+    n = len(base_offsets)
+    while start < n:
+        base = int(base_offsets[start])
+        relative = last_offsets[start:] - base
+        misfits = np.flatnonzero((relative < 0) | (relative > INT_MAX))
+        stop = start + (int(misfits[0]) if misfits.size else n - start)
+        stop = max(stop, start + 1)
+        groups.append(np.arange(start, stop))
+        start = stop
+    return groups

@@ -1,0 +1,134 @@
+"""Tests for indexer/lock.py: flock-based writer locks within one process and across processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from indexer.errors import LogLockedError, StorageError
+from indexer.lock import FileLock
+
+_HOLDER = """
+import sys, time
+from indexer.lock import FileLock
+lock = FileLock(sys.argv[1])
+lock.acquire()
+print("locked", flush=True)
+time.sleep(60)
+"""
+
+
+def _start_holder(path: Path) -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path)], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "locked"
+    return proc
+
+
+def test_acquire_writes_holder_and_release_clears_it(tmp_path: Path) -> None:
+    lock = FileLock(tmp_path / ".seglog.lock")
+    lock.acquire()
+    assert lock.locked
+    assert lock.holder().startswith(f"pid={os.getpid()} host=")
+    lock.release()
+    assert not lock.locked
+    assert (tmp_path / ".seglog.lock").read_text() == ""
+    lock.release()  # idempotent
+
+
+def test_second_lock_in_same_process_conflicts(tmp_path: Path) -> None:
+    path = tmp_path / ".seglog.lock"
+    with FileLock(path):
+        with pytest.raises(LogLockedError) as info:
+            FileLock(path).acquire()
+        assert info.value.path == str(path)
+        assert str(info.value).startswith(f"partition {tmp_path} is locked by pid {os.getpid()} (host ")
+        assert "this process" in str(info.value)
+    with FileLock(path):  # free again after the with block
+        pass
+
+
+def test_acquiring_twice_on_one_object_is_misuse(tmp_path: Path) -> None:
+    lock = FileLock(tmp_path / "l")
+    with lock:
+        with pytest.raises(RuntimeError):
+            lock.acquire()
+
+
+def test_waiting_acquire_gets_the_lock_once_released(tmp_path: Path) -> None:
+    path = tmp_path / ".lock"
+    first = FileLock(path, what="log directory x")
+    first.acquire()
+    threading.Timer(0.05, first.release).start()
+    second = FileLock(path)
+    second.acquire(timeout=5)
+    assert second.locked
+    second.release()
+
+
+def test_waiting_acquire_times_out_with_custom_name(tmp_path: Path) -> None:
+    path = tmp_path / ".lock"
+    with FileLock(path):
+        start = time.monotonic()
+        with pytest.raises(LogLockedError, match=r"^log directory d is locked by pid \d+"):
+            FileLock(path, what="log directory d").acquire(timeout=0.05)
+        assert time.monotonic() - start >= 0.05
+
+
+def test_lock_held_by_other_process_names_its_pid(tmp_path: Path) -> None:
+    path = tmp_path / ".seglog.lock"
+    proc = _start_holder(path)
+    try:
+        with pytest.raises(LogLockedError, match=rf"is locked by pid {proc.pid} \(host "):
+            FileLock(path).acquire()
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_lock_dies_with_sigkilled_holder(tmp_path: Path) -> None:
+    path = tmp_path / ".seglog.lock"
+    proc = _start_holder(path)
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    lock = FileLock(path)
+    lock.acquire()  # no stale lock: the kernel dropped it with the process
+    assert lock.holder().startswith(f"pid={os.getpid()} ")
+    lock.release()
+
+
+def test_lock_is_not_inherited_by_child_processes(tmp_path: Path) -> None:
+    path = tmp_path / ".seglog.lock"
+    lock = FileLock(path)
+    lock.acquire()
+    child = subprocess.Popen(
+        [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(30)"],
+        close_fds=False,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "up"  # exec'd: close-on-exec descriptors are gone
+        # Close our descriptor without LOCK_UN: the lock survives only if the child shares the open file.
+        assert lock._fd is not None
+        os.close(lock._fd)
+        lock._fd = None
+        FileLock(path).acquire()
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_unopenable_lock_file_is_a_storage_error(tmp_path: Path) -> None:
+    with pytest.raises(StorageError) as info:
+        FileLock(tmp_path / "missing-dir" / ".lock").acquire()
+    assert info.value.path == str(tmp_path / "missing-dir" / ".lock")
+    assert not isinstance(info.value, LogLockedError)

@@ -1,0 +1,360 @@
+"""Tests for indexer/log_loader.py: Kafka's load and recovery order (spec 6.2, 6.3), the dry run,
+and the loader on real broker-written partition directories."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from indexer import file_names
+from indexer.checkpoint import EpochEntry, LeaderEpochCheckpointFile
+from indexer.clock import MockClock
+from indexer.config import LogConfig
+from indexer.log import Log
+from indexer.log_loader import LoadedLog, LogLoader, RecoveryReport, StepKind
+from indexer.records.columns import to_append_table
+from indexer.records.encoder import encode_batches
+from indexer.records.file_records import FileRecords
+
+CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=200, file_delete_delay_ms=1000)
+
+
+def write_log(directory: Path, appends: int = 30, rows: int = 4, config: LogConfig = CONFIG) -> int:
+    """Write ``appends`` batches of ``rows`` records through Log and close it cleanly; returns the LEO."""
+    log = Log.open(directory, config, clock=MockClock())
+    for i in range(appends):
+        log.append({"key": [f"k{i}-{j}".encode() for j in range(rows)], "value": [b"x" * 40] * rows})
+    end = log.log_end_offset
+    log.close()
+    return end
+
+
+def snapshot(directory: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+def loader(directory: Path, clock: MockClock | None = None, **kwargs: object) -> LogLoader:
+    return LogLoader(directory, CONFIG, clock=clock or MockClock(), **kwargs)  # type: ignore[arg-type]
+
+
+def load(directory: Path, clock: MockClock | None = None, **kwargs: object) -> LoadedLog:
+    """Dry run first (must change nothing), then the real load; both must decide the same."""
+    before = snapshot(directory)
+    planned = loader(directory, clock, **kwargs).check()
+    assert snapshot(directory) == before, "check() changed files"
+    loaded = loader(directory, clock, **kwargs).load()
+    assert decisions(planned) == decisions(loaded.report)
+    assert (planned.next_offset, planned.recovery_point, planned.log_start_offset) == (
+        loaded.next_offset,
+        loaded.recovery_point,
+        loaded.log_start_offset,
+    )
+    return loaded
+
+
+def decisions(report: RecoveryReport) -> list[tuple]:
+    return [
+        (s.kind, Path(s.path).name, s.bytes_truncated, s.batches_dropped, s.segment_bytes)
+        for s in report.steps
+    ]
+
+
+def close(loaded: LoadedLog) -> None:
+    for segment in loaded.segments:
+        segment.close()
+
+
+def segment_logs(directory: Path) -> list[Path]:
+    return sorted(directory.glob("*.log"))
+
+
+def test_clean_shutdown_load_does_nothing(tmp_path: Path) -> None:
+    end = write_log(tmp_path / "t-0")
+    loaded = load(tmp_path / "t-0", had_clean_shutdown=True, recovery_point=0)
+    assert loaded.report.steps == []
+    assert (loaded.next_offset, loaded.recovery_point, loaded.log_start_offset) == (end, end, 0)
+    assert len(loaded.segments) == len(segment_logs(tmp_path / "t-0")) > 2
+    close(loaded)
+
+
+def test_unclean_shutdown_recovers_from_the_recovery_point_segment(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    end = write_log(directory)
+    bases = [file_names.offset_from_file_name(p.name) for p in segment_logs(directory)]
+    recovery_point = bases[2] + 1  # inside the third segment: it and every later one are recovered
+    loaded = load(directory, recovery_point=recovery_point)
+    recovered = [s.base_offset for s in loaded.report.of_kind(StepKind.RECOVER_SEGMENT)]
+    assert recovered == bases[2:]
+    assert loaded.report.bytes_truncated == 0 and not loaded.report.data_lost
+    assert (loaded.next_offset, loaded.recovery_point) == (end, recovery_point)
+    close(loaded)
+
+
+def test_torn_tail_is_truncated_and_reported(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    end = write_log(directory)
+    last = segment_logs(directory)[-1]
+    size = last.stat().st_size
+    with last.open("ab") as f:
+        f.write(b"\x00\x00\x00\x00\x00\x00\x00\x99\x00\x00\x01\x00")  # a batch header cut short
+    loaded = load(directory, recovery_point=0)
+    [step] = [s for s in loaded.report.steps if s.bytes_truncated]
+    assert step.path == str(last) and step.bytes_truncated == 12 and step.batches_dropped == 0
+    assert last.stat().st_size == size
+    assert loaded.next_offset == end
+    close(loaded)
+
+
+def test_corruption_deletes_every_later_segment(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    write_log(directory)
+    logs = segment_logs(directory)
+    victim = logs[1]
+    data = bytearray(victim.read_bytes())
+    scan = FileRecords.open(victim, mutable=False).scan()
+    second = int(scan.positions[1])
+    data[second + 70] ^= 0x01  # inside the second batch's records: its CRC fails
+    victim.write_bytes(bytes(data))
+    clock = MockClock()
+    loaded = load(directory, clock, recovery_point=0)
+    report = loaded.report
+    [cut] = [s for s in report.of_kind(StepKind.RECOVER_SEGMENT) if s.bytes_truncated]
+    assert cut.path == str(victim) and cut.bytes_truncated == len(data) - second
+    assert cut.batches_dropped == len(scan) - 1
+    deleted = [Path(s.path) for s in report.segments_deleted]
+    assert deleted == logs[2:]
+    assert loaded.next_offset == int(scan.last_offsets[0]) + 1
+    assert loaded.segments.base_offsets() == [file_names.offset_from_file_name(p.name) for p in logs[:2]]
+    assert all(not p.exists() and Path(str(p) + ".deleted").exists() for p in deleted)
+    clock.advance(CONFIG.file_delete_delay_ms)
+    assert not any(directory.glob("*.deleted"))
+    assert report.data_lost
+    close(loaded)
+
+
+def test_corruption_below_the_recovery_point_is_not_looked_for(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    end = write_log(directory)
+    logs = segment_logs(directory)
+    data = bytearray(logs[0].read_bytes())
+    data[-5] ^= 0xFF
+    logs[0].write_bytes(bytes(data))
+    loaded = load(directory, recovery_point=end)
+    assert not loaded.report.data_lost and loaded.next_offset == end
+    close(loaded)
+
+
+def test_temp_and_swap_files(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    end = write_log(directory)
+    logs = segment_logs(directory)
+    first, second = (file_names.offset_from_file_name(p.name) for p in logs[:2])
+    # A finished split of segment `first`: its .swap copy replaces the originals.
+    for suffix in (".log", ".index", ".timeindex"):
+        src = directory / f"{first:020d}{suffix}"
+        shutil.copy(src, str(src) + ".swap")
+    (directory / f"{first:020d}.snapshot").write_bytes(b"")  # replaced by the swap too
+    # An unfinished split above `second`: .cleaned files make .swap files at or above them invalid.
+    (directory / f"{second:020d}.log.cleaned").write_bytes(b"")
+    (directory / f"{second + 1:020d}.log.swap").write_bytes(b"")
+    (directory / f"{second:020d}.index.deleted").write_bytes(b"")
+    (directory / "00000000000099999999.checkpoint.deleted").write_bytes(b"kraft")  # not ours: kept
+    loaded = load(directory, had_clean_shutdown=True)
+    kinds = [s.kind for s in loaded.report.steps]
+    assert kinds.count(StepKind.DELETE_STRAY_DELETED) == 1
+    assert kinds.count(StepKind.DELETE_INVALID_SWAP) == 1
+    assert kinds.count(StepKind.DELETE_CLEANED) == 1
+    assert {Path(s.path).name for s in loaded.report.of_kind(StepKind.DELETE_SWAPPED_OUT)} == {
+        f"{first:020d}.log",
+        f"{first:020d}.index",
+        f"{first:020d}.timeindex",
+        f"{first:020d}.snapshot",
+    }
+    assert kinds.count(StepKind.COMPLETE_SWAP) == 3
+    assert not any(directory.glob("*.swap")) and not any(directory.glob("*.cleaned"))
+    assert (directory / "00000000000099999999.checkpoint.deleted").exists()
+    assert loaded.next_offset == end
+    close(loaded)
+
+
+def test_orphaned_index_and_missing_time_index(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    write_log(directory)
+    (directory / f"{99999:020d}.index").write_bytes(b"\0" * 8)
+    (directory / f"{99999:020d}.timeindex").write_bytes(b"")
+    first_time_index = directory / f"{0:020d}.timeindex"
+    first_time_index.unlink()
+    loaded = load(directory, had_clean_shutdown=True)
+    assert [s.kind for s in loaded.report.steps] == [
+        StepKind.CREATE_EMPTY_TIME_INDEX,  # 0000.timeindex: created empty, not rebuilt (as Kafka)
+        StepKind.DELETE_ORPHANED_INDEX,
+        StepKind.DELETE_ORPHANED_INDEX,
+    ]
+    assert first_time_index.exists() and first_time_index.stat().st_size == 0
+    close(loaded)
+
+
+@pytest.mark.parametrize(
+    "damage",
+    ["missing", "odd-size", "zero-tail", "past-end", "garbage-time"],
+)
+def test_bad_index_is_rebuilt_even_after_clean_shutdown(tmp_path: Path, damage: str) -> None:
+    directory = tmp_path / "t-0"
+    write_log(directory)
+    index = directory / f"{0:020d}.index"
+    good = index.read_bytes()
+    assert len(good) >= 16
+    if damage == "missing":
+        index.unlink()
+    elif damage == "odd-size":
+        index.write_bytes(good + b"\1")
+    elif damage == "zero-tail":
+        index.write_bytes(good + b"\0" * 32)
+    elif damage == "past-end":
+        index.write_bytes(good[:-4] + (10**6).to_bytes(4, "big"))
+    else:
+        (directory / f"{0:020d}.timeindex").write_bytes(b"\xff" * 24)
+    loaded = load(directory, had_clean_shutdown=True)
+    [step] = loaded.report.steps
+    assert step.kind is StepKind.RECOVER_SEGMENT and step.indexes_rebuilt and step.base_offset == 0
+    close(loaded)
+    assert index.read_bytes() == good
+
+
+def test_log_end_below_log_start_empties_the_log(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    end = write_log(directory)
+    segments = len(segment_logs(directory))
+    loaded = load(directory, had_clean_shutdown=True, log_start_offset=end + 100)
+    assert len(loaded.report.of_kind(StepKind.DELETE_BELOW_LOG_START)) == segments
+    assert loaded.report.of_kind(StepKind.CREATE_EMPTY_SEGMENT)[0].base_offset == end + 100
+    # The log end was unknown, so even after a clean shutdown the recovery point is min(checkpoint, LEO).
+    assert (loaded.next_offset, loaded.log_start_offset, loaded.recovery_point) == (end + 100, end + 100, 0)
+    assert loaded.segments.base_offsets() == [end + 100]
+    close(loaded)
+
+
+def test_empty_directory_gets_an_empty_segment_at_the_log_start(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    loaded = load(directory, log_start_offset=42)
+    assert [s.kind for s in loaded.report.steps] == [StepKind.CREATE_EMPTY_SEGMENT]
+    assert (loaded.next_offset, loaded.log_start_offset, loaded.recovery_point) == (42, 42, 0)
+    assert (directory / f"{42:020d}.log").exists()
+    close(loaded)
+
+
+def test_directory_marked_for_deletion_is_not_recovered(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0.0123456789abcdef0123456789abcdef-delete"
+    write_log(tmp_path / "t-0")
+    (tmp_path / "t-0").rename(directory)
+    last = segment_logs(directory)[-1]
+    with last.open("ab") as f:
+        f.write(b"garbage")
+    loaded = load(directory, recovery_point=0)
+    assert loaded.report.steps == [] and (loaded.next_offset, loaded.recovery_point) == (0, 0)
+    close(loaded)
+
+
+def _raw_batches(base_offset: int, rows: int) -> bytes:
+    table = to_append_table({"value": [b"v"] * rows}, now_ms=1_700_000_000_000)
+    return np.asarray(encode_batches(table, base_offset).buffer).tobytes()
+
+
+def test_offset_overflow_splits_the_segment(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    high = 3_000_000_000  # cannot be stored relative to base 0 (KAFKA-6264)
+    (directory / f"{0:020d}.log").write_bytes(
+        _raw_batches(0, 3) + _raw_batches(high, 2) + _raw_batches(high + 2, 1)
+    )
+    clock = MockClock()
+    loaded = load(directory, clock, recovery_point=0)
+    [split] = loaded.report.of_kind(StepKind.SPLIT_OVERFLOWED_SEGMENT)
+    assert f"segments at offsets [0, {high}]" in split.detail
+    assert loaded.segments.base_offsets() == [0, high]
+    assert loaded.next_offset == high + 3
+    assert (directory / f"{high:020d}.log").stat().st_size == len(_raw_batches(high, 2)) + len(
+        _raw_batches(high + 2, 1)
+    )
+    assert (directory / f"{0:020d}.log.deleted").exists()
+    clock.advance(CONFIG.file_delete_delay_ms)
+    assert not (directory / f"{0:020d}.log.deleted").exists()
+    close(loaded)
+    assert [s.kind for s in load(directory, had_clean_shutdown=True).report.steps] == []
+
+
+def test_leader_epochs_and_producer_snapshots_are_trimmed(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    end = write_log(directory)
+    bases = [file_names.offset_from_file_name(p.name) for p in segment_logs(directory)]
+    LeaderEpochCheckpointFile(directory / "leader-epoch-checkpoint").write(
+        [EpochEntry(0, 0), EpochEntry(1, 5), EpochEntry(2, 30), EpochEntry(3, end), EpochEntry(4, end + 10)]
+    )
+    for offset in (bases[1], bases[1] + 1, end):
+        file_names.producer_snapshot_file(directory, offset).write_bytes(b"")
+    loaded = load(directory, had_clean_shutdown=True, log_start_offset=10)
+    assert LeaderEpochCheckpointFile(directory / "leader-epoch-checkpoint").read() == [(1, 10), (2, 30)]
+    deleted = {Path(s.path).name for s in loaded.report.of_kind(StepKind.DELETE_STRAY_SNAPSHOT)}
+    assert deleted == {f"{bases[1] + 1:020d}.snapshot"}
+    assert file_names.producer_snapshot_file(directory, end).exists()  # the snapshot at the log end stays
+    close(loaded)
+    # Only the largest stray snapshot survives removeStraySnapshots; above the log end it goes too.
+    file_names.producer_snapshot_file(directory, end + 5).write_bytes(b"")
+    loaded = load(directory, had_clean_shutdown=True, log_start_offset=10)
+    deleted = {Path(s.path).name for s in loaded.report.of_kind(StepKind.DELETE_STRAY_SNAPSHOT)}
+    assert deleted == {f"{end:020d}.snapshot", f"{end + 5:020d}.snapshot"}
+    assert file_names.producer_snapshot_file(directory, bases[1]).exists()
+    close(loaded)
+
+
+def test_out_of_order_offsets_drop_the_segment_data(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    (directory / f"{0:020d}.log").write_bytes(_raw_batches(10, 2) + _raw_batches(0, 2))
+    (directory / f"{100:020d}.log").write_bytes(_raw_batches(100, 2))
+    loaded = load(directory, recovery_point=0)
+    [dropped] = loaded.report.of_kind(StepKind.DROP_SEGMENT_DATA)
+    assert dropped.base_offset == 0 and dropped.batches_dropped == 2
+    assert [Path(s.path).name for s in loaded.report.segments_deleted] == [f"{100:020d}.log"]
+    assert (loaded.next_offset, loaded.segments.base_offsets()) == (0, [0])
+    close(loaded)
+
+
+VECTOR_PARTITIONS = [
+    "multi-segment-3x/invoice-0",
+    "multi-segment-3x/invoice-3",
+    "gzip-large-records/items-0",
+    "snappy-headers/__consumer_offsets-0",
+    "mixed-codecs-epochs/lsx1-0",
+    "transactions-commit/__transaction_state-0",
+]
+
+
+@pytest.mark.parametrize("partition", VECTOR_PARTITIONS)
+def test_vectors_load_without_data_loss(vectors_dir: Path, tmp_path: Path, partition: str) -> None:
+    source = vectors_dir / partition
+    if not source.is_dir():
+        pytest.skip(f"{partition} not in the vectors")
+    in_place = LogLoader(source, LogConfig(), recovery_point=0, clock=MockClock()).check()  # read-only dir
+    assert not in_place.data_lost
+    directory = tmp_path / source.name
+    shutil.copytree(source, directory)
+    for path in [directory, *directory.iterdir()]:
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    loaded = LogLoader(directory, LogConfig(), recovery_point=0, clock=MockClock()).load()
+    assert decisions(loaded.report) == decisions(in_place)
+    assert not loaded.report.data_lost and loaded.next_offset == in_place.next_offset
+    last_log = segment_logs(directory)[-1]
+    scan = FileRecords.open(last_log, mutable=False).scan()
+    expected_end = (
+        int(scan.last_offsets[-1]) + 1 if len(scan) else file_names.offset_from_file_name(last_log.name)
+    )
+    assert loaded.next_offset == expected_end
+    close(loaded)
+    again = LogLoader(directory, LogConfig(), had_clean_shutdown=True, clock=MockClock()).load()
+    assert again.report.steps == [] and again.next_offset == expected_end
+    close(again)

@@ -1,0 +1,255 @@
+"""Tests for indexer/log_manager.py: partitions of a log directory, checkpoints, the clean-shutdown
+marker (spec 6.1, 6.4), sharing a directory between managers, and read-only use of real vectors."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from indexer import file_names
+from indexer.checkpoint import OffsetCheckpointFile
+from indexer.clock import MockClock
+from indexer.config import Settings
+from indexer.errors import InvalidTopicError, LogLockedError
+from indexer.log_manager import CLEAN_SHUTDOWN_CONTENT, LogManager
+
+SETTINGS = Settings(topic_defaults={"segment.bytes": 2048, "index.interval.bytes": 200})
+
+
+def manager(log_dir: Path, **kwargs: object) -> LogManager:
+    return LogManager(log_dir, SETTINGS, clock=MockClock(), **kwargs)  # type: ignore[arg-type]
+
+
+def fill(mgr: LogManager, topic: str, partition: int, appends: int = 10) -> int:
+    log = mgr.get_or_create_log(topic, partition)
+    for i in range(appends):
+        log.append({"value": [f"{topic}-{partition}-{i}".encode() * 8] * 3})
+    log.update_high_watermark(log.log_end_offset)
+    return log.log_end_offset
+
+
+def checkpoint(log_dir: Path, name: str) -> dict:
+    return OffsetCheckpointFile(log_dir / name).read()
+
+
+def test_close_writes_checkpoints_and_marker(tmp_path: Path) -> None:
+    mgr = manager(tmp_path)
+    assert mgr.had_clean_shutdown is False
+    ends = {("a", 0): fill(mgr, "a", 0), ("a", 1): fill(mgr, "a", 1, 20), ("b.x", 0): fill(mgr, "b.x", 0, 3)}
+    assert mgr.partitions() == [("a", 0), ("a", 1), ("b.x", 0)]
+    mgr.close()
+    mgr.close()  # idempotent
+    assert checkpoint(tmp_path, file_names.RECOVERY_POINT_CHECKPOINT_FILE) == ends
+    assert checkpoint(tmp_path, file_names.REPLICATION_OFFSET_CHECKPOINT_FILE) == ends
+    assert checkpoint(tmp_path, file_names.LOG_START_OFFSET_CHECKPOINT_FILE) == {}
+    assert (tmp_path / file_names.CLEAN_SHUTDOWN_FILE).read_bytes() == CLEAN_SHUTDOWN_CONTENT
+    assert (tmp_path / file_names.RECOVERY_POINT_CHECKPOINT_FILE).read_text().startswith("0\n3\na 0 ")
+
+
+def test_marker_is_deleted_on_open_and_only_a_clean_shutdown_skips_recovery(tmp_path: Path) -> None:
+    mgr = manager(tmp_path)
+    end = fill(mgr, "t", 0)
+    mgr.close()
+    last = sorted((tmp_path / "t-0").glob("*.log"))[-1]
+    clean_size = last.stat().st_size
+    with last.open("ab") as f:
+        f.write(b"\x00" * 30)  # garbage a clean load does not look for
+
+    mgr = manager(tmp_path)
+    assert mgr.had_clean_shutdown is True
+    assert not (tmp_path / file_names.CLEAN_SHUTDOWN_FILE).exists()  # KAFKA-10471
+    log = mgr.get_log("t", 0)
+    assert log is not None and log.log_end_offset == end and log.high_watermark == end
+    assert last.stat().st_size == clean_size + 30
+    log.close()  # closed outside the manager: the manager cannot vouch for it...
+    del mgr  # ...and a process that dies without close() writes no marker
+
+    mgr = manager(tmp_path)
+    assert mgr.had_clean_shutdown is False
+    log = mgr.get_log("t", 0)
+    assert log is not None and log.log_end_offset == end
+    assert last.stat().st_size == clean_size  # recovered: the garbage is cut
+    mgr.close()
+
+
+_CRASHING_WRITER = """
+import os, signal, sys
+from indexer.config import Settings
+from indexer.clock import MockClock
+from indexer.log_manager import LogManager
+mgr = LogManager(sys.argv[1], Settings(), clock=MockClock())
+log = mgr.get_or_create_log("crash", 0)
+log.append({"value": [b"x" * 100] * 5})
+log.flush()
+with open(next(p for p in sorted(log.directory.glob("*.log"))), "ab") as f:
+    f.write(b"torn")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_partition_of_a_killed_writer_is_recovered_despite_the_marker(tmp_path: Path) -> None:
+    mgr = manager(tmp_path)
+    fill(mgr, "calm", 0)
+    mgr.close()
+    assert (tmp_path / file_names.CLEAN_SHUTDOWN_FILE).exists()
+    (tmp_path / file_names.CLEAN_SHUTDOWN_FILE).rename(tmp_path / "marker")
+    proc = subprocess.run([sys.executable, "-c", _CRASHING_WRITER, str(tmp_path)], timeout=120)
+    assert proc.returncode == -signal.SIGKILL
+    (tmp_path / "marker").rename(tmp_path / file_names.CLEAN_SHUTDOWN_FILE)  # another process closed cleanly
+    log_file = next(iter(sorted((tmp_path / "crash-0").glob("*.log"))))
+    assert log_file.read_bytes().endswith(b"torn")
+    mgr = manager(tmp_path)
+    assert mgr.had_clean_shutdown
+    crashed = mgr.get_log("crash", 0)
+    assert crashed is not None and crashed.log_end_offset == 5
+    assert not log_file.read_bytes().endswith(b"torn")
+    mgr.close()
+
+
+def test_partitions_ignores_what_is_not_a_partition(tmp_path: Path) -> None:
+    for name in [
+        "t-0",
+        "t-1",
+        "my-topic-12",
+        "t-0.0123456789abcdef0123456789abcdef-delete",
+        "nodash",
+        "t-x",
+        "bad name-0",
+    ]:
+        (tmp_path / name).mkdir()
+    (tmp_path / "file-3").write_text("")
+    mgr = manager(tmp_path)
+    assert mgr.partitions() == [("my-topic", 12), ("t", 0), ("t", 1)]
+    mgr.close()
+
+
+def test_get_log_of_a_missing_partition_and_invalid_names(tmp_path: Path) -> None:
+    mgr = manager(tmp_path)
+    assert mgr.get_log("nope", 0) is None
+    with pytest.raises(InvalidTopicError):
+        mgr.get_or_create_log("../evil", 0)
+    with pytest.raises(ValueError):
+        mgr.get_or_create_log("t", -1)
+    mgr.close()
+    with pytest.raises(ValueError, match="closed"):
+        mgr.get_log("t", 0)
+
+
+def test_concurrent_get_or_create_returns_one_log(tmp_path: Path) -> None:
+    mgr = manager(tmp_path)
+    logs: list[object] = []
+    threads = [threading.Thread(target=lambda: logs.append(mgr.get_or_create_log("t", 0))) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(logs) == 8 and all(log is logs[0] for log in logs)
+    assert mgr.all_logs() == [logs[0]]
+    mgr.close()
+
+
+def test_managers_sharing_a_directory_keep_each_others_entries(tmp_path: Path) -> None:
+    first, second = manager(tmp_path), manager(tmp_path)
+    end_a = fill(first, "a", 0)
+    end_b = fill(second, "b", 0, 4)
+    with pytest.raises(LogLockedError):
+        second.get_log("a", 0)  # the partition has one writer
+    first.checkpoint_recovery_points()  # flushed nothing yet: recovery point 0
+    first.flush_all()
+    first.checkpoint_recovery_points()
+    second.checkpoint_all()
+    assert checkpoint(tmp_path, file_names.RECOVERY_POINT_CHECKPOINT_FILE) == {("a", 0): end_a, ("b", 0): 0}
+    assert checkpoint(tmp_path, file_names.REPLICATION_OFFSET_CHECKPOINT_FILE) == {("b", 0): end_b}
+    second.close()
+    first.close()
+    assert checkpoint(tmp_path, file_names.RECOVERY_POINT_CHECKPOINT_FILE) == {
+        ("a", 0): end_a,
+        ("b", 0): end_b,
+    }
+    assert checkpoint(tmp_path, file_names.REPLICATION_OFFSET_CHECKPOINT_FILE) == {
+        ("a", 0): end_a,
+        ("b", 0): end_b,
+    }
+    third = manager(tmp_path)
+    assert [log.directory.name for log in third.load_all()] == ["a-0", "b-0"]
+    third.close()
+
+
+def test_log_start_offset_checkpoint_holds_only_raised_starts(tmp_path: Path) -> None:
+    mgr = manager(tmp_path)
+    fill(mgr, "t", 0)
+    fill(mgr, "u", 0)
+    log = mgr.get_or_create_log("t", 0)
+    assert log.maybe_increment_log_start_offset(7)
+    mgr.checkpoint_log_start_offsets()
+    assert checkpoint(tmp_path, file_names.LOG_START_OFFSET_CHECKPOINT_FILE) == {("t", 0): 7}
+    mgr.close()
+    reopened = manager(tmp_path)
+    t0 = reopened.get_log("t", 0)
+    assert t0 is not None and t0.log_start_offset == 7
+    t0.truncate_fully_and_start_at(3)  # the start offset went back to the first segment's base
+    reopened.checkpoint_log_start_offsets()
+    assert checkpoint(tmp_path, file_names.LOG_START_OFFSET_CHECKPOINT_FILE) == {}
+    reopened.close()
+
+
+def test_unreadable_checkpoints_are_ignored(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    (tmp_path / file_names.RECOVERY_POINT_CHECKPOINT_FILE).write_text("9\n")
+    mgr = manager(tmp_path)
+    assert "ignoring unreadable checkpoint" in caplog.text
+    fill(mgr, "t", 0)
+    mgr.close()
+    assert checkpoint(tmp_path, file_names.RECOVERY_POINT_CHECKPOINT_FILE) == {("t", 0): 30}
+
+
+def test_read_only_manager_changes_nothing(tmp_path: Path) -> None:
+    mgr = manager(tmp_path)
+    end = fill(mgr, "t", 0)
+    mgr.close()
+    before = sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.rglob("*"))
+    reader = manager(tmp_path, read_only=True)
+    assert reader.had_clean_shutdown
+    log = reader.get_log("t", 0)
+    assert log is not None and log.read_only and log.high_watermark == end
+    assert reader.high_watermark("t", 0) == end
+    with pytest.raises(ValueError):
+        reader.get_or_create_log("new", 0)
+    with pytest.raises(ValueError):
+        reader.checkpoint_recovery_points()
+    reader.close()
+    assert sorted((p.name, p.stat().st_mtime_ns) for p in tmp_path.rglob("*")) == before
+
+
+def test_read_only_on_real_vectors(vectors_dir: Path) -> None:
+    log_dir = vectors_dir / "multi-segment-3x"
+    reader = LogManager(log_dir, Settings(), read_only=True)
+    assert reader.partitions() == [("invoice", p) for p in range(5)]
+    assert reader.high_watermark("invoice", 0) == 100294
+    log = reader.get_log("invoice", 0)
+    assert log is not None
+    assert log.log_end_offset == 100294 and log.high_watermark == 100294
+    assert log.segments.base_offsets() == [0, 30626, 60611, 90867]
+    assert len(reader.load_all()) == 5
+    reader.close()
+
+
+def test_writable_manager_on_a_copy_of_the_vectors(vectors_dir: Path, tmp_path: Path) -> None:
+    source = vectors_dir / "mixed-codecs-epochs"
+    for path in source.rglob("*"):
+        target = tmp_path / path.relative_to(source)
+        if path.is_dir():
+            target.mkdir()
+        else:
+            target.write_bytes(path.read_bytes())
+    os.chmod(tmp_path, 0o755)
+    mgr = LogManager(tmp_path, Settings(), clock=MockClock())
+    log = mgr.get_log("lsx1", 0)
+    assert log is not None and log.high_watermark == 14 == log.log_end_offset
+    mgr.close()
+    assert checkpoint(tmp_path, file_names.RECOVERY_POINT_CHECKPOINT_FILE) == {("lsx1", 0): 14}
