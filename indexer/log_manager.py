@@ -178,7 +178,13 @@ class LogManager:
         high_watermark = self._read_checkpoint(file_names.REPLICATION_OFFSET_CHECKPOINT_FILE).get(tp)
         if self.read_only:
             return Log.open(
-                directory, config, clock=self.clock, read_only=True, high_watermark=high_watermark
+                directory,
+                config,
+                recovery_point=self._recovery_points.get(tp, 0),
+                log_start_offset=self._log_start_offsets.get(tp, 0),
+                clock=self.clock,
+                read_only=True,
+                high_watermark=high_watermark,
             )
         # A writer that died keeps its holder line in the lock file: its partition is not clean. (A live
         # writer's line is there too; Log.open then fails with LogLockedError anyway.)

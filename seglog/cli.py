@@ -1,0 +1,270 @@
+"""The ``seglog`` command line: argument parsing, lazy dispatch, logging and error reporting.
+
+Each subcommand lives in its own module (``seglog.commands.<name>``, or another package for the
+commands owned by the streaming and maintenance code) exposing::
+
+    add_arguments(parser: argparse.ArgumentParser) -> None
+    run(args: argparse.Namespace) -> int
+
+:data:`COMMANDS` maps a subcommand to its module and a one-line summary. Only the module of the
+subcommand being run is imported, and only when it runs, so ``seglog --help`` and ``seglog dump``
+never import pyspark or apscheduler (kafka-python's ``kafka/cli`` works the same way).
+
+Errors: a :class:`~indexer.errors.SeglogError`, an ``OSError`` or a ``ValueError`` (bad input)
+prints one line ``seglog: <ErrorType>: <message>`` on stderr and exits 1; usage errors exit 2;
+``--debug`` prints the traceback too. ``-v`` logs at INFO, ``-vv`` at DEBUG (stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import os
+import sys
+import traceback
+from collections.abc import Sequence
+from dataclasses import dataclass
+from types import ModuleType
+from typing import Any
+
+from indexer.errors import SeglogError
+
+logger = logging.getLogger(__name__)
+
+PROG = "seglog"
+
+
+@dataclass(frozen=True, slots=True)
+class Command:
+    """A registered subcommand: the module that implements it and its one-line help."""
+
+    module: str
+    summary: str
+
+
+COMMANDS: dict[str, Command] = {
+    "append": Command("seglog.commands.append", "append JSON-lines records to a partition"),
+    "read": Command("seglog.commands.read", "read a partition's records as JSON lines (up to the high watermark)"),
+    "dump": Command(
+        "seglog.commands.dump", "print .log/.index/.timeindex/.txnindex/.snapshot files like kafka-dump-log.sh"
+    ),
+    "describe": Command("seglog.commands.describe", "describe a log directory: partitions, segments, offsets"),
+    "run": Command("seglog.commands.run", "run the Spark streaming job that feeds the logs"),
+    "maintain": Command("seglog.commands.maintain", "run the maintenance daemon (retention, flush, checkpoints)"),
+    "recover": Command("seglog.commands.recover", "recover a log directory after a crash (Kafka's log loading)"),
+    "bench": Command("seglog.commands.bench", "run a benchmark suite (engine, sink, maintenance)"),
+}
+
+_EPILOG = """\
+examples:
+  seglog append --log-dir data/logs --topic events --partition 0 records.jsonl
+  seglog read --log-dir data/logs --topic events --partition 0 --from-offset 0 --max-records 10
+  seglog dump --deep-iteration data/logs/events-0/00000000000000000000.log
+  seglog describe --log-dir data/logs --json
+  seglog bench engine --quick --json bench.json
+
+Run `seglog COMMAND --help` for the options of one command.
+"""
+
+
+class CommandUnavailableError(SeglogError):
+    """A registered subcommand whose module (or one of its dependencies) cannot be imported."""
+
+
+def load_command_module(name: str, module_path: str) -> ModuleType:
+    """Import ``module_path`` for the subcommand ``name``, or raise :class:`CommandUnavailableError`.
+
+    A missing module gives one clear line instead of a traceback, whether it is the command module
+    itself (not installed or not written yet) or a dependency of it (e.g. pyspark).
+    """
+    try:
+        return importlib.import_module(module_path)
+    except ModuleNotFoundError as e:
+        if e.name is not None and (module_path == e.name or module_path.startswith(e.name + ".")):
+            raise CommandUnavailableError(
+                f"the '{name}' command is not available in this installation (module {module_path} not found)"
+            ) from e
+        raise CommandUnavailableError(f"the '{name}' command needs the Python package '{e.name}': {e}") from e
+
+
+def common_options() -> argparse.ArgumentParser:
+    """``-v/--verbose`` and ``--debug``, accepted before and after the subcommand name.
+
+    Defaults are suppressed so that a subparser does not reset what was given before it.
+    """
+    parent = argparse.ArgumentParser(add_help=False)
+    parent.add_argument(
+        "-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log at INFO level (-vv: DEBUG)"
+    )
+    parent.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of errors"
+    )
+    return parent
+
+
+def add_log_config_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--config KEY=VALUE`` (repeatable, Kafka topic config names) and ``--conf FILE``."""
+    group = parser.add_argument_group("configuration")
+    group.add_argument(
+        "--config",
+        metavar="KEY=VALUE",
+        action="append",
+        default=[],
+        help="topic config override with Kafka's key name, e.g. segment.bytes=1048576 (repeatable)",
+    )
+    group.add_argument(
+        "--conf",
+        metavar="FILE",
+        default=None,
+        help="settings file (default: $SEGLOG_CONF or conf/seglog.toml)",
+    )
+
+
+def settings_from_args(args: argparse.Namespace) -> Any:
+    """The :class:`indexer.config.Settings` selected by ``--conf`` and ``--config``."""
+    from indexer.config import load_settings, parse_overrides
+
+    return load_settings(args.conf, parse_overrides(args.config))
+
+
+def add_partition_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--log-dir``, ``--topic`` and ``--partition`` (all required)."""
+    parser.add_argument(
+        "--log-dir", required=True, metavar="DIR", help="the log directory (holds <topic>-<partition>/)"
+    )
+    parser.add_argument("--topic", required=True, metavar="T", help="topic name")
+    parser.add_argument("--partition", required=True, metavar="P", type=non_negative_int, help="partition number")
+
+
+def non_negative_int(text: str) -> int:
+    """argparse type: an integer >= 0."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1."""
+    value = non_negative_int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def configure_logging(verbosity: int) -> None:
+    """WARNING by default, INFO with ``-v``, DEBUG with ``-vv``; messages go to stderr."""
+    level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    root = logging.getLogger()
+    if not any(getattr(h, "_seglog", False) for h in root.handlers):
+        handler = logging.StreamHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+        handler._seglog = True  # type: ignore[attr-defined]
+        root.addHandler(handler)
+    root.setLevel(level)
+
+
+def _selected_command(argv: Sequence[str]) -> str | None:
+    """The subcommand named in ``argv`` (the first registered name that is not an option)."""
+    for token in argv:
+        if token.startswith("-"):
+            continue
+        return token if token in COMMANDS else None
+    return None
+
+
+def build_parser(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, ModuleType | None]:
+    """The parser for ``argv``: every subcommand is listed, only the selected one is imported.
+
+    Returns the parser and the selected command's module (None when no known command is named).
+    """
+    parser = argparse.ArgumentParser(
+        prog=PROG,
+        description="Kafka's log storage engine in Python: segment logs with offset and time indexes.",
+        epilog=_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common_options()],
+    )
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    selected = _selected_command(argv)
+    module = None
+    for name, command in COMMANDS.items():
+        if name != selected:
+            sub.add_parser(name, help=command.summary, description=command.summary)
+            continue
+        module = load_command_module(name, command.module)
+        description, epilog = help_texts(module.__doc__ or command.summary)
+        subparser = sub.add_parser(
+            name,
+            help=command.summary,
+            description=description,
+            epilog=epilog,
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+            parents=[common_options()],
+        )
+        module.add_arguments(subparser)
+    return parser, module
+
+
+def help_texts(doc: str) -> tuple[str, str | None]:
+    """A command module's docstring as ``--help`` text: the description, and the ``examples:``
+    section (if any) as the epilog, shown after the options. RST backquotes become plain ones."""
+    text = doc.strip().replace("``", "`")
+    description, marker, examples = text.partition("\nexamples:")
+    return description.rstrip(), (marker.strip() + examples) if marker else None
+
+
+def _report_error(exc: BaseException, debug: bool) -> None:
+    if debug:
+        traceback.print_exception(exc, file=sys.stderr)
+    message = str(exc).strip().splitlines()[0] if str(exc).strip() else repr(exc)
+    print(f"{PROG}: {type(exc).__name__}: {message}", file=sys.stderr)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``seglog`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    try:
+        parser, module = build_parser(argv)
+    except CommandUnavailableError as e:
+        _report_error(e, debug)
+        return 1
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as e:  # usage error (2) or --help (0); argparse has printed the message
+        return e.code if isinstance(e.code, int) else 2
+    configure_logging(getattr(args, "verbose", 0))
+    debug = getattr(args, "debug", False)
+    assert module is not None, "the pre-scan and argparse pick the same command"
+    try:
+        return int(module.run(args))
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except BrokenPipeError:
+        # The reader of our stdout went away (`seglog read ... | head`): not an error of ours.
+        _silence_stdout()
+        return 0
+    except (SeglogError, OSError, ValueError) as e:
+        _report_error(e, debug)
+        return 1
+    except Exception as e:  # a bug: still one line unless --debug, as the user asked for no tracebacks
+        _report_error(e, debug)
+        if not debug:
+            print(f"{PROG}: this looks like a bug; rerun with --debug for the traceback", file=sys.stderr)
+        return 1
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null so the interpreter's final flush does not raise again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass

@@ -1,0 +1,190 @@
+"""Describe a log directory: its partitions, their offsets and their segments.
+
+For each ``<topic>-<partition>`` directory: log start offset, log end offset, high watermark
+(from ``replication-offset-checkpoint``), recovery point (from
+``recovery-point-offset-checkpoint``), size, and per segment its base offset, last offset, size,
+batch and record counts, the timestamps of its first record and its largest one, and how many
+entries its index files hold. Counts come from one vectorised walk over the batch headers of each
+``.log`` (no record is decoded; ``records`` counts the offsets the batches cover, which is the
+number of records unless compaction removed some). A partition that cannot be opened is listed
+with its error instead of stopping the command.
+
+Everything is opened read-only (no lock, nothing written): this works while a writer runs and on
+read-only copies of broker directories.
+
+examples:
+  seglog describe --log-dir data/logs
+  seglog describe --log-dir ../shared/vectors/kafka/multi-segment-3x --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from indexer.checkpoint import OffsetCheckpointFile
+from indexer.errors import SeglogError
+from indexer.file_names import RECOVERY_POINT_CHECKPOINT_FILE
+from indexer.log_manager import LogManager
+from indexer.offset_index import OffsetIndex
+from indexer.records.batch_header import NO_TIMESTAMP
+from indexer.time_index import TimeIndex
+from seglog.cli import add_log_config_arguments, settings_from_args
+from seglog.output import Output, format_table
+
+logger = logging.getLogger(__name__)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``seglog describe``."""
+    parser.add_argument("--log-dir", required=True, metavar="DIR", help="the log directory to describe")
+    parser.add_argument("--json", action="store_true", help="print one JSON document")
+    add_log_config_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Print the description; 1 if some partition could not be read."""
+    log_dir = Path(args.log_dir)
+    if not log_dir.is_dir():
+        raise FileNotFoundError(f"log directory {log_dir} does not exist")
+    description = describe_log_dir(log_dir, settings_from_args(args))
+    Output(json_mode=args.json).emit(description, render_text)
+    return 1 if any("error" in p for p in description["partitions"]) else 0
+
+
+def describe_log_dir(log_dir: Path, settings: Any) -> dict[str, Any]:
+    """Plain data describing every partition of ``log_dir`` (opened read-only)."""
+    manager = LogManager(log_dir, settings, read_only=True)
+    recovery_points = _checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT_FILE)
+    partitions: list[dict[str, Any]] = []
+    try:
+        for topic, partition in sorted(manager.partitions()):
+            try:
+                log = manager.get_log(topic, partition)
+                if log is None:
+                    raise SeglogError(f"partition {topic}-{partition} disappeared while describing {log_dir}")
+                one = describe_partition(topic, partition, log)
+                one["recovery_point"] = recovery_points.get((topic, partition), one["recovery_point"])
+                partitions.append(one)
+            except SeglogError as e:
+                logger.warning("cannot describe %s-%d: %s", topic, partition, e)
+                partitions.append({"topic": topic, "partition": partition, "error": f"{type(e).__name__}: {e}"})
+    finally:
+        manager.close()
+    described = [p for p in partitions if "error" not in p]
+    return {
+        "log_dir": str(log_dir.absolute()),
+        "num_partitions": len(partitions),
+        "num_segments": sum(p["num_segments"] for p in described),
+        "size_bytes": sum(p["size_bytes"] for p in described),
+        "partitions": partitions,
+    }
+
+
+def _checkpoint(path: Path) -> dict[tuple[str, int], int]:
+    """A log-directory checkpoint file, empty when missing or unreadable (as the broker treats it)."""
+    try:
+        return OffsetCheckpointFile(path).read()
+    except SeglogError as e:
+        logger.warning("ignoring checkpoint %s: %s", path, e)
+        return {}
+
+
+def describe_partition(topic: str, partition: int, log: Any) -> dict[str, Any]:
+    """Offsets and segments of one open (read-only) :class:`~indexer.log.Log`."""
+    segments = [describe_segment(segment) for segment in log.segments.values()]
+    return {
+        "topic": topic,
+        "partition": partition,
+        "directory": str(Path(log.directory).absolute()),
+        "log_start_offset": log.log_start_offset,
+        "log_end_offset": log.log_end_offset,
+        "high_watermark": log.high_watermark,
+        "recovery_point": log.recovery_point,
+        "size_bytes": sum(s["size_bytes"] for s in segments),
+        "num_segments": len(segments),
+        "segments": segments,
+    }
+
+
+def describe_segment(segment: Any) -> dict[str, Any]:
+    """One segment from its batch headers (a vectorised scan) and its index file sizes."""
+    records = segment.log
+    scan = records.scan(verify_crc=False)
+    count = len(scan)
+    first_timestamp = NO_TIMESTAMP
+    if count:
+        first = next(iter(records.batches()))
+        header = first.header
+        first_timestamp = header.base_timestamp if header is not None else first.max_timestamp
+    described: dict[str, Any] = {
+        "base_offset": segment.base_offset,
+        "first_offset": int(scan.base_offsets[0]) if count else None,
+        "last_offset": int(scan.last_offsets[-1]) if count else None,
+        "size_bytes": segment.size,
+        "batches": count,
+        "records": int(np.sum(scan.last_offsets - scan.base_offsets + 1)) if count else 0,
+        "first_timestamp": first_timestamp,
+        "max_timestamp": int(scan.max_timestamps.max()) if count else NO_TIMESTAMP,
+        "index_entries": _entries(segment.offset_index_path, OffsetIndex.ENTRY_SIZE),
+        "time_index_entries": _entries(segment.time_index_path, TimeIndex.ENTRY_SIZE),
+    }
+    if scan.error is not None or scan.valid_bytes != segment.size:
+        described["invalid_bytes"] = segment.size - scan.valid_bytes
+        described["error"] = None if scan.error is None else str(scan.error)
+    return described
+
+
+def _entries(path: Path, entry_size: int) -> int | None:
+    """Complete slots in an index file (what Kafka counts as entries on open), None if absent."""
+    try:
+        return path.stat().st_size // entry_size
+    except FileNotFoundError:
+        return None
+
+
+def _time(ms: int | None) -> str:
+    if ms is None or ms < 0:
+        return "-"
+    return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _value(v: Any) -> str:
+    return "-" if v is None else str(v)
+
+
+def render_text(description: dict[str, Any]) -> list[str]:
+    """The human-readable form: a line per partition, a table of its segments."""
+    lines = [
+        f"log dir {description['log_dir']}: {description['num_partitions']} partitions, "
+        f"{description['num_segments']} segments, {description['size_bytes']} bytes"
+    ]
+    for p in description["partitions"]:
+        name = f"{p['topic']}-{p['partition']}"
+        if "error" in p:
+            lines += ["", f"{name}: cannot read: {p['error']}"]
+            continue
+        lines += [
+            "",
+            f"{name}: log start offset {p['log_start_offset']}, log end offset {p['log_end_offset']}, "
+            f"high watermark {p['high_watermark']}, recovery point {p['recovery_point']}, "
+            f"{p['num_segments']} segments, {p['size_bytes']} bytes",
+        ]
+        rows = [
+            (
+                s["base_offset"], _value(s["last_offset"]), s["size_bytes"], s["batches"], s["records"],
+                _time(s["first_timestamp"]), _time(s["max_timestamp"]),
+                _value(s["index_entries"]), _value(s["time_index_entries"]),
+                _value(s.get("invalid_bytes")) if "invalid_bytes" in s else "",
+            )
+            for s in p["segments"]
+        ]
+        headers = ("base offset", "last offset", "bytes", "batches", "records", "first timestamp",
+                   "max timestamp", "index", "timeindex", "invalid bytes")
+        lines += format_table(headers, rows, indent="  ")
+    return lines

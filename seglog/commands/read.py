@@ -1,0 +1,94 @@
+"""Read a partition's records as JSON lines, up to its high watermark (what a consumer may see).
+
+One object per record, with the column names of Spark's Kafka source::
+
+    {"offset":0,"timestamp":1700000000000,"timestampType":0,"key":"k","value":"v","headers":[["h","x"]]}
+
+``timestampType`` is 0 (CreateTime), 1 (LogAppendTime) or -1 (none, magic v0). Keys, values and
+header values are UTF-8 text, or base64 with ``--encoding base64`` (use it for binary data; a
+record that is not valid UTF-8 stops the read with its offset). Control records (transaction
+markers) are not returned, as a consumer does not see them.
+
+The partition is opened read-only: no lock is taken and nothing is written, so this works while a
+writer is appending and on read-only copies of broker directories. The high watermark comes from
+the log directory's ``replication-offset-checkpoint``.
+
+examples:
+  seglog read --log-dir data/logs --topic events --partition 0 --from-offset 0
+  seglog read --log-dir data/logs --topic events --partition 0 --from-timestamp 1700000000000 --max-records 5
+  seglog read --log-dir ../shared/vectors/kafka/snappy-headers --topic some-topic --partition 0 \\
+      --from-offset 0 --encoding base64
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+from pathlib import Path
+
+from indexer.errors import OffsetOutOfRangeError
+from indexer.log_manager import LogManager
+from seglog.cli import add_log_config_arguments, add_partition_arguments, non_negative_int, settings_from_args
+from seglog.output import ENCODINGS, Output, render_records_jsonl
+
+logger = logging.getLogger(__name__)
+
+# Records decoded and printed per step: bounds memory while streaming a large partition.
+READ_CHUNK_RECORDS = 50_000
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``seglog read``."""
+    add_partition_arguments(parser)
+    start = parser.add_mutually_exclusive_group(required=True)
+    start.add_argument("--from-offset", type=non_negative_int, metavar="N", help="first offset to read")
+    start.add_argument(
+        "--from-timestamp",
+        type=int,
+        metavar="MS",
+        help="start at the earliest offset whose timestamp is >= MS (ms since the epoch)",
+    )
+    parser.add_argument("--max-records", type=non_negative_int, metavar="N", help="stop after N records")
+    parser.add_argument(
+        "--encoding", choices=ENCODINGS, default="utf8", help="how keys, values and header values are printed"
+    )
+    add_log_config_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Stream the records as JSON lines to stdout; exit 0 even when there is nothing to read."""
+    manager = LogManager(Path(args.log_dir), settings_from_args(args), read_only=True)
+    try:
+        log = manager.get_log(args.topic, args.partition)
+        if log is None:
+            raise OffsetOutOfRangeError(
+                f"partition {args.topic}-{args.partition} does not exist in {args.log_dir}", path=args.log_dir
+            )
+        high_watermark = min(log.high_watermark, log.log_end_offset)
+        if args.from_timestamp is not None:
+            start = log.offset_for_timestamp(args.from_timestamp)
+            logger.info("first offset with timestamp >= %d: %s", args.from_timestamp, start)
+            if start is None:
+                return 0
+        else:
+            start = args.from_offset
+            if not log.log_start_offset <= start <= log.log_end_offset:
+                raise OffsetOutOfRangeError(
+                    f"offset {start} is outside {args.topic}-{args.partition}, which holds offsets "
+                    f"{log.log_start_offset}..{log.log_end_offset - 1} (log end offset {log.log_end_offset})",
+                    offset=start, path=log.directory,
+                )
+        remaining = args.max_records
+        out = Output()
+        while start < high_watermark and (remaining is None or remaining > 0):
+            step = READ_CHUNK_RECORDS if remaining is None else min(remaining, READ_CHUNK_RECORDS)
+            table = log.read_records(start, step, max_offset=high_watermark)
+            if table.num_rows == 0:
+                break
+            out.write_bytes(render_records_jsonl(table, args.encoding))
+            start = int(table.column("offset")[-1].as_py()) + 1
+            if remaining is not None:
+                remaining -= table.num_rows
+    finally:
+        manager.close()
+    return 0

@@ -1,0 +1,269 @@
+"""The `seglog` dispatcher: lazy imports, help, exit codes, error lines, logging, bench dispatch."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+import pytest
+
+from indexer.errors import CorruptIndexError
+from seglog import cli
+from seglog.cli import COMMANDS, Command, main
+
+PYTHON = sys.executable
+
+
+def _fake_command(monkeypatch: pytest.MonkeyPatch, name: str, run) -> None:  # type: ignore[no-untyped-def]
+    """Register a command backed by an in-memory module."""
+    module = types.ModuleType(f"fake_{name}")
+    module.__doc__ = f"The {name} command."
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--flag", action="store_true")
+
+    module.add_arguments = add_arguments  # type: ignore[attr-defined]
+    module.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setitem(COMMANDS, name, Command(module.__name__, f"summary of {name}"))
+
+
+def test_help_lists_every_command_and_imports_none(capsys: pytest.CaptureFixture[str]) -> None:
+    code = subprocess.run(
+        [PYTHON, "-c",
+         "import sys\nfrom seglog.cli import main\n"
+         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+         "print([m for m in sys.modules if m.startswith('seglog.commands.') or m.split('.')[0] in "
+         "('pyspark', 'apscheduler', 'numba', 'pyarrow')])"],
+        capture_output=True, text=True, check=True,
+    )
+    for name, command in COMMANDS.items():
+        assert name in code.stdout
+        assert command.summary.split()[0] in code.stdout
+    assert code.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_dump_imports_neither_pyspark_nor_apscheduler(vectors_dir: Path) -> None:
+    index = vectors_dir / "multi-segment-3x" / "invoice-0" / "00000000000000060611.index"
+    script = (
+        "import sys\nfrom seglog.cli import main\n"
+        f"code = main(['dump', {str(index)!r}])\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('pyspark', 'py4j', 'apscheduler', 'streaming',"
+        " 'maintenance') or m.startswith('seglog.commands.')), file=sys.stderr)\n"
+        "sys.exit(code)"
+    )
+    out = subprocess.run([PYTHON, "-c", script], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    assert out.stderr.strip().splitlines()[-1] == "['seglog.commands.dump']"
+
+
+def test_console_script_runs(vectors_dir: Path) -> None:
+    script = Path(PYTHON).parent / "seglog"
+    out = subprocess.run([str(script), "--help"], capture_output=True, text=True)
+    assert out.returncode == 0
+    assert "dump" in out.stdout
+
+
+def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main([]) == 2
+    assert main(["no-such-command"]) == 2
+    assert main(["read", "--log-dir", "x", "--topic", "t", "--partition", "0"]) == 2  # no start given
+    assert main(["read", "--log-dir", "x", "--topic", "t", "--partition", "-3", "--from-offset", "0"]) == 2
+    err = capsys.readouterr().err
+    assert "expected an integer >= 0, got -3" in err
+
+
+def test_help_of_a_command_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dump", "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "--deep-iteration" in out and "examples:" in out
+    assert "``" not in out
+
+
+def test_missing_command_module_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setitem(COMMANDS, "ghost", Command("seglog.commands.no_such_module", "not written yet"))
+    assert main(["ghost"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [
+        "seglog: CommandUnavailableError: the 'ghost' command is not available in this installation "
+        "(module seglog.commands.no_such_module not found)"
+    ]
+
+
+def test_missing_dependency_of_a_command_names_the_package(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    (tmp_path / "needs_dep.py").write_text("import no_such_dependency_xyz\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setitem(COMMANDS, "needy", Command("needs_dep", "needs a package"))
+    assert main(["needy"]) == 1
+    assert "needs the Python package 'no_such_dependency_xyz'" in capsys.readouterr().err
+
+
+def test_seglog_error_is_one_stderr_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def run(args: argparse.Namespace) -> int:
+        raise CorruptIndexError("Index file /x/0.index is corrupt, found 7 bytes\nsecond line", path="/x/0.index")
+
+    _fake_command(monkeypatch, "boom", run)
+    assert main(["boom"]) == 1
+    captured = capsys.readouterr()
+    assert captured.err == "seglog: CorruptIndexError: Index file /x/0.index is corrupt, found 7 bytes\n"
+    assert captured.out == ""
+
+
+def test_debug_prints_the_traceback(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def run(args: argparse.Namespace) -> int:
+        raise ValueError("bad input")
+
+    _fake_command(monkeypatch, "boom", run)
+    assert main(["boom", "--debug"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err
+    assert err.rstrip().endswith("seglog: ValueError: bad input")
+
+
+def test_unexpected_exception_hints_at_debug(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def run(args: argparse.Namespace) -> int:
+        raise KeyError("oops")
+
+    _fake_command(monkeypatch, "boom", run)
+    assert main(["boom"]) == 1
+    err = capsys.readouterr().err.splitlines()
+    assert err == ["seglog: KeyError: 'oops'", "seglog: this looks like a bug; rerun with --debug for the traceback"]
+
+
+def test_os_error_is_one_line(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    def run(args: argparse.Namespace) -> int:
+        raise FileNotFoundError(2, "No such file or directory", "/nope")
+
+    _fake_command(monkeypatch, "boom", run)
+    assert main(["boom"]) == 1
+    assert capsys.readouterr().err == "seglog: FileNotFoundError: [Errno 2] No such file or directory: '/nope'\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "level"),
+    [([], logging.WARNING), (["-v"], logging.INFO), (["-vv"], logging.DEBUG), (["-v", "-v"], logging.DEBUG)],
+)
+def test_verbosity_sets_the_log_level(monkeypatch: pytest.MonkeyPatch, argv: list[str], level: int) -> None:
+    seen: dict[str, int] = {}
+
+    def run(args: argparse.Namespace) -> int:
+        seen["level"] = logging.getLogger().level
+        return 0
+
+    _fake_command(monkeypatch, "noop", run)
+    root = logging.getLogger()
+    monkeypatch.setattr(root, "handlers", list(root.handlers))
+    monkeypatch.setattr(root, "level", root.level)
+    assert main([*argv, "noop"]) == 0
+    assert seen["level"] == level
+    assert main(["noop", *argv]) == 0  # accepted after the command name too
+    assert seen["level"] == level
+
+
+def test_command_exit_code_is_returned(monkeypatch: pytest.MonkeyPatch) -> None:
+    _fake_command(monkeypatch, "three", lambda args: 3)
+    assert main(["three", "--flag"]) == 3
+
+
+def test_pre_scan_picks_the_command_argparse_picks() -> None:
+    assert cli._selected_command(["-v", "--debug", "dump", "read"]) == "dump"
+    assert cli._selected_command(["--", "describe"]) == "describe"
+    assert cli._selected_command(["--help"]) is None
+    assert cli._selected_command(["nonsense", "dump"]) is None
+
+
+def test_log_config_arguments_reach_the_settings(tmp_path: Path) -> None:
+    conf = tmp_path / "seglog.toml"
+    conf.write_text('[topic]\n"segment.bytes" = 4096\n')
+    parser = argparse.ArgumentParser()
+    cli.add_log_config_arguments(parser)
+    args = parser.parse_args(["--conf", str(conf), "--config", "index.interval.bytes=10",
+                              "--config", "retention.ms=-1"])
+    config = cli.settings_from_args(args).log_config("t")
+    assert (config.segment_bytes, config.index_interval_bytes, config.retention_ms) == (4096, 10, -1)
+
+
+def test_bad_config_override_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code = main(["append", "--log-dir", str(tmp_path), "--topic", "t", "--partition", "0",
+                 "--config", "segment.bytes=tiny", str(tmp_path / "missing.jsonl")])
+    assert code == 1
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("seglog: ")
+
+
+def test_bench_dispatches_to_the_suite_module(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from seglog.commands import bench
+
+    suite = types.ModuleType("fake_suite")
+    suite.__doc__ = "A fake suite."
+    seen: dict[str, object] = {}
+
+    def add_arguments(parser: argparse.ArgumentParser) -> None:
+        parser.add_argument("--quick", action="store_true")
+
+    def run(args: argparse.Namespace) -> int:
+        seen["quick"] = args.quick
+        return 0
+
+    suite.add_arguments = add_arguments  # type: ignore[attr-defined]
+    suite.run = run  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "fake_suite", suite)
+    monkeypatch.setitem(bench.SUITES, "engine", "fake_suite")
+    assert main(["bench", "engine", "--quick"]) == 0
+    assert seen == {"quick": True}
+    assert main(["bench", "engine", "--help"]) == 0
+    assert "A fake suite." in capsys.readouterr().out
+    assert main(["bench", "engine", "--bogus"]) == 2
+
+
+def test_bench_suite_without_module_is_one_line(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from seglog.commands import bench
+
+    monkeypatch.setitem(bench.SUITES, "sink", "seglog.bench.no_such_suite")
+    assert main(["bench", "sink"]) == 1
+    assert capsys.readouterr().err.startswith("seglog: CommandUnavailableError: the 'bench sink' command")
+
+
+def test_json_output_of_a_command_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "in.jsonl").write_text('{"value": "x"}\n')
+    assert main(["append", "--log-dir", str(tmp_path), "--topic", "t", "--partition", "0", "--json",
+                 str(tmp_path / "in.jsonl")]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["first_offset"] == 0 and doc["last_offset"] == 0
+
+
+def test_output_renders_text_or_json_and_raw_bytes() -> None:
+    import io
+
+    from seglog.output import Output, format_table
+
+    data = {"a": 1, "b": [1, 2]}
+    text, doc = io.StringIO(), io.StringIO()
+    Output(text).emit(data, lambda d: [f"a is {d['a']}", "second"])
+    Output(doc, json_mode=True).emit(data, lambda d: ["never"])
+    assert text.getvalue() == "a is 1\nsecond\n"
+    assert json.loads(doc.getvalue()) == data
+    raw = io.StringIO()
+    Output(raw).write_bytes("é\n".encode())
+    assert raw.getvalue() == "é\n"
+    assert format_table(("name", "n"), [("x", 5), ("longer", 120), ("y", None)], indent="  ") == [
+        "  name      n",
+        "  x         5",
+        "  longer  120",
+        "  y",
+    ]

@@ -1,0 +1,130 @@
+"""`seglog describe` on every broker vector directory and on logs we wrote."""
+
+from __future__ import annotations
+
+import json
+import re
+import struct
+from pathlib import Path
+
+import pytest
+
+from seglog.cli import main
+from seglog.commands.describe import render_text
+
+
+def _describe(capsys: pytest.CaptureFixture[str], log_dir: Path) -> dict:  # type: ignore[type-arg]
+    assert main(["describe", "--log-dir", str(log_dir), "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def _batches(path: Path) -> list[tuple[int, int, int]]:
+    """(base offset, last offset, max timestamp) of every v2 batch, walked independently."""
+    data = path.read_bytes()
+    out, position = [], 0
+    while position + 61 <= len(data):
+        base, size = struct.unpack_from(">qi", data, position)
+        if position + 12 + size > len(data):
+            break
+        last_delta = struct.unpack_from(">i", data, position + 23)[0]
+        max_ts = struct.unpack_from(">q", data, position + 35)[0]
+        out.append((base, base + last_delta, max_ts))
+        position += 12 + size
+    return out
+
+
+@pytest.mark.parametrize(
+    "name", ["multi-segment-3x", "gzip-large-records", "snappy-headers", "transactions-commit", "mixed-codecs-epochs"]
+)
+def test_every_vector_directory_is_described(vectors_dir: Path, capsys: pytest.CaptureFixture[str], name: str) -> None:
+    log_dir = vectors_dir / name
+    doc = _describe(capsys, log_dir)
+    partition_dirs = sorted(p.name for p in log_dir.iterdir() if p.is_dir() and re.fullmatch(r".+-\d+", p.name))
+    assert sorted(f"{p['topic']}-{p['partition']}" for p in doc["partitions"]) == partition_dirs
+    total = 0
+    for p in doc["partitions"]:
+        assert "error" not in p
+        directory = log_dir / f"{p['topic']}-{p['partition']}"
+        logs = sorted(directory.glob("*.log"))
+        assert [s["base_offset"] for s in p["segments"]] == [int(f.name.split(".")[0]) for f in logs]
+        for segment, path in zip(p["segments"], logs, strict=True):
+            assert segment["size_bytes"] == path.stat().st_size
+            batches = _batches(path)
+            assert segment["batches"] == len(batches)
+            if batches:
+                assert segment["first_offset"] == batches[0][0]
+                assert segment["last_offset"] == batches[-1][1]
+                assert segment["max_timestamp"] == max(b[2] for b in batches)
+        non_empty = [s for s in p["segments"] if s["batches"]]
+        if non_empty:
+            assert p["log_end_offset"] == non_empty[-1]["last_offset"] + 1
+        assert p["size_bytes"] == sum(s["size_bytes"] for s in p["segments"])
+        total += p["size_bytes"]
+    assert doc["size_bytes"] == total
+    assert doc["num_partitions"] == len(partition_dirs)
+
+
+def test_multi_segment_offsets_and_checkpoints(vectors_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    doc = _describe(capsys, vectors_dir / "multi-segment-3x")
+    invoice0 = next(p for p in doc["partitions"] if p["topic"] == "invoice" and p["partition"] == 0)
+    assert [s["base_offset"] for s in invoice0["segments"]] == [0, 30626, 60611, 90867]
+    assert invoice0["recovery_point"] == 90867  # recovery-point-offset-checkpoint
+    assert invoice0["log_start_offset"] == 0
+    assert invoice0["segments"][0]["index_entries"] == 90  # a 720-byte .index
+    assert invoice0["segments"][-1]["index_entries"] is None  # the active segment has none on disk
+    assert invoice0["segments"][0]["records"] == 30626
+
+
+def test_text_output(vectors_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["describe", "--log-dir", str(vectors_dir / "snappy-headers")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith(f"log dir {vectors_dir / 'snappy-headers'}: ")
+    header = next(line for line in out if line.startswith("some-topic-0: "))
+    assert "log start offset 0" in header and "high watermark" in header
+    row = out[out.index(header) + 2].split()
+    assert row[0] == "0" and row[5].endswith("Z")
+
+
+def test_our_own_log_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(f'{{"value": "v{i}", "timestamp": {1_700_000_000_000 + i}}}\n' for i in range(50)))
+    log_dir = tmp_path / "logs"
+    for partition in (0, 1):
+        assert main(["append", "--log-dir", str(log_dir), "--topic", "events", "--partition", str(partition),
+                     "--config", "segment.bytes=300", "--config", "max.message.bytes=120", str(source)]) == 0
+    capsys.readouterr()
+    doc = _describe(capsys, log_dir)
+    assert [(p["topic"], p["partition"]) for p in doc["partitions"]] == [("events", 0), ("events", 1)]
+    for p in doc["partitions"]:
+        assert p["log_end_offset"] == p["high_watermark"] == p["recovery_point"] == 50
+        assert p["num_segments"] > 1  # small batches in 300-byte segments
+        assert sum(s["records"] for s in p["segments"]) == 50
+        assert p["segments"][0]["first_timestamp"] == 1_700_000_000_000
+        assert p["segments"][-1]["max_timestamp"] == 1_700_000_000_049
+
+
+def test_a_damaged_segment_is_reported_not_fatal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"value": "a"}\n{"value": "b"}\n')
+    log_dir = tmp_path / "logs"
+    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source)]) == 0
+    log = log_dir / "t-0" / "00000000000000000000.log"
+    with open(log, "ab") as f:
+        f.write(b"\x00" * 30)
+    capsys.readouterr()
+    doc = _describe(capsys, log_dir)
+    segment = doc["partitions"][0]["segments"][0]
+    assert segment["invalid_bytes"] == 30
+    assert "30" in "\n".join(render_text(doc))
+
+
+def test_missing_log_dir_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["describe", "--log-dir", str(tmp_path / "nope")]) == 1
+    assert capsys.readouterr().err.startswith("seglog: FileNotFoundError: log directory ")
+
+
+def test_unreadable_partition_is_listed_with_its_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (tmp_path / "empty-0").mkdir()  # a partition directory without any .log file
+    assert main(["describe", "--log-dir", str(tmp_path), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["partitions"][0]["topic"] == "empty" and "StorageError" in doc["partitions"][0]["error"]
