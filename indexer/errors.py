@@ -29,6 +29,8 @@ message, so a log line alone says which file and where::
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 
 class SeglogError(Exception):
@@ -45,6 +47,20 @@ class StorageError(SeglogError):
         super().__init__(message)
         self.path = None if path is None else os.fspath(path)
         self.errno = errno
+
+
+@contextmanager
+def storage_errors(path: str | os.PathLike[str], action: str) -> Iterator[None]:
+    """The one place ``OSError`` becomes :class:`StorageError` (Kafka's ``maybeHandleIOException``).
+
+    ``with storage_errors(path, "append to"):`` turns an ``OSError`` raised inside into
+    ``StorageError("Failed to append to /abs/path: No space left on device", path=, errno=)``.
+    """
+    try:
+        yield
+    except OSError as e:
+        reason = e.strerror or str(e)
+        raise StorageError(f"Failed to {action} {os.path.abspath(path)}: {reason}", path=path, errno=e.errno) from e
 
 
 class LogLockedError(StorageError):
