@@ -1,0 +1,317 @@
+"""Which partitions a maintenance job may change, and how it gets hold of them.
+
+Two ways to run the jobs, one interface (:class:`LogAccess`):
+
+* :class:`OwnedLogs` - inside the writer's process (the streaming main job): the jobs act on the
+  logs that process has open. Every engine mutation (roll, segment deletion, flush, truncation)
+  runs under the ``Log``'s own lock, so jobs and appends interleave safely and a reader never sees
+  a half-done roll or deletion.
+* :class:`BorrowedLogs` - the ``seglog maintain`` daemon, in a process of its own. A job first
+  looks at each partition's files (:mod:`maintenance.metadata`: names, sizes, index tails) and
+  opens only the partitions it has something to do on, one at a time, taking the partition's
+  writer lock without waiting; after the job it flushes, checkpoints and closes the partition, so a
+  writer that starts later finds it free after at most one partition's work. A partition whose lock
+  another live process holds is skipped by the mutating jobs and logged once per holder; the
+  ``index`` job still checks its files read-only.
+
+A partition the daemon closed cleanly and that nobody touched since is reopened as cleanly shut
+down (nothing is rescanned); a writer that died holding it (its pid left in the lock file) or any
+change of its newest segment in between makes the next open recover from the recovery point, as
+after a crash. Opening a partition
+runs the loader, which removes leftover ``.deleted`` files at once (spec 6.2 step 1): harmless,
+since the daemon has no readers of its own and readers elsewhere hold their own file handles.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from indexer.checkpoint import OffsetCheckpointFile, update_checkpoint
+from indexer.clock import Clock, SystemClock
+from indexer.config import Settings
+from indexer.errors import LogLockedError, StorageError
+from indexer.file_names import (
+    LOG_DIR_LOCK_FILE,
+    LOG_FILE_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    PARTITION_LOCK_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
+    log_file,
+    parse_topic_partition_name,
+)
+from indexer.log import Log
+from maintenance.metadata import PartitionMetadata, scan_partition
+from maintenance.report import JobReport
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+Wanted = Callable[[TopicPartition, PartitionMetadata], bool]
+
+CHECKPOINT_FILES = {
+    "recovery-point": RECOVERY_POINT_CHECKPOINT_FILE,
+    "log-start-offset": LOG_START_OFFSET_CHECKPOINT_FILE,
+    "high-watermark": REPLICATION_OFFSET_CHECKPOINT_FILE,
+}
+
+
+def partition_name(tp: TopicPartition) -> str:
+    return f"{tp[0]}-{tp[1]}"
+
+
+def partition_dirs(log_dir: Path) -> list[tuple[TopicPartition, Path]]:
+    """The ``<topic>-<partition>`` directories of ``log_dir``, sorted; anything else is ignored
+    (including Kafka's ``-delete``/``-future``/``-stray`` directories, which are not live logs)."""
+    found = []
+    for child in sorted(log_dir.iterdir()):
+        if not child.is_dir():
+            continue
+        try:
+            tp = parse_topic_partition_name(child.name)
+        except ValueError:
+            continue
+        if child.name == partition_name(tp):
+            found.append((tp, child))
+    return found
+
+
+def checkpoint_value(log: Log, kind: str) -> int | None:
+    """The offset ``log`` contributes to checkpoint ``kind``; None means "no entry".
+
+    ``log-start-offset`` has an entry only when the log start offset is above the first segment's
+    base offset, as in Kafka (spec 6.4).
+    """
+    if kind == "recovery-point":
+        return int(log.recovery_point)
+    if kind == "high-watermark":
+        return int(log.high_watermark)
+    first = log.segments.first_segment()
+    if first is not None and log.log_start_offset > first.base_offset:
+        return int(log.log_start_offset)
+    return None
+
+
+def read_checkpoint(log_dir: Path, kind: str) -> dict[TopicPartition, int]:
+    """Checkpoint ``kind`` of ``log_dir``; unreadable files count as empty, as in Kafka (spec 6.1)."""
+    path = log_dir / CHECKPOINT_FILES[kind]
+    try:
+        return OffsetCheckpointFile(path).read()
+    except StorageError as e:
+        logger.warning("ignoring unreadable checkpoint file %s: %s", path, e)
+        return {}
+
+
+def write_checkpoint(log_dir: Path, kind: str, values: dict[TopicPartition, int | None]) -> int:
+    """Merge ``values`` (None: drop the entry) into checkpoint ``kind`` of ``log_dir``.
+
+    Entries of partitions other processes own are kept: a read-merge-write under the log
+    directory's ``.lock``. Returns the number of entries written for ``values``.
+    """
+    updates = {tp: v for tp, v in values.items() if v is not None}
+    remove = [tp for tp, v in values.items() if v is None]
+    if updates or remove:
+        lock_path = log_dir / LOG_DIR_LOCK_FILE
+        update_checkpoint(log_dir / CHECKPOINT_FILES[kind], updates, lock_path=lock_path, remove=remove)
+    return len(updates)
+
+
+class LogAccess(ABC):
+    """The partitions of one log directory as the maintenance jobs see them. Thread-safe."""
+
+    #: True when the jobs borrow partitions no live writer holds (the daemon), False in-process.
+    borrowed: bool = False
+
+    def __init__(self, log_dir: Path, settings: Settings, clock: Clock) -> None:
+        self.log_dir = Path(log_dir)
+        self.settings = settings
+        self.clock = clock
+
+    @abstractmethod
+    def each_log(self, report: JobReport, wanted: Wanted | None = None) -> Iterator[tuple[TopicPartition, Log]]:
+        """Yield the writable logs this process may change now, one at a time.
+
+        ``wanted`` lets a borrowing access skip partitions whose files show nothing to do; an
+        access that has its logs open anyway may ignore it. Partitions held by another process go
+        to ``report.skipped``; failures to open one go to ``report.errors``.
+        """
+
+    @abstractmethod
+    def foreign_partitions(self) -> list[tuple[TopicPartition, Path]]:
+        """Partitions this process may not change (another live process holds them)."""
+
+    def metadata(self, tp: TopicPartition, path: Path) -> PartitionMetadata:
+        """The files of partition ``tp`` with its checkpointed log start offset and high watermark."""
+        return scan_partition(
+            path,
+            self.settings.log_config(tp[0]),
+            log_start_offset=read_checkpoint(self.log_dir, "log-start-offset").get(tp, 0),
+            high_watermark=read_checkpoint(self.log_dir, "high-watermark").get(tp, 0),
+        )
+
+
+class OwnedLogs(LogAccess):
+    """The logs this process opened and owns (in-process use, e.g. by the streaming main job).
+
+    ``logs`` is a mapping ``(topic, partition) -> Log`` that the owner keeps up to date (a
+    ``LogManager``'s table of open logs), or a callable returning one.
+    """
+
+    def __init__(
+        self,
+        log_dir: Path,
+        settings: Settings,
+        logs: dict[TopicPartition, Log] | Callable[[], dict[TopicPartition, Log]],
+        clock: Clock | None = None,
+    ) -> None:
+        super().__init__(log_dir, settings, clock or SystemClock())
+        self._logs = logs
+
+    def _snapshot(self) -> list[tuple[TopicPartition, Log]]:
+        logs = self._logs() if callable(self._logs) else self._logs
+        return sorted(((tp, log) for tp, log in dict(logs).items() if not log.closed), key=lambda item: item[0])
+
+    def each_log(self, report: JobReport, wanted: Wanted | None = None) -> Iterator[tuple[TopicPartition, Log]]:
+        yield from self._snapshot()
+
+    def foreign_partitions(self) -> list[tuple[TopicPartition, Path]]:
+        owned = {tp for tp, _ in self._snapshot()}
+        return [(tp, path) for tp, path in partition_dirs(self.log_dir) if tp not in owned]
+
+
+@dataclass(frozen=True, slots=True)
+class _ReleaseState:
+    """The active segment of a partition when the daemon closed it cleanly."""
+
+    active_base_offset: int
+    active_size: int
+    active_mtime_ns: int
+
+
+class BorrowedLogs(LogAccess):
+    """Partitions of ``log_dir`` opened one at a time for a job and closed right after (the daemon).
+
+    Passes of different jobs are serialised by an internal lock, so this process never opens a
+    partition twice.
+    """
+
+    borrowed = True
+
+    def __init__(self, log_dir: Path, settings: Settings, clock: Clock | None = None) -> None:
+        super().__init__(log_dir, settings, clock or SystemClock())
+        self._stopping = threading.Event()
+        self._pass_lock = threading.Lock()
+        self._released: dict[TopicPartition, _ReleaseState] = {}
+        self._foreign: dict[TopicPartition, str] = {}
+
+    def stop(self) -> None:
+        """Make running and later passes stop before their next partition (the daemon is shutting down)."""
+        self._stopping.set()
+
+    def foreign_partitions(self) -> list[tuple[TopicPartition, Path]]:
+        dirs = dict(partition_dirs(self.log_dir))
+        return [(tp, dirs[tp]) for tp in sorted(self._foreign) if tp in dirs]
+
+    def each_log(self, report: JobReport, wanted: Wanted | None = None) -> Iterator[tuple[TopicPartition, Log]]:
+        with self._pass_lock:
+            kinds = list(CHECKPOINT_FILES)
+            checkpoints = {kind: read_checkpoint(self.log_dir, kind) for kind in kinds}
+            released: dict[str, dict[TopicPartition, int | None]] = {kind: {} for kind in kinds}
+            try:
+                for tp, path in partition_dirs(self.log_dir):
+                    if self._stopping.is_set():
+                        break
+                    if wanted is not None:
+                        meta = scan_partition(
+                            path,
+                            self.settings.log_config(tp[0]),
+                            log_start_offset=checkpoints["log-start-offset"].get(tp, 0),
+                            high_watermark=checkpoints["high-watermark"].get(tp, 0),
+                        )
+                        if not wanted(tp, meta):
+                            continue
+                    log = self._borrow(tp, path, checkpoints, report)
+                    if log is None:
+                        continue
+                    try:
+                        yield tp, log
+                    finally:
+                        self._release(tp, log, released)
+            finally:
+                for kind in kinds:
+                    try:
+                        write_checkpoint(self.log_dir, kind, released[kind])
+                    except Exception:
+                        logger.exception("writing %s failed", CHECKPOINT_FILES[kind])
+
+    def _borrow(
+        self, tp: TopicPartition, path: Path, checkpoints: dict[str, dict[TopicPartition, int]], report: JobReport
+    ) -> Log | None:
+        name = partition_name(tp)
+        try:
+            log = Log.open(
+                path,
+                self.settings.log_config(tp[0]),
+                recovery_point=checkpoints["recovery-point"].get(tp, 0),
+                log_start_offset=checkpoints["log-start-offset"].get(tp, 0),
+                had_clean_shutdown=self._untouched_since_release(tp, path),
+                clock=self.clock,
+                high_watermark=checkpoints["high-watermark"].get(tp, 0),
+            )
+        except LogLockedError as e:
+            holder = str(e)
+            if self._foreign.get(tp) != holder:
+                logger.info("%s: skipped by mutating maintenance jobs: %s", name, holder)
+            self._foreign[tp] = holder
+            self._released.pop(tp, None)
+            report.skipped.append(name)
+            return None
+        except Exception as e:
+            self._released.pop(tp, None)
+            report.fail(name, e)
+            return None
+        if self._foreign.pop(tp, None) is not None:
+            logger.info("%s is free again; maintaining it", name)
+        return log
+
+    def _untouched_since_release(self, tp: TopicPartition, path: Path) -> bool:
+        """Whether the partition is as this daemon left it: no writer died holding it (its lock file
+        names no holder) and its newest segment is the one released, with the same size and mtime."""
+        state = self._released.get(tp)
+        if state is None:
+            return False
+        try:
+            if (path / PARTITION_LOCK_FILE).read_bytes().strip():
+                return False
+            st = log_file(path, state.active_base_offset).stat()
+            newest = max(int(name[:-4]) for name in os.listdir(path) if name.endswith(LOG_FILE_SUFFIX))
+        except (OSError, ValueError):
+            return False
+        return (
+            newest == state.active_base_offset
+            and st.st_size == state.active_size
+            and st.st_mtime_ns == state.active_mtime_ns
+        )
+
+    def _release(self, tp: TopicPartition, log: Log, released: dict[str, dict[TopicPartition, int | None]]) -> None:
+        """Flush, note the checkpoint values of and close a borrowed log; errors are logged, not raised."""
+        self._released.pop(tp, None)
+        try:
+            base = log.active_segment.base_offset
+            log.close()  # flushes everything: the recovery point is now the log end offset
+            for kind, values in released.items():
+                values[tp] = checkpoint_value(log, kind)
+            st = log_file(log.directory, base).stat()
+            self._released[tp] = _ReleaseState(base, st.st_size, st.st_mtime_ns)
+        except Exception:
+            logger.exception("releasing %s failed", partition_name(tp))
+            try:
+                log.close()
+            except Exception:
+                logger.exception("closing %s failed", partition_name(tp))

@@ -1,0 +1,80 @@
+"""``seglog maintain``: the maintenance daemon for one log directory.
+
+The daemon runs every job of :data:`maintenance.jobs.JOBS` on its period (see
+:mod:`maintenance.scheduler`) until SIGTERM or SIGINT (Ctrl-C), then lets the running jobs finish,
+closes the partitions it borrowed and exits 0. ``--once JOB`` runs one job over the directory and
+exits, for cron and tests.
+
+Sharing partitions with writers in other processes (:class:`~maintenance.access.BorrowedLogs`): the
+daemon never keeps a partition. For each job pass it takes each partition's writer lock without
+waiting, does the job, and closes the partition again, so a writer that starts later finds it free
+within one pass. A partition whose lock is held by another live process is skipped by the mutating
+jobs (logged once per holder); the ``index`` job still checks it read-only.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import FrameType
+
+from indexer.config import Settings
+from maintenance.access import BorrowedLogs
+from maintenance.jobs import JOBS
+from maintenance.report import JobReport
+from maintenance.scheduler import add_jobs, new_scheduler, run_job
+from maintenance.settings import MaintenanceSettings
+
+logger = logging.getLogger(__name__)
+
+
+def run_once(log_dir: Path, settings: Settings, job: str) -> JobReport | None:
+    """Run ``job`` once over every partition of ``log_dir`` that no other process owns."""
+    if job not in JOBS:
+        raise ValueError(f"unknown maintenance job {job!r}; known: {', '.join(JOBS)}")
+    return run_job(job, BorrowedLogs(log_dir, settings))
+
+
+@contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """Set ``stop`` on SIGTERM/SIGINT while inside; restore the previous handlers afterwards."""
+
+    def handler(signum: int, _frame: FrameType | None) -> None:
+        logger.info("received %s, stopping after the running jobs", signal.Signals(signum).name)
+        stop.set()
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+def run_daemon(log_dir: Path, settings: Settings, *, stop: threading.Event | None = None) -> int:
+    """Schedule every job on ``log_dir`` and block until ``stop`` is set or a signal arrives.
+
+    Must be called from the main thread (signal handlers). Returns the exit status, 0 after a
+    graceful stop.
+    """
+    stop = stop or threading.Event()
+    periods = MaintenanceSettings.from_settings(settings)
+    access = BorrowedLogs(log_dir, settings)
+    with _stop_on_signals(stop):
+        scheduler = new_scheduler()
+        added = add_jobs(scheduler, access, periods)
+        scheduler.start()
+        logger.info("seglog maintain on %s: %s", log_dir, ", ".join(added) or "no jobs")
+        try:
+            # Event.wait with a timeout keeps the main thread responsive to signals.
+            while not stop.wait(0.5):
+                pass
+        finally:
+            access.stop()  # a pass in progress ends after its current partition
+            scheduler.shutdown(wait=True)
+    logger.info("seglog maintain on %s stopped", log_dir)
+    return 0

@@ -1,0 +1,246 @@
+"""The maintenance jobs, one function each, and the registry :data:`JOBS` the scheduler reads.
+
+Each job takes a :class:`~maintenance.access.LogAccess` (which partitions it may change and how it
+gets them) and returns a :class:`~maintenance.report.JobReport`. Per-partition failures are
+recorded in the report and logged with the partition and file; they never stop the job.
+
+===============================  ================================================  ===============================
+job                              period key                                        Kafka counterpart
+===============================  ================================================  ===============================
+``retention``                    ``log.retention.check.interval.ms``               ``kafka-log-retention``
+``roll``                         ``seglog.roll.check.interval.ms``                 none (rolls only on append)
+``flush``                        ``log.flush.scheduler.interval.ms``               ``kafka-log-flusher``
+``checkpoint-recovery-point``    ``log.flush.offset.checkpoint.interval.ms``       ``kafka-recovery-point-checkpoint``
+``checkpoint-log-start-offset``  ``log.flush.start.offset.checkpoint.interval.ms``  ``kafka-log-start-offset-ckpt``
+``checkpoint-high-watermark``    ``replica.high.watermark.checkpoint.interval.ms``  ``highwatermark-checkpoint``
+``index``                        ``seglog.index.check.interval.ms``                none (indexes checked on load)
+===============================  ================================================  ===============================
+
+The daemon schedules only the jobs marked ``in_daemon``: it flushes and checkpoints every
+partition it borrows when it gives it back, so periodic flush and checkpoint passes would only
+reopen idle partitions for nothing (they can still be run with ``--once``).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from indexer.errors import CorruptRecordError
+from indexer.log import Log
+from indexer.segment import LogSegment
+from maintenance.access import CHECKPOINT_FILES, LogAccess, TopicPartition, checkpoint_value, partition_name
+from maintenance.access import write_checkpoint as merge_checkpoint
+from maintenance.committed import committed_offsets
+from maintenance.metadata import (
+    PartitionMetadata,
+    first_batch_max_timestamp,
+    index_problem,
+    index_problems,
+    plan_retention,
+)
+from maintenance.report import JobReport
+
+logger = logging.getLogger(__name__)
+
+
+def retention(access: LogAccess) -> JobReport:
+    """Delete segments past ``retention.ms``/``retention.bytes`` or below the log start offset.
+
+    The engine's ``Log.delete_old_segments`` decides from segment metadata and renames deleted
+    segments ``.deleted`` (removed ``file.delete.delay.ms`` later). The daemon opens only the
+    partitions whose files show a breach (:func:`~maintenance.metadata.plan_retention`).
+    """
+    report = JobReport("retention")
+    with report.timed():
+        now = access.clock.milliseconds()
+
+        def wanted(_tp: TopicPartition, meta: PartitionMetadata) -> bool:
+            return plan_retention(meta, now).needs_log
+
+        for tp, log in access.each_log(report, wanted):
+            with report.partition(partition_name(tp)):
+                deleted = log.delete_old_segments()
+                if deleted:
+                    report.count("segments_deleted", deleted)
+    return report
+
+
+def _roll_due(log: Log, now: int) -> bool:
+    """Whether the active segment is older than ``segment.ms`` minus its jitter, as if a record
+    stamped ``now`` arrived (Kafka's ``shouldRoll`` time rule, spec 4.5). Caller holds ``log.lock``."""
+    active = log.active_segment
+    return active.size > 0 and active.time_waited_for_roll(now, now) > log.config.segment_ms - active.roll_jitter_ms
+
+
+def roll(access: LogAccess) -> JobReport:
+    """Roll active segments past ``segment.ms`` even when no append comes to trigger it.
+
+    The roll seals the old segment (final time-index entry, trimmed index files) and flushes it.
+    The check and the roll happen under the log's lock, so they never race an append.
+    """
+    report = JobReport("roll")
+    with report.timed():
+        now = access.clock.milliseconds()
+
+        def wanted(_tp: TopicPartition, meta: PartitionMetadata) -> bool:
+            if not meta.base_offsets or meta.log_size(meta.base_offsets[-1]) == 0:
+                return False
+            first = first_batch_max_timestamp(meta.log_path(meta.base_offsets[-1]))
+            # Jitter is drawn per open segment; the smallest possible threshold keeps this a superset.
+            return first >= 0 and now - first > meta.config.segment_ms - meta.config.segment_jitter_ms
+
+        for tp, log in access.each_log(report, wanted):
+            with report.partition(partition_name(tp)), log.lock:
+                if _roll_due(log, now):
+                    log.roll()
+                    report.count("segments_rolled")
+    return report
+
+
+def flush(access: LogAccess) -> JobReport:
+    """fsync logs whose last flush is older than ``flush.ms`` and advance their recovery point
+    (Kafka's ``flushDirtyLogs``; ``flush.messages`` is enforced by the engine on append)."""
+    report = JobReport("flush")
+    with report.timed():
+        now = access.clock.milliseconds()
+        for tp, log in access.each_log(report):
+            with report.partition(partition_name(tp)):
+                if now - log.last_flush_time_ms >= log.config.flush_ms:
+                    before = log.recovery_point
+                    log.flush(log.log_end_offset)
+                    if log.recovery_point > before:
+                        report.count("logs_flushed")
+    return report
+
+
+def _checkpoint_job(kind: str) -> Callable[[LogAccess], JobReport]:
+    def job(access: LogAccess) -> JobReport:
+        report = JobReport(f"checkpoint-{kind}")
+        with report.timed():
+            values: dict[TopicPartition, int | None] = {}
+            for tp, log in access.each_log(report):
+                with report.partition(partition_name(tp)):
+                    values[tp] = checkpoint_value(log, kind)
+            written = merge_checkpoint(access.log_dir, kind, values)
+            if written:
+                report.count("entries_written", written)
+        return report
+
+    job.__name__ = f"checkpoint_{kind.replace('-', '_')}"
+    job.__doc__ = f"Write ``{CHECKPOINT_FILES[kind]}`` for the partitions this process maintains (atomically, merged)."
+    return job
+
+
+def _rebuild_indexes(log: Log, segment: LogSegment, problem: str, report: JobReport, name: str) -> None:
+    """Rebuild a sealed segment's indexes from its ``.log`` if every batch is valid; never cut data.
+
+    A sealed segment with invalid bytes is not truncated here (that would leave a gap of offsets
+    before the next segment): it is reported, and ``seglog recover`` decides.
+    """
+    with log.lock:
+        current = log.segments.get(segment.base_offset)
+        if current is not segment or segment is log.active_segment:
+            return  # deleted or truncated meanwhile
+        scan = segment.log.scan(0, verify_crc=True)
+        if scan.error is not None or scan.valid_bytes != segment.size:
+            report.fail(name, CorruptRecordError(
+                f"sealed segment {segment.log.path} has invalid data at position {scan.valid_bytes} ({problem}); "
+                f"run `seglog recover`",
+                path=segment.log.path,
+                position=scan.valid_bytes,
+            ))
+            return
+        segment.recover()
+        logger.info("%s: rebuilt the indexes of segment %d (%s)", name, segment.base_offset, problem)
+        report.count("indexes_rebuilt")
+
+
+def index(access: LogAccess) -> JobReport:
+    """Index care: truncate what a dead writer left above the committed offset, then check the
+    indexes of every sealed segment and rebuild missing or corrupt ones.
+
+    The truncation only happens in the daemon, on partitions whose last writer died holding them
+    (its pid is still in the partition's lock file, yet the lock is free); the committed offset is
+    the high watermark checkpoint or a sink commit record, whichever is larger
+    (:mod:`maintenance.committed`). A writer that closed cleanly is trusted with its tail.
+    Partitions another process holds get a read-only check whose findings are logged.
+    """
+    report = JobReport("index")
+    with report.timed():
+        committed = committed_offsets(access.log_dir) if access.borrowed else {}
+        found: dict[TopicPartition, dict[int, str]] = {}
+        dead_writer: set[TopicPartition] = set()
+
+        def wanted(tp: TopicPartition, meta: PartitionMetadata) -> bool:
+            found[tp] = index_problems(meta)
+            if tp in committed and meta.lock_holder():
+                dead_writer.add(tp)  # or a live one: then the partition cannot be borrowed
+            return bool(found[tp]) or tp in dead_writer
+
+        for tp, log in access.each_log(report, wanted):
+            name = partition_name(tp)
+            with report.partition(name):
+                end = committed.get(tp)
+                if tp in dead_writer and end is not None and log.log_start_offset <= end < log.log_end_offset:
+                    dropped = log.log_end_offset - end
+                    log.truncate_to(end)
+                    logger.warning(
+                        "%s: truncated %d uncommitted offsets above %d left by a dead writer", name, dropped, end
+                    )
+                    report.count("offsets_truncated", dropped)
+                segments = log.segments.values()
+                still_wrong = set()
+                for segment, following in zip(segments, segments[1:], strict=False):
+                    try:
+                        problem = index_problem(log.directory, segment.base_offset, segment.size, following.base_offset)
+                    except FileNotFoundError:
+                        continue
+                    if problem is not None:
+                        still_wrong.add(segment.base_offset)
+                        _rebuild_indexes(log, segment, problem, report, name)
+                # Opening a borrowed partition already rebuilt what the loader found wrong.
+                fixed_on_open = [b for b in found.get(tp, {}) if b in log.segments and b not in still_wrong]
+                if fixed_on_open:
+                    report.count("indexes_rebuilt", len(fixed_on_open))
+        for tp, path in access.foreign_partitions():
+            try:
+                problems = index_problems(access.metadata(tp, path))
+            except OSError as e:
+                report.fail(partition_name(tp), e)
+                continue
+            for base, problem in sorted(problems.items()):
+                logger.warning("%s (held by another process): segment %d: %s", partition_name(tp), base, problem)
+            if problems:
+                found_so_far = report.details.get("foreign_index_problems", 0)
+                report.details["foreign_index_problems"] = found_so_far + len(problems)
+    return report
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """A registered job: its function, the :class:`MaintenanceSettings` attribute of its period,
+    and whether the daemon schedules it."""
+
+    name: str
+    fn: Callable[[LogAccess], JobReport]
+    period_attr: str
+    in_daemon: bool
+
+
+JOBS: dict[str, Job] = {
+    job.name: job
+    for job in (
+        Job("retention", retention, "retention_check_interval_ms", True),
+        Job("roll", roll, "roll_check_interval_ms", True),
+        Job("flush", flush, "flush_scheduler_interval_ms", False),
+        Job("checkpoint-recovery-point", _checkpoint_job("recovery-point"), "flush_offset_checkpoint_interval_ms",
+            False),
+        Job("checkpoint-log-start-offset", _checkpoint_job("log-start-offset"),
+            "flush_start_offset_checkpoint_interval_ms", False),
+        Job("checkpoint-high-watermark", _checkpoint_job("high-watermark"), "high_watermark_checkpoint_interval_ms",
+            False),
+        Job("index", index, "index_check_interval_ms", True),
+    )
+}

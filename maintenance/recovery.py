@@ -1,0 +1,314 @@
+"""``seglog recover``: Kafka's log loading after an unclean shutdown, for a whole log directory.
+
+For every partition directory (each under its writer lock, so a live writer's partitions are
+skipped, never touched) :class:`~indexer.log_loader.LogLoader` finishes or undoes interrupted
+operations (``.swap``, ``.cleaned``, ``.deleted`` files), recovers the segments - validating every
+batch, cutting a corrupted segment after its last valid batch and deleting the segments after it,
+rebuilding missing or corrupt indexes - and the partition is flushed and closed. Then the
+checkpoint files are rewritten from the recovered logs and, when every partition was recovered,
+the directory is marked cleanly shut down (``.kafka_cleanshutdown``), so the next open does not
+recover again.
+
+By default every segment is validated (recovery point 0): corruption below the checkpointed
+recovery point, which Kafka's startup does not look for (spec 6.3), is found too.
+``from_recovery_point=True`` does exactly what a broker does at startup. A dry run makes the same
+decisions through :meth:`LogLoader.check` and changes nothing.
+
+"Committed data lost" compares each partition's recovered log end offset with the largest of its
+checkpointed recovery point, its checkpointed high watermark and any sink commit record
+(:mod:`maintenance.committed`): offsets below that which are gone after recovery were committed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tqdm import tqdm
+
+from indexer.checkpoint import fsync_directory
+from indexer.clock import Clock, SystemClock
+from indexer.config import Settings
+from indexer.errors import LogLockedError
+from indexer.file_names import (
+    CLEAN_SHUTDOWN_FILE,
+    INDEX_FILE_SUFFIX,
+    LOG_FILE_SUFFIX,
+    PARTITION_LOCK_FILE,
+    TIME_INDEX_FILE_SUFFIX,
+)
+from indexer.lock import FileLock
+from indexer.log import Log
+from indexer.log_loader import LogLoader, RecoveryReport
+from indexer.log_manager import CLEAN_SHUTDOWN_CONTENT
+from maintenance.access import (
+    CHECKPOINT_FILES,
+    checkpoint_value,
+    partition_dirs,
+    partition_name,
+    read_checkpoint,
+    write_checkpoint,
+)
+from maintenance.committed import sink_committed_offsets
+from maintenance.metadata import index_problem, scan_partition
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+# Exit status of `seglog recover` when committed data was lost (1 is any other failure).
+EXIT_COMMITTED_DATA_LOST = 3
+
+
+@dataclass
+class PartitionRecovery:
+    """The outcome for one partition. ``status``: recovered, checked (dry run), skipped, failed."""
+
+    partition: str
+    status: str
+    log_bytes: int
+    message: str = ""
+    log_end_offset: int | None = None
+    committed_offset: int | None = None
+    segments_recovered: int = 0
+    bytes_truncated: int = 0
+    batches_dropped: int = 0
+    segments_deleted: int = 0
+    segment_bytes_deleted: int = 0
+    indexes_rebuilt: int = 0
+    steps: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def committed_offsets_lost(self) -> int:
+        """Committed offsets the recovered log no longer holds (0 when nothing committed was lost)."""
+        if self.committed_offset is None or self.log_end_offset is None:
+            return 0
+        return max(0, self.committed_offset - self.log_end_offset)
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["committed_offsets_lost"] = self.committed_offsets_lost
+        return d
+
+
+@dataclass
+class DirectoryRecovery:
+    """The outcome for a log directory."""
+
+    log_dir: str
+    dry_run: bool
+    from_recovery_point: bool
+    partitions: list[PartitionRecovery] = field(default_factory=list)
+    marked_clean: bool = False
+    duration_s: float = 0.0
+
+    @property
+    def bytes_total(self) -> int:
+        return sum(p.log_bytes for p in self.partitions)
+
+    @property
+    def committed_data_lost(self) -> bool:
+        return any(p.committed_offsets_lost > 0 for p in self.partitions)
+
+    @property
+    def failed(self) -> list[PartitionRecovery]:
+        return [p for p in self.partitions if p.status == "failed"]
+
+    def exit_status(self) -> int:
+        """0 when everything is fine, 3 when committed data was lost, else 1 when a partition failed."""
+        if self.committed_data_lost:
+            return EXIT_COMMITTED_DATA_LOST
+        return 1 if self.failed else 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "log_dir": self.log_dir,
+            "dry_run": self.dry_run,
+            "from_recovery_point": self.from_recovery_point,
+            "marked_clean": self.marked_clean,
+            "duration_s": self.duration_s,
+            "bytes_total": self.bytes_total,
+            "committed_data_lost": self.committed_data_lost,
+            "partitions": [p.to_json() for p in self.partitions],
+        }
+
+
+def _log_bytes(path: Path) -> int:
+    with os.scandir(path) as entries:
+        return sum(e.stat().st_size for e in entries if e.name.endswith(LOG_FILE_SUFFIX) and e.is_file())
+
+
+def _index_digests(path: Path) -> dict[str, bytes]:
+    """Digest of every ``.index``/``.timeindex`` file (to count the ones recovery rewrote)."""
+    out = {}
+    with os.scandir(path) as entries:
+        for e in entries:
+            if e.is_file() and e.name.endswith((INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)):
+                with open(e.path, "rb") as f:
+                    out[e.name] = hashlib.blake2b(f.read(), digest_size=16).digest()
+    return out
+
+
+def _segments_with_changed_indexes(before: dict[str, bytes], after: dict[str, bytes]) -> int:
+    """Segments whose index files appeared or changed (files that vanished went with their segment)."""
+    changed = {name.split(".", 1)[0] for name, digest in after.items() if before.get(name) != digest}
+    return len(changed)
+
+
+def _dry_run_index_problems(path: Path, settings: Settings, topic: str) -> int:
+    meta = scan_partition(path, settings.log_config(topic), log_start_offset=0, high_watermark=0)
+    problems = 0
+    bases = meta.base_offsets
+    for i, base in enumerate(bases):
+        following = bases[i + 1] if i + 1 < len(bases) else None
+        try:
+            if index_problem(path, base, meta.log_size(base), following) is not None:
+                problems += 1
+        except FileNotFoundError:
+            continue
+    return problems
+
+
+def _fill_from_report(result: PartitionRecovery, report: RecoveryReport) -> None:
+    result.log_end_offset = report.next_offset
+    result.segments_recovered = report.segments_recovered
+    result.bytes_truncated = report.bytes_truncated
+    result.batches_dropped = report.batches_dropped
+    deleted = report.segments_deleted
+    result.segments_deleted = len(deleted)
+    result.segment_bytes_deleted = sum(s.segment_bytes for s in deleted)
+    result.steps = [s.to_dict() for s in report.steps]
+
+
+def recover_partition(
+    tp: TopicPartition,
+    path: Path,
+    settings: Settings,
+    *,
+    recovery_point: int,
+    log_start_offset: int,
+    high_watermark: int,
+    dry_run: bool,
+    clock: Clock,
+) -> tuple[PartitionRecovery, dict[str, int | None]]:
+    """Recover (or check) one partition under its writer lock.
+
+    Returns the outcome and, after a real recovery, the partition's new checkpoint values
+    (``recovery-point``, ``log-start-offset``, ``high-watermark``; empty for a dry run).
+
+    Raises:
+        LogLockedError: a live writer holds the partition.
+    """
+    result = PartitionRecovery(partition_name(tp), "checked" if dry_run else "recovered", _log_bytes(path))
+    config = settings.log_config(tp[0])
+    lock = FileLock(path / PARTITION_LOCK_FILE)
+    lock.acquire(timeout=0)
+    try:
+        loader = LogLoader(
+            path, config, recovery_point=recovery_point, log_start_offset=log_start_offset,
+            had_clean_shutdown=False, clock=clock,
+        )
+        if dry_run:
+            _fill_from_report(result, loader.check())
+            result.indexes_rebuilt = _dry_run_index_problems(path, settings, tp[0])
+            return result, {}
+        before = _index_digests(path)
+        loaded = loader.load()
+        log = Log(
+            path, config, loaded.segments,
+            log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
+            next_offset=loaded.next_offset, clock=clock, read_only=False, file_lock=lock,
+            high_watermark=high_watermark,
+        )
+        log.close()  # flushes everything: the recovery point is now the log end offset
+        values = {kind: checkpoint_value(log, kind) for kind in CHECKPOINT_FILES}
+        _fill_from_report(result, loaded.report)
+        result.indexes_rebuilt = _segments_with_changed_indexes(before, _index_digests(path))
+        return result, values
+    finally:
+        lock.release()
+
+
+def mark_clean_shutdown(log_dir: Path) -> None:
+    """Write the clean-shutdown marker, with the content :class:`LogManager` writes (fsynced)."""
+    path = log_dir / CLEAN_SHUTDOWN_FILE
+    tmp = path.with_name(path.name + ".tmp")
+    with open(tmp, "wb") as f:
+        f.write(CLEAN_SHUTDOWN_CONTENT)
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    fsync_directory(log_dir)
+
+
+def recover_log_dir(
+    log_dir: Path,
+    settings: Settings,
+    *,
+    dry_run: bool = False,
+    from_recovery_point: bool = False,
+    progress: bool | None = None,
+    clock: Clock | None = None,
+) -> DirectoryRecovery:
+    """Recover every partition of ``log_dir`` (see the module docstring).
+
+    ``progress``: show a tqdm bar on stderr (None: only on a terminal). Partition failures are
+    recorded in the result, never raised.
+    """
+    clock = clock or SystemClock()
+    log_dir = Path(log_dir)
+    started = time.perf_counter()
+    outcome = DirectoryRecovery(str(log_dir), dry_run, from_recovery_point)
+    recovery_points = read_checkpoint(log_dir, "recovery-point")
+    start_offsets = read_checkpoint(log_dir, "log-start-offset")
+    high_watermarks = read_checkpoint(log_dir, "high-watermark")
+    sink_commits = sink_committed_offsets(log_dir)
+    partitions = partition_dirs(log_dir)
+    sizes = {tp: _log_bytes(path) for tp, path in partitions}
+    new_values: dict[str, dict[TopicPartition, int | None]] = {kind: {} for kind in CHECKPOINT_FILES}
+    disable = None if progress is None else not progress
+    with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, desc="recover", disable=disable) as bar:
+        for tp, path in partitions:
+            name = partition_name(tp)
+            bar.set_postfix_str(name, refresh=False)
+            committed = [
+                v for v in (recovery_points.get(tp), high_watermarks.get(tp), sink_commits.get(tp)) if v is not None
+            ]
+            try:
+                result, values = recover_partition(
+                    tp, path, settings,
+                    recovery_point=recovery_points.get(tp, 0) if from_recovery_point else 0,
+                    log_start_offset=start_offsets.get(tp, 0),
+                    high_watermark=high_watermarks.get(tp, 0),
+                    dry_run=dry_run,
+                    clock=clock,
+                )
+            except LogLockedError as e:
+                result, values = PartitionRecovery(name, "skipped", sizes[tp], message=str(e)), {}
+                logger.warning("%s: skipped, %s", name, e)
+            except Exception as e:
+                result, values = PartitionRecovery(name, "failed", sizes[tp], message=f"{type(e).__name__}: {e}"), {}
+                logger.error("%s: recovery failed", name, exc_info=True)
+            result.committed_offset = max(committed) if committed else None
+            if result.committed_offsets_lost:
+                logger.error(
+                    "%s: committed data lost: the log now ends at %d, below the committed offset %d",
+                    name, result.log_end_offset, result.committed_offset,
+                )
+            for kind, value in values.items():
+                new_values[kind][tp] = value
+            outcome.partitions.append(result)
+            bar.update(sizes[tp])
+    if not dry_run:
+        for kind, values_of_kind in new_values.items():
+            write_checkpoint(log_dir, kind, values_of_kind)
+        if all(p.status == "recovered" for p in outcome.partitions):
+            mark_clean_shutdown(log_dir)
+            outcome.marked_clean = True
+    outcome.duration_s = time.perf_counter() - started
+    return outcome

@@ -1,0 +1,103 @@
+"""Fixtures of the maintenance tests: small real partitions written through the engine."""
+
+from __future__ import annotations
+
+import queue
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from indexer.clock import MockClock
+from indexer.config import LogConfig, Settings
+from indexer.log import Log
+from tests.spark_session import spark
+
+__all__ = ["spark"]
+
+START_MS = 1_700_000_000_000
+REPO = Path(__file__).resolve().parents[2]
+
+
+def small_config(**overrides: object) -> LogConfig:
+    """Tiny segments (a few batches each) so tests get many real segment files quickly."""
+    values: dict[str, object] = {
+        "segment.bytes": 600, "index.interval.bytes": 100, "file.delete.delay.ms": 1000, "segment.index.bytes": 4096,
+    }
+    values.update({k.replace("_", "."): v for k, v in overrides.items()})
+    return LogConfig.from_mapping(values)
+
+
+def settings_for(config: LogConfig, maintenance: dict[str, object] | None = None) -> Settings:
+    """Settings whose topic defaults are ``config`` (and an optional ``[maintenance]`` section)."""
+    return Settings(topic_defaults=config.to_dict(), sections={"maintenance": maintenance or {}}, source="test")
+
+
+def append_batches(log: Log, clock: MockClock, count: int, *, step_ms: int = 1000, records: int = 3) -> None:
+    """``count`` appends of ``records`` 40-byte records stamped with the mock clock, ``step_ms`` apart."""
+    for _ in range(count):
+        now = clock.milliseconds()
+        log.append({"value": [b"v" * 40] * records, "timestamp": [now] * records})
+        clock.advance(step_ms)
+
+
+@pytest.fixture
+def clock() -> MockClock:
+    return MockClock(START_MS)
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    path = tmp_path / "logs"
+    path.mkdir()
+    return path
+
+
+def lines_of(stream: IO[str]) -> queue.Queue[str]:
+    """Lines of ``stream`` as they come, read by a daemon thread."""
+    q: queue.Queue[str] = queue.Queue()
+
+    def pump() -> None:
+        for line in stream:
+            q.put(line)
+
+    threading.Thread(target=pump, daemon=True).start()
+    return q
+
+
+def wait_for(q: queue.Queue[str], needle: str, timeout: float = 60) -> list[str]:
+    seen: list[str] = []
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            line = q.get(timeout=0.1)
+        except queue.Empty:
+            continue
+        seen.append(line)
+        if needle in line:
+            return seen
+    raise AssertionError(f"{needle!r} not seen within {timeout}s; got {seen[-20:]}")
+
+
+@pytest.fixture
+def live_writer(log_dir: Path) -> Iterator[subprocess.Popen[str]]:
+    """Another process holding partition t-0 open (its writer lock) after 20 committed appends."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.maintenance.writer_proc", "--log-dir", str(log_dir), "--appends", "20",
+         "--segment-bytes", "300", "--hold"],
+        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )
+    out = lines_of(proc.stdout)  # type: ignore[arg-type]
+    wait_for(out, "COMMITTED 100")
+    proc.out = out  # type: ignore[attr-defined]
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,72 @@
+"""How the daemon borrows partitions: one at a time, released after the job, reopened clean only when untouched."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from indexer.checkpoint import OffsetCheckpointFile
+from indexer.clock import MockClock
+from indexer.log import Log
+from maintenance import access as access_module
+from maintenance.access import BorrowedLogs, partition_dirs
+from maintenance.report import JobReport
+from tests.maintenance.conftest import append_batches, settings_for, small_config
+
+
+def test_borrowed_partitions_are_released_and_reopened_clean_only_when_untouched(
+    log_dir: Path, clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log = Log.open(log_dir / "t-0", small_config(), clock=clock)
+    append_batches(log, clock, 6)
+    log.close()
+    opens: list[bool] = []
+    real_open = Log.open
+
+    def recording_open(*args: Any, **kwargs: Any) -> Log:
+        opens.append(kwargs["had_clean_shutdown"])
+        return real_open(*args, **kwargs)
+
+    monkeypatch.setattr(access_module.Log, "open", recording_open)
+    access = BorrowedLogs(log_dir, settings_for(small_config()), clock=clock)
+
+    def one_pass() -> None:
+        report = JobReport("test")
+        for _tp, borrowed in access.each_log(report):
+            assert not borrowed.closed
+        assert report.errors == []
+
+    one_pass()
+    one_pass()
+    assert opens == [False, True]  # the second open trusts the daemon's own clean close
+    # A writer that died holding the partition leaves its pid in the lock file: recover.
+    (log_dir / "t-0" / ".seglog.lock").write_text("pid=999999 host=elsewhere since_ms=0\n")
+    one_pass()
+    assert opens[-1] is False
+    one_pass()
+    assert opens[-1] is True
+    # Another process appended meanwhile (and closed cleanly): the newest segment changed, recover.
+    writer = real_open(log_dir / "t-0", small_config(), clock=clock)
+    append_batches(writer, clock, 3)
+    writer.close()
+    one_pass()
+    assert opens[-1] is False
+    # Every pass checkpointed what it released.
+    recovery_points = OffsetCheckpointFile(log_dir / "recovery-point-offset-checkpoint").read()
+    assert recovery_points == {("t", 0): writer.log_end_offset}
+
+
+def test_a_stopped_access_borrows_nothing(log_dir: Path, clock: MockClock) -> None:
+    Log.open(log_dir / "t-0", small_config(), clock=clock).close()
+    access = BorrowedLogs(log_dir, settings_for(small_config()), clock=clock)
+    access.stop()
+    assert list(access.each_log(JobReport("test"))) == []
+
+
+def test_only_live_partition_directories_are_maintained(log_dir: Path) -> None:
+    for name in ("t-0", "t-1", "t-2.0123456789abcdef0123456789abcdef-delete", "not a partition", "x-y"):
+        (log_dir / name).mkdir()
+    (log_dir / "t-3").write_text("a file, not a directory")
+    assert [tp for tp, _ in partition_dirs(log_dir)] == [("t", 0), ("t", 1)]

@@ -1,0 +1,103 @@
+"""Crash tests: SIGKILL a writer and a maintenance daemon at random moments; committed data survives."""
+
+from __future__ import annotations
+
+import json
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from indexer.config import LogConfig, Settings
+from indexer.log import Log
+from maintenance.recovery import recover_log_dir
+from tests.maintenance.conftest import REPO, lines_of, wait_for
+from tests.maintenance.writer_proc import values_for
+
+SEGLOG = [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
+WRITER = [sys.executable, "-m", "tests.maintenance.writer_proc"]
+TOPIC = {"segment.bytes": 2000, "index.interval.bytes": 200, "segment.index.bytes": 4096,
+         "retention.bytes": 4000, "retention.ms": -1, "segment.ms": 300, "file.delete.delay.ms": 50}
+
+
+def settings() -> Settings:
+    return Settings(topic_defaults=TOPIC, source="test")
+
+
+def check_partition(log_dir: Path, partition: int, committed: int) -> None:
+    """Offsets from the log start offset to ``committed`` hold exactly the records the writer wrote."""
+    log = Log.open(log_dir / f"t-{partition}", LogConfig.from_mapping(TOPIC), read_only=True)
+    try:
+        assert log.log_end_offset >= committed
+        start = log.log_start_offset
+        assert start <= committed
+        table = log.read_records(start, max_offset=committed)
+        assert table.column("offset").to_pylist() == list(range(start, committed))
+        assert table.column("value").to_pylist() == values_for(start, committed - start)
+    finally:
+        log.close()
+
+
+def last_committed(lines: list[str]) -> int:
+    return max((int(line.split()[1]) for line in lines if line.startswith("COMMITTED")), default=0)
+
+
+def drain(q: object) -> list[str]:
+    out = []
+    while True:
+        try:
+            out.append(q.get_nowait())  # type: ignore[attr-defined]
+        except Exception:
+            return out
+
+
+@pytest.mark.slow
+def test_sigkill_writer_and_daemon_at_random_moments(tmp_path: Path) -> None:
+    rng = random.Random(4242)
+    log_dir = tmp_path / "logs"
+    conf = tmp_path / "seglog.toml"
+    conf.write_text(
+        "[topic]\n" + "".join(f'"{k}" = {json.dumps(v)}\n' for k, v in TOPIC.items())
+        + '[maintenance]\n"log.initial.task.delay.ms" = 0\n"log.retention.check.interval.ms" = 20\n'
+        + '"seglog.roll.check.interval.ms" = 20\n"seglog.index.check.interval.ms" = 50\n'
+    )
+    # Partition 1: written once, then left to the daemon (which rolls, deletes and truncates it).
+    idle = subprocess.run([*WRITER, "--log-dir", str(log_dir), "--partition", "1", "--appends", "60"],
+                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert idle.returncode == 0, idle.stderr
+    committed = {0: 0, 1: last_committed(idle.stdout.splitlines())}
+    for _trial in range(3):
+        writer = subprocess.Popen([*WRITER, "--log-dir", str(log_dir), "--partition", "0"],
+                                  cwd=REPO, stdout=subprocess.PIPE, text=True)
+        daemon = subprocess.Popen([*SEGLOG, "-v", "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
+                                  cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        try:
+            out, err = lines_of(writer.stdout), lines_of(daemon.stderr)  # type: ignore[arg-type]
+            wait_for(out, "READY")
+            wait_for(err, "seglog maintain on")
+            for proc in rng.sample([writer, daemon], 2):  # both die, in random order, at random moments
+                time.sleep(rng.uniform(0.05, 1.0))
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=30)
+            committed[0] = max(committed[0], last_committed(drain(out)))
+        finally:
+            for proc in (writer, daemon):
+                if proc.poll() is None:
+                    proc.kill()
+                    proc.wait()
+        outcome = recover_log_dir(log_dir, settings(), progress=False)
+        assert outcome.exit_status() == 0, [p.to_json() for p in outcome.partitions]
+        assert outcome.marked_clean
+        for partition, end in committed.items():
+            check_partition(log_dir, partition, end)
+    assert committed[0] > 0
+    # The daemon did its work on the idle partition: segments rolled and deleted by retention.bytes.
+    idle_log = Log.open(log_dir / "t-1", LogConfig.from_mapping(TOPIC), read_only=True)
+    try:
+        assert idle_log.log_start_offset > 0
+    finally:
+        idle_log.close()

@@ -1,0 +1,103 @@
+"""``seglog maintain`` as a real process, and sharing partitions with a writer in another process."""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from indexer.clock import MockClock
+from indexer.log import Log
+from maintenance.access import BorrowedLogs
+from maintenance.jobs import JOBS
+from tests.maintenance.conftest import REPO, append_batches, lines_of, settings_for, small_config, wait_for
+
+SEGLOG = [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
+
+
+def write_conf(path: Path, topic: dict[str, object], maintenance: dict[str, object]) -> Path:
+    lines = ["[topic]"] + [f'"{k}" = {json.dumps(v)}' for k, v in topic.items()]
+    lines += ["[maintenance]"] + [f'"{k}" = {json.dumps(v)}' for k, v in maintenance.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def expired_partition(log_dir: Path, appends: int = 12) -> Path:
+    clock = MockClock(1_600_000_000_000)  # long ago: every segment is past retention.ms
+    log = Log.open(log_dir / "t-0", small_config(), clock=clock)
+    append_batches(log, clock, appends)
+    log.update_high_watermark(log.log_end_offset)
+    directory = log.directory
+    log.close()
+    (log_dir / "replication-offset-checkpoint").write_text(f"0\n1\nt 0 {log.high_watermark}\n")
+    return directory
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_daemon_stops_gracefully_on_signals(tmp_path: Path, log_dir: Path, sig: signal.Signals) -> None:
+    directory = expired_partition(log_dir)
+    conf = write_conf(tmp_path / "seglog.toml", {"retention.ms": 60_000, "segment.bytes": 600},
+                      {"log.initial.task.delay.ms": 0, "log.retention.check.interval.ms": 100,
+                       "seglog.roll.check.interval.ms": 100, "seglog.index.check.interval.ms": 100})
+    proc = subprocess.Popen(
+        [*SEGLOG, "-v", "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
+        cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+    )
+    try:
+        err = lines_of(proc.stderr)  # type: ignore[arg-type]
+        wait_for(err, "seglog maintain on")
+        wait_for(err, "retention: 1 partitions")  # the first retention pass deleted the expired segments
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == 0
+        wait_for(err, "stopped", timeout=5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert len(list(directory.glob("*.log"))) == 1
+    Log.open(directory, small_config()).close()  # the daemon left the partition free
+
+
+def test_once_runs_one_job_and_exits(tmp_path: Path, log_dir: Path) -> None:
+    directory = expired_partition(log_dir)
+    segments = len(list(directory.glob("*.log")))
+    conf = write_conf(tmp_path / "seglog.toml", {"retention.ms": 60_000, "segment.bytes": 600}, {})
+    done = subprocess.run(
+        [*SEGLOG, "maintain", "--log-dir", str(log_dir), "--conf", str(conf), "--once", "retention", "--json"],
+        cwd=REPO, capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    # Everything was committed and expired: the active segment goes too, after a roll (Kafka's rule).
+    assert report["job"] == "retention" and report["details"] == {"segments_deleted": segments}
+    assert report["errors"] == [] and report["partitions"] == 1
+    assert [p.stat().st_size for p in directory.glob("*.log")] == [0]
+
+
+def test_partitions_of_a_live_writer_are_only_checked_read_only(
+    log_dir: Path, live_writer: subprocess.Popen[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    directory = log_dir / "t-0"
+    sealed = sorted(directory.glob("*.timeindex"))[0]
+    with open(sealed, "ab") as f:
+        f.write(b"\x00\x01")  # a torn entry the index job must notice but not touch
+    files_before = {p.name: p.stat().st_size for p in directory.iterdir()}
+    access = BorrowedLogs(log_dir, settings_for(small_config(retention_ms=1)), clock=MockClock(2_000_000_000_000))
+    with caplog.at_level(logging.INFO, logger="maintenance.access"):
+        for _ in range(2):
+            report = JOBS["retention"].fn(access)
+            assert report.skipped == ["t-0"] and report.actions == 0 and report.errors == []
+        index_report = JOBS["index"].fn(access)
+    assert index_report.details == {"foreign_index_problems": 1} and index_report.actions == 0
+    assert {p.name: p.stat().st_size for p in directory.iterdir()} == files_before
+    assert caplog.text.count("skipped by mutating maintenance jobs") == 1
+    assert f"pid {live_writer.pid}" in caplog.text
+    # Once the writer is gone the partition is maintained again.
+    live_writer.stdin.close()  # type: ignore[union-attr]
+    assert live_writer.wait(timeout=30) == 0
+    report = JOBS["retention"].fn(access)
+    assert report.skipped == [] and report.details["segments_deleted"] > 0

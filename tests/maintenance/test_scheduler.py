@@ -1,0 +1,122 @@
+"""The APScheduler setup: job options, error containment, the in-process handle."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from indexer.clock import MockClock
+from indexer.log_manager import LogManager
+from maintenance import jobs as jobs_module
+from maintenance.access import BorrowedLogs, OwnedLogs
+from maintenance.jobs import JOBS, Job
+from maintenance.report import JobReport
+from maintenance.scheduler import add_jobs, new_scheduler, run_job, start_maintenance
+from maintenance.settings import MaintenanceSettings
+from tests.maintenance.conftest import append_batches, settings_for, small_config
+
+
+def test_every_job_is_scheduled_without_overlap_and_coalesced(log_dir: Path) -> None:
+    settings = MaintenanceSettings(initial_task_delay_ms=30_000, misfire_grace_ms=7_000)
+    scheduler = new_scheduler()
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    access = OwnedLogs(log_dir, settings_for(small_config()), {})
+    added = add_jobs(scheduler, access, settings, start=start)
+    assert "flush" not in added  # log.flush.scheduler.interval.ms = Long.MAX: never
+    assert set(added) == set(JOBS) - {"flush"}
+    for job in scheduler.get_jobs():
+        assert job.max_instances == 1 and job.coalesce is True and job.misfire_grace_time == 7
+        assert job.next_run_time == start + timedelta(seconds=30)
+        period_ms = getattr(settings, JOBS[job.id].period_attr)
+        assert job.trigger.interval == timedelta(milliseconds=period_ms)
+
+
+def test_the_daemon_schedules_only_its_jobs(log_dir: Path) -> None:
+    scheduler = new_scheduler()
+    added = add_jobs(scheduler, BorrowedLogs(log_dir, settings_for(small_config())), MaintenanceSettings())
+    assert added == ["retention", "roll", "index"]
+
+
+def test_unknown_job_names_are_rejected(log_dir: Path) -> None:
+    with pytest.raises(ValueError, match="unknown maintenance job"):
+        add_jobs(new_scheduler(), OwnedLogs(log_dir, settings_for(small_config()), {}), MaintenanceSettings(),
+                 jobs=["vacuum"])
+
+
+def test_a_crashing_job_is_logged_and_contained(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    def explode(_access: object) -> JobReport:
+        raise RuntimeError("boom")
+
+    monkeypatch.setitem(JOBS, "retention", Job("retention", explode, "retention_check_interval_ms", True))
+    with caplog.at_level(logging.ERROR, logger="maintenance.scheduler"):
+        assert run_job("retention", OwnedLogs(log_dir, settings_for(small_config()), {})) is None
+    assert "maintenance job retention failed" in caplog.text and "boom" in caplog.text
+
+
+def test_runs_of_one_job_never_overlap(log_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    running, overlaps, runs = [0], [0], [0]
+    guard = threading.Lock()
+
+    def slow(_access: object) -> JobReport:
+        with guard:
+            running[0] += 1
+            overlaps[0] = max(overlaps[0], running[0])
+        time.sleep(0.15)
+        with guard:
+            running[0] -= 1
+            runs[0] += 1
+        return JobReport("roll")
+
+    monkeypatch.setitem(JOBS, "roll", Job("roll", slow, "roll_check_interval_ms", True))
+    scheduler: BackgroundScheduler = new_scheduler()  # type: ignore[assignment]
+    settings = MaintenanceSettings(initial_task_delay_ms=0, roll_check_interval_ms=20)
+    add_jobs(scheduler, OwnedLogs(log_dir, settings_for(small_config()), {}), settings, jobs=["roll"])
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "maximum number of running instances" warnings
+    scheduler.start()
+    try:
+        time.sleep(0.8)
+    finally:
+        scheduler.shutdown(wait=True)
+    assert overlaps[0] == 1 and runs[0] >= 2
+
+
+def test_start_maintenance_runs_jobs_on_the_managers_logs(log_dir: Path) -> None:
+    clock = MockClock()
+    settings = settings_for(
+        small_config(retention_ms=5_000),
+        {"log.initial.task.delay.ms": 0, "log.retention.check.interval.ms": 50},
+    )
+    manager = LogManager(log_dir, settings, clock=clock)
+    try:
+        log = manager.get_or_create_log("t", 0)
+        append_batches(log, clock, 12)
+        log.update_high_watermark(log.log_end_offset)
+        segments = log.num_segments
+        handle = start_maintenance(manager, settings, jobs=["retention"])
+        try:
+            deadline = time.monotonic() + 10
+            while log.num_segments == segments and time.monotonic() < deadline:
+                time.sleep(0.02)
+            assert log.num_segments < segments
+            assert handle.jobs == ["retention"]
+        finally:
+            handle.stop()
+            handle.stop()
+        assert handle.stopped and not handle.scheduler.running
+    finally:
+        manager.close()
+
+
+def test_job_registry_has_one_function_per_job() -> None:
+    for name, job in JOBS.items():
+        assert job.name == name and callable(job.fn)
+        assert hasattr(MaintenanceSettings(), job.period_attr)
+    assert jobs_module.retention is JOBS["retention"].fn
