@@ -14,6 +14,10 @@ on an exact match. :func:`plain_slot_for` is the whole-range binary search Kafka
 change; it returns the same slots and exists so the page-touch behaviour of the two strategies can be
 compared (tests and benchmarks).
 
+Batches of lookups (``lookup_many``) do not search the file: :func:`build_search_tree` turns the
+decoded keys into a cache-line-node B+-tree once and :func:`floor_many_tree` walks it, many
+targets at a time (see their docstrings for why that layout is fast on random targets).
+
 Every kernel clamps ``entries`` to the slots ``words`` really holds, so a reader that raced a
 resize reads stale but never out-of-bounds memory. ``trace`` (an int64 array, possibly empty)
 records the probed slots: ``trace[0]`` counts probes and ``trace[1:]`` receives the slots in order

@@ -344,7 +344,7 @@ class AbstractIndex(ABC):
         array = np.asarray(targets)
         if array.dtype.kind not in "iu":
             raise TypeError(f"lookup_many needs an integer array, got dtype {array.dtype}")
-        flat = np.ascontiguousarray(array.ravel().astype(np.int64, casting="same_kind"))
+        flat = np.ascontiguousarray(array.ravel().astype(np.int64, casting="same_kind", copy=False))
         generation = self._generation  # read before the count: see _truncate_to_entries
         words, entries = self._snapshot()
         cached = self._search_tree

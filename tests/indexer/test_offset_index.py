@@ -285,7 +285,7 @@ def test_lookup_many_matches_lookup_on_large_index(tmp_path: Path) -> None:
         for i, o in enumerate(offsets.tolist()):
             idx.append(o, 100 * i)
         targets = rng.integers(0, int(offsets[-1]) + 50, 5000)
-        for subset in (targets[:10], targets):  # per-target kernel and the decoded two-level path
+        for subset in (targets[:10], targets):  # per-target kernel, then the search tree
             got_offsets, got_positions = idx.lookup_many(subset)
             expected = [idx.lookup(int(t)) for t in subset]
             assert got_offsets.tolist() == [e.offset for e in expected]
