@@ -1,0 +1,176 @@
+"""``seglog bench sink``: the exactly-once seglog sink against Spark's own Parquet file sink.
+
+Workload: a directory of Parquet files (``key`` a user id out of 10,000, ``value`` a ~200-byte JSON
+event) read by the same streaming file source with the same ``maxFilesPerTrigger`` and the same
+trigger (``availableNow``), written once by :class:`~streaming.sink.SegmentLogSink` (4 partitions)
+and once by ``writeStream.format("parquet")``, one after the other in one Spark session, alternating
+over the rounds. Each side first runs a two-batch warm-up query (JIT and numba compilation).
+
+Results (the shape of every ``seglog bench`` suite, :mod:`seglog.bench.report`):
+
+* ``sink rows/s``: rows / wall time of the whole query, seglog over Parquet (goal >= 1.0x);
+* ``sink commit overhead per micro-batch``: fsync + commit record + high watermark publication,
+  p50 over every micro-batch, against the p50 of the whole sink call (details: p90/p99/max).
+
+``--quick`` (about a minute with Spark's start) uses 8 files of 40,000 rows and one round; the
+full run 24 files of 100,000 rows and three rounds.
+
+examples:
+  seglog bench sink --quick
+  seglog bench sink --json bench-sink.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import shutil
+import statistics
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from seglog.bench.report import BenchResult, format_table, latency_result, percentiles, throughput_result, write_json
+from streaming.sink import BatchStats, SegmentLogSink
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+logger = logging.getLogger(__name__)
+
+SUITE = "sink"
+NUM_PARTITIONS = 4
+NUM_USERS = 10_000
+
+
+@dataclass(frozen=True)
+class Workload:
+    files: int
+    rows_per_file: int
+    files_per_trigger: int
+    rounds: int
+
+    @property
+    def rows(self) -> int:
+        return self.files * self.rows_per_file
+
+
+QUICK = Workload(files=8, rows_per_file=40_000, files_per_trigger=2, rounds=1)
+FULL = Workload(files=24, rows_per_file=100_000, files_per_trigger=4, rounds=3)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``seglog bench sink``."""
+    parser.add_argument("--quick", action="store_true", help="small workload, one round (about a minute)")
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--work-dir", metavar="DIR", help="where inputs and outputs go (default: a temp dir)")
+    parser.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
+
+
+def make_inputs(directory: Path, workload: Workload, *, seed: int = 1) -> None:
+    """Write the Parquet input files (deterministic for a seed)."""
+    directory.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    kinds = np.array(["view", "click", "add_to_cart", "purchase"])
+    for f in range(workload.files):
+        n = workload.rows_per_file
+        users = rng.integers(0, NUM_USERS, n)
+        keys = pa.array(np.char.add("user-", users.astype(str)).astype(object), pa.string())
+        ids = np.arange(f * n, (f + 1) * n)
+        values = np.char.add(
+            np.char.add(np.char.add('{"event_id":', ids.astype(str)), np.char.add(',"type":"', kinds[ids % 4])),
+            np.char.add('","payload":"', np.char.add(np.full(n, "x" * 150), '"}')),
+        )
+        table = pa.table({"key": keys, "value": pa.array(values.astype(object), pa.string()).cast(pa.binary())})
+        pq.write_table(table, directory / f"part-{f:04d}.parquet")
+
+
+def _run_query(
+    spark: SparkSession, inputs: Path, out: Path, files_per_trigger: int, seglog: bool
+) -> tuple[float, list[BatchStats]]:
+    """Run one availableNow query to the end; returns (seconds, the sink's batch stats)."""
+
+    schema = spark.read.parquet(str(inputs)).schema
+    df = spark.readStream.schema(schema).option("maxFilesPerTrigger", files_per_trigger).parquet(str(inputs))
+    checkpoint = str(out / "checkpoint")
+    sink = None
+    if seglog:
+        sink = SegmentLogSink(out / "logs", topic="bench", num_partitions=NUM_PARTITIONS,
+                              checkpoint_location=checkpoint)
+        writer = df.writeStream.foreachBatch(sink)
+    else:
+        writer = df.writeStream.format("parquet").option("path", str(out / "parquet"))
+    started = time.perf_counter()
+    query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
+    query.awaitTermination()
+    elapsed = time.perf_counter() - started
+    stats = []
+    if sink is not None:
+        sink.close()
+        stats = [b for b in sink.history if not b.skipped]
+    return elapsed, stats
+
+
+def run_suite(spark: SparkSession, workload: Workload, work_dir: Path) -> list[BenchResult]:
+    """Measure both sinks on ``workload``; inputs and outputs under ``work_dir``."""
+    inputs = work_dir / "input"
+    make_inputs(inputs, workload)
+    warm = work_dir / "warmup-input"
+    make_inputs(warm, Workload(2, workload.rows_per_file, 1, 1), seed=2)
+    for seglog in (True, False):
+        _run_query(spark, warm, work_dir / f"warmup-{seglog}", 1, seglog)
+        shutil.rmtree(work_dir / f"warmup-{seglog}", ignore_errors=True)
+    seglog_times: list[float] = []
+    parquet_times: list[float] = []
+    batch_stats: list[BatchStats] = []
+    for r in range(workload.rounds):
+        order = (True, False) if r % 2 == 0 else (False, True)
+        for seglog in order:
+            out = work_dir / f"round{r}-{'seglog' if seglog else 'parquet'}"
+            elapsed, stats = _run_query(spark, inputs, out, workload.files_per_trigger, seglog)
+            (seglog_times if seglog else parquet_times).append(elapsed)
+            batch_stats.extend(stats)
+            logger.info("round %d %s: %.2f s", r, "seglog" if seglog else "parquet", elapsed)
+            shutil.rmtree(out, ignore_errors=True)
+    seglog_rate = workload.rows / statistics.median(seglog_times)
+    parquet_rate = workload.rows / statistics.median(parquet_times)
+    overhead = [b.commit_overhead_ms for b in batch_stats]
+    whole = [b.collect_ms + b.prepare_ms + b.append_ms + b.commit_overhead_ms for b in batch_stats]
+    details = {"rows": workload.rows, "files": workload.files, "files_per_trigger": workload.files_per_trigger,
+               "rounds": workload.rounds, "partitions": NUM_PARTITIONS,
+               "seglog_seconds": seglog_times, "parquet_seconds": parquet_times}
+    overhead_p = percentiles(overhead)
+    return [
+        throughput_result("sink rows/s", "rows/s", seglog_rate, "Spark Parquet file sink", parquet_rate, 1.0,
+                          **details),
+        latency_result("sink commit overhead per micro-batch", "ms", overhead_p["p50"], "whole sink call (p50)",
+                       percentiles(whole)["p50"], None, micro_batches=len(overhead), overhead=overhead_p,
+                       sink_call=percentiles(whole),
+                       append=percentiles([b.append_ms for b in batch_stats]),
+                       collect=percentiles([b.collect_ms for b in batch_stats])),
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the suite, print the table, optionally save JSON; 0 when it ran (goals are reported, not enforced)."""
+    from streaming.session import build_spark_session
+
+    workload = QUICK if args.quick else FULL
+    spark = build_spark_session(args.master, "seglog-bench-sink")
+    if args.work_dir:
+        work_dir = Path(args.work_dir)
+        work_dir.mkdir(parents=True, exist_ok=True)
+        results = run_suite(spark, workload, work_dir)
+    else:
+        with tempfile.TemporaryDirectory(prefix="seglog-bench-sink-") as tmp:
+            results = run_suite(spark, workload, Path(tmp))
+    print(format_table(results))
+    if args.json:
+        write_json(results, args.json, suite=SUITE, quick=args.quick)
+    return 0

@@ -1,0 +1,284 @@
+"""The long-running main job: a Structured Streaming query from a source into seglog, exactly once.
+
+Defaults come from the ``[streaming]`` section of ``conf/seglog.toml`` (Kafka-style dotted keys)::
+
+    "log.dir" = "data/logs"                         "checkpoint.location" = "data/checkpoints/events"
+    "topic" = "events"                              "num.partitions" = 4
+    "source" = "rate"                               "rows.per.second" = 1000
+    "trigger.interval" = "2 seconds"
+
+plus, for the other sources, ``input.path``, ``input.format`` (json|csv|parquet),
+``max.files.per.trigger``, ``key.column``, ``kafka.bootstrap.servers``, ``kafka.subscribe``,
+``starting.offsets``. The job owns one :class:`~indexer.log_manager.LogManager` shared by the sink
+and, when the ``maintenance`` package is importable, the in-process maintenance scheduler.
+
+It stops when the stop event is set (the ``seglog run`` command sets it on Ctrl-C / SIGTERM), after
+``duration_s``, or when the query ends (``available_now``). Stopping is clean: the query is stopped,
+the sink finishes its batch, logs are flushed, closed and checkpointed, and Spark's checkpoint holds
+every committed batch (a batch the sink committed but Spark did not is skipped on restart).
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import threading
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from indexer.config import Settings
+from indexer.errors import ConfigError, SeglogError
+from indexer.file_names import is_log_file, partition_dir_name
+from indexer.log_manager import LogManager
+from streaming import sources
+from streaming.session import build_spark_session
+from streaming.sink import SegmentLogSink
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+logger = logging.getLogger(__name__)
+
+MAINTENANCE_MODULE = "maintenance.scheduler"
+STOP_WAIT_S = 60.0  # longest wait for a running micro-batch before stopping the query anyway
+
+# [streaming] key -> JobSpec attribute
+_KEYS: dict[str, str] = {
+    "log.dir": "log_dir",
+    "checkpoint.location": "checkpoint_location",
+    "topic": "topic",
+    "num.partitions": "num_partitions",
+    "source": "source",
+    "rows.per.second": "rows_per_second",
+    "trigger.interval": "trigger_interval",
+    "input.path": "input_path",
+    "input.format": "input_format",
+    "max.files.per.trigger": "max_files_per_trigger",
+    "key.column": "key_column",
+    "kafka.bootstrap.servers": "kafka_bootstrap_servers",
+    "kafka.subscribe": "kafka_subscribe",
+    "starting.offsets": "starting_offsets",
+}
+
+
+@dataclass(frozen=True)
+class JobSpec:
+    """What to run; see the module docstring for the matching ``[streaming]`` keys."""
+
+    log_dir: Path = Path("data/logs")
+    checkpoint_location: str = "data/checkpoints/events"
+    topic: str = "events"
+    num_partitions: int = 4
+    source: str = "rate"
+    rows_per_second: int = 1000
+    trigger_interval: str = "2 seconds"
+    available_now: bool = False
+    input_path: str | None = None
+    input_format: str = "json"
+    max_files_per_trigger: int | None = None
+    key_column: str | None = None
+    kafka_bootstrap_servers: str | None = None
+    kafka_subscribe: str | None = None
+    starting_offsets: str = "latest"
+    master: str = "local[2]"
+    spark_conf: Mapping[str, str] = field(default_factory=dict)
+    progress_interval_s: float = 10.0
+    maintenance: bool = True
+
+    def __post_init__(self) -> None:
+        if self.source not in sources.SOURCES:
+            raise ConfigError(f"source must be one of {sources.SOURCES}, got {self.source!r}")
+        if self.num_partitions < 1:
+            raise ConfigError(f"num.partitions must be >= 1, got {self.num_partitions}")
+        if self.source in ("files", "delta") and not self.input_path:
+            raise ConfigError(f"the {self.source} source needs input.path (--input)")
+        if self.source == "kafka" and not (self.kafka_bootstrap_servers and self.kafka_subscribe):
+            raise ConfigError("the kafka source needs kafka.bootstrap.servers and kafka.subscribe")
+
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides: Any) -> JobSpec:
+        """The ``[streaming]`` section of ``settings``, then ``overrides`` that are not None."""
+        values: dict[str, Any] = {}
+        for key, value in settings.section("streaming").items():
+            attr = _KEYS.get(key)
+            if attr is None:
+                raise ConfigError(
+                    f"unknown [streaming] key {key!r} ({settings.source}); known keys: {', '.join(_KEYS)}"
+                )
+            values[attr] = value
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        if "log_dir" in values:
+            values["log_dir"] = Path(values["log_dir"])
+        for attr in ("num_partitions", "rows_per_second", "max_files_per_trigger"):
+            if attr in values:
+                try:
+                    values[attr] = int(values[attr])
+                except (TypeError, ValueError):
+                    raise ConfigError(f"{attr.replace('_', '.')} must be an integer, got {values[attr]!r}") from None
+        return cls(**values)
+
+
+@dataclass(frozen=True)
+class JobSummary:
+    """What a run did."""
+
+    batches: int
+    skipped_batches: int
+    rows: int
+    elapsed_s: float
+    end_offsets: Mapping[tuple[str, int], int]
+
+
+def build_source(spark: SparkSession, spec: JobSpec) -> DataFrame:
+    """The streaming DataFrame of ``spec.source``, shaped for the sink."""
+    if spec.source == "rate":
+        return sources.rate_events(spark, spec.rows_per_second)
+    if spec.source == "files":
+        assert spec.input_path is not None  # checked by JobSpec
+        return sources.file_events(spark, spec.input_path, spec.input_format,
+                                   max_files_per_trigger=spec.max_files_per_trigger, key_column=spec.key_column)
+    if spec.source == "kafka":
+        assert spec.kafka_bootstrap_servers is not None and spec.kafka_subscribe is not None
+        return sources.kafka_events(spark, spec.kafka_bootstrap_servers, spec.kafka_subscribe,
+                                    starting_offsets=spec.starting_offsets)
+    assert spec.input_path is not None
+    return sources.delta_events(spark, spec.input_path, key_column=spec.key_column)
+
+
+def start_maintenance(log_manager: LogManager, settings: Settings) -> Any | None:
+    """The maintenance hook: start the in-process scheduler if ``maintenance.scheduler`` is importable.
+
+    Returns its handle (with ``stop()``), or None when the package is not there.
+    """
+    try:
+        module = importlib.import_module(MAINTENANCE_MODULE)
+    except ModuleNotFoundError as e:
+        logger.info("maintenance scheduler not available (%s); running without it", e)
+        return None
+    return module.start_maintenance(log_manager, settings)
+
+
+class _Progress:
+    """Logs one progress line per interval: rows/s, committed offsets, segments per partition."""
+
+    def __init__(self, sink: SegmentLogSink, spec: JobSpec) -> None:
+        self.sink = sink
+        self.spec = spec
+        self.last_time = time.monotonic()
+        self.last_rows = 0
+
+    def report(self, query: Any) -> None:
+        now = time.monotonic()
+        rows = self.sink.rows_written
+        rate = (rows - self.last_rows) / max(now - self.last_time, 1e-9)
+        self.last_time, self.last_rows = now, rows
+        committed = self.sink.committed()
+        offsets = " ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(committed.end_offsets.items())) or "none"
+        segments = "/".join(str(self._segments(t, p)) for t, p in sorted(committed.end_offsets)) or "0"
+        progress = query.lastProgress or {}
+        spark_rate = progress.get("processedRowsPerSecond")
+        logger.info(
+            "batch %d: %.0f rows/s written (Spark %s rows/s), %d rows in total; committed %s; segments %s",
+            committed.batch_id, rate, "-" if spark_rate is None else f"{spark_rate:.0f}", rows, offsets, segments,
+        )
+
+    def _segments(self, topic: str, partition: int) -> int:
+        directory = self.spec.log_dir / partition_dir_name(topic, partition)
+        try:
+            return sum(1 for entry in directory.iterdir() if is_log_file(entry))
+        except FileNotFoundError:
+            return 0
+
+
+def run_job(
+    spec: JobSpec,
+    settings: Settings,
+    *,
+    duration_s: float | None = None,
+    stop: threading.Event | None = None,
+    spark: SparkSession | None = None,
+) -> JobSummary:
+    """Run the streaming query until ``stop`` is set, ``duration_s`` passes or the query ends.
+
+    Raises:
+        SeglogError: the sink rejected a batch (bad input) or failed to write; the original error.
+        pyspark.errors.StreamingQueryException: the query failed outside the sink.
+    """
+    stop = stop or threading.Event()
+    started = time.monotonic()
+    spark = spark or build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
+    spec.log_dir.mkdir(parents=True, exist_ok=True)
+    log_manager = LogManager(spec.log_dir, settings)
+    maintenance = None
+    sink = None
+    query = None
+    try:
+        maintenance = start_maintenance(log_manager, settings) if spec.maintenance else None
+        sink = SegmentLogSink(spec.log_dir, topic=spec.topic, num_partitions=spec.num_partitions, settings=settings,
+                              checkpoint_location=spec.checkpoint_location, log_manager=log_manager)
+        writer = (build_source(spark, spec).writeStream.foreachBatch(sink)
+                  .option("checkpointLocation", spec.checkpoint_location).queryName(f"seglog-{spec.topic}"))
+        writer = writer.trigger(availableNow=True) if spec.available_now else writer.trigger(
+            processingTime=spec.trigger_interval)
+        query = writer.start()
+        logger.info("query %s (run %s) started: %s source -> %s in %s, checkpoint %s", query.id, query.runId,
+                    spec.source, spec.topic, spec.log_dir, spec.checkpoint_location)
+        # The duration counts from the query's start, not from the JVM's.
+        _wait(query, sink, spec, stop, None if duration_s is None else time.monotonic() + duration_s)
+    finally:
+        if query is not None and query.isActive:
+            _stop_between_batches(query)
+        if sink is not None:
+            sink.close()
+        if maintenance is not None:
+            maintenance.stop()
+        log_manager.close()
+    assert sink is not None
+    history = list(sink.history)
+    summary = JobSummary(
+        batches=sum(1 for b in history if not b.skipped), skipped_batches=sum(1 for b in history if b.skipped),
+        rows=sink.rows_written, elapsed_s=time.monotonic() - started, end_offsets=dict(sink.committed().end_offsets),
+    )
+    logger.info("job stopped after %.1f s: %d batches, %d rows, %d replayed batches skipped", summary.elapsed_s,
+                summary.batches, summary.rows, summary.skipped_batches)
+    return summary
+
+
+def _stop_between_batches(query: Any, timeout_s: float = STOP_WAIT_S) -> None:
+    """Stop ``query`` once its running micro-batch (if any) has finished, waiting at most ``timeout_s``.
+
+    Stopping in the middle of a batch is safe (the sink undoes or skips it on restart) but cancels
+    Spark jobs noisily; between batches the stop is quiet and the last batch is kept.
+    """
+    logger.info("stopping query %s after its running micro-batch", query.id)
+    deadline = time.monotonic() + timeout_s
+    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        time.sleep(0.1)
+    query.stop()
+
+
+def _wait(query: Any, sink: SegmentLogSink, spec: JobSpec, stop: threading.Event, deadline: float | None) -> None:
+    """Poll the query until it ends, ``stop`` is set or ``deadline`` passes, reporting progress."""
+    from pyspark.errors import StreamingQueryException
+
+    progress = _Progress(sink, spec)
+    next_report = time.monotonic() + spec.progress_interval_s
+    while not stop.is_set():
+        try:
+            if query.awaitTermination(0.5):
+                break
+        except StreamingQueryException as e:
+            if isinstance(sink.last_error, SeglogError):
+                raise sink.last_error from e
+            raise
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            logger.info("duration reached")
+            break
+        if now >= next_report:
+            progress.report(query)
+            next_report = now + spec.progress_interval_s
+

@@ -1,0 +1,420 @@
+"""``SegmentLogSink``: an exactly-once ``foreachBatch`` sink from Spark Structured Streaming to seglog.
+
+Spark runs micro-batch N, calls the sink, then writes ``<checkpoint>/commits/N``. After a crash it
+re-runs every batch that has an ``offsets/N`` but no ``commits/N``, with the same id and the same
+input. The sink makes that harmless with its own commit record (:mod:`streaming.commit_log`),
+holding the query id (Spark's checkpoint identity), the last committed batch id and each
+partition's committed end offset. For batch N of query Q:
+
+1. If the record says Q already committed N (or later): skip. Nothing is read from Spark.
+2. Collect the batch as Arrow, validate it and split it per partition (:mod:`streaming.micro_batch`).
+   Bad input raises here, before anything is written.
+3. Recovery: every partition the record knows is truncated back to its committed end offset (the
+   leftovers of an attempt that crashed half-way) and its high watermark is set to that end.
+   Partitions the record does not know yet get their current end offset recorded first (a
+   "baseline" write of the record), so a crash during their first append is also undone.
+4. Append every partition's records, in parallel, then fsync them.
+5. Write the commit record: batch N of Q, with the new end offsets. **This is the commit point.**
+6. Publish: advance each partition's high watermark to its new end and write
+   ``replication-offset-checkpoint``. Readers stop at the high watermark, so the whole batch
+   becomes visible at once. A crash between 5 and 6 delays visibility until the next start
+   (step 3 republishes), it never loses or duplicates.
+
+Nothing at or below a high watermark is ever truncated: the watermark only moves to committed
+ends. A query on a fresh checkpoint has another id, so its batch 0 is a new batch, not a replay.
+
+The sink runs on the driver (Spark calls ``foreachBatch`` functions there), owns the partitions'
+write locks while open, and serialises batches: it is thread-safe, one batch at a time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import threading
+import time
+from collections import deque
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+
+from indexer.config import Settings, load_settings
+from indexer.errors import ConfigError, StorageError
+from indexer.file_names import parse_topic_partition_name, validate_topic
+from indexer.log_manager import LogManager
+from streaming.commit_log import SinkCommit, SinkCommitLog
+from streaming.micro_batch import PartitionSlice, TopicLayout, split_batch
+from streaming.session import read_checkpoint_query_id
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame
+
+    from indexer.log import Log
+
+logger = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+DEFAULT_NUM_PARTITIONS = 1  # Kafka's num.partitions broker default
+HISTORY_LENGTH = 10000  # BatchStats kept for progress reports and benchmarks
+SPARK_QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY: the checkpoint's id
+
+
+@dataclass(frozen=True)
+class BatchStats:
+    """What one call of the sink did; timings in milliseconds."""
+
+    batch_id: int
+    query_id: str
+    skipped: bool
+    rows: int = 0
+    end_offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
+    truncated: Mapping[TopicPartition, int] = field(default_factory=dict)
+    collect_ms: float = 0.0
+    prepare_ms: float = 0.0
+    append_ms: float = 0.0
+    flush_ms: float = 0.0
+    commit_ms: float = 0.0
+    publish_ms: float = 0.0
+
+    @property
+    def commit_overhead_ms(self) -> float:
+        """Time spent on exactly-once bookkeeping: fsync, commit record, high watermarks."""
+        return self.flush_ms + self.commit_ms + self.publish_ms
+
+
+class SegmentLogSink:
+    """Pass to ``df.writeStream.foreachBatch(sink)``; writes each micro-batch into seglog partitions.
+
+    Columns and options follow Spark's Kafka sink (see :mod:`streaming.micro_batch`). Exactly once
+    across crashes and restarts (see the module docstring for the protocol and its crash windows).
+
+    Args:
+        log_dir: the log directory (created if missing).
+        topic: default topic for every row (wins over a ``topic`` column, as in Spark).
+        num_partitions: partitions of new topics; default: as many as exist on disk, else 1.
+            A topic's partitions can grow, never shrink.
+        config: topic config overrides with Kafka's keys (``{"segment.bytes": 1048576}``).
+        settings: settings to start from (default: ``conf/seglog.toml`` via ``load_settings``).
+        sink_id: names the commit record; default the topic, or ``"default"``.
+        query_id: the Spark query/checkpoint identity; default read from ``checkpoint_location``'s
+            metadata, else from the running query (Spark's ``sql.streaming.queryId`` property).
+        checkpoint_location: the query's checkpoint location (to read its identity).
+        log_manager: an open :class:`LogManager` to share (the caller closes it); default: the sink
+            opens its own on the first batch and closes it in :meth:`close`.
+        max_workers: threads appending partitions in parallel (default: CPU count).
+    """
+
+    def __init__(
+        self,
+        log_dir: str | os.PathLike[str],
+        *,
+        topic: str | None = None,
+        num_partitions: int | None = None,
+        config: Mapping[str, Any] | None = None,
+        settings: Settings | None = None,
+        sink_id: str | None = None,
+        query_id: str | None = None,
+        checkpoint_location: str | None = None,
+        log_manager: LogManager | None = None,
+        max_workers: int | None = None,
+    ) -> None:
+        if topic is not None:
+            validate_topic(topic)
+        if num_partitions is not None and num_partitions < 1:
+            raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
+        self.log_dir = Path(log_dir)
+        self.topic = topic
+        self.num_partitions = num_partitions
+        base = settings if settings is not None else load_settings()
+        self.settings = dataclasses.replace(base, overrides={**base.overrides, **(config or {})})
+        for name in {topic, *self.settings.topics} - {None}:
+            self.settings.log_config(name)  # fail on a bad override now, not at the first batch
+        self.sink_id = sink_id or topic or "default"
+        self.commit_log = SinkCommitLog(self.log_dir, self.sink_id)
+        self._query_id = query_id
+        self._checkpoint_location = checkpoint_location
+        self._log_manager = log_manager
+        self._owns_log_manager = log_manager is None
+        self._max_workers = max_workers or os.cpu_count() or 1
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._closed = False
+        self._recovered = False
+        self._layouts: dict[str, TopicLayout] = {}
+        self.history: deque[BatchStats] = deque(maxlen=HISTORY_LENGTH)
+        self.rows_written = 0
+        self.last_error: BaseException | None = None
+
+    # ----------------------------------------------------------------------------------- Spark side
+
+    def __call__(self, batch_df: DataFrame, batch_id: int) -> None:
+        """The ``foreachBatch`` entry point: skip a committed batch, else write it exactly once.
+
+        The error of a failed batch is kept in :attr:`last_error` (Spark re-raises it wrapped in a
+        ``StreamingQueryException`` that only has its text).
+        """
+        try:
+            query_id = self._resolve_query_id(batch_df)
+            with self._lock:
+                self._check_open()
+                if self._skip_if_committed(batch_id, query_id) is not None:
+                    return
+            started = time.perf_counter()
+            table = batch_df.toArrow()
+            self.write_batch(table, batch_id, query_id=query_id, collect_ms=(time.perf_counter() - started) * 1e3)
+        except BaseException as e:
+            self.last_error = e
+            raise
+
+    def _resolve_query_id(self, batch_df: DataFrame) -> str:
+        if self._query_id is None and self._checkpoint_location is not None:
+            self._query_id = read_checkpoint_query_id(self._checkpoint_location)
+        if self._query_id is not None:
+            return self._query_id
+        running = batch_df.sparkSession.sparkContext.getLocalProperty(SPARK_QUERY_ID_PROPERTY)
+        if not running:
+            raise ValueError(
+                "cannot tell which Spark checkpoint this micro-batch belongs to: run the sink inside "
+                "writeStream.foreachBatch, or pass query_id= or checkpoint_location="
+            )
+        return str(running)
+
+    # ------------------------------------------------------------------------------------ the protocol
+
+    def write_batch(self, table: pa.Table, batch_id: int, *, query_id: str, collect_ms: float = 0.0) -> BatchStats:
+        """Write micro-batch ``batch_id`` of query ``query_id`` (Arrow) exactly once.
+
+        Raises:
+            SchemaError, InvalidTopicError, RecordTooLargeError, RecordBatchTooLargeError: bad input,
+                raised before anything is written.
+            StorageError: an I/O failure; the batch is not committed and its next attempt is undone
+                and redone.
+            ValueError: the sink is closed.
+        """
+        with self._lock:
+            self._check_open()
+            skipped = self._skip_if_committed(batch_id, query_id)
+            if skipped is not None:
+                return skipped
+            committed = self.commit_log.read()
+            t0 = time.perf_counter()
+            slices = split_batch(table, default_topic=self.topic, layout=self._layout, null_key_start=batch_id,
+                                 now_ms=int(time.time() * 1000))
+            manager = self._manager()
+            committed = self._record_baselines(committed, manager, slices)
+            truncated = self._recover(committed, manager)
+            t2 = time.perf_counter()
+            logs = self._append_all(manager, slices)
+            t3 = time.perf_counter()
+            self._flush_all(logs)
+            t4 = time.perf_counter()
+            end_offsets = dict(committed.end_offsets)
+            end_offsets.update({tp: log.log_end_offset for tp, log in logs.items()})
+            self._commit(SinkCommit(self.sink_id, query_id, batch_id, end_offsets, int(time.time() * 1000)))
+            t5 = time.perf_counter()
+            self._publish(manager, {tp: end_offsets[tp] for tp in logs})
+            t6 = time.perf_counter()
+            stats = BatchStats(
+                batch_id, query_id, skipped=False, rows=table.num_rows, end_offsets=end_offsets, truncated=truncated,
+                collect_ms=collect_ms, prepare_ms=(t2 - t0) * 1e3, append_ms=(t3 - t2) * 1e3,
+                flush_ms=(t4 - t3) * 1e3, commit_ms=(t5 - t4) * 1e3, publish_ms=(t6 - t5) * 1e3,
+            )
+            self._record(stats)
+            logger.debug("sink %s: committed batch %d (%d rows) %s", self.sink_id, batch_id, table.num_rows, stats)
+            return stats
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ValueError(f"sink {self.sink_id} on {self.log_dir} is closed")
+
+    def _skip_if_committed(self, batch_id: int, query_id: str) -> BatchStats | None:
+        """Stats of a skipped replay if ``batch_id`` of ``query_id`` committed, else None. Caller holds the lock.
+
+        The first call of this sink object also runs recovery, so a batch that committed just before a
+        crash is published (high watermarks) even when Spark's replay of it is skipped.
+        """
+        committed = self.commit_log.read()
+        if not committed.is_committed(query_id, batch_id):
+            return None
+        if not self._recovered:
+            self._recover(committed, self._manager())
+        stats = BatchStats(batch_id, query_id, skipped=True)
+        self._record(stats)
+        logger.info("sink %s: batch %d of query %s already committed, skipping", self.sink_id, batch_id, query_id)
+        return stats
+
+    def _record(self, stats: BatchStats) -> None:
+        self.history.append(stats)
+        self.rows_written += stats.rows
+
+    @property
+    def last_batch(self) -> BatchStats | None:
+        """What the latest call did (None before the first batch)."""
+        return self.history[-1] if self.history else None
+
+    def _layout(self, topic: str) -> TopicLayout:
+        """Partitions and size limits of ``topic``; fixes its partition count on first use."""
+        layout = self._layouts.get(topic)
+        if layout is None:
+            on_disk = self._partitions_on_disk(topic)
+            wanted = self.num_partitions if self.num_partitions is not None else (on_disk or DEFAULT_NUM_PARTITIONS)
+            if wanted < on_disk:
+                raise ConfigError(
+                    f"topic {topic!r} has {on_disk} partitions in {self.log_dir}; the sink was asked for {wanted} "
+                    "(Kafka topics can gain partitions, never lose them)"
+                )
+            config = self.settings.log_config(topic)
+            layout = TopicLayout(wanted, config.max_message_bytes, config.segment_bytes)
+            self._layouts[topic] = layout
+        return layout
+
+    def _partitions_on_disk(self, topic: str) -> int:
+        """1 + the highest partition number of ``topic`` among the log dir's partition directories."""
+        highest = -1
+        if self.log_dir.is_dir():
+            for entry in self.log_dir.iterdir():
+                if not entry.is_dir():
+                    continue
+                try:
+                    name, partition = parse_topic_partition_name(entry.name)
+                except ValueError:
+                    continue
+                if name == topic:
+                    highest = max(highest, partition)
+        return highest + 1
+
+    def _manager(self) -> LogManager:
+        if self._log_manager is None:
+            self._log_manager = LogManager(self.log_dir, self.settings)
+        return self._log_manager
+
+    def _log(self, manager: LogManager, tp: TopicPartition) -> Log:
+        return manager.get_or_create_log(tp[0], tp[1])
+
+    def _record_baselines(self, committed: SinkCommit, manager: LogManager, slices: list[PartitionSlice]) -> SinkCommit:
+        """Record the current end of partitions the commit record does not know, before writing to them."""
+        new = {(s.topic, s.partition) for s in slices} - set(committed.end_offsets)
+        if not new:
+            return committed
+        offsets = dict(committed.end_offsets)
+        for tp in sorted(new):
+            log = self._log(manager, tp)
+            offsets[tp] = log.log_end_offset
+            log.update_high_watermark(log.log_end_offset)
+        baseline = dataclasses.replace(committed, end_offsets=offsets)
+        self.commit_log.write(baseline)
+        logger.info("sink %s: recorded starting offsets of %s", self.sink_id,
+                    ", ".join(f"{t}-{p}@{offsets[(t, p)]}" for t, p in sorted(new)))
+        return baseline
+
+    def _recover(self, committed: SinkCommit, manager: LogManager) -> dict[TopicPartition, int]:
+        """Undo uncommitted appends and republish committed ends; returns {partition: records removed}.
+
+        Raises:
+            StorageError: a partition holds less than the record says was committed, or its high
+                watermark is above the committed end (another writer published to it).
+        """
+        truncated: dict[TopicPartition, int] = {}
+        republished = False
+        for tp, end in sorted(committed.end_offsets.items()):
+            log = self._log(manager, tp)
+            leo = log.log_end_offset
+            if log.high_watermark > end:
+                raise StorageError(
+                    f"partition {tp[0]}-{tp[1]} in {self.log_dir} has high watermark {log.high_watermark} above "
+                    f"the sink's committed end offset {end}: another writer published to it",
+                    path=self.log_dir,
+                )
+            if leo < end:
+                raise StorageError(
+                    f"partition {tp[0]}-{tp[1]} in {self.log_dir} ends at offset {leo}, below the sink's committed "
+                    f"end offset {end}: committed records are missing",
+                    path=self.log_dir,
+                )
+            if leo > end:
+                logger.warning("sink %s: removing %d uncommitted records from %s-%d (offsets %d..%d)", self.sink_id,
+                               leo - end, tp[0], tp[1], end, leo - 1)
+                log.truncate_to(end)
+                truncated[tp] = leo - end
+            if log.high_watermark != end:
+                log.update_high_watermark(end)
+                republished = True
+        if truncated:
+            manager.checkpoint_recovery_points()
+        if republished or not self._recovered:
+            manager.checkpoint_high_watermarks()
+        self._recovered = True
+        return truncated
+
+    def _append_all(self, manager: LogManager, slices: list[PartitionSlice]) -> dict[TopicPartition, Log]:
+        """Append every slice; partitions in parallel, each partition's chunks in order."""
+        logs = {(s.topic, s.partition): self._log(manager, (s.topic, s.partition)) for s in slices}
+
+        def append(piece: PartitionSlice) -> None:
+            log = logs[(piece.topic, piece.partition)]
+            for chunk in piece.chunks:
+                log.append(chunk)
+
+        if len(slices) <= 1:
+            for piece in slices:
+                append(piece)
+        else:
+            for future in [self._executor().submit(append, piece) for piece in slices]:
+                future.result()
+        return logs
+
+    def _flush_all(self, logs: Mapping[TopicPartition, Log]) -> None:
+        """fsync every written partition before the commit record may name its new end."""
+        if len(logs) <= 1:
+            for log in logs.values():
+                log.flush()
+            return
+        for future in [self._executor().submit(log.flush) for log in logs.values()]:
+            future.result()
+
+    def _commit(self, commit: SinkCommit) -> None:
+        """The commit point: atomically replace the commit record."""
+        self.commit_log.write(commit)
+
+    def _publish(self, manager: LogManager, end_offsets: Mapping[TopicPartition, int]) -> None:
+        """Make the committed batch visible: high watermarks, then their checkpoint file."""
+        for tp, end in end_offsets.items():
+            self._log(manager, tp).update_high_watermark(end)
+        manager.checkpoint_high_watermarks()
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(max_workers=self._max_workers, thread_name_prefix=f"sink-{self.sink_id}")
+        return self._pool
+
+    # ----------------------------------------------------------------------------------- lifecycle
+
+    def committed(self) -> SinkCommit:
+        """The current commit record (last committed batch and end offsets)."""
+        return self.commit_log.read()
+
+    def close(self) -> None:
+        """Wait for a running batch, then close: threads stopped, logs flushed, closed and checkpointed.
+
+        A log manager passed in by the caller is left open. Idempotent.
+        """
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            if self._pool is not None:
+                self._pool.shutdown(wait=True)
+            if self._owns_log_manager and self._log_manager is not None:
+                self._log_manager.close()
+            logger.info("sink %s on %s closed", self.sink_id, self.log_dir)
+
+    def __enter__(self) -> SegmentLogSink:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,99 @@
+"""A Spark driver that runs the main job on a file source and can SIGKILL itself mid-batch.
+
+Run as ``python -m tests.streaming.crash_driver --help`` (from the repository root). The crash test
+starts it as a subprocess, lets it die at a chosen point of a chosen micro-batch, restarts it, and
+finally lets it finish; the log must then hold every input row exactly once.
+
+Kill points (``--kill-phase``), all inside micro-batch ``--kill-batch``:
+
+* ``append``: after the first partition append of the batch returns (others may be half-written);
+* ``flush``: after every partition is fsynced, before the commit record;
+* ``commit``: after the commit record, before the high watermarks are published;
+* ``publish``: after publishing, before Spark writes ``commits/<batch>``;
+* ``none``: run to the end (``availableNow``) and exit 0.
+
+Every batch start is printed as ``BATCH <id>`` (flushed) so a test can also kill at a random time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+PHASES = ("append", "flush", "commit", "publish", "none")
+
+
+def _die() -> None:
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def arm(kill_batch: int, phase: str) -> None:
+    """Patch the sink (and Log.append) to SIGKILL this process at ``phase`` of batch ``kill_batch``."""
+    from indexer.log import Log
+    from streaming.sink import SegmentLogSink
+
+    current = {"batch": -1}
+    original_write = SegmentLogSink.write_batch
+
+    def write_batch(self: SegmentLogSink, table: Any, batch_id: int, **kwargs: Any) -> Any:
+        current["batch"] = batch_id
+        print(f"BATCH {batch_id}", flush=True)
+        return original_write(self, table, batch_id, **kwargs)
+
+    SegmentLogSink.write_batch = write_batch  # type: ignore[method-assign]
+    if phase == "none":
+        return
+
+    def after(method_owner: Any, name: str) -> None:
+        original = getattr(method_owner, name)
+
+        def patched(*args: Any, **kwargs: Any) -> Any:
+            result = original(*args, **kwargs)
+            if current["batch"] == kill_batch:
+                _die()
+            return result
+
+        setattr(method_owner, name, patched)
+
+    if phase == "append":
+        after(Log, "append")
+    else:
+        after(SegmentLogSink, {"flush": "_flush_all", "commit": "_commit", "publish": "_publish"}[phase])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--log-dir", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--input", required=True, help="directory of JSON files with key/value columns")
+    parser.add_argument("--partitions", type=int, default=3)
+    parser.add_argument("--files-per-batch", type=int, default=1)
+    parser.add_argument("--kill-batch", type=int, default=-1)
+    parser.add_argument("--kill-phase", choices=PHASES, default="none")
+    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    args = parser.parse_args(argv)
+
+    from indexer.config import load_settings, parse_overrides
+    from streaming.job import JobSpec, run_job
+    from tests.spark_session import TEST_SPARK_CONF
+
+    arm(args.kill_batch, args.kill_phase)
+    settings = load_settings(overrides=parse_overrides(args.config))
+    spec = JobSpec(
+        log_dir=Path(args.log_dir), checkpoint_location=args.checkpoint, topic="crash", num_partitions=args.partitions,
+        source="files", input_path=args.input, input_format="json", max_files_per_trigger=args.files_per_batch,
+        available_now=True, maintenance=False, progress_interval_s=3600,
+        spark_conf=TEST_SPARK_CONF,
+    )
+    summary = run_job(spec, settings)
+    print(f"DONE batches={summary.batches} skipped={summary.skipped_batches} rows={summary.rows}", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,116 @@
+"""Test helpers: deterministic input files, and an independent reader of what the sink wrote.
+
+The reader decodes the ``.log`` files with kafka-python (not with seglog's own decoder), checks
+every batch's CRC-32C, and cuts each partition at its high watermark from
+``replication-offset-checkpoint``: exactly what a consumer would be allowed to see.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+from indexer.checkpoint import OffsetCheckpointFile
+from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, is_log_file, parse_topic_partition_name
+from indexer.records.batch_header import compute_batch_crc, parse_batch_header
+
+with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.record.memory_records import MemoryRecords
+
+
+@dataclass(frozen=True)
+class Stored:
+    """One record as stored in a partition."""
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+    timestamp: int
+    headers: tuple[tuple[str, bytes | None], ...]
+
+
+def write_json_inputs(directory: Path, *, files: int, rows_per_file: int, keys: int) -> list[tuple[str, str]]:
+    """``files`` JSON-lines files of ``{"key": "k<i>", "value": "<key>:<seq>"}``; returns (key, value) in order.
+
+    ``seq`` counts per key across all files, so per-key order can be checked after the run. File
+    ``f`` is given modification time ``now + f`` seconds: Spark's file source takes files oldest
+    first, so with ``maxFilesPerTrigger=1`` the batches follow file order (within a batch, Spark
+    may order a batch's files by size, not by name).
+    """
+    directory.mkdir(parents=True, exist_ok=True)
+    rows: list[tuple[str, str]] = []
+    seq = [0] * keys
+    base = time.time()
+    n = 0
+    for f in range(files):
+        lines = []
+        for _ in range(rows_per_file):
+            k = (n * 7919) % keys
+            row = (f"k{k}", f"k{k}:{seq[k]}")
+            seq[k] += 1
+            n += 1
+            rows.append(row)
+            lines.append(json.dumps({"key": row[0], "value": row[1]}))
+        path = directory / f"part-{f:04d}.json"
+        path.write_text("\n".join(lines) + "\n")
+        os.utime(path, (base + f, base + f))
+    return rows
+
+
+def high_watermarks(log_dir: Path) -> dict[tuple[str, int], int]:
+    return OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE).read()
+
+
+def check_crcs(path: Path) -> int:
+    """Walk a .log file batch by batch, asserting each v2 batch's stored CRC; returns the batch count."""
+    data = path.read_bytes()
+    position = 0
+    count = 0
+    while position < len(data):
+        header = parse_batch_header(data, position)
+        batch = data[position:position + header.size_in_bytes]
+        assert len(batch) == header.size_in_bytes, f"truncated batch at {path}:{position}"
+        assert header.magic == 2, f"magic {header.magic} at {path}:{position}"
+        assert compute_batch_crc(batch) == header.crc, f"CRC mismatch at {path}:{position}"
+        position += header.size_in_bytes
+        count += 1
+    return count
+
+
+def read_topic(log_dir: Path, topic: str, *, up_to_high_watermark: bool = True) -> list[Stored]:
+    """Every record of ``topic`` (all partitions), decoded by kafka-python, CRCs checked."""
+    hws = high_watermarks(log_dir)
+    out: list[Stored] = []
+    for directory in sorted(p for p in log_dir.iterdir() if p.is_dir()):
+        try:
+            name, partition = parse_topic_partition_name(directory.name)
+        except ValueError:
+            continue
+        if name != topic:
+            continue
+        limit = hws.get((topic, partition), 0) if up_to_high_watermark else None
+        for segment in sorted(p for p in directory.iterdir() if is_log_file(p)):
+            check_crcs(segment)
+            records = MemoryRecords(segment.read_bytes())
+            while (batch := records.next_batch()) is not None:
+                for record in batch:
+                    if limit is not None and record.offset >= limit:
+                        continue
+                    out.append(Stored(partition, record.offset, record.key, record.value, record.timestamp,
+                                      tuple(record.headers)))
+    return out
+
+
+def snapshot(log_dir: Path) -> dict[str, bytes]:
+    """Every file under ``log_dir`` (relative path -> bytes), lock files excluded."""
+    return {
+        str(p.relative_to(log_dir)): p.read_bytes()
+        for p in sorted(log_dir.rglob("*"))
+        if p.is_file() and not p.name.endswith(".lock")
+    }

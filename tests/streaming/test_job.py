@@ -1,0 +1,88 @@
+"""The main job and `seglog run`: settings, the clean stop on SIGTERM, and data `seglog read` can show."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+import pytest
+from pyspark.sql import SparkSession
+
+from indexer.config import LogConfig, Settings, load_settings
+from indexer.errors import ConfigError
+from indexer.log import Log
+from seglog.cli import main
+from streaming.commit_log import SinkCommitLog
+from streaming.job import JobSpec
+from tests.streaming.helpers import high_watermarks, read_topic
+
+
+def test_spec_defaults_come_from_the_streaming_section() -> None:
+    spec = JobSpec.from_settings(load_settings())
+    assert (spec.log_dir, spec.checkpoint_location, spec.topic) == (Path("data/logs"), "data/checkpoints/events",
+                                                                     "events")
+    assert (spec.num_partitions, spec.source, spec.rows_per_second, spec.trigger_interval) == (4, "rate", 1000,
+                                                                                               "2 seconds")
+    spec = JobSpec.from_settings(load_settings(), topic="other", num_partitions="8", log_dir=None)
+    assert (spec.topic, spec.num_partitions, spec.log_dir) == ("other", 8, Path("data/logs"))
+
+
+@pytest.mark.parametrize(
+    "section, message",
+    [
+        ({"sauce": "rate"}, "unknown \\[streaming\\] key 'sauce'"),
+        ({"source": "socket"}, "source must be one of"),
+        ({"source": "files"}, "needs input.path"),
+        ({"source": "kafka", "kafka.subscribe": "x"}, "needs kafka.bootstrap.servers"),
+        ({"num.partitions": "many"}, "num.partitions must be an integer"),
+        ({"num.partitions": 0}, "num.partitions must be >= 1"),
+    ],
+)
+def test_bad_streaming_settings_are_rejected(section: dict[str, object], message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        JobSpec.from_settings(Settings(sections={"streaming": section}))
+
+
+@pytest.mark.spark
+def test_seglog_run_stops_cleanly_on_sigterm_and_seglog_read_shows_the_data(
+    spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
+) -> None:
+    logs, checkpoint = tmp_path / "logs", tmp_path / "checkpoint"
+    done = threading.Event()
+
+    def terminate_after_three_batches() -> None:  # then SIGTERM, as a service manager would
+        while not done.wait(0.2):
+            if SinkCommitLog(logs, "events").read().batch_id >= 2:
+                os.kill(os.getpid(), signal.SIGTERM)
+                return
+
+    killer = threading.Thread(target=terminate_after_three_batches, daemon=True)
+    killer.start()
+    try:
+        code = main(["run", "--log-dir", str(logs), "--checkpoint-location", str(checkpoint), "--rows-per-second",
+                     "300", "--trigger", "1 second", "--progress-interval", "1", "--duration", "120"])
+    finally:
+        done.set()
+        killer.join()
+    assert code == 0
+    progress = [r.getMessage() for r in caplog.records if r.name == "streaming.job" and "rows/s" in r.getMessage()]
+    assert progress and "committed events-0@" in progress[-1] and "segments 1/1/1/1" in progress[-1]
+    summary = capsys.readouterr().out
+    assert "micro-batches" in summary and "events-0:" in summary
+    hws = high_watermarks(logs)
+    assert sorted(hws) == [("events", p) for p in range(4)] and sum(hws.values()) > 0
+    stored = read_topic(logs, "events")
+    assert len(stored) == sum(hws.values())
+    assert len({r.value for r in stored}) == len(stored)  # event ids are unique: no duplicates
+    event = json.loads(stored[0].value or b"")
+    assert set(event) >= {"event_id", "user_id", "type", "time"} and stored[0].key == event["user_id"].encode()
+    assert dict(stored[0].headers)["source"] == b"seglog-rate"
+    for partition in range(4):  # the job closed every partition: its write lock is free again
+        Log.open(logs / f"events-{partition}", LogConfig()).close()
+    assert main(["read", "--log-dir", str(logs), "--topic", "events", "--partition", "0", "--from-offset", "0"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert len(lines) == hws[("events", 0)]
+    assert json.loads(lines[0])["offset"] == 0

@@ -1,0 +1,184 @@
+"""The sink's exactly-once protocol, driven with Arrow tables (no Spark): commit, skip, undo, publish."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from indexer.config import LogConfig, Settings
+from indexer.errors import ConfigError, InvalidTopicError, RecordTooLargeError, SchemaError, StorageError
+from indexer.log import Log
+from streaming.commit_log import SinkCommitLog
+from streaming.partitioner import partition_for_keys
+from streaming.sink import SegmentLogSink
+from tests.streaming.helpers import high_watermarks, read_topic, snapshot
+
+SETTINGS = Settings()  # Kafka's defaults, whatever conf/seglog.toml says
+
+
+def _batch(start: int, n: int, keys: int = 10) -> pa.Table:
+    return pa.table({
+        "key": [f"k{i % keys}".encode() for i in range(start, start + n)],
+        "value": [f"v{i}".encode() for i in range(start, start + n)],
+    })
+
+
+def _sink(log_dir: Path, **kwargs: object) -> SegmentLogSink:
+    kwargs.setdefault("topic", "t")
+    kwargs.setdefault("num_partitions", 3)
+    return SegmentLogSink(log_dir, settings=SETTINGS, **kwargs)  # type: ignore[arg-type]
+
+
+def _values(log_dir: Path, topic: str = "t") -> list[bytes]:
+    return [r.value for r in read_topic(log_dir, topic)]  # type: ignore[misc]
+
+
+def test_batches_land_where_kafka_would_put_them_and_commit(tmp_path: Path) -> None:
+    with _sink(tmp_path) as sink:
+        stats = sink.write_batch(_batch(0, 300), 0, query_id="q")
+        sink.write_batch(_batch(300, 200), 1, query_id="q")
+    assert not stats.skipped and stats.rows == 300
+    stored = read_topic(tmp_path, "t")
+    assert Counter(r.value for r in stored) == Counter(f"v{i}".encode() for i in range(500))
+    expected = partition_for_keys(pa.array([r.key for r in stored]), 3)
+    assert [r.partition for r in stored] == expected.tolist()
+    for partition in range(3):  # per key (and per partition) in input order, offsets dense from 0
+        rows = [r for r in stored if r.partition == partition]
+        assert [r.offset for r in rows] == list(range(len(rows)))
+        assert [int(r.value[1:]) for r in rows] == sorted(int(r.value[1:]) for r in rows)
+    commit = SinkCommitLog(tmp_path, "t").read()
+    assert (commit.query_id, commit.batch_id) == ("q", 1)
+    assert commit.end_offsets == {("t", p): n for p, n in Counter(r.partition for r in stored).items()}
+    assert high_watermarks(tmp_path) == dict(commit.end_offsets)
+
+
+def test_a_committed_batch_is_skipped_and_a_new_checkpoint_is_not_a_replay(tmp_path: Path) -> None:
+    with _sink(tmp_path) as sink:
+        sink.write_batch(_batch(0, 50), 0, query_id="q1")
+        sink.write_batch(_batch(50, 50), 1, query_id="q1")
+    before = snapshot(tmp_path)
+    with _sink(tmp_path) as sink:
+        assert sink.write_batch(_batch(0, 50), 0, query_id="q1").skipped
+        assert sink.write_batch(_batch(50, 50), 1, query_id="q1").skipped
+    assert snapshot(tmp_path) == before
+    with _sink(tmp_path) as sink:  # a fresh checkpoint: its batch 0 is new data
+        assert not sink.write_batch(_batch(100, 50), 0, query_id="q2").skipped
+    assert len(_values(tmp_path)) == 150
+
+
+@pytest.mark.parametrize("phase", ["_flush_all", "_commit"])
+def test_an_attempt_that_failed_before_its_commit_is_undone_then_redone(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, phase: str
+) -> None:
+    with _sink(tmp_path) as sink:
+        sink.write_batch(_batch(0, 100), 0, query_id="q")
+    committed_hw = high_watermarks(tmp_path)
+
+    def crash(*_args: object) -> None:
+        raise StorageError("injected failure")
+
+    sink = _sink(tmp_path)
+    monkeypatch.setattr(sink, phase, crash)
+    with pytest.raises(StorageError, match="injected"):
+        sink.write_batch(_batch(100, 100), 1, query_id="q")
+    sink.close()
+    assert high_watermarks(tmp_path) == committed_hw  # nothing of the failed attempt is visible
+    assert len(read_topic(tmp_path, "t", up_to_high_watermark=False)) == 200  # but it is on disk
+    with _sink(tmp_path) as sink:
+        stats = sink.write_batch(_batch(100, 100), 1, query_id="q")
+    assert sum(stats.truncated.values()) == 100
+    assert Counter(_values(tmp_path)) == Counter(f"v{i}".encode() for i in range(200))
+
+
+def test_a_batch_that_committed_but_was_not_published_is_published_on_the_replay(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sink = _sink(tmp_path)
+    monkeypatch.setattr(sink, "_publish", lambda *_a: (_ for _ in ()).throw(StorageError("injected")))
+    with pytest.raises(StorageError):
+        sink.write_batch(_batch(0, 100), 0, query_id="q")
+    sink.close()
+    assert _values(tmp_path) == []  # committed, not yet visible
+    with _sink(tmp_path) as sink:
+        assert sink.write_batch(_batch(0, 100), 0, query_id="q").skipped
+    assert len(_values(tmp_path)) == 100
+
+
+def test_existing_records_of_a_new_partition_survive_a_failed_first_batch(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Log.open(tmp_path / "t-0", LogConfig()) as log:
+        log.append({"value": [b"old-1", b"old-2"]})
+    sink = _sink(tmp_path, num_partitions=1)
+    monkeypatch.setattr(sink, "_commit", lambda *_a: (_ for _ in ()).throw(StorageError("injected")))
+    with pytest.raises(StorageError):
+        sink.write_batch(_batch(0, 10), 0, query_id="q")
+    sink.close()
+    assert SinkCommitLog(tmp_path, "t").read().end_offsets == {("t", 0): 2}  # the baseline, recorded first
+    with _sink(tmp_path, num_partitions=1) as sink:
+        sink.write_batch(_batch(0, 10), 0, query_id="q")
+    assert _values(tmp_path) == [b"old-1", b"old-2"] + [f"v{i}".encode() for i in range(10)]
+
+
+def _bad_inputs() -> list[tuple[pa.Table, type[Exception], str]]:
+    return [
+        (pa.table({"key": [b"k"]}), SchemaError, "no 'value' column"),
+        (pa.table({"value": [1]}), SchemaError, "column 'value'"),
+        (pa.table({"value": [b"v"], "key": [2.5]}), SchemaError, "column 'key'"),
+        (pa.table({"value": [b"ok", b"x" * 5000]}), RecordTooLargeError, "max.message.bytes=1000"),
+        (pa.table({"value": [b"v"], "topic": ["a/b"]}), InvalidTopicError, "illegal"),
+        (pa.table({"value": [b"v", b"w"], "partition": [1, 3]}), InvalidTopicError, "partition 3"),
+    ]
+
+
+@pytest.mark.parametrize("table, error, message", _bad_inputs())
+def test_bad_input_fails_the_batch_and_leaves_the_log_unchanged(
+    tmp_path: Path, table: pa.Table, error: type[Exception], message: str
+) -> None:
+    topic = None if "topic" in table.column_names else "t"
+    with _sink(tmp_path, topic=topic, sink_id="s", config={"max.message.bytes": 1000}) as sink:
+        sink.write_batch(_batch(0, 30).append_column("topic", pa.array(["t"] * 30)), 0, query_id="q")
+        before = snapshot(tmp_path)
+        with pytest.raises(error, match=message):
+            sink.write_batch(table, 1, query_id="q")
+        assert snapshot(tmp_path) == before
+        assert sink.committed().batch_id == 0
+
+
+def test_small_segments_roll_and_every_record_is_kept(tmp_path: Path) -> None:
+    with _sink(tmp_path, num_partitions=2, config={"segment.bytes": 2048}) as sink:
+        for b in range(5):
+            sink.write_batch(_batch(b * 200, 200), b, query_id="q")
+    assert sum(1 for _ in (tmp_path / "t-0").glob("*.log")) > 3
+    assert Counter(_values(tmp_path)) == Counter(f"v{i}".encode() for i in range(1000))
+
+
+def test_partitions_can_grow_not_shrink_and_are_found_on_disk(tmp_path: Path) -> None:
+    with _sink(tmp_path, num_partitions=4) as sink:  # null keys: round robin over all 4
+        sink.write_batch(pa.table({"value": [b"v"] * 8}), 0, query_id="q")
+    with _sink(tmp_path, num_partitions=None) as sink:  # 4 partitions found on disk
+        sink.write_batch(pa.table({"value": [b"v"], "partition": [3]}), 1, query_id="q")
+    with _sink(tmp_path, num_partitions=2) as sink, pytest.raises(ConfigError, match="has 4 partitions"):
+        sink.write_batch(_batch(0, 1), 2, query_id="q")
+
+
+def test_empty_batches_commit_and_a_closed_sink_refuses(tmp_path: Path) -> None:
+    sink = _sink(tmp_path)
+    assert sink.write_batch(pa.table({"value": pa.array([], pa.binary())}), 0, query_id="q").rows == 0
+    assert sink.committed().batch_id == 0
+    sink.close()
+    sink.close()
+    with pytest.raises(ValueError, match="closed"):
+        sink.write_batch(_batch(0, 1), 1, query_id="q")
+
+
+def test_options_are_validated_up_front(tmp_path: Path) -> None:
+    with pytest.raises(InvalidTopicError):
+        SegmentLogSink(tmp_path, topic="no spaces")
+    with pytest.raises(ConfigError, match="num_partitions"):
+        SegmentLogSink(tmp_path, topic="t", num_partitions=0)
+    with pytest.raises(ConfigError, match="unknown topic config key"):
+        SegmentLogSink(tmp_path, topic="t", config={"segment.megabytes": 1})

@@ -1,0 +1,125 @@
+"""Exactly once on a real local Spark streaming query: clean runs, replays after a lost Spark commit,
+and bad input failing the query with the sink's own error."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from indexer.config import Settings
+from indexer.errors import RecordTooLargeError, SchemaError
+from streaming.commit_log import SinkCommitLog
+from streaming.job import JobSpec, JobSummary, run_job
+from streaming.partitioner import partition_for_keys
+from streaming.sink import SegmentLogSink
+from tests.streaming.helpers import read_topic, snapshot, write_json_inputs
+
+pytestmark = pytest.mark.spark
+
+SETTINGS = Settings()
+
+
+def _run(spark: SparkSession, tmp_path: Path, files_per_batch: int = 1) -> JobSummary:
+    spec = JobSpec(
+        log_dir=tmp_path / "logs", checkpoint_location=str(tmp_path / "checkpoint"), topic="ev", num_partitions=3,
+        source="files", input_path=str(tmp_path / "in"), input_format="json", max_files_per_trigger=files_per_batch,
+        available_now=True, maintenance=False, progress_interval_s=3600,
+    )
+    return run_job(spec, SETTINGS, spark=spark)
+
+
+def _assert_exactly_once_in_key_order(log_dir: Path, rows: list[tuple[str, str]]) -> None:
+    stored = read_topic(log_dir, "ev")
+    assert Counter((r.key, r.value) for r in stored) == Counter((k.encode(), v.encode()) for k, v in rows)
+    per_key: dict[bytes, list[int]] = defaultdict(list)
+    partition_of: dict[bytes, set[int]] = defaultdict(set)
+    for r in sorted(stored, key=lambda r: (r.partition, r.offset)):
+        assert r.key is not None and r.value is not None
+        per_key[r.key].append(int(r.value.split(b":")[1]))
+        partition_of[r.key].add(r.partition)
+    for key, seqs in per_key.items():
+        assert seqs == list(range(len(seqs))), f"key {key!r} out of order"
+        assert partition_of[key] == {int(partition_for_keys(pa.array([key]), 3)[0])}
+
+
+def test_clean_run_writes_every_row_once_in_order_per_key(spark: SparkSession, tmp_path: Path) -> None:
+    rows = write_json_inputs(tmp_path / "in", files=3, rows_per_file=600, keys=17)
+    summary = _run(spark, tmp_path)
+    assert (summary.batches, summary.skipped_batches, summary.rows) == (3, 0, 1800)
+    _assert_exactly_once_in_key_order(tmp_path / "logs", rows)
+    commit = SinkCommitLog(tmp_path / "logs", "ev").read()
+    metadata = json.loads((tmp_path / "checkpoint" / "metadata").read_text())
+    assert (commit.query_id, commit.batch_id) == (metadata["id"], 2)
+
+
+def test_restart_after_losing_the_last_spark_commit_adds_no_duplicates(spark: SparkSession, tmp_path: Path) -> None:
+    rows = write_json_inputs(tmp_path / "in", files=2, rows_per_file=500, keys=11)
+    _run(spark, tmp_path)
+    commit_dir = tmp_path / "checkpoint" / "commits"
+    assert sorted(p.name for p in commit_dir.iterdir() if p.name.isdigit()) == ["0", "1"]
+    (commit_dir / "1").unlink()
+    (commit_dir / ".1.crc").unlink(missing_ok=True)
+    before = snapshot(tmp_path / "logs")
+    summary = _run(spark, tmp_path)  # Spark re-runs batch 1; the sink skips it
+    assert (summary.batches, summary.skipped_batches) == (0, 1)
+    assert snapshot(tmp_path / "logs") == before
+    assert (tmp_path / "checkpoint" / "commits" / "1").exists()
+    _assert_exactly_once_in_key_order(tmp_path / "logs", rows)
+    # New input after the restart is still written exactly once, after the old.
+    more = write_json_inputs(tmp_path / "in2", files=1, rows_per_file=200, keys=11)
+    (tmp_path / "in2" / "part-0000.json").rename(tmp_path / "in" / "later.json")
+    assert _run(spark, tmp_path).rows == 200
+    assert len(read_topic(tmp_path / "logs", "ev")) == len(rows) + len(more)
+
+
+def test_sink_takes_its_identity_from_the_running_query(spark: SparkSession, tmp_path: Path) -> None:
+    write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
+    sink = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS)
+    query = (spark.readStream.schema("key string, value string").json(str(tmp_path / "in"))
+             .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
+             .trigger(availableNow=True).start())
+    query.awaitTermination()
+    sink.close()
+    assert sink.committed().query_id == query.id
+    assert len(read_topic(tmp_path / "logs", "ev")) == 10
+
+
+@pytest.mark.parametrize(
+    "shape, message",
+    [
+        (lambda df: df.select(F.col("key")), "no 'value' column"),
+        (lambda df: df.select(F.length("value").alias("value")), "column 'value': found type int32"),
+    ],
+)
+def test_bad_input_fails_the_query_with_the_sink_error(spark: SparkSession, tmp_path: Path, shape: object,
+                                                       message: str) -> None:
+    write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
+    (tmp_path / "logs").mkdir()
+    sink = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS)
+    df = spark.readStream.schema("key string, value string").json(str(tmp_path / "in"))
+    query = (shape(df).writeStream.foreachBatch(sink)  # type: ignore[operator]
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    with pytest.raises(StreamingQueryException, match=message):
+        query.awaitTermination()
+    sink.close()
+    assert isinstance(sink.last_error, SchemaError)
+    assert snapshot(tmp_path / "logs") == {}
+
+
+def test_the_job_reraises_the_sinks_own_error_and_commits_nothing(spark: SparkSession, tmp_path: Path) -> None:
+    write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
+    spec = JobSpec(
+        log_dir=tmp_path / "logs", checkpoint_location=str(tmp_path / "checkpoint"), topic="ev", num_partitions=3,
+        source="files", input_path=str(tmp_path / "in"), available_now=True, maintenance=False,
+    )
+    with pytest.raises(RecordTooLargeError, match="more than max.message.bytes=70"):
+        run_job(spec, Settings(overrides={"max.message.bytes": 70}), spark=spark)
+    assert SinkCommitLog(tmp_path / "logs", "ev").read().batch_id == -1
+    assert read_topic(tmp_path / "logs", "ev", up_to_high_watermark=False) == []

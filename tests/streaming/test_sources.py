@@ -1,0 +1,75 @@
+"""The job's sources, shaped into the sink's columns."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pyspark.sql import DataFrame, SparkSession
+
+from indexer.errors import ConfigError
+from streaming import sources
+
+pytestmark = pytest.mark.spark
+
+
+def _drain(df: DataFrame, tmp_path: Path) -> pa.Table:
+    """Run ``df`` (a file stream) to the end and return everything as one Arrow table."""
+    seen: list[pa.Table] = []
+    query = (df.writeStream.foreachBatch(lambda batch, _id: seen.append(batch.toArrow()))
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    return pa.concat_tables(seen)
+
+
+def test_rate_events_are_keyed_json_with_headers(spark: SparkSession) -> None:
+    seen: list[pa.Table] = []
+    query = sources.rate_events(spark, 100).writeStream.foreachBatch(
+        lambda batch, _id: seen.append(batch.toArrow())).trigger(processingTime="500 milliseconds").start()
+    deadline = time.monotonic() + 30
+    while sum(t.num_rows for t in seen) == 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    query.stop()
+    table = pa.concat_tables([t for t in seen if t.num_rows])
+    assert table.column_names == ["key", "value", "headers", "timestamp"]
+    row = table.slice(0, 1).to_pylist()[0]
+    event = json.loads(row["value"])
+    assert row["key"] == event["user_id"].encode() and event["user_id"].startswith("user-")
+    assert event["type"] in sources.EVENT_TYPES
+    assert ("amount" in event) == (event["type"] == "purchase")
+    assert row["headers"] == [{"key": "source", "value": b"seglog-rate"},
+                              {"key": "event-type", "value": event["type"].encode()}]
+
+
+def test_files_with_a_value_column_pass_through(spark: SparkSession, tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    pq.write_table(pa.table({"key": ["a", "b"], "value": [b"1", b"2"], "partition": pa.array([0, 1], pa.int32()),
+                             "other": [1, 2]}), tmp_path / "in" / "x.parquet")
+    table = _drain(sources.file_events(spark, str(tmp_path / "in"), "parquet"), tmp_path)
+    assert table.column_names == ["key", "value", "partition"]
+    assert table.sort_by("key").column("value").to_pylist() == [b"1", b"2"]
+
+
+def test_other_files_become_json_values_keyed_by_a_column(spark: SparkSession, tmp_path: Path) -> None:
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "x.csv").write_text("user,clicks\nann,3\nbob,5\n")
+    df = sources.file_events(spark, str(tmp_path / "in"), "csv", key_column="user", max_files_per_trigger=1)
+    table = _drain(df, tmp_path).sort_by("key")
+    assert table.column("key").to_pylist() == ["ann", "bob"]
+    assert [json.loads(v) for v in table.column("value").to_pylist()] == [{"user": "ann", "clicks": 3},
+                                                                           {"user": "bob", "clicks": 5}]
+    with pytest.raises(ConfigError, match="key column 'nobody'"):
+        sources.file_events(spark, str(tmp_path / "in"), "csv", key_column="nobody")
+    with pytest.raises(ConfigError, match="file format"):
+        sources.file_events(spark, str(tmp_path / "in"), "avro")
+
+
+def test_kafka_and_delta_sources_explain_the_missing_package(spark: SparkSession, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="spark-sql-kafka-0-10"):
+        sources.kafka_events(spark, "localhost:9092", "clicks")
+    with pytest.raises(ConfigError, match="delta-spark"):
+        sources.delta_events(spark, str(tmp_path))
