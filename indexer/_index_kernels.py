@@ -32,33 +32,10 @@ import threading
 import numpy as np
 from numba import njit
 
+from indexer._bytes import word_int32, word_int64
+
 OFFSET_LAYOUT = 0
 TIME_LAYOUT = 1
-
-_TWO_POW_31 = 1 << 31
-_TWO_POW_32 = 1 << 32
-
-
-@njit(cache=True, inline="always")
-def _bswap(word: np.uint32) -> int:
-    """A big-endian uint32 read natively, as the non-negative int64 it encodes."""
-    w = np.int64(word)
-    return int(((w & 0xFF) << 24) | ((w & 0xFF00) << 8) | ((w >> 8) & 0xFF00) | ((w >> 24) & 0xFF))
-
-
-@njit(cache=True, inline="always")
-def _int32(words: np.ndarray, i: int) -> int:
-    """Word ``i`` as a signed big-endian int32."""
-    u = _bswap(words[i])
-    if u >= _TWO_POW_31:
-        u -= _TWO_POW_32
-    return u
-
-
-@njit(cache=True, inline="always")
-def _int64(words: np.ndarray, i: int) -> int:
-    """Words ``i`` and ``i+1`` as a signed big-endian int64 (two's complement wrap on the shift)."""
-    return (_bswap(words[i]) << 32) | _bswap(words[i + 1])
 
 
 @njit(cache=True, inline="always")
@@ -70,16 +47,16 @@ def _words_per_entry(layout: int) -> int:
 def entry_key(words: np.ndarray, n: int, layout: int, base_offset: int) -> int:
     """The key of slot ``n``: the absolute offset (``.index``) or the timestamp (``.timeindex``)."""
     if layout == OFFSET_LAYOUT:
-        return base_offset + _int32(words, 2 * n)
-    return _int64(words, 3 * n)
+        return base_offset + word_int32(words, 2 * n)
+    return word_int64(words, 3 * n)
 
 
 @njit(cache=True, inline="always")
 def entry_value(words: np.ndarray, n: int, layout: int, base_offset: int) -> int:
     """The value of slot ``n``: the position (``.index``) or the absolute offset (``.timeindex``)."""
     if layout == OFFSET_LAYOUT:
-        return _int32(words, 2 * n + 1)
-    return base_offset + _int32(words, 3 * n + 2)
+        return word_int32(words, 2 * n + 1)
+    return base_offset + word_int32(words, 3 * n + 2)
 
 
 @njit(cache=True, inline="always")

@@ -31,17 +31,15 @@ import logging
 import mmap
 import os
 import threading
-from abc import ABC, abstractmethod
-from collections.abc import Iterator
-from contextlib import contextmanager
+from abc import abstractmethod
 from pathlib import Path
-from types import TracebackType
-from typing import ClassVar, NamedTuple, Self
+from typing import ClassVar, NamedTuple
 
 import numpy as np
 
 from indexer import _index_kernels as kernels
-from indexer.errors import IndexOffsetOverflowError, StorageError
+from indexer._files import IndexFile
+from indexer.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, storage_errors
 
 logger = logging.getLogger(__name__)
 
@@ -73,25 +71,13 @@ class _SearchTree(NamedTuple):
     values: np.ndarray
 
 
-@contextmanager
-def storage_errors(path: str | os.PathLike[str], action: str) -> Iterator[None]:
-    """Turn an ``OSError`` raised inside into :class:`StorageError` naming ``path`` and the action."""
-    try:
-        yield
-    except OSError as e:
-        reason = e.strerror or str(e)
-        raise StorageError(
-            f"Failed to {action} {os.path.abspath(path)}: {reason}", path=path, errno=e.errno
-        ) from e
-
-
 def round_down_to_multiple(number: int, factor: int) -> int:
     """``factor * (number / factor)`` with Java's truncating division (``round_down(-1, 8) == 0``)."""
     quotient = abs(number) // factor
     return factor * (quotient if number >= 0 else -quotient)
 
 
-class AbstractIndex(ABC):
+class AbstractIndex(IndexFile):
     """A memory-mapped file of fixed-width entries with warm/cold binary search.
 
     Thread-safety (as Kafka on Linux): every mutation (``append``, ``truncate*``, ``resize``,
@@ -111,6 +97,9 @@ class AbstractIndex(ABC):
 
     ENTRY_SIZE: ClassVar[int]
     _LAYOUT: ClassVar[int]
+    _KIND: ClassVar[str]  # "index" or "time index": names the file in entry, full and corruption messages
+    _OFFSET_BY_VALUE: ClassVar[bool]  # whether the offset is the value (.timeindex) or the key (.index)
+    _FILE_KIND = "index file"  # in rename and delete messages, for both kinds (as before)
 
     def __init__(
         self,
@@ -133,6 +122,16 @@ class AbstractIndex(ABC):
         newly_created = self._open_and_map()
         self._max_entries = self._length // self.ENTRY_SIZE
         self._entries = 0 if newly_created else self._length // self.ENTRY_SIZE
+        self._reload_last_entry()
+        logger.debug(
+            "Loaded %s file %s with max_entries = %d, max_index_size = %d, entries = %d, last entry = %s",
+            self._KIND,
+            self._path.absolute(),
+            self._max_entries,
+            self._max_index_size,
+            self._entries,
+            self._read_last_entry(),
+        )
 
     # ------------------------------------------------------------------ mapping
 
@@ -202,11 +201,6 @@ class AbstractIndex(ABC):
         return words, entries
 
     # ------------------------------------------------------------------ properties
-
-    @property
-    def path(self) -> Path:
-        """The index file (updated by ``rename_to`` and ``update_parent_dir``)."""
-        return self._path
 
     @property
     def base_offset(self) -> int:
@@ -280,39 +274,19 @@ class AbstractIndex(ABC):
         ``trace`` (optional int64 array) records the probed slots: ``trace[0]`` = number of probes,
         ``trace[1:]`` = the slots in order, as many as fit.
         """
-        words, entries = self._snapshot()
-        return int(
-            kernels.slot_for(
-                words,
-                entries,
-                self._LAYOUT,
-                self._base_offset,
-                target,
-                by_value,
-                False,
-                self.warm_entries,
-                _NO_TRACE if trace is None else trace,
-            )
-        )
+        return self._slot_for(target, by_value, False, trace)
 
     def smallest_upper_bound_slot_for(
         self, target: int, *, by_value: bool = False, trace: np.ndarray | None = None
     ) -> int:
         """Slot of the smallest entry >= ``target`` (key or value), or -1; warm/cold search. Lock-free."""
+        return self._slot_for(target, by_value, True, trace)
+
+    def _slot_for(self, target: int, by_value: bool, upper_bound: bool, trace: np.ndarray | None) -> int:
         words, entries = self._snapshot()
-        return int(
-            kernels.slot_for(
-                words,
-                entries,
-                self._LAYOUT,
-                self._base_offset,
-                target,
-                by_value,
-                True,
-                self.warm_entries,
-                _NO_TRACE if trace is None else trace,
-            )
-        )
+        trace = _NO_TRACE if trace is None else trace
+        layout, base, warm = self._LAYOUT, self._base_offset, self.warm_entries
+        return int(kernels.slot_for(words, entries, layout, base, target, by_value, upper_bound, warm, trace))
 
     def _search(self, target: int, by_value: bool, upper_bound: bool) -> tuple[int, int, int]:
         """(slot, key, value) of the warm/cold search; key/value are 0 when slot is -1."""
@@ -374,18 +348,35 @@ class AbstractIndex(ABC):
         tree, starts = kernels.build_search_tree(keys)
         return _SearchTree(generation, entries, tree, starts, values)
 
-    def _decode_all(self) -> tuple[np.ndarray, np.ndarray]:
-        """Keys and values of every entry as native int64 arrays (one compiled pass). Lock-free."""
+    def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every entry at once as int64 arrays (one compiled pass), e.g. for dump and checks. Lock-free.
+
+        ``(offsets, positions)`` for ``.index``, ``(timestamps, offsets)`` for ``.timeindex``.
+        """
         words, entries = self._snapshot()
         keys, values = kernels.decode_entries(words, entries, self._LAYOUT, self._base_offset)
         return keys, values
 
-    def _check_slot(self, n: int, kind: str) -> None:
+    def _check_slot(self, n: int) -> None:
         if n < 0 or n >= self._entries:
             raise IndexError(
-                f"Attempt to fetch the {n}th entry from {kind} {self._path.absolute()}, "
+                f"Attempt to fetch the {n}th entry from {self._KIND} {self._path.absolute()}, "
                 f"which has size {self._entries}"
             )
+
+    def _check_length(self) -> None:
+        """The part of ``sanity_check`` both kinds share: a length that is a whole number of entries."""
+        if self._length % self.ENTRY_SIZE != 0:
+            path = self._path.absolute()
+            raise CorruptIndexError(
+                f"{self._KIND.capitalize()} file {path} is corrupt, found {self._length} bytes which is "
+                f"neither positive nor a multiple of {self.ENTRY_SIZE}",
+                path=path,
+            )
+
+    def _full_error(self, size: int) -> IndexFullError:
+        path = self._path.absolute()
+        return IndexFullError(f"Attempt to append to a full {self._KIND} (size = {size}): {path}", path=path)
 
     # ------------------------------------------------------------------ mutations
 
@@ -443,17 +434,41 @@ class AbstractIndex(ABC):
         """Remove every entry (the file keeps its length and bytes). Thread-safe."""
         self._truncate_to_entries(0)
 
-    @abstractmethod
     def truncate_to(self, offset: int) -> None:
-        """Remove the entries whose offset is >= ``offset``; past the end this is a no-op."""
+        """Remove the entries whose offset is >= ``offset``; past the end this is a no-op. Thread-safe."""
+        with self._lock:
+            self._require_writable("truncate")
+            slot, key, value = self._search(offset, self._OFFSET_BY_VALUE, False)
+            if slot < 0:
+                new_entries = 0
+            elif (value if self._OFFSET_BY_VALUE else key) == offset:
+                new_entries = slot
+            else:
+                new_entries = slot + 1
+            self._truncate_to_entries(new_entries)
 
     @abstractmethod
     def sanity_check(self) -> None:
         """Raise :class:`~indexer.errors.CorruptIndexError` on an obviously corrupt file."""
 
     @abstractmethod
+    def _read_last_entry(self) -> tuple[int, int]:
+        """The last entry read from the mapping, or the subclass's empty-index entry."""
+
+    @abstractmethod
     def _reload_last_entry(self) -> None:
         """Re-read the cached last entry from the mapping (after truncation or resize)."""
+
+    def _write_entries(self, entries: int, packed: np.ndarray) -> None:
+        """Copy ``packed`` (whole big-endian entries) into the slots from ``entries`` on; caller holds the lock.
+
+        Only the bytes move: the caller updates the entry count and the cached last entry.
+        """
+        assert self._mm is not None  # free slots mean a non-empty mapping
+        data = packed.reshape(-1).view(np.uint8)
+        target = np.frombuffer(self._mm, dtype=np.uint8, count=data.size, offset=entries * self.ENTRY_SIZE)
+        target[:] = data
+        del target  # the map cannot be resized or closed while a view of it exists
 
     def _truncate_to_entries(self, entries: int) -> None:
         """Set the entry count; the bytes after it are left as they are (as Kafka). Thread-safe."""
@@ -488,50 +503,8 @@ class AbstractIndex(ABC):
             self._search_tree = None
             self._release(old)
 
-    def delete_if_exists(self) -> bool:
-        """Unmap and delete the file; whether it existed. Thread-safe."""
-        with self._lock:
-            self.close_handler()
-            try:
-                os.unlink(self._path)
-            except FileNotFoundError:
-                return False
-            except OSError as e:
-                raise StorageError(
-                    f"Failed to delete index file {self._path.absolute()}: {e.strerror}",
-                    path=self._path,
-                    errno=e.errno,
-                ) from e
-            return True
-
-    def rename_to(self, path: str | os.PathLike[str]) -> None:
-        """Atomically move the file to ``path`` (replacing it); the path is updated even if that fails."""
-        with self._lock:
-            source = self._path
-            try:
-                os.replace(source, path)
-            except OSError as e:
-                raise StorageError(
-                    f"Failed to rename index file {source.absolute()} to {os.path.abspath(path)}: "
-                    f"{e.strerror}",
-                    path=source,
-                    errno=e.errno,
-                ) from e
-            finally:
-                self._path = Path(path)
-
-    def update_parent_dir(self, directory: str | os.PathLike[str]) -> None:
-        """Point at the same file name in ``directory`` (after the directory itself was renamed)."""
-        with self._lock:
-            self._path = Path(directory) / self._path.name
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
+    def _close_before_delete(self) -> None:
+        self.close_handler()
 
     def __repr__(self) -> str:
         state = "closed" if self._words is None else f"{self._entries}/{self._max_entries} entries"
@@ -554,15 +527,6 @@ def plain_binary_search_slot_for(
     whole file; it exists so tests and benchmarks can compare which pages the two strategies touch.
     """
     words, entries = index._snapshot()
-    return int(
-        kernels.plain_slot_for(
-            words,
-            entries,
-            index._LAYOUT,
-            index.base_offset,
-            target,
-            by_value,
-            upper_bound,
-            _NO_TRACE if trace is None else trace,
-        )
-    )
+    trace = _NO_TRACE if trace is None else trace
+    layout, base = index._LAYOUT, index.base_offset
+    return int(kernels.plain_slot_for(words, entries, layout, base, target, by_value, upper_bound, trace))

@@ -50,17 +50,23 @@ class StorageError(SeglogError):
 
 
 @contextmanager
-def storage_errors(path: str | os.PathLike[str], action: str) -> Iterator[None]:
+def storage_errors(
+    path: str | os.PathLike[str], action: str, *, target: str | os.PathLike[str] | None = None
+) -> Iterator[None]:
     """The one place ``OSError`` becomes :class:`StorageError` (Kafka's ``maybeHandleIOException``).
 
     ``with storage_errors(path, "append to"):`` turns an ``OSError`` raised inside into
     ``StorageError("Failed to append to /abs/path: No space left on device", path=, errno=)``.
+    A ``target`` (a rename's destination) is named after the path: ``"Failed to rename /a to /b: ..."``.
     """
     try:
         yield
     except OSError as e:
         reason = e.strerror or str(e)
-        raise StorageError(f"Failed to {action} {os.path.abspath(path)}: {reason}", path=path, errno=e.errno) from e
+        to = "" if target is None else f" to {os.path.abspath(target)}"
+        raise StorageError(
+            f"Failed to {action} {os.path.abspath(path)}{to}: {reason}", path=path, errno=e.errno
+        ) from e
 
 
 class LogLockedError(StorageError):

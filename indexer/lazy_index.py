@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Generic, TypeVar
 
+from indexer._files import delete_if_exists, replace_file
 from indexer.abstract_index import AbstractIndex
-from indexer.errors import StorageError
 from indexer.offset_index import OffsetIndex
 from indexer.time_index import TimeIndex
 
@@ -90,21 +90,8 @@ class LazyIndex(Generic[IndexT]):
             if self._index is not None:
                 self._index.rename_to(path)
                 return
-            source = self._path
             try:
-                try:
-                    os.replace(source, path)
-                except FileNotFoundError:
-                    if source.exists():  # the target's directory is missing: a real error
-                        raise
-                    logger.debug("Lazy index %s does not exist yet; nothing to rename", source.absolute())
-            except OSError as e:
-                raise StorageError(
-                    f"Failed to rename index file {source.absolute()} to {os.path.abspath(path)}: "
-                    f"{e.strerror}",
-                    path=source,
-                    errno=e.errno,
-                ) from e
+                replace_file(self._path, path, "index file", missing_ok=True)
             finally:
                 self._path = Path(path)
 
@@ -113,17 +100,7 @@ class LazyIndex(Generic[IndexT]):
         with self._lock:
             if self._index is not None:
                 return self._index.delete_if_exists()
-            try:
-                os.unlink(self._path)
-            except FileNotFoundError:
-                return False
-            except OSError as e:
-                raise StorageError(
-                    f"Failed to delete index file {self._path.absolute()}: {e.strerror}",
-                    path=self._path,
-                    errno=e.errno,
-                ) from e
-            return True
+            return delete_if_exists(self._path, "index file")
 
     def close(self) -> None:
         """Trim and unmap a loaded index; a never-loaded one is left alone (no file is created)."""

@@ -30,7 +30,7 @@ import logging
 import os
 import queue
 import threading
-from collections.abc import Callable, Iterator, MutableMapping
+from collections.abc import Callable, Generator, Iterator, MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -85,7 +85,7 @@ _READ_CHUNK_BYTES = 4 * 1024 * 1024
 # thread, so encoding a chunk overlaps writing the one before (the encoder's kernels and the
 # writes release the GIL). A chunk is this many bytes of records, or 8 batches of
 # max.message.bytes if more.
-_APPEND_CHUNK_BYTES = 8 * 1024 * 1024
+_APPEND_CHUNK_BYTES = 16 * 1024 * 1024
 _APPEND_CHUNK_BATCHES = 8
 # Upper bounds of a v2 record's framing (Kafka's DefaultRecord): length varint 5, attributes 1,
 # timestamp delta varlong 10, offset delta varint 5, key and value length varints 5 + 5, header
@@ -136,14 +136,16 @@ def _encode_in_chunks(
 ) -> Iterator[EncodedBatches]:
     """The batches of ``table`` exactly as one ``encode`` of it makes them, chunk by chunk.
 
-    A helper thread encodes rows ``start .. ends[j]`` (``ends``: increasing candidate chunk ends,
-    the last one ``num_rows``) while the caller consumes the previous chunk. The encoder packs
-    records greedily from a batch's first row, so every batch of a chunk but the last is the one
-    a single ``encode`` makes; the last may have been cut short by the chunk's end, so it is
-    dropped and the next chunk starts at its first row. A chunk that holds less than two batches
-    is widened to the next end. Errors of the helper are raised here; closing the iterator stops it.
+    A helper thread encodes rows ``start .. ends[j]`` (``ends``: increasing chunk ends, the last one
+    ``num_rows``; chunk ``j`` starts where chunk ``j-1`` was cut) while the caller consumes the
+    previous chunk. The encoder packs records greedily from a batch's first row, so every batch of
+    a chunk but the last is the one a single ``encode`` makes; the last may have been cut short by
+    the chunk's end, so it is dropped and the next chunk starts at its first row. A chunk that
+    holds less than two batches is widened to the next end. Errors of the helper are raised here;
+    closing the iterator stops it (after the chunk it is encoding, which is then discarded).
     """
-    results: queue.Queue[EncodedBatches | BaseException | None] = queue.Queue()
+    # At most two chunks wait: memory stays a few chunks, whatever the size of the table.
+    results: queue.Queue[EncodedBatches | BaseException | None] = queue.Queue(maxsize=2)
     stop = threading.Event()
     num_rows = table.num_rows
 
@@ -151,13 +153,12 @@ def _encode_in_chunks(
         try:
             start, j = 0, 0
             while start < num_rows and not stop.is_set():
-                j = int(np.searchsorted(ends, start, side="right"))
                 while True:
                     end = int(ends[j])
                     encoded = encode(table.slice(start, end - start), first_offset + start)
+                    j += 1
                     if end == num_rows or len(encoded) > 1:
                         break
-                    j += 1
                 if end < num_rows:
                     encoded = _without_last_batch(encoded)
                 start += int(encoded.record_counts.sum())
@@ -176,6 +177,9 @@ def _encode_in_chunks(
             yield item
     finally:
         stop.set()
+        with contextlib.suppress(queue.Empty):  # unblock a helper waiting to hand over a chunk
+            while True:
+                results.get_nowait()
         thread.join()
 
 
@@ -563,7 +567,7 @@ class Log:
 
     def _encoded_chunks(
         self, table: pa.Table, first_offset: int, encode: Callable[[pa.Table, int], EncodedBatches]
-    ) -> Iterator[EncodedBatches]:
+    ) -> Generator[EncodedBatches, None, None]:
         """The batches of ``table``, all checked before the first is yielded (so before any write).
 
         A large table whose every record provably fits a batch (size bounds from the column

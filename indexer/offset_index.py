@@ -16,8 +16,6 @@ Public methods take and return absolute offsets only.
 
 from __future__ import annotations
 
-import logging
-import os
 import struct
 from typing import NamedTuple
 
@@ -25,9 +23,7 @@ import numpy as np
 
 from indexer import _index_kernels as kernels
 from indexer.abstract_index import INT32_MAX, AbstractIndex
-from indexer.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
-
-logger = logging.getLogger(__name__)
+from indexer.errors import CorruptIndexError, InvalidOffsetError
 
 _ENTRY = struct.Struct(">ii")
 
@@ -48,24 +44,9 @@ class OffsetIndex(AbstractIndex):
 
     ENTRY_SIZE = 8
     _LAYOUT = kernels.OFFSET_LAYOUT
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        base_offset: int,
-        max_index_size: int = -1,
-        writable: bool = True,
-    ) -> None:
-        super().__init__(path, base_offset, max_index_size, writable)
-        self._last_offset = self._read_last_entry().offset
-        logger.debug(
-            "Loaded index file %s with max_entries = %d, max_index_size = %d, entries = %d, last_offset = %d",
-            self.path.absolute(),
-            self.max_entries,
-            max_index_size,
-            self.entries,
-            self._last_offset,
-        )
+    _KIND = "index"
+    _OFFSET_BY_VALUE = False
+    _last_offset: int
 
     @property
     def last_offset(self) -> int:
@@ -84,13 +65,9 @@ class OffsetIndex(AbstractIndex):
     def entry(self, n: int) -> OffsetPosition:
         """Entry in slot ``n``; ``IndexError`` if ``n >= entries``. Lock-free."""
         words, _ = self._snapshot()
-        self._check_slot(n, "index")
+        self._check_slot(n)
         relative, position = _ENTRY.unpack_from(words.data, n * self.ENTRY_SIZE)
         return OffsetPosition(self.base_offset + relative, position)
-
-    def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every entry at once: (offsets, positions) as int64 arrays, e.g. for dump and checks. Lock-free."""
-        return self._decode_all()
 
     def lookup(self, target_offset: int) -> OffsetPosition:
         """The entry with the largest offset <= ``target_offset``; ``(base_offset, 0)`` if none. Lock-free."""
@@ -195,17 +172,9 @@ class OffsetIndex(AbstractIndex):
             packed = np.empty((n, 2), dtype=">i4")
             packed[:, 0] = relative
             packed[:, 1] = positions
-            assert self._mm is not None  # free slots mean a non-empty mapping
-            start = entries * self.ENTRY_SIZE
-            target = np.frombuffer(self._mm, dtype=np.uint8, count=n * self.ENTRY_SIZE, offset=start)
-            target[:] = packed.reshape(-1).view(np.uint8)
-            del target  # the map cannot be resized or closed while a view of it exists
+            self._write_entries(entries, packed)
             self._entries = entries + n
             self._last_offset = int(offsets[-1])
-
-    def _full_error(self, size: int) -> IndexFullError:
-        path = self.path.absolute()
-        return IndexFullError(f"Attempt to append to a full index (size = {size}): {path}", path=path)
 
     def _out_of_order_error(self, offset: int, slot: int, last: int) -> InvalidOffsetError:
         path = self.path.absolute()
@@ -216,19 +185,6 @@ class OffsetIndex(AbstractIndex):
             offset=offset,
         )
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove every entry with an offset >= ``offset``. Thread-safe."""
-        with self._lock:
-            self._require_writable("truncate")
-            slot = self.largest_lower_bound_slot_for(offset)
-            if slot < 0:
-                new_entries = 0
-            elif self.entry(slot).offset == offset:
-                new_entries = slot
-            else:
-                new_entries = slot + 1
-            self._truncate_to_entries(new_entries)
-
     def sanity_check(self) -> None:
         """Raise :class:`CorruptIndexError` (naming the file) on an impossible last offset or length."""
         path = self.path.absolute()
@@ -238,9 +194,4 @@ class OffsetIndex(AbstractIndex):
                 f"{self._last_offset} which is less than the base offset {self.base_offset}",
                 path=path,
             )
-        if self.length % self.ENTRY_SIZE != 0:
-            raise CorruptIndexError(
-                f"Index file {path} is corrupt, found {self.length} bytes which is neither positive nor a "
-                f"multiple of {self.ENTRY_SIZE}",
-                path=path,
-            )
+        self._check_length()

@@ -18,8 +18,6 @@ Public methods take and return absolute offsets only.
 
 from __future__ import annotations
 
-import logging
-import os
 import struct
 from typing import NamedTuple
 
@@ -28,8 +26,6 @@ import numpy as np
 from indexer import _index_kernels as kernels
 from indexer.abstract_index import INT32_MAX, AbstractIndex
 from indexer.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
-
-logger = logging.getLogger(__name__)
 
 NO_TIMESTAMP = -1
 
@@ -57,25 +53,9 @@ class TimeIndex(AbstractIndex):
 
     ENTRY_SIZE = 12
     _LAYOUT = kernels.TIME_LAYOUT
-
-    def __init__(
-        self,
-        path: str | os.PathLike[str],
-        base_offset: int,
-        max_index_size: int = -1,
-        writable: bool = True,
-    ) -> None:
-        super().__init__(path, base_offset, max_index_size, writable)
-        self._last_entry = self._read_last_entry()
-        logger.debug(
-            "Loaded time index file %s with max_entries = %d, max_index_size = %d, entries = %d, "
-            "last entry = %s",
-            self.path.absolute(),
-            self.max_entries,
-            max_index_size,
-            self.entries,
-            self._last_entry,
-        )
+    _KIND = "time index"
+    _OFFSET_BY_VALUE = True
+    _last_entry: TimestampOffset
 
     @property
     def last_entry(self) -> TimestampOffset:
@@ -98,13 +78,9 @@ class TimeIndex(AbstractIndex):
     def entry(self, n: int) -> TimestampOffset:
         """Entry in slot ``n``; ``IndexError`` if ``n >= entries``. Lock-free."""
         words, _ = self._snapshot()
-        self._check_slot(n, "time index")
+        self._check_slot(n)
         timestamp, relative = _ENTRY.unpack_from(words.data, n * self.ENTRY_SIZE)
         return TimestampOffset(timestamp, self.base_offset + relative)
-
-    def to_arrays(self) -> tuple[np.ndarray, np.ndarray]:
-        """Every entry at once: (timestamps, offsets) as int64 arrays, e.g. for dump and checks. Lock-free."""
-        return self._decode_all()
 
     def lookup(self, target_timestamp: int) -> TimestampOffset:
         """The entry with the largest timestamp <= target; ``(-1, base_offset)`` if none. Lock-free."""
@@ -228,17 +204,9 @@ class TimeIndex(AbstractIndex):
             packed = np.empty(count, dtype=np.dtype([("timestamp", ">i8"), ("offset", ">i4")]))
             packed["timestamp"] = new_ts
             packed["offset"] = relative
-            assert self._mm is not None
-            start = entries * self.ENTRY_SIZE
-            target = np.frombuffer(self._mm, dtype=np.uint8, count=count * self.ENTRY_SIZE, offset=start)
-            target[:] = packed.view(np.uint8)
-            del target  # the map cannot be resized or closed while a view of it exists
+            self._write_entries(entries, packed)
             self._entries = entries + count
             self._last_entry = TimestampOffset(int(new_ts[-1]), int(new_offsets[-1]))
-
-    def _full_error(self, size: int) -> IndexFullError:
-        path = self.path.absolute()
-        return IndexFullError(f"Attempt to append to a full time index (size = {size}): {path}", path=path)
 
     def _no_slot_error(self) -> IndexFullError:
         path = self.path.absolute()
@@ -259,19 +227,6 @@ class TimeIndex(AbstractIndex):
             f"the last timestamp appended ({last}) to {self.path.absolute()}"
         )
 
-    def truncate_to(self, offset: int) -> None:
-        """Remove every entry with an offset >= ``offset`` (search by value). Thread-safe."""
-        with self._lock:
-            self._require_writable("truncate")
-            slot = self.largest_lower_bound_slot_for(offset, by_value=True)
-            if slot < 0:
-                new_entries = 0
-            elif self.entry(slot).offset == offset:
-                new_entries = slot
-            else:
-                new_entries = slot + 1
-            self._truncate_to_entries(new_entries)
-
     def sanity_check(self) -> None:
         """Raise :class:`CorruptIndexError` (naming the file): decreasing timestamps, bad offset or length."""
         path = self.path.absolute()
@@ -291,9 +246,4 @@ class TimeIndex(AbstractIndex):
                 f"last offset is {last.offset} which is less than the first offset {self.base_offset}",
                 path=path,
             )
-        if self.length % self.ENTRY_SIZE != 0:
-            raise CorruptIndexError(
-                f"Time index file {path} is corrupt, found {self.length} bytes which is neither "
-                f"positive nor a multiple of {self.ENTRY_SIZE}",
-                path=path,
-            )
+        self._check_length()

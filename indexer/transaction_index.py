@@ -21,13 +21,12 @@ import logging
 import os
 import threading
 from pathlib import Path
-from types import TracebackType
-from typing import NamedTuple, Self
+from typing import NamedTuple
 
 import numpy as np
 
-from indexer.abstract_index import storage_errors
-from indexer.errors import CorruptIndexError, StorageError
+from indexer._files import IndexFile
+from indexer.errors import CorruptIndexError, StorageError, storage_errors
 
 logger = logging.getLogger(__name__)
 
@@ -109,7 +108,7 @@ class _Records(NamedTuple):
         return [self.txn(i) for i in range(stop)]
 
 
-class TransactionIndex:
+class TransactionIndex(IndexFile):
     """``<base>.txnindex``: the aborted transactions whose ABORT marker is in the segment.
 
     ``writable=False`` opens the file read-only and refuses every mutation (``ValueError``).
@@ -119,6 +118,9 @@ class TransactionIndex:
     on reading and recovery rebuilds the index.
     """
 
+    _FILE_KIND = "transaction index"
+    _MAY_BE_MISSING = True  # created by the first append
+
     def __init__(self, path: str | os.PathLike[str], base_offset: int, writable: bool = True) -> None:
         self._lock = threading.RLock()
         self._path = Path(path)
@@ -127,10 +129,6 @@ class TransactionIndex:
         self._fd: int | None = None
         # Last offset appended by this object (None after opening or reset): appends must increase it.
         self._last_offset: int | None = None
-
-    @property
-    def path(self) -> Path:
-        return self._path
 
     @property
     def base_offset(self) -> int:
@@ -311,50 +309,7 @@ class TransactionIndex:
                 with storage_errors(self._path, "close transaction index"):
                     os.close(fd)
 
-    def delete_if_exists(self) -> bool:
-        """Close and delete the file; whether it existed."""
-        with self._lock:
-            self.close()
-            try:
-                os.unlink(self._path)
-            except FileNotFoundError:
-                return False
-            except OSError as e:
-                raise StorageError(
-                    f"Failed to delete transaction index {self._path.absolute()}: {e.strerror}",
-                    path=self._path,
-                    errno=e.errno,
-                ) from e
-            return True
-
-    def rename_to(self, path: str | os.PathLike[str]) -> None:
-        """Move the file to ``path`` if it exists; the path is updated regardless."""
-        with self._lock:
-            source = self._path
-            try:
-                if source.exists():
-                    os.replace(source, path)
-            except OSError as e:
-                raise StorageError(
-                    f"Failed to rename transaction index {source.absolute()} to "
-                    f"{os.path.abspath(path)}: {e.strerror}",
-                    path=source,
-                    errno=e.errno,
-                ) from e
-            finally:
-                self._path = Path(path)
-
-    def update_parent_dir(self, directory: str | os.PathLike[str]) -> None:
-        """Point at the same file name in ``directory`` (after the directory itself was renamed)."""
-        with self._lock:
-            self._path = Path(directory) / self._path.name
-
-    def __enter__(self) -> Self:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
+    def _close_before_delete(self) -> None:
         self.close()
 
     def __repr__(self) -> str:

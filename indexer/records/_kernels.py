@@ -29,10 +29,18 @@ v2 record layout (Kafka ``DefaultRecord``), inside a batch after its 61-byte hea
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
+from llvmlite import ir
 from numba import njit, types
 from numba.core import cgutils
+from numba.core.base import BaseContext
+from numba.core.typing.context import Context
+from numba.core.typing.templates import Signature
 from numba.extending import intrinsic
+
+from indexer._bytes import get_be, put_be
 
 # Columns of the entry table returned by scan_batches (one row per log entry, any magic).
 COL_POSITION = 0
@@ -141,27 +149,6 @@ def _read_varint(buf: np.ndarray, pos: int, end: int, max_bytes: int) -> tuple[i
     return (ERR_VARINT_TOO_LONG if max_bytes == 5 else ERR_VARLONG_TOO_LONG), 0, pos
 
 
-@njit(cache=True, inline="always")
-def _put_be(out: np.ndarray, pos: int, value: int, width: int) -> None:
-    """Big-endian two's complement ``value`` in ``width`` bytes at ``pos``."""
-    u = np.uint64(value) if value >= 0 else ~np.uint64(~value)
-    for i in range(width - 1, -1, -1):
-        out[pos + i] = np.uint8(u & np.uint64(0xFF))
-        u >>= np.uint64(8)
-
-
-@njit(cache=True, inline="always")
-def _get_be(buf: np.ndarray, pos: int, width: int) -> int:
-    """Signed big-endian integer of ``width`` bytes at ``pos``."""
-    u = np.uint64(0)
-    for i in range(width):
-        u = (u << np.uint64(8)) | np.uint64(buf[pos + i])
-    bits = np.uint64(8 * width)
-    if width < 8 and u >= (_U1 << (bits - _U1)):
-        return int(np.int64(u) - (np.int64(1) << np.int64(bits)))
-    return int(np.int64(u))
-
-
 # --- encoding -----------------------------------------------------------------------------------
 
 
@@ -228,7 +215,14 @@ def plan_batches(
 
 
 @intrinsic
-def _memcpy(typingctx, dst, dst_pos, src, src_pos, length):  # type: ignore[no-untyped-def]
+def _memcpy(
+    typingctx: Context,
+    dst: types.Array,
+    dst_pos: types.Integer,
+    src: types.Array,
+    src_pos: types.Integer,
+    length: types.Integer,
+) -> tuple[Signature, Callable[[BaseContext, ir.IRBuilder, Signature, list[ir.Value]], ir.Value]]:
     """``dst[dst_pos:dst_pos+length] = src[src_pos:src_pos+length]`` as one ``llvm.memcpy``.
 
     A byte loop over variable lengths is not vectorised by LLVM and runs ~10x slower; numba slice
@@ -236,13 +230,14 @@ def _memcpy(typingctx, dst, dst_pos, src, src_pos, length):  # type: ignore[no-u
     """
     signature = types.void(dst, types.int64, src, types.int64, types.int64)
 
-    def codegen(context, builder, sig, args):  # type: ignore[no-untyped-def]
-        dst_array = context.make_array(sig.args[0])(context, builder, args[0])
-        src_array = context.make_array(sig.args[2])(context, builder, args[2])
+    def codegen(context: BaseContext, builder: ir.IRBuilder, sig: Signature, args: list[ir.Value]) -> ir.Value:
+        # numba's lowering API (make_array, raw_memcpy, get_dummy_value) is unannotated
+        dst_array = context.make_array(sig.args[0])(context, builder, args[0])  # type: ignore[no-untyped-call]
+        src_array = context.make_array(sig.args[2])(context, builder, args[2])  # type: ignore[no-untyped-call]
         dst_ptr = builder.gep(dst_array.data, [args[1]])
         src_ptr = builder.gep(src_array.data, [args[3]])
         cgutils.raw_memcpy(builder, dst_ptr, src_ptr, args[4], 1)  # type: ignore[no-untyped-call]
-        return context.get_dummy_value()
+        return context.get_dummy_value()  # type: ignore[no-untyped-call]
 
     return signature, codegen
 
@@ -250,7 +245,8 @@ def _memcpy(typingctx, dst, dst_pos, src, src_pos, length):  # type: ignore[no-u
 @njit(cache=True, inline="always")
 def _copy(out: np.ndarray, pos: int, data: np.ndarray, start: int, length: int) -> int:
     """Copy ``length`` bytes of ``data`` from ``start`` to ``out`` at ``pos``; the next position."""
-    _memcpy(out, pos, data, start, length)  # type: ignore[call-arg]  # typingctx is numba's, not ours
+    # mypy sees the typing-time signature (numba adds typingctx, and types stand for values)
+    _memcpy(out, pos, data, start, length)  # type: ignore[call-arg, arg-type]
     return pos + length
 
 
@@ -289,24 +285,24 @@ def write_batches(
         p = batch_positions[b]
         first = batch_starts[b]
         last = batch_starts[b + 1]
-        _put_be(out, p, base_offset + first, 8)
-        _put_be(out, p + 8, batch_sizes[b] - _LOG_OVERHEAD, 4)
-        _put_be(out, p + 12, partition_leader_epoch, 4)
+        put_be(out, p, base_offset + first, 8)
+        put_be(out, p + 8, batch_sizes[b] - _LOG_OVERHEAD, 4)
+        put_be(out, p + 12, partition_leader_epoch, 4)
         out[p + 16] = 2
-        _put_be(out, p + 17, 0, 4)
-        _put_be(out, p + 21, attributes, 2)
-        _put_be(out, p + 23, last - first - 1, 4)
-        _put_be(out, p + 27, timestamps[first], 8)
-        _put_be(out, p + 35, max_timestamps[b], 8)
-        _put_be(out, p + 43, producer_id, 8)
-        _put_be(out, p + 51, producer_epoch, 2)
+        put_be(out, p + 17, 0, 4)
+        put_be(out, p + 21, attributes, 2)
+        put_be(out, p + 23, last - first - 1, 4)
+        put_be(out, p + 27, timestamps[first], 8)
+        put_be(out, p + 35, max_timestamps[b], 8)
+        put_be(out, p + 43, producer_id, 8)
+        put_be(out, p + 51, producer_epoch, 2)
         sequence = base_sequence
         if base_sequence >= 0:  # DefaultRecordBatch.incrementSequence: wrap at INT_MAX
             sequence = base_sequence + first
             if sequence > 2147483647:
                 sequence -= 2147483648
-        _put_be(out, p + 53, sequence, 4)
-        _put_be(out, p + 57, last - first, 4)
+        put_be(out, p + 53, sequence, 4)
+        put_be(out, p + 57, last - first, 4)
         pos = p + _HEADER_SIZE
         base_ts = timestamps[first]
         for i in range(first, last):
@@ -352,7 +348,7 @@ def scan_batches(buf: np.ndarray, start: int, end: int) -> tuple[np.ndarray, int
         if pos + 17 > end:
             reason = SCAN_PARTIAL
             break
-        size = _get_be(buf, pos + 8, 4)
+        size = get_be(buf, pos + 8, 4)
         if size < _MIN_ENTRY_SIZE_FIELD:
             reason = SCAN_TOO_SMALL
             break
@@ -364,24 +360,24 @@ def scan_batches(buf: np.ndarray, start: int, end: int) -> tuple[np.ndarray, int
     entries = np.zeros((count, ENTRY_COLUMNS), np.int64)
     pos = start
     for k in range(count):
-        size = _LOG_OVERHEAD + _get_be(buf, pos + 8, 4)
-        magic = _get_be(buf, pos + 16, 1)
+        size = _LOG_OVERHEAD + get_be(buf, pos + 8, 4)
+        magic = get_be(buf, pos + 16, 1)
         row = entries[k]
         row[COL_POSITION] = pos
         row[COL_SIZE] = size
         row[COL_MAGIC] = magic
-        row[COL_BASE_OFFSET] = _get_be(buf, pos, 8)
+        row[COL_BASE_OFFSET] = get_be(buf, pos, 8)
         if magic >= 2 and size >= _HEADER_SIZE:
-            row[COL_PARTITION_LEADER_EPOCH] = _get_be(buf, pos + 12, 4)
-            row[COL_CRC] = _get_be(buf, pos + 17, 4) & 0xFFFFFFFF
+            row[COL_PARTITION_LEADER_EPOCH] = get_be(buf, pos + 12, 4)
+            row[COL_CRC] = get_be(buf, pos + 17, 4) & 0xFFFFFFFF
             row[COL_ATTRIBUTES] = buf[pos + 22]  # Kafka narrows the int16 to its low byte
-            row[COL_LAST_OFFSET_DELTA] = _get_be(buf, pos + 23, 4)
-            row[COL_BASE_TIMESTAMP] = _get_be(buf, pos + 27, 8)
-            row[COL_MAX_TIMESTAMP] = _get_be(buf, pos + 35, 8)
-            row[COL_PRODUCER_ID] = _get_be(buf, pos + 43, 8)
-            row[COL_PRODUCER_EPOCH] = _get_be(buf, pos + 51, 2)
-            row[COL_BASE_SEQUENCE] = _get_be(buf, pos + 53, 4)
-            row[COL_RECORDS_COUNT] = _get_be(buf, pos + 57, 4)
+            row[COL_LAST_OFFSET_DELTA] = get_be(buf, pos + 23, 4)
+            row[COL_BASE_TIMESTAMP] = get_be(buf, pos + 27, 8)
+            row[COL_MAX_TIMESTAMP] = get_be(buf, pos + 35, 8)
+            row[COL_PRODUCER_ID] = get_be(buf, pos + 43, 8)
+            row[COL_PRODUCER_EPOCH] = get_be(buf, pos + 51, 2)
+            row[COL_BASE_SEQUENCE] = get_be(buf, pos + 53, 4)
+            row[COL_RECORDS_COUNT] = get_be(buf, pos + 57, 4)
         pos += size
     return entries, reason, pos
 

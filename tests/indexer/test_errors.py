@@ -29,3 +29,11 @@ def test_os_errors_become_storage_errors_naming_the_path(tmp_path: Path, code: i
 def test_other_errors_pass_through(tmp_path: Path) -> None:
     with pytest.raises(KeyError), storage_errors(tmp_path, "read"):
         raise KeyError("x")
+
+
+def test_a_rename_error_names_source_and_target(tmp_path: Path) -> None:
+    source, target = tmp_path / "0.index", tmp_path / "missing" / "0.index.deleted"
+    with pytest.raises(StorageError) as info, storage_errors(source, "rename", target=target):
+        source.replace(target)
+    assert info.value.errno == errno.ENOENT and info.value.path == str(source)
+    assert str(info.value) == f"Failed to rename {source} to {target}: No such file or directory"

@@ -667,13 +667,13 @@ def _pipelined_append(
     return info, files, len(calls)
 
 
-@settings(max_examples=25, deadline=None)
+@settings(max_examples=15, deadline=None)
 @given(
-    n=st.integers(200, 1500),
+    n=st.integers(500, 1500),
     seed=st.integers(0, 2**32 - 1),
-    chunk_kib=st.integers(1, 8),
-    max_batch=st.sampled_from([200, 700, 4096]),
-    segment_kib=st.sampled_from([16, 64, 1024]),
+    chunk_kib=st.integers(1, 4),
+    max_batch=st.sampled_from([300, 500, 1000]),
+    segment_kib=st.sampled_from([32, 1024]),
     interval=st.sampled_from([0, 500, 4096]),
     with_headers=st.booleans(),
 )
@@ -711,8 +711,7 @@ def test_chunked_append_writes_the_files_of_one_encoding(
     root = tmp_path_factory.mktemp("chunked")
     whole_info, whole_files, whole_chunks = _pipelined_append(root / "whole-0", table, 1 << 40, config)
     info, files, chunks = _pipelined_append(root / "chunked-0", table, chunk_kib * 1024, config)
-    assert whole_chunks == 0
-    assert chunks > 2 or max_batch * 8 > chunk_kib * 1024  # chunks of at least 8 batches
+    assert (whole_chunks, chunks >= 3) == (0, True)  # every record fits a batch: chunked
     assert info == whole_info
     assert files == whole_files
 
