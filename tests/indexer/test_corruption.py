@@ -36,11 +36,16 @@ from indexer.log import Log
 from indexer.log_loader import LogLoader, RecoveryReport
 from indexer.records.decoder import decode_records
 from indexer.records.file_records import FileRecords
+from tests.budget import scaled
 
 CONFIG = LogConfig(segment_bytes=1500, index_interval_bytes=200, file_delete_delay_ms=0)
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FEW = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-SLOW = settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+SLOW = settings(
+    max_examples=scaled(300, ci=100, soak=5000),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
 
 
 @dataclass(frozen=True)
@@ -84,9 +89,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
         log.append(
             {
                 "key": [f"k{i}.{j}".encode() for j in range(rows)],
-                "value": [
-                    bytes(rng.integers(0, 256, int(rng.integers(0, 90)), dtype=np.uint8)) for _ in range(rows)
-                ],
+                "value": [bytes(rng.integers(0, 256, int(rng.integers(0, 90)), dtype=np.uint8)) for _ in range(rows)],
                 "timestamp": [1_700_000_000_000 + 1000 * i + j for j in range(rows)],
             },
             compression="gzip" if i % 7 == 3 else None,
@@ -99,9 +102,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> Pristine:
 
 
 @pytest.fixture(scope="module", params=["mixed-codecs-epochs/lsx1-0", "multi-segment-3x/invoice-2"])
-def vector(
-    vectors_dir: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
-) -> Pristine:
+def vector(vectors_dir: Path, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Pristine:
     """A broker-written partition: one gzip/plain segment with leader epochs, or four ~1 MB segments."""
     source = vectors_dir / request.param
     directory = tmp_path_factory.mktemp("vector") / source.name
@@ -140,9 +141,7 @@ def damages(draw: st.DrawFn, pristine: Pristine) -> tuple[tuple, list[tuple]]:
         log_damage = (kind,)
     side = draw(
         st.lists(
-            st.tuples(
-                st.sampled_from(SIDE_DAMAGE), st.sampled_from(pristine.segments), st.binary(max_size=40)
-            ),
+            st.tuples(st.sampled_from(SIDE_DAMAGE), st.sampled_from(pristine.segments), st.binary(max_size=40)),
             max_size=3,
         )
     )
@@ -207,21 +206,14 @@ def apply(directory: Path, log_damage: tuple, side: list[tuple]) -> tuple[str, i
 
 
 def decisions(report: RecoveryReport) -> list[tuple]:
-    return [
-        (s.kind, Path(s.path).name, s.bytes_truncated, s.batches_dropped, s.segment_bytes)
-        for s in report.steps
-    ]
+    return [(s.kind, Path(s.path).name, s.bytes_truncated, s.batches_dropped, s.segment_bytes) for s in report.steps]
 
 
 def expected_batches(pristine: Pristine, cut: tuple[str, int] | None) -> list[Batch]:
     if cut is None:
         return list(pristine.batches)
     name, position = cut
-    return [
-        b
-        for b in pristine.batches
-        if b.segment < name or (b.segment == name and b.position + b.size <= position)
-    ]
+    return [b for b in pristine.batches if b.segment < name or (b.segment == name and b.position + b.size <= position)]
 
 
 def check_indexes(directory: Path, name: str, batches: list[Batch]) -> None:
@@ -233,9 +225,7 @@ def check_indexes(directory: Path, name: str, batches: list[Batch]) -> None:
     offsets = entries["rel"].astype(np.int64) + base
     assert np.all(np.diff(offsets) > 0), f"{name}: offset index not increasing"
     for offset, position in zip(offsets.tolist(), entries["pos"].tolist(), strict=True):
-        assert by_position.get(position) == offset, (
-            f"{name}: entry ({offset}, {position}) is not a batch start"
-        )
+        assert by_position.get(position) == offset, f"{name}: entry ({offset}, {position}) is not a batch start"
     raw = file_names.time_index_file(directory, base).read_bytes()
     entries = np.frombuffer(raw, dtype=[("ts", ">i8"), ("rel", ">i4")])
     assert np.all(np.diff(entries["ts"].astype(np.int64)) > 0), f"{name}: time index not increasing"
@@ -268,9 +258,7 @@ def run_case(pristine: Pristine, workdir: Path, log_damage: tuple, side: list[tu
     for path in sorted(directory.glob("*.log")):
         with FileRecords.open(path, mutable=False) as records:
             scan = records.scan()
-            assert scan.error is None and scan.valid_bytes == records.size_in_bytes(), (
-                f"{path.name}: invalid bytes"
-            )
+            assert scan.error is None and scan.valid_bytes == records.size_in_bytes(), f"{path.name}: invalid bytes"
             segment_batches = [
                 Batch(path.name, p, s, last, records.read(p, s))
                 for p, s, last in zip(
@@ -279,9 +267,7 @@ def run_case(pristine: Pristine, workdir: Path, log_damage: tuple, side: list[tu
             ]
         check_indexes(directory, path.name, segment_batches)
         kept.extend(segment_batches)
-    assert [(b.segment, b.position, b.raw) for b in kept] == [
-        (b.segment, b.position, b.raw) for b in expected
-    ]
+    assert [(b.segment, b.position, b.raw) for b in kept] == [(b.segment, b.position, b.raw) for b in expected]
     if expected:
         assert loaded.next_offset == expected[-1].last_offset + 1
     if len(expected) < len(pristine.batches):
@@ -291,9 +277,7 @@ def run_case(pristine: Pristine, workdir: Path, log_damage: tuple, side: list[tu
 
     log = Log.open(directory, pristine.config, read_only=True, clock=MockClock())
     try:
-        read = log.read_records(log.log_start_offset, max_offset=log.log_end_offset).select(
-            ["offset", "key", "value"]
-        )
+        read = log.read_records(log.log_start_offset, max_offset=log.log_end_offset).select(["offset", "key", "value"])
     finally:
         log.close()
     assert read.equals(records_of(expected))
@@ -301,9 +285,7 @@ def run_case(pristine: Pristine, workdir: Path, log_damage: tuple, side: list[tu
 
 @FAST
 @given(data=st.data())
-def test_recovery_keeps_exactly_the_undamaged_prefix(
-    written: Pristine, tmp_path: Path, data: st.DataObject
-) -> None:
+def test_recovery_keeps_exactly_the_undamaged_prefix(written: Pristine, tmp_path: Path, data: st.DataObject) -> None:
     run_case(written, tmp_path, *data.draw(damages(written)))
 
 
@@ -327,9 +309,7 @@ def test_recovery_keeps_exactly_the_undamaged_prefix_long(
     "log_damage",
     [("bitflip", 1, 30, 0), ("torn", 2, 5), ("garbage", 3, b"\xff" * 13)],
 )
-def test_each_kind_of_damage_in_a_middle_segment(
-    written: Pristine, tmp_path: Path, log_damage: tuple
-) -> None:
+def test_each_kind_of_damage_in_a_middle_segment(written: Pristine, tmp_path: Path, log_damage: tuple) -> None:
     """The same property on fixed examples, each damaging a segment that has later ones to lose."""
     kind, segment_index, *rest = log_damage
     name = written.segments[segment_index]

@@ -31,6 +31,7 @@ from indexer.clock import MockClock
 from indexer.config import LogConfig
 from indexer.log import Log
 from indexer.segment import LogSegment
+from tests.budget import scaled
 
 T0 = 1_700_000_000_000
 INTERVAL = 150
@@ -255,8 +256,8 @@ def test_log_model_long_run() -> None:
     run_state_machine_as_test(
         LogModel,
         settings=settings(
-            max_examples=150,
-            stateful_step_count=50,
+            max_examples=scaled(150, ci=40, soak=2000),
+            stateful_step_count=scaled(50, ci=30, soak=100),
             deadline=None,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
         ),

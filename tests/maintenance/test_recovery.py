@@ -18,6 +18,7 @@ from indexer.records.file_records import FileRecords
 from maintenance.metadata import index_problem
 from maintenance.recovery import EXIT_COMMITTED_DATA_LOST, recover_log_dir
 from seglog.cli import main
+from tests.budget import scaled
 from tests.maintenance.conftest import append_batches, settings_for, small_config
 
 PARTITIONS = ("t-0", "t-1")
@@ -114,7 +115,7 @@ def test_recovery_keeps_every_batch_before_the_damage_and_nothing_after(
 
 @pytest.mark.slow
 def test_recovery_fuzz_long(template: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    fuzz(template, tmp_path, capsys, trials=10 * len(DAMAGE), seed=7)
+    fuzz(template, tmp_path, capsys, trials=scaled(10, ci=10, soak=200) * len(DAMAGE), seed=7)
 
 
 def fuzz(template: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], *, trials: int, seed: int) -> None:
