@@ -22,6 +22,7 @@ message, so a log line alone says which file and where::
     ├── RecordTooLargeError               one record larger than max.message.bytes
     ├── RecordBatchTooLargeError          one append larger than segment.bytes
     ├── InvalidTopicError                 topic name breaks Kafka's rules
+    ├── UnknownTopicOrPartitionError      a partition outside the topic's partitions
     ├── SchemaError                       input columns of the wrong name or type
     └── ConfigError                       unknown config key or invalid value
 """
@@ -162,6 +163,10 @@ class RecordBatchTooLargeError(SeglogError):
 
 class InvalidTopicError(SeglogError, ValueError):
     """A topic name that breaks Kafka's rules (and would be unsafe as a directory name)."""
+
+
+class UnknownTopicOrPartitionError(SeglogError, ValueError):
+    """A partition number outside the topic's partitions (Kafka's ``UnknownTopicOrPartitionException``)."""
 
 
 class SchemaError(SeglogError, TypeError):

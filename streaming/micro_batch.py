@@ -30,7 +30,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexer.errors import InvalidTopicError, RecordBatchTooLargeError, RecordTooLargeError, SchemaError
+from indexer.errors import (
+    InvalidTopicError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+    SchemaError,
+    UnknownTopicOrPartitionError,
+)
 from indexer.file_names import validate_topic
 from indexer.records.batch_header import RECORD_BATCH_OVERHEAD
 from indexer.records.columns import APPEND_SCHEMA, to_append_table
@@ -154,7 +160,7 @@ def _partitions(
     if bad.any():
         row = int(np.flatnonzero(bad)[0])
         topic = topics[codes[row]]
-        raise InvalidTopicError(
+        raise UnknownTopicOrPartitionError(
             f"row {row}: partition {explicit[row]} of topic {topic!r} is outside the topic's partitions "
             f"0..{limits[row] - 1}"
         )
@@ -227,7 +233,8 @@ def split_batch(
 
     Raises:
         SchemaError: no ``value`` column, or a column of the wrong type.
-        InvalidTopicError: no topic for a row, an illegal topic name, or a partition outside the topic.
+        InvalidTopicError: no topic for a row, or an illegal topic name.
+        UnknownTopicOrPartitionError: a partition outside the topic's partitions.
         RecordTooLargeError: a record whose batch would exceed ``max.message.bytes``.
         RecordBatchTooLargeError: a record whose batch would exceed ``segment.bytes``.
     """

@@ -190,8 +190,8 @@ class SegmentLogSink:
         """Write micro-batch ``batch_id`` of query ``query_id`` (Arrow) exactly once.
 
         Raises:
-            SchemaError, InvalidTopicError, RecordTooLargeError, RecordBatchTooLargeError: bad input,
-                raised before anything is written.
+            SchemaError, InvalidTopicError, UnknownTopicOrPartitionError, RecordTooLargeError,
+                RecordBatchTooLargeError: bad input, raised before anything is written.
             StorageError: an I/O failure; the batch is not committed and its next attempt is undone
                 and redone.
             ValueError: the sink is closed.

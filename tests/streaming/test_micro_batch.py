@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from indexer.errors import InvalidTopicError, RecordBatchTooLargeError, RecordTooLargeError, SchemaError
+from indexer.errors import (
+    InvalidTopicError,
+    RecordBatchTooLargeError,
+    RecordTooLargeError,
+    SchemaError,
+    UnknownTopicOrPartitionError,
+)
 from indexer.records.columns import APPEND_SCHEMA, HEADERS_TYPE, to_append_table
 from streaming.micro_batch import TopicLayout, single_record_batch_sizes, split_batch
 from streaming.partitioner import partition_for_keys
@@ -117,9 +123,9 @@ def test_empty_batch_gives_no_slices_but_is_still_validated() -> None:
         (pa.table({"value": [b"v", b"w"], "topic": ["ok", None]}), None, InvalidTopicError, "row 1 has a null topic"),
         (pa.table({"value": [b"v"], "topic": ["bad/name"]}), None, InvalidTopicError, "'bad/name' is illegal"),
         (pa.table({"value": [b"v"]}), "..", InvalidTopicError, "cannot be '..'"),
-        (pa.table({"value": [b"v", b"w"], "partition": [0, 4]}), "t", InvalidTopicError,
+        (pa.table({"value": [b"v", b"w"], "partition": [0, 4]}), "t", UnknownTopicOrPartitionError,
          "row 1: partition 4 of topic 't' is outside the topic's partitions 0..3"),
-        (pa.table({"value": [b"v"], "partition": [-1]}), "t", InvalidTopicError, "partition -1"),
+        (pa.table({"value": [b"v"], "partition": [-1]}), "t", UnknownTopicOrPartitionError, "partition -1"),
     ],
 )
 def test_bad_input_is_rejected_with_a_clear_message(table: pa.Table, topic: str | None, error: type,

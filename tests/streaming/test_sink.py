@@ -9,7 +9,14 @@ import pyarrow as pa
 import pytest
 
 from indexer.config import LogConfig, Settings
-from indexer.errors import ConfigError, InvalidTopicError, RecordTooLargeError, SchemaError, StorageError
+from indexer.errors import (
+    ConfigError,
+    InvalidTopicError,
+    RecordTooLargeError,
+    SchemaError,
+    StorageError,
+    UnknownTopicOrPartitionError,
+)
 from indexer.log import Log
 from streaming.commit_log import SinkCommitLog
 from streaming.partitioner import partition_for_keys
@@ -130,7 +137,7 @@ def _bad_inputs() -> list[tuple[pa.Table, type[Exception], str]]:
         (pa.table({"value": [b"v"], "key": [2.5]}), SchemaError, "column 'key'"),
         (pa.table({"value": [b"ok", b"x" * 5000]}), RecordTooLargeError, "max.message.bytes=1000"),
         (pa.table({"value": [b"v"], "topic": ["a/b"]}), InvalidTopicError, "illegal"),
-        (pa.table({"value": [b"v", b"w"], "partition": [1, 3]}), InvalidTopicError, "partition 3"),
+        (pa.table({"value": [b"v", b"w"], "partition": [1, 3]}), UnknownTopicOrPartitionError, "partition 3"),
     ]
 
 
