@@ -12,7 +12,7 @@ help:
 	@echo "make test-fast  skip the Spark, slow and stress tests"
 	@echo "make run        run the streaming main job on the embedded default source"
 	@echo "make bench      run the quick benchmarks"
-	@echo "make lint       ruff"
+	@echo "make lint       ruff and mypy --strict"
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is needed for Spark: apt-get install -y openjdk-17-jre-headless"; exit 1; }
@@ -38,6 +38,7 @@ bench: $(STAMP)
 
 lint: $(STAMP)
 	$(BIN)/ruff check indexer streaming maintenance seglog tests
+	$(BIN)/mypy --strict indexer streaming maintenance seglog
 
 clean:
 	rm -rf $(VENV) data build *.egg-info .pytest_cache .hypothesis
