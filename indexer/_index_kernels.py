@@ -230,7 +230,7 @@ def _decode_into(words: np.ndarray, layout: int, base_offset: int, keys: np.ndar
 SEARCH_FANOUT = 8
 """Keys per node of the search tree: 64 bytes, one cache line (``floor_many_tree`` assumes 8)."""
 _SEARCH_GROUP = 32  # queries walked down the tree together (memory-level parallelism)
-_TARGETS_PER_THREAD = 1 << 20  # below this, a thread's start-up is not worth it
+_TARGETS_PER_THREAD = 1 << 17  # ~10 ms of walking per thread; below this a thread start-up is not worth it
 _CACHE_LINE = 64
 
 
