@@ -20,7 +20,10 @@ uncompressed (kafka-python's ``DefaultRecordBatchBuilder`` does the same; Kafka'
 
 The per-record work (sizes, varints, copies out of the Arrow buffers) runs in the numba kernels
 of :mod:`indexer.records._kernels`; Python only touches whole columns and whole batches.
-:func:`encode_batches` is a pure function and thread-safe (its kernels release the GIL).
+:func:`encode_batches` is a pure function and thread-safe (its kernels release the GIL). It is
+:func:`plan_batches` (cut and size every batch, check every record) followed by
+:func:`encode_planned` (write a range of planned batches), which callers may also use separately to
+encode ranges of one plan in parallel or into reused buffers.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import pyarrow as pa
 
 from indexer.errors import RecordTooLargeError, SchemaError
 from indexer.records import _kernels
+from indexer.records._batch_scan import HARDWARE_CRC32C
 from indexer.records.batch_header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_IDS,
@@ -53,6 +57,10 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BATCH_BYTES = 1048588  # max.message.bytes default: 1 MiB + LOG_OVERHEAD
 _INT32_MAX = 2**31 - 1
+_NO_NULLS = np.zeros(0, np.bool_)
+_NO_NULLS.setflags(write=False)
+_NO_BYTES = np.zeros(0, np.uint8)
+_NO_BYTES.setflags(write=False)
 
 
 @dataclass(frozen=True, eq=False)
@@ -106,6 +114,184 @@ class EncodedBatches:
         return self.buffer.data[position : position + int(self.sizes[i])]
 
 
+# A binary column for the kernels: int32 offsets, null flags, null mode, data bytes.
+_Binary = tuple[np.ndarray, np.ndarray, int, np.ndarray]
+
+
+@dataclass(frozen=True, eq=False)
+class _Columns:
+    """A table's columns as the kernels read them: per binary column Arrow's int32 offsets (shifted
+    to the array's slice), per-element null flags, a ``_kernels.NULLS_*`` mode and the data bytes,
+    arrays read-only (views of the Arrow buffers where possible)."""
+
+    timestamps: np.ndarray
+    key: _Binary
+    value: _Binary
+    headers: _Binary  # list offsets, null flags, null mode; no data (it indexes the header columns)
+    header_key: _Binary
+    header_value: _Binary
+
+
+@dataclass(frozen=True, eq=False)
+class BatchPlan:
+    """The batches :func:`encode_batches` makes of a table, cut and sized but not yet written.
+
+    Planning is one cheap pass over the column lengths; it finds every record too large before a
+    byte is encoded, and gives each batch's size and position, so ranges of batches can then be
+    encoded independently (:func:`encode_planned`), in any order or thread, into buffers of known
+    size. ``batch_starts`` holds the first row of each batch plus ``num_rows``; ``positions``,
+    ``sizes`` and ``max_timestamps`` are per batch (int64), positions as in one whole encoding.
+    """
+
+    base_offset: int
+    batch_starts: np.ndarray
+    positions: np.ndarray
+    sizes: np.ndarray
+    max_timestamps: np.ndarray
+    compression: str
+    attributes: int
+    partition_leader_epoch: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    columns: _Columns
+
+    def __len__(self) -> int:
+        return int(self.sizes.shape[0])
+
+    @property
+    def total_bytes(self) -> int:
+        """Bytes of all batches, uncompressed."""
+        return int(self.positions[-1] + self.sizes[-1]) if len(self) else 0
+
+    def range_bytes(self, start: int, stop: int) -> int:
+        """Uncompressed bytes of batches ``start .. stop-1``."""
+        if stop <= start:
+            return 0
+        return int(self.positions[stop - 1] + self.sizes[stop - 1] - self.positions[start])
+
+
+def plan_batches(
+    table: pa.Table,
+    base_offset: int,
+    *,
+    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+    compression: str = "none",
+    timestamp_type: int = CREATE_TIME,
+    log_append_time_ms: int | None = None,
+    partition_leader_epoch: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    is_transactional: bool = False,
+) -> BatchPlan:
+    """Cut ``table`` into the batches :func:`encode_batches` would write, without writing them.
+
+    Takes the arguments of :func:`encode_batches` and raises what it raises (every check happens
+    here). The plan holds views of ``table``'s buffers: keep the table alive while encoding.
+    """
+    _check_arguments(
+        base_offset, max_batch_bytes, compression, timestamp_type, log_append_time_ms, producer_id, is_transactional
+    )
+    columns = _columns(table)
+    key_offsets, key_nulls, key_mode, _ = columns.key
+    value_offsets, value_nulls, value_mode, _ = columns.value
+    header_offsets, header_nulls, header_mode, _ = columns.headers
+    header_value_offsets, header_value_nulls, header_value_mode, _ = columns.header_value
+    n_batches, error_index, error_size, batch_starts, batch_sizes, max_timestamps = _kernels.plan_batches(
+        columns.timestamps, key_offsets, key_nulls, key_mode, value_offsets, value_nulls, value_mode,
+        header_offsets, header_nulls, header_mode, columns.header_key[0],
+        header_value_offsets, header_value_nulls, header_value_mode, max_batch_bytes,
+    )  # fmt: skip
+    if error_index >= 0:
+        raise RecordTooLargeError(
+            f"record {error_index} needs a batch of {error_size} bytes, more than max.message.bytes {max_batch_bytes}",
+            size=int(error_size),
+            limit=max_batch_bytes,
+            index=int(error_index),
+        )
+    sizes = batch_sizes[:n_batches].copy()  # copies: the kernel's arrays have a slot per record
+    positions = np.zeros(n_batches, np.int64)
+    np.cumsum(sizes[:-1], out=positions[1:])
+    if timestamp_type == LOG_APPEND_TIME:
+        max_timestamps = np.full(n_batches, log_append_time_ms, np.int64)
+    else:
+        max_timestamps = max_timestamps[:n_batches].copy()
+    attributes = TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0
+    if is_transactional:
+        attributes |= TRANSACTIONAL_FLAG_MASK
+    return BatchPlan(
+        base_offset=base_offset,
+        batch_starts=batch_starts[: n_batches + 1].copy(),
+        positions=positions,
+        sizes=sizes,
+        max_timestamps=max_timestamps,
+        compression=compression,
+        attributes=attributes,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        columns=columns,
+    )
+
+
+def encode_planned(
+    plan: BatchPlan, start: int = 0, stop: int | None = None, *, out: np.ndarray | None = None
+) -> EncodedBatches:
+    """Encode batches ``start .. stop-1`` of ``plan`` (all by default); thread-safe, releases the GIL.
+
+    ``out``: a uint8 buffer of at least ``plan.range_bytes(start, stop)`` bytes to encode into
+    (reusing one saves the page faults of a fresh buffer); the result's ``buffer`` is then a view
+    of it, valid until ``out`` is reused. Positions in the result are relative to its buffer.
+    CRCs are computed right after the range is written, while it is still in cache.
+    """
+    stop = len(plan) if stop is None else stop
+    if not 0 <= start <= stop <= len(plan):
+        raise ValueError(f"batch range {start}..{stop} is outside the plan's {len(plan)} batches")
+    nbytes = plan.range_bytes(start, stop)
+    if out is None:
+        buffer = np.empty(nbytes, np.uint8)
+    elif out.dtype != np.uint8 or out.ndim != 1 or out.shape[0] < nbytes:
+        raise ValueError(f"out must be a 1-d uint8 buffer of at least {nbytes} bytes")
+    else:
+        buffer = out[:nbytes]
+    sizes = plan.sizes[start:stop]
+    positions = plan.positions[start:stop] - (plan.positions[start] if stop > start else 0)
+    c = plan.columns
+    key_offsets, key_nulls, key_mode, key_data = c.key
+    value_offsets, value_nulls, value_mode, value_data = c.value
+    header_offsets, header_nulls, header_mode, _ = c.headers
+    header_key_offsets, _, _, header_key_data = c.header_key
+    header_value_offsets, header_value_nulls, header_value_mode, header_value_data = c.header_value
+    _kernels.write_batches(
+        buffer, start, stop, plan.batch_starts, plan.sizes, plan.max_timestamps, c.timestamps,
+        key_offsets, key_nulls, key_mode, key_data, value_offsets, value_nulls, value_mode, value_data,
+        header_offsets, header_nulls, header_mode, header_key_offsets, header_key_data,
+        header_value_offsets, header_value_nulls, header_value_mode, header_value_data,
+        plan.base_offset, plan.partition_leader_epoch, plan.attributes, plan.producer_id,
+        plan.producer_epoch, plan.base_sequence,
+    )  # fmt: skip
+    if plan.compression != "none":
+        buffer, positions, sizes = _compress(buffer, positions, sizes, plan.compression)
+    elif HARDWARE_CRC32C:
+        _kernels.fill_crcs(buffer, positions, sizes)
+    else:
+        _fill_crcs(buffer, positions, sizes)
+    base_offsets = plan.base_offset + plan.batch_starts[start:stop]
+    last_offsets = plan.base_offset + plan.batch_starts[start + 1 : stop + 1] - 1
+    return EncodedBatches(
+        buffer=buffer,
+        positions=positions,
+        sizes=sizes.copy() if plan.compression == "none" else sizes,
+        base_offsets=base_offsets,
+        last_offsets=last_offsets,
+        max_timestamps=plan.max_timestamps[start:stop],
+        offsets_of_max_timestamp=last_offsets.copy(),
+        record_counts=last_offsets - base_offsets + 1,
+    )
+
+
 def encode_batches(
     table: pa.Table,
     base_offset: int,
@@ -142,72 +328,22 @@ def encode_batches(
         SchemaError: ``table`` does not have the append schema or has null timestamps.
         ValueError: inconsistent arguments.
     """
-    _check_arguments(
-        base_offset, max_batch_bytes, compression, timestamp_type, log_append_time_ms, producer_id, is_transactional
+    plan = plan_batches(
+        table,
+        base_offset,
+        max_batch_bytes=max_batch_bytes,
+        compression=compression,
+        timestamp_type=timestamp_type,
+        log_append_time_ms=log_append_time_ms,
+        partition_leader_epoch=partition_leader_epoch,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+        is_transactional=is_transactional,
     )
-    columns = _columns(table)
-    timestamps = columns["timestamp"]
-    key_starts, key_lens, key_data = _binary_parts(columns["key"])
-    value_starts, value_lens, value_data = _binary_parts(columns["value"])
-    header_firsts, header_counts, header_keys, header_values = _header_parts(columns["headers"])
-    header_key_starts, header_key_lens, header_key_data = header_keys
-    header_value_starts, header_value_lens, header_value_data = header_values
-
-    n_batches, error_index, error_size, body_sizes, batch_starts, batch_sizes = _kernels.plan_batches(
-        timestamps,
-        key_lens,
-        value_lens,
-        header_firsts,
-        header_counts,
-        header_key_lens,
-        header_value_lens,
-        max_batch_bytes,
-    )
-    if error_index >= 0:
-        raise RecordTooLargeError(
-            f"record {error_index} needs a batch of {error_size} bytes, more than max.message.bytes {max_batch_bytes}",
-            size=int(error_size),
-            limit=max_batch_bytes,
-            index=int(error_index),
-        )
-    batch_starts = batch_starts[: n_batches + 1]
-    sizes = batch_sizes[:n_batches].copy()
-    positions = np.zeros(n_batches, np.int64)
-    np.cumsum(sizes[:-1], out=positions[1:])
-    record_counts = np.diff(batch_starts)
-    if timestamp_type == LOG_APPEND_TIME:
-        max_timestamps = np.full(n_batches, log_append_time_ms, np.int64)
-    else:
-        max_timestamps = np.maximum.reduceat(timestamps, batch_starts[:-1]) if n_batches else np.empty(0, np.int64)
-    attributes = TIMESTAMP_TYPE_MASK if timestamp_type == LOG_APPEND_TIME else 0
-    if is_transactional:
-        attributes |= TRANSACTIONAL_FLAG_MASK
-
-    buffer = np.empty(int(sizes.sum()), np.uint8)
-    _kernels.write_batches(
-        buffer, batch_starts, positions, sizes, max_timestamps, body_sizes, timestamps,
-        key_starts, key_lens, key_data, value_starts, value_lens, value_data,
-        header_firsts, header_counts, header_key_starts, header_key_lens, header_key_data,
-        header_value_starts, header_value_lens, header_value_data,
-        base_offset, partition_leader_epoch, attributes, producer_id, producer_epoch, base_sequence,
-    )  # fmt: skip
-    if compression != "none":
-        buffer, positions, sizes = _compress(buffer, positions, sizes, compression)
-    else:
-        _fill_crcs(buffer, positions, sizes)
-    base_offsets = base_offset + batch_starts[:-1]
-    last_offsets = base_offsets + record_counts - 1
-    logger.debug("encoded %d records into %d batches (%d bytes)", table.num_rows, n_batches, buffer.shape[0])
-    return EncodedBatches(
-        buffer=buffer,
-        positions=positions,
-        sizes=sizes,
-        base_offsets=base_offsets,
-        last_offsets=last_offsets,
-        max_timestamps=max_timestamps,
-        offsets_of_max_timestamp=last_offsets.copy(),
-        record_counts=record_counts,
-    )
+    encoded = encode_planned(plan)
+    logger.debug("encoded %d records into %d batches (%d bytes)", table.num_rows, len(encoded), encoded.total_bytes)
+    return encoded
 
 
 def _check_arguments(
@@ -233,8 +369,8 @@ def _check_arguments(
         raise ValueError("a transactional batch needs a producer id >= 0")
 
 
-def _columns(table: pa.Table) -> dict[str, pa.Array]:
-    """The four append columns of ``table`` as contiguous arrays; timestamps as an int64 ndarray."""
+def _columns(table: pa.Table) -> _Columns:
+    """The four append columns of ``table`` as the kernels read them (see :class:`_Columns`)."""
     if not isinstance(table, pa.Table):
         raise SchemaError(f"encode_batches takes a pyarrow Table, not {type(table).__name__}; see to_append_table")
     extra = sorted(set(table.column_names) - set(APPEND_SCHEMA.names))
@@ -246,52 +382,66 @@ def _columns(table: pa.Table) -> dict[str, pa.Array]:
             raise SchemaError(
                 f"column {field.name!r}: found {found}, expected {field.type}; normalise input with to_append_table"
             )
-    columns: dict[str, pa.Array] = {}
+    arrays: dict[str, pa.Array] = {}
     for name in APPEND_SCHEMA.names:
         chunked = table.column(name)
-        columns[name] = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
-    timestamps = columns["timestamp"]
+        arrays[name] = chunked.chunk(0) if chunked.num_chunks == 1 else chunked.combine_chunks()
+    timestamps = arrays["timestamp"]
     if timestamps.null_count:
         raise SchemaError("column 'timestamp': has nulls; to_append_table replaces them with the log's clock")
-    columns["timestamp"] = timestamps.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)
-    return columns
+    headers, header_key, header_value = _header_parts(arrays["headers"])
+    return _Columns(
+        timestamps=_readonly(timestamps.to_numpy(zero_copy_only=False).astype(np.int64, copy=False)),
+        key=_binary_parts(arrays["key"]),
+        value=_binary_parts(arrays["value"]),
+        headers=headers,
+        header_key=header_key,
+        header_value=header_value,
+    )
 
 
-def _binary_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(starts, lengths with -1 for null, data) of a binary or string array, honouring its slice."""
+def _readonly(array: np.ndarray) -> np.ndarray:
+    """``array`` marked read-only, as views of Arrow buffers are: the kernels then see one type."""
+    array.setflags(write=False)
+    return array
+
+
+def _offsets(array: pa.Array) -> np.ndarray:
+    """The int32 offsets of a binary/string/list ``array`` (``len + 1`` of them), as a view."""
+    offsets_buffer = array.buffers()[1]
+    if offsets_buffer is None:  # an empty array may have no buffers
+        return _readonly(np.zeros(len(array) + 1, np.int32))
+    return _readonly(np.frombuffer(offsets_buffer, dtype=np.int32, count=len(array) + 1, offset=array.offset * 4))
+
+
+def _binary_parts(array: pa.Array) -> _Binary:
+    """(int32 offsets, null flags, null mode, data) of a binary, string or list array, honouring
+    its slice (the data of a list array is left empty: its offsets index its child columns)."""
     n = len(array)
     if n == 0 or array.null_count == n:
-        return np.zeros(n, np.int64), np.full(n, -1, np.int64), np.empty(0, np.uint8)
-    _validity, offsets_buffer, data_buffer = array.buffers()
-    offsets = np.frombuffer(offsets_buffer, dtype=np.int32, count=n + 1, offset=array.offset * 4)
-    data = np.frombuffer(data_buffer, dtype=np.uint8) if data_buffer is not None else np.empty(0, np.uint8)
-    starts = offsets[:-1].astype(np.int64)
-    lens = np.diff(offsets).astype(np.int64)
-    if array.null_count:
-        lens[array.is_null().to_numpy(zero_copy_only=False)] = -1
-    return starts, lens, data
+        return _readonly(np.zeros(n + 1, np.int32)), _NO_NULLS, _kernels.NULLS_ALL, _NO_BYTES
+    buffers = array.buffers()
+    data = _NO_BYTES
+    if pa.types.is_binary(array.type) or pa.types.is_string(array.type):
+        if buffers[2] is not None:
+            data = _readonly(np.frombuffer(buffers[2], dtype=np.uint8))
+    if not array.null_count:
+        return _offsets(array), _NO_NULLS, _kernels.NULLS_NONE, data
+    nulls = _readonly(array.is_null().to_numpy(zero_copy_only=False))
+    return _offsets(array), nulls, _kernels.NULLS_SOME, data
 
 
-def _header_parts(
-    array: pa.Array,
-) -> tuple[
-    np.ndarray,
-    np.ndarray,
-    tuple[np.ndarray, np.ndarray, np.ndarray],
-    tuple[np.ndarray, np.ndarray, np.ndarray],
-]:
-    """(first header index, header count) per record plus key and value parts of all headers."""
-    n = len(array)
-    if n == 0 or array.null_count == n:
-        empty = (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.uint8))
-        return np.zeros(n, np.int64), np.zeros(n, np.int64), empty, empty
-    offsets = np.frombuffer(array.buffers()[1], dtype=np.int32, count=n + 1, offset=array.offset * 4)
-    firsts = offsets[:-1].astype(np.int64)
-    counts = np.diff(offsets).astype(np.int64)
-    if array.null_count:
-        counts[array.is_null().to_numpy(zero_copy_only=False)] = 0
+def _header_parts(array: pa.Array) -> tuple[_Binary, _Binary, _Binary]:
+    """The parts of the headers column (list offsets and nulls) and of all header keys and values."""
+    headers = _binary_parts(array)
+    if headers[2] == _kernels.NULLS_ALL:
+        empty = (_readonly(np.zeros(1, np.int32)), _NO_NULLS, _kernels.NULLS_NONE, _NO_BYTES)
+        return headers, empty, empty
     struct = array.values
-    return firsts, counts, _binary_parts(struct.field("key")), _binary_parts(struct.field("value"))
+    keys = struct.field("key")
+    if keys.null_count:
+        raise SchemaError("column 'headers': a header has a null key (Kafka header keys are non-null strings)")
+    return headers, _binary_parts(keys), _binary_parts(struct.field("value"))
 
 
 def _fill_crcs(buffer: np.ndarray, positions: np.ndarray, sizes: np.ndarray) -> None:

@@ -29,6 +29,8 @@ from indexer.errors import (
     StorageError,
 )
 from indexer.log import Log
+from indexer.records.columns import to_append_table
+from indexer.records.encoder import plan_batches
 from indexer.records.file_records import FileRecords
 
 T0 = 1_700_000_000_000
@@ -676,6 +678,7 @@ def _pipelined_append(
     segment_kib=st.sampled_from([32, 1024]),
     interval=st.sampled_from([0, 500, 4096]),
     with_headers=st.booleans(),
+    codec=st.sampled_from(["producer", "gzip"]),
 )
 def test_chunked_append_writes_the_files_of_one_encoding(
     tmp_path_factory: pytest.TempPathFactory,
@@ -686,9 +689,10 @@ def test_chunked_append_writes_the_files_of_one_encoding(
     segment_kib: int,
     interval: int,
     with_headers: bool,
+    codec: str,
 ) -> None:
-    """Encoding in chunks (dropping each chunk's last batch) gives the batches, rolls and index
-    entries of encoding the whole table at once."""
+    """Encoding the planned batches chunk by chunk (into recycled buffers, in a helper thread)
+    gives the batches, rolls and index entries of encoding the whole table at once."""
     rng = np.random.default_rng(seed)
     key_lens = rng.integers(-1, 20, n)
     value_lens = rng.integers(-1, 100, n)
@@ -707,6 +711,7 @@ def test_chunked_append_writes_the_files_of_one_encoding(
         "segment.bytes": segment_kib * 1024,
         "index.interval.bytes": interval,
         "segment.index.bytes": 4096,
+        "compression.type": codec,
     }
     root = tmp_path_factory.mktemp("chunked")
     whole_info, whole_files, whole_chunks = _pipelined_append(root / "whole-0", table, 1 << 40, config)
@@ -744,3 +749,30 @@ def test_chunked_append_write_error_stops_the_encoder(open_log, monkeypatch: pyt
     assert len(calls) == 2
     assert not [t for t in threading.enumerate() if t.name == "seglog-append-encoder"]
     assert 0 < log.log_end_offset < 2000  # the first chunk was written, as a crash would leave it
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    value_lens=st.lists(st.integers(0, 5000), min_size=1, max_size=60),
+    chunk_bytes=st.integers(1, 12_000),
+)
+def test_chunk_ranges_cover_the_plan_in_bounded_runs(value_lens: list[int], chunk_bytes: int) -> None:
+    table = pa.table({"value": [b"v" * n for n in value_lens], "timestamp": [T0] * len(value_lens)})
+    plan = plan_batches(to_append_table(table, now_ms=T0), 0, max_batch_bytes=5100)
+    ranges = log_module._chunk_ranges(plan, chunk_bytes)
+    assert ranges[0][0] == 0 and ranges[-1][1] == len(plan)
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+    for start, stop in ranges:
+        assert stop > start
+        assert plan.range_bytes(start, stop) <= chunk_bytes or stop == start + 1
+        if stop < len(plan):  # greedy: one more batch would not have fitted
+            assert plan.range_bytes(start, stop + 1) > chunk_bytes
+
+
+def test_compressed_batch_larger_than_segment_bytes_uncompressed_is_appended(open_log) -> None:
+    log = open_log(**{"segment.bytes": 400, "compression.type": "gzip"})
+    info = log.append({"value": [b"a" * 100] * 5})  # 5 records: ~600 bytes raw, ~100 compressed
+    assert (info.num_batches, log.log_end_offset) == (1, 5)
+    with pytest.raises(RecordBatchTooLargeError, match="segment.bytes = 400"):
+        log.append({"value": [os.urandom(512)]})  # incompressible: stored raw, 587 bytes
+    assert log.log_end_offset == 5

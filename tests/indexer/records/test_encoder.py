@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer.errors import RecordTooLargeError, SchemaError
+from indexer.records import encoder as encoder_module
 from indexer.records.batch_header import (
     COMPRESSION_IDS,
     LOG_APPEND_TIME,
@@ -19,8 +20,8 @@ from indexer.records.batch_header import (
     compute_batch_crc,
     parse_batch_header,
 )
-from indexer.records.columns import to_append_table
-from indexer.records.encoder import encode_batches
+from indexer.records.columns import HEADERS_TYPE, to_append_table
+from indexer.records.encoder import encode_batches, encode_planned, plan_batches
 
 with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -269,4 +270,61 @@ def test_table_must_have_the_append_schema() -> None:
         encode_batches(_table([{"value": b"a", "timestamp": TS}]).append_column("partition", pa.array([0])), 0)
     table = _table([{"value": b"a", "timestamp": TS}]).set_column(2, "timestamp", pa.array([None], pa.int64()))
     with pytest.raises(SchemaError, match="nulls"):
+        encode_batches(table, 0)
+
+
+# -- planning once, encoding ranges of batches -------------------------------------------------------
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=_rows, limit=st.integers(41_000, 90_000), cuts=st.lists(st.integers(0, 40), max_size=5))
+def test_planned_ranges_concatenate_to_the_whole_encoding(
+    rows: list[dict[str, Any]], limit: int, cuts: list[int]
+) -> None:
+    """Ranges of a plan, encoded into one reused buffer, are byte for byte the whole encoding."""
+    table = _table(rows)
+    whole = encode_batches(table, 7, max_batch_bytes=limit)
+    plan = plan_batches(table, 7, max_batch_bytes=limit)
+    assert (len(plan), plan.total_bytes) == (len(whole), whole.total_bytes)
+    bounds = sorted({0, len(plan), *(c for c in cuts if c < len(plan))})
+    out = np.full(plan.total_bytes + 3, 0xAA, np.uint8)  # stale bytes from an earlier use
+    pieces = []
+    for start, stop in zip(bounds, bounds[1:], strict=False):
+        part = encode_planned(plan, start, stop, out=out)
+        assert part.total_bytes == plan.range_bytes(start, stop)
+        assert part.positions.tolist() == (whole.positions[start:stop] - whole.positions[start]).tolist()
+        for field in ("sizes", "base_offsets", "last_offsets", "max_timestamps", "record_counts"):
+            assert getattr(part, field).tolist() == getattr(whole, field)[start:stop].tolist()
+        pieces.append(part.buffer.tobytes())
+    assert b"".join(pieces) == whole.buffer.tobytes()
+
+
+def test_python_crc_fallback_gives_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
+    rows = [{"key": b"k" * (i % 3), "value": b"v" * i, "timestamp": TS + i} for i in range(300)]
+    hardware = encode_batches(_table(rows), 0, max_batch_bytes=2000)
+    monkeypatch.setattr(encoder_module, "HARDWARE_CRC32C", False)
+    assert encode_batches(_table(rows), 0, max_batch_bytes=2000).buffer.tobytes() == hardware.buffer.tobytes()
+
+
+def test_encode_planned_checks_its_range_and_buffer() -> None:
+    plan = plan_batches(_table([{"value": b"v" * 100, "timestamp": TS}] * 30), 0, max_batch_bytes=1000)
+    assert len(plan) > 2
+    with pytest.raises(ValueError, match="outside the plan"):
+        encode_planned(plan, 2, len(plan) + 1)
+    with pytest.raises(ValueError, match="at least"):
+        encode_planned(plan, 0, 2, out=np.empty(plan.range_bytes(0, 2) - 1, np.uint8))
+    assert len(encode_planned(plan, 1, 1)) == 0
+
+
+def test_header_with_null_key_is_rejected() -> None:
+    headers = pa.array([[{"key": None, "value": b"x"}]], type=HEADERS_TYPE)
+    table = pa.table(
+        {
+            "key": pa.array([None], pa.binary()),
+            "value": pa.array([b"v"]),
+            "timestamp": pa.array([TS]),
+            "headers": headers,
+        }
+    )
+    with pytest.raises(SchemaError, match="null key"):
         encode_batches(table, 0)
