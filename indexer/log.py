@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import functools
 import logging
 import os
 import queue
@@ -43,6 +44,7 @@ from indexer.errors import (
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
     StorageError,
+    storage_errors,
 )
 from indexer.file_names import (
     DELETED_FILE_SUFFIX,
@@ -67,8 +69,15 @@ from indexer.records.batch_header import (
 )
 from indexer.records.columns import READ_SCHEMA, to_append_table
 from indexer.records.decoder import decode_records
-from indexer.records.encoder import BatchPlan, EncodedBatches, encode_planned, plan_batches
-from indexer.segment import LogSegment, maybe_handle_io_error
+from indexer.records.encoder import (
+    BatchPlan,
+    EncodedBatches,
+    encode_planned,
+    encode_planned_into,
+    plan_batches,
+    planned_batches,
+)
+from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 
 logger = logging.getLogger(__name__)
@@ -88,6 +97,7 @@ _READ_CHUNK_BYTES = 4 * 1024 * 1024
 _APPEND_CHUNK_BYTES = 8 * 1024 * 1024
 _APPEND_MIN_CHUNK_BYTES = 4 * 1024 * 1024
 _APPEND_BUFFERS = 3
+_ENCODE_WORKERS = min(2, os.cpu_count() or 1)  # threads encoding one append into the segment file
 
 
 def _chunk_ranges(plan: BatchPlan, chunk_bytes: int) -> list[tuple[int, int]]:
@@ -143,6 +153,11 @@ def _encode_in_chunks(plan: BatchPlan, ranges: list[tuple[int, int]]) -> Iterato
         stopped.set()
         free.put(None)  # wakes a helper waiting for a buffer
         thread.join()
+
+
+def _encode_into(plan: BatchPlan, out: np.ndarray, start: int, stop: int) -> None:
+    """Encode batches ``start..stop-1`` of ``plan`` into ``out`` (the segment file's new pages)."""
+    encode_planned_into(plan, start, stop, out, workers=_ENCODE_WORKERS)
 
 
 def _whole_entries_length(buf: bytes) -> int:
@@ -253,7 +268,7 @@ class Log:
                 file_lock=None,
                 high_watermark=next_offset if high_watermark is None else high_watermark,
             )
-        with maybe_handle_io_error(directory, "creating the partition directory"):
+        with storage_errors(directory, "create the partition directory"):
             directory.mkdir(parents=True, exist_ok=True)
         file_lock = FileLock(directory / PARTITION_LOCK_FILE)
         file_lock.acquire()
@@ -293,7 +308,7 @@ class Log:
     @staticmethod
     def _load_read_only(directory: Path, config: LogConfig, clock: Clock) -> tuple[LogSegments, int]:
         segments = LogSegments(directory.name)
-        with maybe_handle_io_error(directory, "listing the partition directory"):
+        with storage_errors(directory, "list the partition directory"):
             names = sorted(p.name for p in directory.iterdir() if is_log_file(p) and p.is_file())
         for name in names:
             base = offset_from_file_name(name)
@@ -500,19 +515,24 @@ class Log:
                 timestamp_type=LOG_APPEND_TIME if log_append_time else CREATE_TIME,
                 log_append_time_ms=now if log_append_time else None,
             )
-            rolled = num_batches = valid_bytes = 0
-            max_timestamp, offset_of_max_timestamp, last_offset = -1, -1, first_offset - 1
-            # closing(): a failed write stops the encoder thread at once
-            with contextlib.closing(self._encoded_chunks(plan)) as chunks:
-                for encoded in chunks:
-                    rolled += self._append_encoded(encoded, now)
-                    best = int(np.argmax(encoded.max_timestamps))
-                    if num_batches == 0 or int(encoded.max_timestamps[best]) > max_timestamp:
-                        max_timestamp = int(encoded.max_timestamps[best])
-                        offset_of_max_timestamp = int(encoded.offsets_of_max_timestamp[best])
-                    num_batches += len(encoded)
-                    valid_bytes += encoded.total_bytes
-                    last_offset = encoded.last_offset
+            rolled = 0
+            summaries: list[tuple[int, int, int, int, int]] = []
+            if self._encodes_in_place(plan):
+                encoded = planned_batches(plan)
+                rolled = self._append_encoded(encoded, now, plan=plan)
+                summaries.append(self._append_summary(encoded))
+            else:
+                # closing(): a failed write stops the encoder thread at once
+                with contextlib.closing(self._encoded_chunks(plan)) as chunks:
+                    for encoded in chunks:
+                        rolled += self._append_encoded(encoded, now)
+                        summaries.append(self._append_summary(encoded))
+            # the first chunk holding the largest timestamp names its offset (Kafka keeps the first)
+            best = max(range(len(summaries)), key=lambda k: (summaries[k][0], -k))
+            max_timestamp, offset_of_max_timestamp = summaries[best][0], summaries[best][1]
+            num_batches = sum(summary[2] for summary in summaries)
+            valid_bytes = sum(summary[3] for summary in summaries)
+            last_offset = summaries[-1][4]
             if self.unflushed_messages >= self.config.flush_messages:
                 self._flush_locked(self.log_end_offset, including=False)
             return LogAppendInfo(
@@ -552,8 +572,31 @@ class Log:
             )
         yield encoded
 
-    def _append_encoded(self, encoded: EncodedBatches, now: int) -> int:
-        """Append every batch of ``encoded``, rolling first where Kafka would; returns the rolls made."""
+    def _encodes_in_place(self, plan: BatchPlan) -> bool:
+        """Whether ``plan`` can be encoded straight into the segment files: its batch sizes are
+        final before encoding (no compression) and each fits a segment."""
+        return plan.compression == "none" and int(plan.sizes.max()) <= self.config.segment_bytes
+
+    @staticmethod
+    def _append_summary(encoded: EncodedBatches) -> tuple[int, int, int, int, int]:
+        """(max timestamp, its offset, batches, bytes, last offset) of appended batches."""
+        best = int(np.argmax(encoded.max_timestamps))
+        nbytes = int(encoded.positions[-1] + encoded.sizes[-1] - encoded.positions[0])
+        return (
+            int(encoded.max_timestamps[best]),
+            int(encoded.offsets_of_max_timestamp[best]),
+            len(encoded),
+            nbytes,
+            encoded.last_offset,
+        )
+
+    def _append_encoded(self, encoded: EncodedBatches, now: int, *, plan: BatchPlan | None = None) -> int:
+        """Append every batch of ``encoded``, rolling first where Kafka would; returns the rolls made.
+
+        With ``plan``, ``encoded`` is only the batches' metadata (:func:`planned_batches`) and each
+        segment's share is encoded straight into its file (:func:`encode_planned_into`).
+        """
+        fill = None if plan is None else functools.partial(_encode_into, plan)
         rolled = 0
         i, n = 0, len(encoded)
         while i < n:
@@ -567,7 +610,7 @@ class Log:
                     1,
                     segment.appendable_batches(encoded, i, self.config.segment_ms, self.config.segment_bytes, now),
                 )
-            segment.append_batches(encoded, i, i + count)
+            segment.append_batches(encoded, i, i + count, fill=fill)
             i += count
             self._update_log_end_offset(int(encoded.last_offsets[i - 1]) + 1)
         return rolled
@@ -616,7 +659,7 @@ class Log:
                     path=self.directory,
                 )
             for path in self._segment_paths(new_offset):
-                with maybe_handle_io_error(path, "deleting a stale file before roll"):
+                with storage_errors(path, "delete a stale file before roll"):
                     if path.exists():
                         self._log.warning(
                             "newly rolled segment file %s already exists; deleting it first", path
@@ -997,7 +1040,7 @@ class Log:
             self._last_flush_ms = self.clock.milliseconds()
 
     def _fsync_directory(self) -> None:
-        with maybe_handle_io_error(self.directory, "fsync of the partition directory"):
+        with storage_errors(self.directory, "fsync the partition directory"):
             fd = os.open(self.directory, os.O_RDONLY)
             try:
                 os.fsync(fd)

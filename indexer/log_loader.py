@@ -26,9 +26,12 @@ walks the steps over a model of the directory (its file names), decides from rea
 (names, sizes, index bytes; for a segment to recover, a CRC-checked scan of its ``.log``), records
 each decision as a :class:`RecoveryStep`, and acts only when fixing. :meth:`LogLoader.check` is the
 dry run (the ``--dry-run`` of the recovery command) and changes nothing; :meth:`LogLoader.load`
-acts, letting ``LogSegment.recover`` make the one CRC pass, and returns the loaded segments with
-the :class:`RecoveryReport` of what it did. Both make the same decisions (tested on fuzzed
-directories), except that a dry run assumes the not-yet-written output of a split to be valid.
+acts and returns the loaded segments with the :class:`RecoveryReport` of what it did. Each segment
+to recover is read once: the CRC-checked scan that decides is the one ``LogSegment.recover``
+rebuilds the indexes from, and the log end offset of a recovered segment comes from it too; while
+one segment is checked the kernel already reads the next one (``POSIX_FADV_WILLNEED``). Both
+make the same decisions (tested on fuzzed directories), except that a dry run assumes the
+not-yet-written output of a split to be valid.
 
 Beyond Kafka (listed in docs/design.md): an existing offset or time index that fails its sanity
 check, whose size is not a multiple of its entry size, whose entries do not increase or point past
@@ -64,11 +67,11 @@ from indexer.config import LogConfig
 from indexer.errors import (
     CorruptIndexError,
     InvalidOffsetError,
-    LogSegmentOffsetOverflowError,
     StorageError,
+    storage_errors,
 )
 from indexer.records.file_records import BatchScan, FileRecords
-from indexer.segment import LogSegment, maybe_handle_io_error
+from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 
 logger = logging.getLogger(__name__)
@@ -240,6 +243,16 @@ class _Inspection:
     def valid_next_offset(self) -> int | None:
         return int(self.scan.last_offsets[-1]) + 1 if len(self.scan) else None
 
+    @property
+    def framed_batches(self) -> int:
+        """Every framed entry of the file: the valid batches and those after the first invalid byte."""
+        return len(self.scan) + self.batches_dropped
+
+    @property
+    def cause(self) -> str:
+        """Why recovery cuts the file (when it does)."""
+        return str(self.scan.error) if self.scan.error is not None else "a torn batch at the end"
+
 
 class _SplitNeeded(Exception):
     """Internal: a segment overflows; the caller splits it and retries the step."""
@@ -358,6 +371,7 @@ class LogLoader:
         self._names: set[str] = set()
         self._segments: dict[int, _Segment] = {}
         self._recovered: dict[int, int] = {}  # base offset -> bytes truncated while loading
+        self._next_offsets: dict[int, int] = {}  # base offset -> next offset of a segment recovered here
         self._virtual: dict[int, _PlannedSegment] = {}  # dry run: planned output of splits
         self._renamed: dict[str, str] = {}  # dry run: final name -> swap file holding it
 
@@ -407,9 +421,10 @@ class LogLoader:
         self._report = self._new_report(dry_run=not fix)
         self._segments = {}
         self._recovered = {}
+        self._next_offsets = {}
         self._virtual = {}
         self._renamed = {}
-        with maybe_handle_io_error(self.directory, "listing the partition directory"):
+        with storage_errors(self.directory, "list the partition directory"):
             self._names = {e.name for e in os.scandir(self.directory) if e.is_file(follow_symlinks=False)}
         swap_files = self._remove_temp_files_and_collect_swap_files()
         self._complete_swaps(swap_files)
@@ -463,7 +478,7 @@ class LogLoader:
         self._record(kind, self._path(name), detail, _offset_or_none(name))
         self._names.discard(name)
         if self._fix:
-            with maybe_handle_io_error(self._path(name), "deleting"):
+            with storage_errors(self._path(name), "delete"):
                 self._path(name).unlink(missing_ok=True)
 
     def _remove_temp_files_and_collect_swap_files(self) -> list[str]:
@@ -528,7 +543,7 @@ class LogLoader:
             self._names.discard(name)
             self._names.add(target)
             if self._fix:
-                with maybe_handle_io_error(self._path(name), f"renaming to {target}"):
+                with storage_errors(self._path(name), "rename", target=self._path(target)):
                     os.replace(self._path(name), self._path(target))
             else:
                 self._renamed[target] = name
@@ -561,7 +576,7 @@ class LogLoader:
         if base_offset in self._virtual:  # dry run: a planned split segment, indexes to be written
             self._segments[base_offset] = self._virtual[base_offset]
             return
-        with maybe_handle_io_error(log_path, "inspecting the segment"):
+        with storage_errors(log_path, "inspect the segment"):
             log_size = self._source(log_path.name).stat().st_size
             problem = None
             if index_name not in self._names:
@@ -602,6 +617,9 @@ class LogLoader:
             start = floor[-1] if floor else (bases[0] if bases else 0)
             unflushed = [self._segments[b] for b in bases if b >= start]
             for i, segment in enumerate(unflushed):
+                following = unflushed[i + 1].base_offset if i + 1 < len(unflushed) else None
+                if following is not None and following not in self._recovered:
+                    _read_ahead(self._source(file_names.log_file(self.directory, following).name))
                 if segment.base_offset in self._recovered:
                     truncated = self._recovered[segment.base_offset]
                 else:
@@ -612,7 +630,7 @@ class LogLoader:
                     break
         log_end_offset: int | None = None
         if self._segments:
-            log_end_offset = self._segments[max(self._segments)].read_next_offset()
+            log_end_offset = self._read_next_offset(self._segments[max(self._segments)])
             if log_end_offset < self.log_start_offset_checkpoint:  # e.g. segment files deleted by hand
                 why = f"the log ends at {log_end_offset}, below its start {self.log_start_offset_checkpoint}"
                 segments = [self._segments[b] for b in sorted(self._segments)]
@@ -623,25 +641,20 @@ class LogLoader:
         if self.had_clean_shutdown and log_end_offset is not None:
             return log_end_offset, log_end_offset
         if log_end_offset is None:
-            log_end_offset = self._segments[max(self._segments)].read_next_offset()
+            log_end_offset = self._read_next_offset(self._segments[max(self._segments)])
         return min(self.recovery_point_checkpoint, log_end_offset), log_end_offset
 
     # -- one segment ----------------------------------------------------------------------------
 
+    def _read_next_offset(self, segment: _Segment) -> int:
+        """The segment's next offset: known without reading if this load recovered the segment."""
+        known = self._next_offsets.get(segment.base_offset)
+        return segment.read_next_offset() if known is None else known
+
     def _inspect(self, path: Path, base_offset: int, *, verify_crc: bool = True) -> _Inspection:
         """Read-only scan of a ``.log``: what recovering it would keep and drop."""
         with FileRecords.open(path, mutable=False) as records:
-            scan = records.scan(0, verify_crc=verify_crc)
-            size = records.size_in_bytes()
-            dropped = 0
-            if scan.valid_bytes < size:
-                dropped = len(records.scan(scan.valid_bytes, verify_crc=False))
-        last = np.asarray(scan.last_offsets, dtype=np.int64)
-        relative = last - base_offset
-        bad = np.flatnonzero((relative < 0) | (relative > INT_MAX))
-        overflow = int(last[bad[0]]) if bad.size else None
-        out_of_order = bool(last.size > 1 and np.any(np.diff(last) <= 0))
-        return _Inspection(scan, size, overflow, out_of_order, dropped)
+            return _inspect_records(records, base_offset, verify_crc=verify_crc)
 
     def _recover_segment(self, segment: _Segment, *, reason: str) -> int:
         """Recover one segment (spec 4.7) or, when its offsets go backwards, drop its data; returns the
@@ -657,35 +670,35 @@ class LogLoader:
         inspection = self._inspect(self._source(log_path.name), segment.base_offset)
         if inspection.overflow_offset is not None:
             raise _SplitNeeded(segment, inspection.overflow_offset)
-        everything = len(inspection.scan) + inspection.batches_dropped
         if inspection.offsets_out_of_order:
-            return self._drop_segment_data(segment, log_path, inspection.size, everything, _OUT_OF_ORDER)
+            return self._drop_segment_data(
+                segment, log_path, inspection.size, inspection.framed_batches, _OUT_OF_ORDER
+            )
         valid_bytes = inspection.scan.valid_bytes
         segment.size = valid_bytes
         segment.next_offset = inspection.valid_next_offset or segment.base_offset
         truncated = inspection.size - valid_bytes
-        error = inspection.scan.error
-        cause = str(error) if error is not None else "a torn batch at the end"
-        return self._record_recovery(segment, log_path, reason, truncated, inspection.batches_dropped, cause)
+        return self._record_recovery(
+            segment, log_path, reason, truncated, inspection.batches_dropped, inspection.cause
+        )
 
     def _recover_open_segment(self, segment: LogSegment, log_path: Path, reason: str) -> int:
-        """The real recovery: ``LogSegment.recover`` makes the one CRC pass; a header walk before it
-        gives what the report needs (the framing of the bytes it cuts, the kept batches' offsets)."""
-        framed = segment.log.scan(0, verify_crc=False)
-        size = segment.size
+        """The real recovery, reading the ``.log`` once: the CRC-checked scan a dry run makes decides
+        (overflow, offsets out of order, what is cut) and ``LogSegment.recover`` rebuilds the
+        indexes from that same scan."""
+        inspection = _inspect_records(segment.log, segment.base_offset)
+        if inspection.overflow_offset is not None:
+            raise _SplitNeeded(segment, inspection.overflow_offset)
+        size, everything = inspection.size, inspection.framed_batches
+        if inspection.offsets_out_of_order:
+            return self._drop_segment_data(segment, log_path, size, everything, _OUT_OF_ORDER)
         try:
-            truncated = segment.recover()
-        except LogSegmentOffsetOverflowError as e:
-            raise _SplitNeeded(segment, e.offset if e.offset is not None else segment.base_offset) from e
+            truncated = segment.recover(inspection.scan)
         except (InvalidOffsetError, StorageError) as e:
-            return self._drop_segment_data(segment, log_path, size, len(framed), str(e))
-        kept = np.asarray(framed.positions) < segment.size
-        last_offsets = np.asarray(framed.last_offsets)[kept]
-        if last_offsets.size > 1 and np.any(np.diff(last_offsets) <= 0):
-            return self._drop_segment_data(segment, log_path, size, len(framed), _OUT_OF_ORDER)
-        dropped = int(np.count_nonzero(~kept))
+            return self._drop_segment_data(segment, log_path, size, everything, str(e))
+        self._next_offsets[segment.base_offset] = inspection.valid_next_offset or segment.base_offset
         return self._record_recovery(
-            segment, log_path, reason, truncated, dropped, "invalid bytes, logged above"
+            segment, log_path, reason, truncated, inspection.batches_dropped, inspection.cause
         )
 
     def _record_recovery(
@@ -705,7 +718,9 @@ class LogLoader:
         if isinstance(segment, LogSegment):
             segment.offset_index.reset()  # so truncate_to finds position 0 whatever the old index said
             segment.time_index.reset()
+            segment.txn_index.reset()
             segment.truncate_to(segment.base_offset)
+            self._next_offsets[segment.base_offset] = segment.base_offset
             segment.time_index.trim_to_valid_size()
             segment.offset_index.trim_to_valid_size()
         else:
@@ -720,6 +735,7 @@ class LogLoader:
         """Remove segments from the map and delete their files asynchronously (spec 4.10)."""
         for segment in list(segments):
             del self._segments[segment.base_offset]
+            self._next_offsets.pop(segment.base_offset, None)
             log_path = file_names.log_file(self.directory, segment.base_offset)
             detail = f"{segment.size} bytes, deleted: {why}"
             self._record(kind, log_path, detail, segment.base_offset, segment_bytes=segment.size)
@@ -769,6 +785,7 @@ class LogLoader:
         )
         self._record(StepKind.SPLIT_OVERFLOWED_SEGMENT, log_path, why, segment.base_offset)
         del self._segments[segment.base_offset]
+        self._next_offsets.pop(segment.base_offset, None)
         for name in _segment_file_names(self.directory, segment.base_offset):
             self._names.discard(name)
         if not self._fix:
@@ -852,7 +869,7 @@ class LogLoader:
                 )
 
     def _fsync_directory(self) -> None:
-        with maybe_handle_io_error(self.directory, "fsync of the directory"):
+        with storage_errors(self.directory, "fsync the partition directory"):
             fsync_directory(self.directory)
 
 
@@ -860,6 +877,38 @@ _OUT_OF_ORDER = "the batches' last offsets do not increase"
 _LOSSY_KINDS = frozenset(
     {StepKind.DROP_SEGMENT_DATA, StepKind.DELETE_AFTER_CORRUPTION, StepKind.DELETE_BELOW_LOG_START}
 )
+
+
+def _inspect_records(records: FileRecords, base_offset: int, *, verify_crc: bool = True) -> _Inspection:
+    """One scan of an unchanged ``.log`` (plus a header walk of what follows its first invalid byte):
+    what recovering it would keep and drop."""
+    scan = records.scan(0, verify_crc=verify_crc)
+    size = records.size_in_bytes()
+    dropped = 0
+    if scan.valid_bytes < size:
+        dropped = len(records.scan(scan.valid_bytes, verify_crc=False))
+    last = np.asarray(scan.last_offsets, dtype=np.int64)
+    relative = last - base_offset
+    bad = np.flatnonzero((relative < 0) | (relative > INT_MAX))
+    overflow = int(last[bad[0]]) if bad.size else None
+    out_of_order = bool(last.size > 1 and np.any(np.diff(last) <= 0))
+    return _Inspection(scan, size, overflow, out_of_order, dropped)
+
+
+def _read_ahead(path: Path) -> None:
+    """Ask the kernel to start reading ``path`` into the page cache (``POSIX_FADV_WILLNEED``) and return
+    at once, so that the disk reads the next segment while the CPU checks this one. Only advice:
+    errors are ignored (the file is read, and any error met, when it is recovered)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
 
 
 def _offset_or_none(name: str) -> int | None:

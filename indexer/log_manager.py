@@ -41,10 +41,9 @@ from indexer import file_names
 from indexer.checkpoint import OffsetCheckpointFile, TopicPartition, fsync_directory, update_checkpoint
 from indexer.clock import Clock, SystemClock
 from indexer.config import Settings
-from indexer.errors import LogLockedError, SeglogError, StorageError
+from indexer.errors import LogLockedError, SeglogError, StorageError, storage_errors
 from indexer.lock import FileLock
 from indexer.log import Log
-from indexer.segment import maybe_handle_io_error
 
 logger = logging.getLogger(__name__)
 
@@ -80,7 +79,7 @@ class LogManager:
         if read_only:
             self.had_clean_shutdown = marker.exists()
         else:
-            with maybe_handle_io_error(self.log_dir, "creating the log directory"):
+            with storage_errors(self.log_dir, "create the log directory"):
                 self.log_dir.mkdir(parents=True, exist_ok=True)
             self.had_clean_shutdown = self._delete_clean_shutdown_marker(marker)
         self._recovery_points = self._read_checkpoint(file_names.RECOVERY_POINT_CHECKPOINT_FILE)
@@ -341,13 +340,13 @@ class LogManager:
             raise StorageError(
                 f"cannot delete clean-shutdown marker {marker}: {e.strerror}", path=marker
             ) from e
-        with maybe_handle_io_error(self.log_dir, "fsync of the log directory"):
+        with storage_errors(self.log_dir, "fsync the log directory"):
             fsync_directory(self.log_dir)
         return True
 
     def _write_clean_shutdown_marker(self) -> None:
         marker = self.log_dir / file_names.CLEAN_SHUTDOWN_FILE
-        with maybe_handle_io_error(marker, "writing the clean-shutdown marker"):
+        with storage_errors(marker, "write the clean-shutdown marker"):
             fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
             try:
                 os.write(fd, CLEAN_SHUTDOWN_CONTENT)

@@ -27,8 +27,7 @@ from __future__ import annotations
 import errno
 import logging
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -36,14 +35,14 @@ from numba import njit
 
 from indexer.clock import Clock
 from indexer.config import LogConfig
-from indexer.errors import LogSegmentOffsetOverflowError, SeglogError, StorageError
+from indexer.errors import LogSegmentOffsetOverflowError, SeglogError, StorageError, storage_errors
 from indexer.file_names import log_file, offset_index_file, time_index_file, transaction_index_file
 from indexer.lazy_index import LazyIndex
 from indexer.log_values import FetchDataInfo, LogOffsetMetadata, RollParams, TimestampAndOffset
 from indexer.offset_index import OffsetIndex, OffsetPosition
 from indexer.records.decoder import decode_records
 from indexer.records.encoder import EncodedBatches
-from indexer.records.file_records import FileRecords, LogOffsetPosition
+from indexer.records.file_records import BatchScan, FileRecords, LogOffsetPosition
 from indexer.time_index import TimeIndex, TimestampOffset
 from indexer.transaction_index import TransactionIndex
 
@@ -51,23 +50,6 @@ logger = logging.getLogger(__name__)
 
 INT_MAX = 2**31 - 1
 _UNKNOWN = TimestampOffset(-1, -1)
-
-
-@contextmanager
-def maybe_handle_io_error(path: str | os.PathLike[str], action: str) -> Iterator[None]:
-    """Turn an ``OSError`` raised inside the block into :class:`StorageError` naming ``path``.
-
-    The one boundary between the operating system and seglog's errors in the segment and log layers
-    (Kafka's ``LocalLog.maybeHandleIOException``); ``action`` says what was being done.
-    """
-    try:
-        yield
-    except StorageError:
-        raise
-    except OSError as e:
-        raise StorageError(
-            f"{action} failed on {os.fspath(path)}: {e.strerror or e}", path=path, errno=e.errno
-        ) from e
 
 
 @njit(cache=True)
@@ -292,7 +274,7 @@ class LogSegment:
         """Set the mtime of the ``.log`` and of the index files that exist. Caller holds the log lock."""
         self.log.set_last_modified(ms)
         for path in (self.offset_index_path, self.time_index_path):
-            with maybe_handle_io_error(path, "setting the modification time"):
+            with storage_errors(path, "set the modification time of"):
                 if path.exists():
                     os.utime(path, ns=(ms * 1_000_000, ms * 1_000_000))
 
@@ -359,13 +341,23 @@ class LogSegment:
         )
         return index_flags, time_flags, run_ts, run_offset, int(end_counter)
 
-    def append_batches(self, encoded: EncodedBatches, start: int = 0, stop: int | None = None) -> int:
+    def append_batches(
+        self,
+        encoded: EncodedBatches,
+        start: int = 0,
+        stop: int | None = None,
+        *,
+        fill: Callable[[np.ndarray, int, int], None] | None = None,
+    ) -> int:
         """Append batches ``start..stop-1`` of ``encoded`` with one write, as one append per batch.
 
         The index entries are exactly those a broker writes appending the batches one at a time, so
         the files are identical; they are computed for all batches at once (a compiled loop over the
         per-batch arrays). Every batch is checked against the segment's offset range before anything
-        is written. Returns the bytes written. Not thread-safe: the caller holds the log lock.
+        is written. With ``fill``, ``encoded`` carries only the batches' metadata and
+        ``fill(out, start, stop)`` encodes them straight into the file
+        (:meth:`FileRecords.append_in_place`). Returns the bytes written. Not thread-safe: the
+        caller holds the log lock.
 
         Raises:
             LogSegmentOffsetOverflowError: a batch's last offset is outside the segment's range.
@@ -391,7 +383,10 @@ class LogSegment:
         )
         if physical_position == 0:
             self._rolling_based_timestamp = int(encoded.max_timestamps[start])
-        self.log.append(encoded.buffer[first_position:end_position])
+        if fill is None:
+            self.log.append(encoded.buffer[first_position:end_position])
+        else:
+            self.log.append_in_place(end_position - first_position, lambda out: fill(out, start, stop))
         self._max_ts_and_offset = TimestampOffset(int(run_ts[-1]), int(run_offset[-1]))
         entries = np.flatnonzero(index_flags)
         if entries.size:
@@ -577,12 +572,14 @@ class LogSegment:
 
     # -- recovery and truncation ----------------------------------------------------------------
 
-    def recover(self) -> int:
+    def recover(self, scan: BatchScan | None = None) -> int:
         """Rebuild the indexes from the ``.log`` and cut it after its last valid batch (spec 4.7).
 
         Walks every batch (CRC-checked) with the vectorised scan, re-derives the index entries with
         the append rule (the batch at position 0 is never indexed), truncates invalid trailing bytes
         and writes the final time index entry. Returns the number of bytes truncated.
+        ``scan``: the caller's own ``self.log.scan(0, verify_crc=True)`` of the unchanged ``.log``
+        (the loader inspects the batches before recovering), so that the file is read only once.
         Not thread-safe: the caller (the loader) holds the log lock.
 
         Raises:
@@ -595,7 +592,8 @@ class LogSegment:
         time_index.reset()
         self.txn_index.reset()
         self._max_ts_and_offset = _UNKNOWN
-        scan = self.log.scan(0, verify_crc=True)
+        if scan is None:
+            scan = self.log.scan(0, verify_crc=True)
         last_offsets = np.asarray(scan.last_offsets, dtype=np.int64)
         relative = last_offsets - self.base_offset
         bad = np.flatnonzero((relative < 0) | (relative > INT_MAX))
@@ -644,6 +642,9 @@ class LogSegment:
         Returns the bytes removed. Not thread-safe: the caller holds the log lock.
         """
         mapping = self.translate_offset(offset)
+        # Read before the time index is cut: after a reopen the cached maximum is still unknown and
+        # would be initialised from the truncated index, losing the maximum of the batches that stay.
+        had_timestamps = self.max_timestamp_so_far >= 0
         offset_index, time_index = self.offset_index, self.time_index
         offset_index.truncate_to(offset)
         time_index.truncate_to(offset)
@@ -655,7 +656,7 @@ class LogSegment:
             self._created = self._clock.milliseconds()
             self._rolling_based_timestamp = None
         self._bytes_since_last_index_entry = 0
-        if self.max_timestamp_so_far >= 0:
+        if had_timestamps:
             self._max_ts_and_offset = self._read_largest_timestamp()
         return truncated
 

@@ -174,6 +174,8 @@ def _normalise_headers(array: pa.Array) -> pa.Array:
     kind = array.type
     if pa.types.is_null(kind):
         return pa.nulls(len(array), HEADERS_TYPE)
+    if (pa.types.is_list(kind) or pa.types.is_large_list(kind)) and pa.types.is_null(kind.value_type):
+        return array.cast(HEADERS_TYPE)  # only empty lists and nulls: what Arrow infers from [[]]
     expected = f"found type {kind}, expected {HEADERS_TYPE}"
     if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_struct(kind.value_type):
         raise SchemaError(f"column 'headers': {expected}")

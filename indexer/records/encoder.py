@@ -29,6 +29,7 @@ encode ranges of one plan in parallel or into reused buffers.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -56,6 +57,7 @@ from indexer.records.columns import APPEND_SCHEMA
 logger = logging.getLogger(__name__)
 
 DEFAULT_MAX_BATCH_BYTES = 1048588  # max.message.bytes default: 1 MiB + LOG_OVERHEAD
+_PARALLEL_MIN_BYTES = 4 << 20  # below this per thread, starting a thread costs more than it saves
 _INT32_MAX = 2**31 - 1
 _NO_NULLS = np.zeros(0, np.bool_)
 _NO_NULLS.setflags(write=False)
@@ -290,6 +292,57 @@ def encode_planned(
         offsets_of_max_timestamp=last_offsets.copy(),
         record_counts=last_offsets - base_offsets + 1,
     )
+
+
+def planned_batches(plan: BatchPlan) -> EncodedBatches:
+    """The per-batch metadata :func:`encode_planned` would return for an uncompressed ``plan``, with
+    no bytes yet (``buffer`` is empty): for writers that encode straight into the file with
+    :func:`encode_planned_into`. Positions are those of one whole encoding."""
+    if plan.compression != "none":
+        raise ValueError("only an uncompressed plan knows its batch sizes before encoding")
+    base_offsets = plan.base_offset + plan.batch_starts[:-1]
+    last_offsets = plan.base_offset + plan.batch_starts[1:] - 1
+    return EncodedBatches(
+        buffer=np.empty(0, np.uint8),
+        positions=plan.positions,
+        sizes=plan.sizes,
+        base_offsets=base_offsets,
+        last_offsets=last_offsets,
+        max_timestamps=plan.max_timestamps,
+        offsets_of_max_timestamp=last_offsets.copy(),
+        record_counts=last_offsets - base_offsets + 1,
+    )
+
+
+def encode_planned_into(plan: BatchPlan, start: int, stop: int, out: np.ndarray, *, workers: int = 2) -> None:
+    """Encode batches ``start .. stop-1`` of ``plan`` into ``out``, on up to ``workers`` threads.
+
+    The range is cut in byte-balanced parts encoded side by side (the kernels release the GIL), each
+    into its own slice of ``out``, so the bytes are those of one :func:`encode_planned` call.
+    """
+    nbytes = plan.range_bytes(start, stop)
+    parts = max(1, min(workers, nbytes // _PARALLEL_MIN_BYTES, stop - start))
+    if parts == 1:
+        encode_planned(plan, start, stop, out=out)
+        return
+    origin = int(plan.positions[start])
+    targets = origin + nbytes * np.arange(1, parts) // parts
+    cuts = [start, *np.searchsorted(plan.positions[start:stop], targets).astype(int) + start, stop]
+    cuts = sorted(set(cuts))
+
+    def encode(a: int, b: int) -> None:
+        lo = int(plan.positions[a]) - origin
+        encode_planned(plan, a, b, out=out[lo : lo + plan.range_bytes(a, b)])
+
+    ranges = list(zip(cuts[:-1], cuts[1:], strict=True))
+    if len(ranges) == 1:
+        encode(start, stop)
+        return
+    with ThreadPoolExecutor(max_workers=len(ranges) - 1, thread_name_prefix="seglog-encode") as pool:
+        futures = [pool.submit(encode, a, b) for a, b in ranges[1:]]
+        encode(*ranges[0])
+        for future in futures:
+            future.result()
 
 
 def encode_batches(

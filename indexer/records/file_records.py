@@ -28,14 +28,14 @@ import mmap
 import os
 import struct
 import zlib
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from indexer.errors import CorruptRecordError, SeglogError, StorageError
+from indexer.errors import CorruptRecordError, StorageError, storage_errors
 from indexer.records import _batch_scan
 from indexer.records.batch_header import (
     ATTRIBUTES_OFFSET,
@@ -341,7 +341,7 @@ class FileRecords:
             flags = os.O_RDWR | os.O_CREAT | os.O_EXCL
         else:
             flags = os.O_RDWR | os.O_CREAT
-        with _storage_errors("open", path):
+        with storage_errors(path, "open"):
             fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0), 0o644)
             try:
                 if preallocated:
@@ -401,11 +401,56 @@ class FileRecords:
             )
         fd = self._check_open()
         written = 0
-        with _storage_errors("append to", self._path):
+        with storage_errors(self._path, "append to"):
             while written < n:
                 written += os.pwrite(fd, view[written:], self._size + written)
         self._size += n
         return n
+
+    def append_in_place(self, size: int, fill: Callable[[np.ndarray], None]) -> int:
+        """Append ``size`` bytes that ``fill`` writes straight into the file's pages; return ``size``.
+
+        The encoder writes batches into a shared mapping of the new range instead of into a buffer
+        that ``pwrite`` then copies: one pass over memory instead of two. The blocks are reserved
+        first (``posix_fallocate``), so a full disk is an ``ENOSPC`` :class:`StorageError` before
+        anything is written, never a ``SIGBUS`` in the middle. If ``fill`` raises, the file is cut
+        back to its logical size. A crash while ``fill`` runs leaves a zero or half-written tail
+        beyond the last whole batch, which recovery truncates, as after a torn ``write``. Caller
+        holds the log lock.
+
+        Raises:
+            ValueError: the file would grow past 2**31-1 bytes.
+            StorageError: reserving, mapping or unmapping failed (the logical size is unchanged).
+        """
+        if size > MAX_FILE_SIZE - self._size:
+            raise ValueError(
+                f"Append of size {size} bytes is too large for segment with current file position at "
+                f"{self._size} ({self._path})"
+            )
+        if size == 0:
+            return 0
+        fd = self._check_open()
+        start = self._size
+        aligned = start - start % mmap.PAGESIZE
+        with storage_errors(self._path, "append to"):
+            os.posix_fallocate(fd, start, size)
+            mapped = mmap.mmap(fd, start + size - aligned, offset=aligned)
+        try:
+            view = np.frombuffer(mapped, dtype=np.uint8)[start - aligned :]
+            try:
+                fill(view)
+            finally:
+                del view  # the map cannot close while numpy holds it
+        except BaseException:
+            with contextlib.suppress(BufferError):  # a traceback may still hold the view: GC unmaps
+                mapped.close()
+            with storage_errors(self._path, "truncate"):
+                os.ftruncate(fd, start)
+            raise
+        with storage_errors(self._path, "append to"):
+            mapped.close()
+        self._size += size
+        return size
 
     def truncate_to(self, target_size: int) -> int:
         """Cut the file to ``target_size`` bytes; return how many bytes were removed. Caller holds the lock.
@@ -421,7 +466,7 @@ class FileRecords:
                 f"size of this log segment is {original} bytes."
             )
         fd = self._check_open()
-        with _storage_errors("truncate", self._path):
+        with storage_errors(self._path, "truncate"):
             if target_size < os.fstat(fd).st_size:
                 os.ftruncate(fd, target_size)
         self._size = target_size
@@ -434,7 +479,7 @@ class FileRecords:
     def flush(self) -> None:
         """fsync the file's data and metadata (Kafka's ``channel.force(true)``)."""
         fd = self._check_open()
-        with _storage_errors("flush", self._path):
+        with storage_errors(self._path, "flush"):
             os.fsync(fd)
 
     def close(self) -> None:
@@ -462,7 +507,7 @@ class FileRecords:
             StorageError: the rename failed; the object keeps its old path.
         """
         target = Path(path)
-        with _storage_errors(f"rename to {target}", self._path):
+        with storage_errors(self._path, "rename", target=target):
             os.replace(self._path, target)
         self._path = target
 
@@ -482,12 +527,12 @@ class FileRecords:
     @property
     def last_modified_ms(self) -> int:
         """The file's modification time in epoch milliseconds."""
-        with _storage_errors("stat", self._path):
+        with storage_errors(self._path, "stat"):
             return os.stat(self._path).st_mtime_ns // 1_000_000
 
     def set_last_modified(self, ms: int) -> None:
         """Set the file's modification time (epoch milliseconds); the access time is kept."""
-        with _storage_errors("set the modification time of", self._path):
+        with storage_errors(self._path, "set the modification time of"):
             atime_ns = os.stat(self._path).st_atime_ns
             os.utime(self._path, ns=(atime_ns, ms * 1_000_000))
 
@@ -506,7 +551,7 @@ class FileRecords:
         fd = self._check_open()
         parts: list[bytes] = []
         got = 0
-        with _storage_errors("read", self._path):
+        with storage_errors(self._path, "read"):
             while got < n:
                 chunk = os.pread(fd, n - got, position + got)
                 if not chunk:
@@ -578,7 +623,7 @@ class FileRecords:
         """
         end = self._end(end)
         fd = self._check_open()
-        with _storage_errors("map", self._path):
+        with storage_errors(self._path, "map"):
             end = min(end, os.fstat(fd).st_size)  # never map past the end of the file
             if end - start <= HEADER_SIZE_UP_TO_MAGIC:
                 return _empty_scan(start)
@@ -736,14 +781,3 @@ def _entry_crc(buf: np.ndarray, position: int, size: int, magic: int) -> int:
     if magic == MAGIC_V2:
         return crc32c(buf[position + ATTRIBUTES_OFFSET : end].data)
     return zlib.crc32(buf[position + MAGIC_OFFSET : end].data)
-
-
-@contextlib.contextmanager
-def _storage_errors(action: str, path: Path) -> Iterator[None]:
-    """Turn an ``OSError`` into ``StorageError`` naming the file (Kafka's ``maybeHandleIOException``)."""
-    try:
-        yield
-    except SeglogError:
-        raise
-    except OSError as e:
-        raise StorageError(f"Failed to {action} {path}: {e.strerror or e}", path=path, errno=e.errno) from e

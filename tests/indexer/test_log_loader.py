@@ -3,7 +3,9 @@ and the loader on real broker-written partition directories."""
 
 from __future__ import annotations
 
+import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,7 @@ from indexer.log import Log
 from indexer.log_loader import LoadedLog, LogLoader, RecoveryReport, StepKind
 from indexer.records.columns import to_append_table
 from indexer.records.encoder import encode_batches
-from indexer.records.file_records import FileRecords
+from indexer.records.file_records import BatchScan, FileRecords
 
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=200, file_delete_delay_ms=1000)
 
@@ -133,6 +135,71 @@ def test_corruption_deletes_every_later_segment(tmp_path: Path) -> None:
     assert not any(directory.glob("*.deleted"))
     assert report.data_lost
     close(loaded)
+
+
+def scans_while(monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> list[tuple[str, int, bool]]:
+    """``(file, start, verify_crc)`` of every ``FileRecords.scan`` made by ``run()``."""
+    scans: list[tuple[str, int, bool]] = []
+    original = FileRecords.scan
+
+    def counting(self: FileRecords, start: int = 0, end: int | None = None, *, verify_crc: bool = True) -> BatchScan:
+        scans.append((self.path.name, start, verify_crc))
+        return original(self, start, end, verify_crc=verify_crc)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(FileRecords, "scan", counting)
+        run()
+    return scans
+
+
+def test_each_recovered_segment_is_read_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    directory = tmp_path / "t-0"
+    end = write_log(directory)
+    logs = segment_logs(directory)
+    victim = logs[-1]
+    data = bytearray(victim.read_bytes())
+    second = int(FileRecords.open(victim, mutable=False).scan().positions[1])
+    data[second + 70] ^= 0x01
+    victim.write_bytes(bytes(data))
+    once = [(p.name, 0, True) for p in logs] + [(victim.name, second, False)]  # + the cut tail's framing
+    planned = scans_while(monkeypatch, loader(directory, recovery_point=0).check)
+    assert sorted(planned) == sorted(once)
+    result: list[LoadedLog] = []
+    assert sorted(scans_while(monkeypatch, lambda: result.append(loader(directory, recovery_point=0).load()))) == (
+        sorted(once)
+    )
+    [loaded] = result
+    assert loaded.next_offset < end and loaded.next_offset == loaded.segments.active_segment().read_next_offset()
+    close(loaded)
+
+
+def test_the_next_segment_is_read_ahead_while_one_is_recovered(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    directory = tmp_path / "t-0"
+    write_log(directory)
+    logs = segment_logs(directory)
+    events: list[tuple[str, str]] = []
+    original_scan, original_advise = FileRecords.scan, os.posix_fadvise
+
+    def scan(self: FileRecords, start: int = 0, end: int | None = None, *, verify_crc: bool = True) -> BatchScan:
+        events.append(("scan", self.path.name))
+        return original_scan(self, start, end, verify_crc=verify_crc)
+
+    def advise(fd: int, offset: int, length: int, advice: int) -> None:
+        assert (offset, length, advice) == (0, 0, os.POSIX_FADV_WILLNEED)
+        events.append(("read ahead", Path(os.readlink(f"/proc/self/fd/{fd}")).name))
+        original_advise(fd, offset, length, advice)
+
+    monkeypatch.setattr(FileRecords, "scan", scan)
+    monkeypatch.setattr(os, "posix_fadvise", advise)
+    close(loader(directory, recovery_point=0).load())
+    expected = []
+    for current, following in zip(logs, [*logs[1:], None], strict=True):
+        if following is not None:
+            expected.append(("read ahead", following.name))
+        expected.append(("scan", current.name))
+    assert len(logs) > 2 and events == expected
 
 
 def test_corruption_below_the_recovery_point_is_not_looked_for(tmp_path: Path) -> None:

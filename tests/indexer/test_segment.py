@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +16,8 @@ from indexer.file_names import DELETED_FILE_SUFFIX
 from indexer.log_values import RollParams
 from indexer.records.columns import to_append_table
 from indexer.records.encoder import EncodedBatches, encode_batches
-from indexer.segment import LogSegment, maybe_handle_io_error
+from indexer.records.file_records import FileRecords
+from indexer.segment import LogSegment
 
 T0 = 1_700_000_000_000
 
@@ -316,6 +316,24 @@ def test_recover_stops_at_a_corrupt_batch(tmp_path: Path, clock: MockClock) -> N
     seg.close()
 
 
+def test_recover_from_the_callers_scan_reads_the_log_once(
+    tmp_path: Path, clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    seg = open_segment(tmp_path, 0, clock, **{"index.interval.bytes": 100})
+    seg.append_batches(batches(0, [bytes(i % 50) for i in range(40)], per_batch=1))
+    torn = raw(batches(40, [b"torn"]))[:30]
+    seg.log.append(torn)
+    assert seg.recover() == 30
+    files = [tmp_path / "00000000000000000000.index", tmp_path / "00000000000000000000.timeindex"]
+    expected = [p.read_bytes() for p in files]
+    seg.log.append(torn)
+    scan = seg.log.scan(0, verify_crc=True)
+    monkeypatch.setattr(FileRecords, "scan", lambda *a, **k: pytest.fail("recover() read the .log again"))
+    assert seg.recover(scan) == 30
+    assert [p.read_bytes() for p in files] == expected and seg.size == scan.valid_bytes
+    seg.close()
+
+
 def test_truncate_to_removes_the_whole_containing_batch(segment: LogSegment) -> None:
     first = batches(40, [b"a", b"b", b"c"])
     second = batches(43, [b"d", b"e", b"f"])
@@ -530,20 +548,3 @@ def test_read_only_segment_without_index_files(tmp_path: Path, clock: MockClock)
     assert ro.find_offset_by_timestamp(T0 + 3).offset == 3
     ro.close()
     assert read_files(tmp_path) == before
-
-
-def test_maybe_handle_io_error_maps_os_errors(tmp_path: Path) -> None:
-    path = tmp_path / "x.log"
-    with pytest.raises(StorageError) as info:
-        with maybe_handle_io_error(path, "reading"):
-            raise PermissionError(errno.EACCES, "Permission denied")
-    assert (info.value.path, info.value.errno) == (str(path), errno.EACCES)
-    assert str(path) in str(info.value) and "reading" in str(info.value)
-    original = StorageError("already mapped", path=path)
-    with pytest.raises(StorageError) as passed:
-        with maybe_handle_io_error(tmp_path, "reading"):
-            raise original
-    assert passed.value is original
-    with pytest.raises(ValueError):
-        with maybe_handle_io_error(path, "reading"):
-            raise ValueError("not an OSError")

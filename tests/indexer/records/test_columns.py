@@ -134,3 +134,8 @@ def test_bad_input_raises_schema_error(data: object, fragments: list[str]) -> No
         to_append_table(data, now_ms=NOW)
     for fragment in fragments:
         assert fragment in str(info.value)
+
+
+def test_headers_of_only_empty_lists_are_accepted() -> None:
+    table = to_append_table(pa.table({"value": [b"a", b"b"], "headers": [[], None]}), now_ms=0)
+    assert table.column("headers").to_pylist() == [[], None]
