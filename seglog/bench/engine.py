@@ -26,7 +26,6 @@ import bisect
 import functools
 import logging
 import math
-import os
 import resource
 import shutil
 import tempfile
@@ -50,11 +49,12 @@ from indexer.records.encoder import encode_batches
 from indexer.segment import LogSegment
 from seglog.bench.report import (
     BenchResult,
-    format_table,
+    drop_page_cache,
     latency_result,
     percentiles,
+    publish,
     throughput_result,
-    write_json,
+    timed,
 )
 
 logger = logging.getLogger(__name__)
@@ -93,10 +93,7 @@ def run(args: argparse.Namespace) -> int:
         results = run_suite(sizes, scratch)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    print(format_table(results))
-    if args.json:
-        write_json(results, args.json, suite="engine", quick=args.quick)
-        logger.info("wrote %s", args.json)
+    publish(results, json_path=args.json, suite="engine", quick=args.quick)
     return 0
 
 
@@ -153,22 +150,6 @@ def _records(n: int) -> tuple[pa.Table, np.ndarray]:
     return table, data.reshape(n, VALUE_BYTES)
 
 
-def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result
-
-
-def _drop_page_cache(path: Path) -> None:
-    """Write ``path`` back and evict it from the page cache, so the next read goes to the disk."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 # --- encoding ----------------------------------------------------------------------------------
 
 
@@ -213,9 +194,9 @@ def bench_encoding(table: pa.Table, values: np.ndarray) -> BenchResult:
     baseline = _kafka_python_encoder(values, table.column("timestamp").to_pylist())
     ours_s = base_s = math.inf
     for _ in range(REPEATS):
-        seconds, encoded = _timed(lambda: encode_batches(table, 0, max_batch_bytes=MAX_BATCH_BYTES))
+        seconds, encoded = timed(lambda: encode_batches(table, 0, max_batch_bytes=MAX_BATCH_BYTES))
         ours_s = min(ours_s, seconds)
-        seconds, batches = _timed(baseline)
+        seconds, batches = timed(baseline)
         base_s = min(base_s, seconds)
     first = encoded.buffer[: int(encoded.sizes[0])].tobytes()
     return throughput_result(
@@ -254,7 +235,7 @@ def bench_append(table: pa.Table, scratch: Path) -> BenchResult:
         directory = scratch / f"append{run}-0"
         log = Log.open(directory, config)
         try:
-            seconds, _ = _timed(functools.partial(log.append, table))
+            seconds, _ = timed(functools.partial(log.append, table))
             ours_s = min(ours_s, seconds)
             log.flush()
             written = log.size_in_bytes
@@ -262,9 +243,9 @@ def bench_append(table: pa.Table, scratch: Path) -> BenchResult:
         finally:
             log.close()
         shutil.rmtree(directory)
-        seconds, _ = _timed(functools.partial(_write_sequentially, target, data))
+        seconds, _ = timed(functools.partial(_write_sequentially, target, data))
         base_s = min(base_s, seconds)
-        _drop_page_cache(target)
+        drop_page_cache(target)
     return throughput_result(
         "append through Log.append (encode+write+index)", "MB/s", written / ours_s / 1e6,
         "plain sequential file write of the same bytes", len(data) / base_s / 1e6, 0.8,
@@ -297,12 +278,12 @@ def bench_index_lookups(sizes: Sizes, scratch: Path) -> list[BenchResult]:
     key_list = keys.tolist()
     with OffsetIndex(path, 0, writable=False) as index:
         index.lookup(int(targets[0]))  # compile / load the kernels
-        runs = [_timed(lambda: index.lookup_many(targets)) for _ in range(6)]
+        runs = [timed(lambda: index.lookup_many(targets)) for _ in range(6)]
         many_s = min(seconds for seconds, _ in runs[1:])  # the first run loads the kernels
         found = runs[0][1][0]
         sample = targets[: min(targets.size, 200_000)]
         sample_list = sample.tolist()
-        bisect_s, expected = _timed(lambda: [key_list[bisect.bisect_right(key_list, t) - 1] for t in sample_list])
+        bisect_s, expected = timed(lambda: [key_list[bisect.bisect_right(key_list, t) - 1] for t in sample_list])
         hits = sample >= keys[0]  # below the first entry the index answers (base_offset, 0)
         agree = bool(np.array_equal(found[: sample.size][hits], np.asarray(expected)[hits]))
         single = targets[: sizes.single_lookups].tolist()
@@ -358,7 +339,7 @@ def bench_page_faults(sizes: Sizes, scratch: Path) -> list[BenchResult]:
     with OffsetIndex(path, 0, writable=False) as index:
         index.largest_lower_bound_slot_for(int(keys[-1]))
         plain_binary_search_slot_for(index, int(keys[-1]))
-    _drop_page_cache(path)
+    drop_page_cache(path)
     page = resource.getpagesize()
     with OffsetIndex(path, 0, max_index_size=sizes.index_bytes + 4 * page, writable=True) as index:
         tail = keys[-(index.warm_entries):]
@@ -428,13 +409,13 @@ def bench_recovery(sizes: Sizes, scratch: Path) -> BenchResult:
             while f.read(READ_CHUNK_BYTES):
                 pass
 
-    _drop_page_cache(path)
-    base_s, _ = _timed(read_once)
+    drop_page_cache(path)
+    base_s, _ = timed(read_once)
     config = LogConfig(segment_bytes=1 << 30)
     segment = LogSegment.open(directory, 0, config, clock=SystemClock(), file_already_exists=True)
     try:
-        _drop_page_cache(path)
-        seconds, truncated = _timed(segment.recover)
+        drop_page_cache(path)
+        seconds, truncated = timed(segment.recover)
         index_entries = segment.offset_index.entries
     finally:
         segment.close()

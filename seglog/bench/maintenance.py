@@ -25,14 +25,20 @@ import shutil
 import struct
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
-from seglog.bench.report import BenchResult, format_table, latency_result, percentiles, throughput_result, write_json
+from seglog.bench.report import (
+    BenchResult,
+    drop_page_cache,
+    latency_result,
+    percentiles,
+    publish,
+    throughput_result,
+    timed,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -75,28 +81,14 @@ def run(args: argparse.Namespace) -> int:
         shutil.rmtree(scratch / "recovery", ignore_errors=True)
         if not args.dir:
             shutil.rmtree(scratch, ignore_errors=True)
-    print(format_table(results))
-    if args.json:
-        write_json(results, args.json, suite="maintenance", quick=args.quick)
-        logger.info("wrote %s", args.json)
+    publish(results, json_path=args.json, suite="maintenance", quick=args.quick)
     return 0
 
 
-def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    start = time.perf_counter()
-    result = fn()
-    return time.perf_counter() - start, result
-
-
 def _drop_page_cache(paths: list[Path]) -> None:
-    """Write the files back and evict them from the page cache, so the next read goes to the disk."""
+    """Evict every file of ``paths`` from the page cache."""
     for path in paths:
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-        finally:
-            os.close(fd)
+        drop_page_cache(path)
 
 
 def _records(count: int, value_bytes: int = 100) -> dict[str, pa.Array]:
@@ -139,9 +131,9 @@ def bench_recovery(log_dir: Path, total_bytes: int) -> BenchResult:
                     pass
 
     _drop_page_cache(logs)
-    base_s, _ = _timed(read_once)
+    base_s, _ = timed(read_once)
     _drop_page_cache(logs)
-    seconds, outcome = _timed(lambda: recover_log_dir(log_dir, settings, progress=False))
+    seconds, outcome = timed(lambda: recover_log_dir(log_dir, settings, progress=False))
     assert not outcome.failed and not outcome.committed_data_lost
     return throughput_result(
         "log directory recovery (seglog recover)", "MB/s", size / seconds / 1e6,
@@ -200,7 +192,7 @@ def bench_retention(log_dir: Path, partitions: int, segments: int) -> BenchResul
     retention(BorrowedLogs(log_dir, settings))  # warm-up: directory entries into the cache
     samples = []
     for _ in range(PASSES):
-        seconds, report = _timed(lambda: retention(BorrowedLogs(log_dir, settings)))
+        seconds, report = timed(lambda: retention(BorrowedLogs(log_dir, settings)))
         assert report.actions == 0 and not report.errors, report.summary()
         samples.append(seconds)
     sampled = min(BASELINE_PARTITIONS, partitions)
@@ -210,7 +202,7 @@ def bench_retention(log_dir: Path, partitions: int, segments: int) -> BenchResul
             with Log.open(log_dir / f"bench-{p}", config, had_clean_shutdown=True, high_watermark=segments) as log:
                 log.delete_old_segments()
 
-    base_s, _ = _timed(engine_pass)
+    base_s, _ = timed(engine_pass)
     value = float(np.median(samples))
     return latency_result(
         f"retention pass, {partitions} partitions x {segments} segments", "s", value,

@@ -9,17 +9,20 @@ throughputs ``value / baseline_value``, for latencies and counts ``baseline_valu
 from __future__ import annotations
 
 import json
+import logging
 import math
 import os
 import platform
 import sys
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
+
+logger = logging.getLogger(__name__)
 
 
 @dataclass
@@ -134,3 +137,28 @@ def write_json(results: Sequence[BenchResult], path: str | os.PathLike[str], *, 
     doc = [{**r.to_json(), "suite": suite, "quick": quick, "machine": machine} for r in results]
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     Path(path).write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+
+
+def publish(results: Sequence[BenchResult], *, json_path: str | None, suite: str, quick: bool) -> None:
+    """Print the table of ``results`` and, with ``json_path``, save them as JSON (every suite's ending)."""
+    print(format_table(results))
+    if json_path:
+        write_json(results, json_path, suite=suite, quick=quick)
+        logger.info("wrote %s", json_path)
+
+
+def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    """``(seconds, result)`` of one call of ``fn``."""
+    start = time.perf_counter()
+    result = fn()
+    return time.perf_counter() - start, result
+
+
+def drop_page_cache(path: str | os.PathLike[str]) -> None:
+    """Write ``path`` back and evict it from the page cache, so the next read goes to the disk."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)

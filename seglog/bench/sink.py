@@ -36,7 +36,13 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from seglog.bench.report import BenchResult, format_table, latency_result, percentiles, throughput_result, write_json
+from seglog.bench.report import (
+    BenchResult,
+    latency_result,
+    percentiles,
+    publish,
+    throughput_result,
+)
 from streaming.sink import BatchStats, SegmentLogSink
 
 if TYPE_CHECKING:
@@ -170,7 +176,5 @@ def run(args: argparse.Namespace) -> int:
     else:
         with tempfile.TemporaryDirectory(prefix="seglog-bench-sink-") as tmp:
             results = run_suite(spark, workload, Path(tmp))
-    print(format_table(results))
-    if args.json:
-        write_json(results, args.json, suite=SUITE, quick=args.quick)
+    publish(results, json_path=args.json, suite=SUITE, quick=args.quick)
     return 0
