@@ -73,7 +73,7 @@ from indexer.records.encoder import (
     BatchPlan,
     EncodedBatches,
     encode_planned,
-    encode_planned_into,
+    encode_planned_to,
     plan_batches,
     planned_batches,
 )
@@ -87,31 +87,19 @@ logger = logging.getLogger(__name__)
 _FIRST_READ_CHUNK_BYTES = 64 * 1024
 _READ_CHUNK_BYTES = 4 * 1024 * 1024
 
-# An append of more than two chunks is encoded chunk by chunk in a helper thread, so encoding a
-# chunk overlaps writing the one before (the encoder's kernels and the writes release the GIL). The
-# batches are planned once for the whole table first (which finds every invalid record before a
-# byte is written); a chunk is then a run of whole planned batches of at most an eighth of the
-# append, between these bounds (one larger batch alone): small chunks start the writes early and
+# A compressed append of more than two chunks is encoded chunk by chunk in a helper thread, so
+# encoding a chunk overlaps writing the one before (the encoder's kernels and the writes release the
+# GIL). The batches are planned once for the whole table first (which finds every invalid record
+# before a byte is written); a chunk is then a run of whole planned batches of at most an eighth of
+# the append, between these bounds (one larger batch alone): small chunks start the writes early and
 # stay in the CPU cache between encoding and writing, each chunk costs the writer ~0.5 ms of
 # indexing. Chunks are encoded into a few recycled buffers: no page faults of fresh memory.
+# Uncompressed batches, whose positions are known before encoding, are instead encoded and written
+# by _ENCODE_WORKERS threads side by side (encoder.encode_planned_to).
 _APPEND_CHUNK_BYTES = 8 * 1024 * 1024
 _APPEND_MIN_CHUNK_BYTES = 4 * 1024 * 1024
 _APPEND_BUFFERS = 3
-_ENCODE_WORKERS = min(2, os.cpu_count() or 1)  # threads encoding one append into the segment file
-
-
-def _chunk_ranges(plan: BatchPlan, chunk_bytes: int) -> list[tuple[int, int]]:
-    """Consecutive ``(start, stop)`` batch ranges of ``plan`` of at most ``chunk_bytes`` each (a
-    batch larger than that makes a range of its own)."""
-    ends = plan.positions + plan.sizes
-    ranges = []
-    start, n = 0, len(plan)
-    while start < n:
-        limit = int(plan.positions[start]) + chunk_bytes
-        stop = max(start + 1, int(np.searchsorted(ends, limit, side="right")))
-        ranges.append((start, stop))
-        start = stop
-    return ranges
+_ENCODE_WORKERS = min(2, os.cpu_count() or 1)  # threads encoding and writing one uncompressed append
 
 
 def _encode_in_chunks(plan: BatchPlan, ranges: list[tuple[int, int]]) -> Iterator[EncodedBatches]:
@@ -155,9 +143,9 @@ def _encode_in_chunks(plan: BatchPlan, ranges: list[tuple[int, int]]) -> Iterato
         thread.join()
 
 
-def _encode_into(plan: BatchPlan, out: np.ndarray, start: int, stop: int) -> None:
-    """Encode batches ``start..stop-1`` of ``plan`` into ``out`` (the segment file's new pages)."""
-    encode_planned_into(plan, start, stop, out, workers=_ENCODE_WORKERS)
+def _encode_into(plan: BatchPlan, write: Callable[[np.ndarray, int], None], start: int, stop: int) -> None:
+    """Encode batches ``start..stop-1`` of ``plan`` and write them into the segment file with ``write``."""
+    encode_planned_to(plan, start, stop, write, workers=_ENCODE_WORKERS)
 
 
 def _whole_entries_length(buf: bytes) -> int:
@@ -313,14 +301,10 @@ class Log:
         for name in names:
             base = offset_from_file_name(name)
             segments.add(
-                LogSegment.open(
-                    directory, base, config, clock=clock, file_already_exists=True, read_only=True
-                )
+                LogSegment.open(directory, base, config, clock=clock, file_already_exists=True, read_only=True)
             )
         if segments.is_empty():
-            raise StorageError(
-                f"{directory} holds no log segment to read", path=directory, errno=errno.ENOENT
-            )
+            raise StorageError(f"{directory} holds no log segment to read", path=directory, errno=errno.ENOENT)
         return segments, segments.active_segment().read_next_offset()
 
     # -- offsets -------------------------------------------------------------------------------
@@ -477,9 +461,7 @@ class Log:
             raise ValueError(f"unknown compression {name!r}; expected one of {sorted(COMPRESSION_IDS)}")
         return name
 
-    def append(
-        self, data: Any, *, compression: str | None = None, now_ms: int | None = None
-    ) -> LogAppendInfo:
+    def append(self, data: Any, *, compression: str | None = None, now_ms: int | None = None) -> LogAppendInfo:
         """Append records at the log end offset, rolling segments as Kafka does; returns what was written.
 
         ``data`` is anything :func:`~indexer.records.columns.to_append_table` takes. Records become
@@ -504,9 +486,7 @@ class Log:
             self._check_writable("append")
             first_offset = self.log_end_offset
             if table.num_rows == 0:
-                return LogAppendInfo(
-                    first_offset, first_offset - 1, -1, -1, -1, self._log_start_offset, 0, 0, 0
-                )
+                return LogAppendInfo(first_offset, first_offset - 1, -1, -1, -1, self._log_start_offset, 0, 0, 0)
             plan = plan_batches(
                 table,
                 first_offset,
@@ -517,7 +497,7 @@ class Log:
             )
             rolled = 0
             summaries: list[tuple[int, int, int, int, int]] = []
-            if self._encodes_in_place(plan):
+            if self._encodes_at_positions(plan):
                 encoded = planned_batches(plan)
                 rolled = self._append_encoded(encoded, now, plan=plan)
                 summaries.append(self._append_summary(encoded))
@@ -558,7 +538,7 @@ class Log:
         """
         if len(plan) and int(plan.sizes.max()) <= self.config.segment_bytes:
             chunk_bytes = min(_APPEND_CHUNK_BYTES, max(_APPEND_MIN_CHUNK_BYTES, plan.total_bytes // 8))
-            ranges = _chunk_ranges(plan, chunk_bytes)
+            ranges = plan.chunks(chunk_bytes)
             if len(ranges) > 2:
                 yield from _encode_in_chunks(plan, ranges)
                 return
@@ -572,9 +552,9 @@ class Log:
             )
         yield encoded
 
-    def _encodes_in_place(self, plan: BatchPlan) -> bool:
-        """Whether ``plan`` can be encoded straight into the segment files: its batch sizes are
-        final before encoding (no compression) and each fits a segment."""
+    def _encodes_at_positions(self, plan: BatchPlan) -> bool:
+        """Whether ``plan``'s batches can be encoded and written at their file positions by several
+        threads at once: their sizes are final before encoding (no compression) and each fits a segment."""
         return plan.compression == "none" and int(plan.sizes.max()) <= self.config.segment_bytes
 
     @staticmethod
@@ -594,7 +574,7 @@ class Log:
         """Append every batch of ``encoded``, rolling first where Kafka would; returns the rolls made.
 
         With ``plan``, ``encoded`` is only the batches' metadata (:func:`planned_batches`) and each
-        segment's share is encoded straight into its file (:func:`encode_planned_into`).
+        segment's share is encoded and written into its file by several threads (:func:`encode_planned_to`).
         """
         fill = None if plan is None else functools.partial(_encode_into, plan)
         rolled = 0
@@ -661,9 +641,7 @@ class Log:
             for path in self._segment_paths(new_offset):
                 with storage_errors(path, "delete a stale file before roll"):
                     if path.exists():
-                        self._log.warning(
-                            "newly rolled segment file %s already exists; deleting it first", path
-                        )
+                        self._log.warning("newly rolled segment file %s already exists; deleting it first", path)
                         path.unlink()
             active.on_become_inactive_segment()
             segment = LogSegment.open(self.directory, new_offset, self.config, clock=self.clock)
@@ -830,9 +808,7 @@ class Log:
         ``target_offset``. Removed segments are deleted asynchronously. Thread-safe (log lock).
         """
         if target_offset < 0:
-            raise ValueError(
-                f"Cannot truncate partition {self.directory.name} to a negative offset ({target_offset})."
-            )
+            raise ValueError(f"Cannot truncate partition {self.directory.name} to a negative offset ({target_offset}).")
         with self.lock:
             self._check_writable("truncate")
             if target_offset >= self.log_end_offset:
@@ -859,9 +835,7 @@ class Log:
         Thread-safe (log lock).
         """
         if new_offset < 0:
-            raise ValueError(
-                f"Cannot start partition {self.directory.name} at a negative offset ({new_offset})."
-            )
+            raise ValueError(f"Cannot start partition {self.directory.name} at a negative offset ({new_offset}).")
         with self.lock:
             self._check_writable("truncate")
             self._truncate_fully_locked(new_offset)
@@ -898,9 +872,7 @@ class Log:
         """
         with self.lock:
             self._check_writable("delete old segments")
-            return (
-                self._delete_start_offset_breach() + self._delete_size_breach() + self._delete_time_breach()
-            )
+            return self._delete_start_offset_breach() + self._delete_size_breach() + self._delete_time_breach()
 
     def _delete_start_offset_breach(self) -> int:
         start = self._log_start_offset
@@ -933,9 +905,7 @@ class Log:
             lambda s, _next: now - s.largest_timestamp > retention, f"retention time {retention}ms breach"
         )
 
-    def _delete_matching(
-        self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str
-    ) -> int:
+    def _delete_matching(self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str) -> int:
         segments = self._segments.values()
         hw = self.high_watermark
         deletable: list[LogSegment] = []
@@ -958,9 +928,7 @@ class Log:
             self._log_start_offset = following.base_offset
             if self._recovery_point < self._log_start_offset:
                 self._recovery_point = self._log_start_offset
-        self._log.info(
-            "deleting %d segments (%s): %s", len(deletable), reason, [s.base_offset for s in deletable]
-        )
+        self._log.info("deleting %d segments (%s): %s", len(deletable), reason, [s.base_offset for s in deletable])
         self._remove_and_delete_segments(deletable, reason)
         return len(deletable)
 

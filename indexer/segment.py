@@ -161,9 +161,7 @@ class LogSegment:
         lazy_offset: LazyIndex[OffsetIndex] | None = None
         lazy_time: LazyIndex[TimeIndex] | None = None
         if not read_only or offset_path.exists():
-            lazy_offset = LazyIndex.for_offset(
-                offset_path, base_offset, max_index_size, writable=not read_only
-            )
+            lazy_offset = LazyIndex.for_offset(offset_path, base_offset, max_index_size, writable=not read_only)
         if not read_only or time_path.exists():
             lazy_time = LazyIndex.for_time(time_path, base_offset, max_index_size, writable=not read_only)
         txn_index = TransactionIndex(
@@ -347,7 +345,7 @@ class LogSegment:
         start: int = 0,
         stop: int | None = None,
         *,
-        fill: Callable[[np.ndarray, int, int], None] | None = None,
+        fill: Callable[[Callable[[np.ndarray, int], None], int, int], None] | None = None,
     ) -> int:
         """Append batches ``start..stop-1`` of ``encoded`` with one write, as one append per batch.
 
@@ -355,8 +353,8 @@ class LogSegment:
         the files are identical; they are computed for all batches at once (a compiled loop over the
         per-batch arrays). Every batch is checked against the segment's offset range before anything
         is written. With ``fill``, ``encoded`` carries only the batches' metadata and
-        ``fill(out, start, stop)`` encodes them straight into the file
-        (:meth:`FileRecords.append_in_place`). Returns the bytes written. Not thread-safe: the
+        ``fill(write, start, stop)`` encodes them and writes them with ``write(data, position)``
+        (:meth:`FileRecords.append_positioned`). Returns the bytes written. Not thread-safe: the
         caller holds the log lock.
 
         Raises:
@@ -386,7 +384,7 @@ class LogSegment:
         if fill is None:
             self.log.append(encoded.buffer[first_position:end_position])
         else:
-            self.log.append_in_place(end_position - first_position, lambda out: fill(out, start, stop))
+            self.log.append_positioned(end_position - first_position, lambda write: fill(write, start, stop))
         self._max_ts_and_offset = TimestampOffset(int(run_ts[-1]), int(run_offset[-1]))
         entries = np.flatnonzero(index_flags)
         if entries.size:
@@ -541,9 +539,7 @@ class LogSegment:
         next_offset = self.read_next_offset()
         return next_offset > self.base_offset and not self.can_convert_to_relative_offset(next_offset - 1)
 
-    def find_offset_by_timestamp(
-        self, timestamp: int, starting_offset: int | None = None
-    ) -> TimestampAndOffset | None:
+    def find_offset_by_timestamp(self, timestamp: int, starting_offset: int | None = None) -> TimestampAndOffset | None:
         """The first record at or after ``starting_offset`` whose timestamp is ``>= timestamp``.
 
         Starts from the time index's floor entry, then scans batches, decoding only batches whose max

@@ -39,6 +39,7 @@ from numba.core import cgutils
 from numba.core.base import BaseContext
 from numba.core.typing.context import Context
 from numba.core.typing.templates import Signature
+from numba.cpython.unsafe.numbers import leading_zeros
 from numba.extending import intrinsic
 
 from indexer._bytes import get_be, put_be
@@ -115,11 +116,9 @@ def _zigzag(v: int) -> np.uint64:
 
 @njit(cache=True, inline="always")
 def _uvarint_size(u: np.uint64) -> int:
-    n = 1
-    while u >= _U80:
-        u >>= _U7
-        n += 1
-    return n
+    """Bytes of the varint of ``u``: ceil(bit length / 7), at least 1, without a loop or branch."""
+    bits = 64 - int(leading_zeros(u | _U1))  # type: ignore[call-arg]  # a numba intrinsic
+    return (bits * 9 + 64) >> 6
 
 
 @njit(cache=True, inline="always")
@@ -203,27 +202,30 @@ def plan_batches(
     header_value_nulls: np.ndarray,
     header_value_mode: int,
     max_batch_bytes: int,
+    first_row: int,
+    stop_row: int,
 ) -> tuple[int, int, int, np.ndarray, np.ndarray, np.ndarray]:
-    """Greedy split of records into as few batches of at most ``max_batch_bytes`` as possible.
+    """Greedy split of records ``first_row .. stop_row-1`` into as few batches of at most
+    ``max_batch_bytes`` as possible.
 
     Columns come as Arrow lays them out: int32 offsets (already shifted to the array's slice),
     per-element null flags and a ``NULLS_*`` mode; the header lists index the header key/value
     columns. A record's size depends on its deltas to the first record of its batch, so sizes and
     batch boundaries are computed in one pass. Returns ``(n_batches, error_index, error_size,
     batch_starts, batch_sizes, max_timestamps)``; ``error_index >= 0`` names a record whose batch
-    alone (``error_size`` bytes) exceeds the limit. ``batch_starts`` has ``n_batches + 1`` valid
-    entries, the two others ``n_batches``.
+    alone (``error_size`` bytes) exceeds the limit. ``batch_starts`` (rows of the whole columns) has
+    ``n_batches + 1`` valid entries, the two others ``n_batches``.
     """
-    n = timestamps.shape[0]
+    n = stop_row - first_row
     batch_starts = np.empty(n + 1, np.int64)
     batch_sizes = np.empty(max(n, 1), np.int64)
     max_timestamps = np.empty(max(n, 1), np.int64)
     n_batches = 0
     batch_size = 0
-    start = 0
+    start = first_row
     base_ts = np.int64(0)
     max_ts = np.int64(0)
-    for i in range(n):
+    for i in range(first_row, stop_row):
         klen = int(key_offsets[i + 1]) - int(key_offsets[i])
         if key_mode == NULLS_ALL:
             klen = -1
@@ -273,7 +275,7 @@ def plan_batches(
         batch_sizes[n_batches] = batch_size
         max_timestamps[n_batches] = max_ts
         n_batches += 1
-    batch_starts[n_batches] = n
+    batch_starts[n_batches] = stop_row
     return n_batches, -1, 0, batch_starts, batch_sizes, max_timestamps
 
 

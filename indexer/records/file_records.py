@@ -175,9 +175,7 @@ class FileBatch:
             if self.compression_id == 0:
                 self._base_offset = self._offset_field
             else:
-                entry = next(
-                    iter_legacy_entries(self.raw(), base_position=self.position, path=self._records.path)
-                )
+                entry = next(iter_legacy_entries(self.raw(), base_position=self.position, path=self._records.path))
                 self._base_offset = legacy_base_offset(entry, path=self._records.path)
         return self._base_offset
 
@@ -390,7 +388,7 @@ class FileRecords:
             StorageError: the write failed (the logical size is unchanged).
         """
         if isinstance(data, np.ndarray):
-            view = np.ascontiguousarray(data).data.cast("B")
+            view = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
         else:
             view = memoryview(data).cast("B")
         n = len(view)
@@ -407,20 +405,20 @@ class FileRecords:
         self._size += n
         return n
 
-    def append_in_place(self, size: int, fill: Callable[[np.ndarray], None]) -> int:
-        """Append ``size`` bytes that ``fill`` writes straight into the file's pages; return ``size``.
+    def append_positioned(self, size: int, fill: Callable[[Callable[[np.ndarray, int], None]], None]) -> int:
+        """Append ``size`` bytes that ``fill`` writes in pieces, in any order; return ``size``.
 
-        The encoder writes batches into a shared mapping of the new range instead of into a buffer
-        that ``pwrite`` then copies: one pass over memory instead of two. The blocks are reserved
-        first (``posix_fallocate``), so a full disk is an ``ENOSPC`` :class:`StorageError` before
-        anything is written, never a ``SIGBUS`` in the middle. If ``fill`` raises, the file is cut
-        back to its logical size. A crash while ``fill`` runs leaves a zero or half-written tail
-        beyond the last whole batch, which recovery truncates, as after a torn ``write``. Caller
-        holds the log lock.
+        ``fill(write)`` calls ``write(data, position)`` (``position`` relative to the append's start;
+        thread-safe: ``pwrite``) until every byte of the range is written, so an encoder can write
+        chunks from several threads as they are ready. The blocks are reserved first
+        (``posix_fallocate``), so a full disk is an ``ENOSPC`` :class:`StorageError` before anything
+        is written. If ``fill`` raises, the file is cut back to its logical size. A crash while
+        ``fill`` runs leaves a zero or half-written tail beyond the last whole batch, which recovery
+        truncates, as after a torn ``write``. Caller holds the log lock.
 
         Raises:
-            ValueError: the file would grow past 2**31-1 bytes.
-            StorageError: reserving, mapping or unmapping failed (the logical size is unchanged).
+            ValueError: the file would grow past 2**31-1 bytes, or a piece falls outside the range.
+            StorageError: reserving or writing failed (the logical size is unchanged).
         """
         if size > MAX_FILE_SIZE - self._size:
             raise ValueError(
@@ -431,24 +429,24 @@ class FileRecords:
             return 0
         fd = self._check_open()
         start = self._size
-        aligned = start - start % mmap.PAGESIZE
+
+        def write(data: np.ndarray, position: int) -> None:
+            if position < 0 or position + data.nbytes > size:
+                raise ValueError(f"a piece of {data.nbytes} bytes at {position} is outside the append of {size} bytes")
+            view = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
+            with storage_errors(self._path, "append to"):
+                while view:  # pwrite may write less than asked
+                    written = os.pwrite(fd, view, start + position)
+                    view, position = view[written:], position + written
+
         with storage_errors(self._path, "append to"):
             os.posix_fallocate(fd, start, size)
-            mapped = mmap.mmap(fd, start + size - aligned, offset=aligned)
         try:
-            view = np.frombuffer(mapped, dtype=np.uint8)[start - aligned :]
-            try:
-                fill(view)
-            finally:
-                del view  # the map cannot close while numpy holds it
+            fill(write)
         except BaseException:
-            with contextlib.suppress(BufferError):  # a traceback may still hold the view: GC unmaps
-                mapped.close()
             with storage_errors(self._path, "truncate"):
                 os.ftruncate(fd, start)
             raise
-        with storage_errors(self._path, "append to"):
-            mapped.close()
         self._size += size
         return size
 
@@ -519,9 +517,7 @@ class FileRecords:
         except FileNotFoundError:
             return False
         except OSError as e:
-            raise StorageError(
-                f"Failed to delete {self._path}: {e.strerror}", path=self._path, errno=e.errno
-            ) from e
+            raise StorageError(f"Failed to delete {self._path}: {e.strerror}", path=self._path, errno=e.errno) from e
         return True
 
     @property
@@ -594,9 +590,7 @@ class FileRecords:
             yield FileBatch(self, position, head[:total], total, magic)
             position += total
 
-    def search_for_offset_with_size(
-        self, target_offset: int, start_position: int
-    ) -> LogOffsetPosition | None:
+    def search_for_offset_with_size(self, target_offset: int, start_position: int) -> LogOffsetPosition | None:
         """The first batch from ``start_position`` whose last offset is >= ``target_offset``.
 
         Kafka's ``searchForOffsetWithSize`` (used by ``translateOffset``): batch granularity, so the
@@ -648,9 +642,7 @@ class FileRecords:
             columns = list(table)
             error = self._stop_error(int(status), int(stop_position), int(detail))
             count = len(columns[0])
-            failed = (
-                _first_bad_crc(buf, columns[0], columns[1], columns[5], columns[7]) if verify_crc else None
-            )
+            failed = _first_bad_crc(buf, columns[0], columns[1], columns[5], columns[7]) if verify_crc else None
             if failed is not None:
                 count, computed = failed
                 position = int(columns[0][count])
@@ -728,9 +720,7 @@ class FileRecords:
         return None
 
 
-def _compressed_legacy_entries(
-    buf: np.ndarray, columns: list[np.ndarray], count: int
-) -> list[tuple[int, bytes]]:
+def _compressed_legacy_entries(buf: np.ndarray, columns: list[np.ndarray], count: int) -> list[tuple[int, bytes]]:
     """``(index, bytes)`` of each compressed legacy entry, copied out of the map.
 
     Copies, so that no view of the map outlives the scan: the traceback of a decoding error would

@@ -10,6 +10,7 @@ import threading
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -30,8 +31,6 @@ from indexer.errors import (
     StorageError,
 )
 from indexer.log import Log
-from indexer.records.columns import to_append_table
-from indexer.records.encoder import plan_batches
 from indexer.records.file_records import FileRecords
 
 T0 = 1_700_000_000_000
@@ -83,9 +82,7 @@ def test_append_assigns_offsets_and_reads_stop_at_the_high_watermark(open_log) -
     assert (info.first_offset, info.last_offset, info.num_records, info.num_batches) == (0, 2, 3, 1)
     assert (info.max_timestamp, info.offset_of_max_timestamp, info.log_append_time_ms) == (T0, 2, -1)
     assert info.valid_bytes == 3 * 8 + 61 + 12 - 12  # three 8-byte records in one 61-byte-header batch
-    info = log.append(
-        {"key": ["k"], "value": ["v"], "timestamp": [T0 + 5], "headers": [[{"key": "h", "value": b"x"}]]}
-    )
+    info = log.append({"key": ["k"], "value": ["v"], "timestamp": [T0 + 5], "headers": [[{"key": "h", "value": b"x"}]]})
     assert (info.first_offset, info.last_offset) == (3, 3)
     assert log.log_end_offset == 4
     assert log.high_watermark == 0
@@ -456,9 +453,7 @@ def test_reopen_keeps_data_and_offsets(tmp_path: Path, clock: MockClock) -> None
         log.append(values(2, start=2 * i))
     log.close()
     log.close()  # idempotent
-    log = Log.open(
-        tmp_path / "t-0", config, clock=clock, had_clean_shutdown=True, recovery_point=20, high_watermark=20
-    )
+    log = Log.open(tmp_path / "t-0", config, clock=clock, had_clean_shutdown=True, recovery_point=20, high_watermark=20)
     assert (log.log_end_offset, log.high_watermark, log.recovery_point) == (20, 20, 20)
     assert log.read_records(0).column("offset").to_pylist() == list(range(20))
     log.close()
@@ -576,9 +571,7 @@ def test_read_only_open_of_real_broker_segments(vectors_dir: Path) -> None:
 
 def test_read_records_schema(open_log) -> None:
     log = open_log()
-    assert log.read_records(0).schema == pa.schema(
-        log.read_records(0).schema
-    )  # empty table keeps READ_SCHEMA
+    assert log.read_records(0).schema == pa.schema(log.read_records(0).schema)  # empty table keeps READ_SCHEMA
     assert log.read_records(0).column_names == [
         "offset",
         "timestamp",
@@ -762,7 +755,7 @@ def test_chunked_append_write_error_stops_the_encoder(open_log, monkeypatch: pyt
     with_headers=st.booleans(),
     workers=st.integers(1, 3),
 )
-def test_in_place_append_writes_the_files_of_a_buffered_append(
+def test_parallel_positioned_append_writes_the_files_of_a_buffered_append(
     tmp_path_factory: pytest.TempPathFactory,
     n: int,
     seed: int,
@@ -772,8 +765,8 @@ def test_in_place_append_writes_the_files_of_a_buffered_append(
     with_headers: bool,
     workers: int,
 ) -> None:
-    """Encoding uncompressed batches straight into the segment files, on several threads, writes
-    the files (and returns the result) of encoding into a buffer and writing that."""
+    """Encoding uncompressed batches on several threads, each chunk written at its file position as it
+    is ready, writes the files (and returns the result) of encoding in order and writing that."""
     rng = np.random.default_rng(seed)
     columns: dict[str, object] = {
         "key": [None if k < 0 else bytes(rng.integers(0, 256, k, dtype=np.uint8)) for k in rng.integers(-1, 20, n)],
@@ -786,22 +779,22 @@ def test_in_place_append_writes_the_files_of_a_buffered_append(
     config = LogConfig.from_mapping(
         {"max.message.bytes": max_batch, "segment.bytes": segment_kib * 1024, "index.interval.bytes": interval}
     )
-    root = tmp_path_factory.mktemp("in-place")
+    root = tmp_path_factory.mktemp("positioned")
     results = {}
-    for name, in_place in (("buffered-0", False), ("in-place-0", True)):
+    for name, positioned in (("buffered-0", False), ("positioned-0", True)):
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(log_module, "_ENCODE_WORKERS", workers)
-            patch.setattr(encoder_module, "_PARALLEL_MIN_BYTES", 1)  # threads even for tiny appends
-            patch.setattr(Log, "_encodes_in_place", lambda self, plan, flag=in_place: flag)
+            patch.setattr(encoder_module, "DEFAULT_CHUNK_BYTES", 1)  # a chunk per batch: writes out of order
+            patch.setattr(Log, "_encodes_at_positions", lambda self, plan, flag=positioned: flag)
             with Log.open(root / name, config, clock=MockClock(T0)) as log:
                 info = log.append(table)
                 info2 = log.append(table.slice(0, n // 2))
         files = {p.name: p.read_bytes() for p in sorted((root / name).iterdir()) if p.name.endswith(("log", "index"))}
         results[name] = (info, info2, files)
-    assert results["in-place-0"] == results["buffered-0"]
+    assert results["positioned-0"] == results["buffered-0"]
 
 
-def test_in_place_append_failure_leaves_nothing(open_log, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_positioned_append_failure_leaves_nothing(open_log, monkeypatch: pytest.MonkeyPatch) -> None:
     log = open_log()
     log.append({"value": [b"a"] * 10})
     size = log.size_in_bytes
@@ -809,7 +802,7 @@ def test_in_place_append_failure_leaves_nothing(open_log, monkeypatch: pytest.Mo
     def failing(*args: object, **kwargs: object) -> None:
         raise RuntimeError("encoder died")
 
-    monkeypatch.setattr(log_module, "encode_planned_into", failing)
+    monkeypatch.setattr(log_module, "encode_planned_to", failing)
     with pytest.raises(RuntimeError):
         log.append({"value": [b"b"] * 10})
     assert (log.log_end_offset, log.size_in_bytes) == (10, size)
@@ -819,7 +812,7 @@ def test_in_place_append_failure_leaves_nothing(open_log, monkeypatch: pytest.Mo
     assert log.read_records(0, max_offset=15).column("value").to_pylist() == [b"a"] * 10 + [b"c"] * 5
 
 
-def test_in_place_append_on_a_full_disk_is_a_storage_error(open_log, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_positioned_append_on_a_full_disk_is_a_storage_error(open_log, monkeypatch: pytest.MonkeyPatch) -> None:
     log = open_log()
 
     def no_space(fd: int, offset: int, length: int) -> None:
@@ -832,22 +825,30 @@ def test_in_place_append_on_a_full_disk_is_a_storage_error(open_log, monkeypatch
     assert (log.log_end_offset, log.size_in_bytes) == (0, 0)
 
 
-@settings(max_examples=50, deadline=None)
-@given(
-    value_lens=st.lists(st.integers(0, 5000), min_size=1, max_size=60),
-    chunk_bytes=st.integers(1, 12_000),
-)
-def test_chunk_ranges_cover_the_plan_in_bounded_runs(value_lens: list[int], chunk_bytes: int) -> None:
-    table = pa.table({"value": [b"v" * n for n in value_lens], "timestamp": [T0] * len(value_lens)})
-    plan = plan_batches(to_append_table(table, now_ms=T0), 0, max_batch_bytes=5100)
-    ranges = log_module._chunk_ranges(plan, chunk_bytes)
-    assert ranges[0][0] == 0 and ranges[-1][1] == len(plan)
-    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:], strict=False))
-    for start, stop in ranges:
-        assert stop > start
-        assert plan.range_bytes(start, stop) <= chunk_bytes or stop == start + 1
-        if stop < len(plan):  # greedy: one more batch would not have fitted
-            assert plan.range_bytes(start, stop + 1) > chunk_bytes
+def test_positioned_append_failing_half_way_leaves_nothing(open_log, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A write that fails after other chunks were written (here: the disk fills up) cuts the file back."""
+    log = open_log(**{"max.message.bytes": 2000})
+    log.append({"value": [b"a"] * 10})
+    size = log.size_in_bytes
+    monkeypatch.setattr(encoder_module, "DEFAULT_CHUNK_BYTES", 1)  # a chunk (and a pwrite) per batch
+    real_pwrite, calls = os.pwrite, []
+
+    def pwrite_until_full(fd: int, data: Any, offset: int) -> int:
+        calls.append(offset)
+        if len(calls) == 5:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", pwrite_until_full)
+    with pytest.raises(StorageError) as info:
+        log.append({"value": [b"b" * 100] * 200})
+    assert info.value.errno == errno.ENOSPC and str(log.active_segment.log.path) in str(info.value)
+    assert len(calls) >= 5
+    monkeypatch.undo()
+    assert (log.log_end_offset, log.size_in_bytes) == (10, size)
+    assert log.active_segment.log.path.stat().st_size == size
+    log.append({"value": [b"c"] * 5})
+    assert log.read_records(0, max_offset=15).column("value").to_pylist() == [b"a"] * 10 + [b"c"] * 5
 
 
 def test_compressed_batch_larger_than_segment_bytes_uncompressed_is_appended(open_log) -> None:

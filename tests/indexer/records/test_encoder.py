@@ -299,6 +299,82 @@ def test_planned_ranges_concatenate_to_the_whole_encoding(
     assert b"".join(pieces) == whole.buffer.tobytes()
 
 
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=_rows, block=st.integers(1, 12), limit=st.integers(200, 30_000))
+def test_plan_blocks_start_batches_and_are_greedy_inside(rows: list[dict[str, Any]], block: int, limit: int) -> None:
+    """A table of more than PLAN_BLOCK_ROWS records starts a batch every PLAN_BLOCK_ROWS records and
+    is planned block by block on several threads: each block is cut exactly as on its own."""
+    table = _table(rows)
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(encoder_module, "PLAN_BLOCK_ROWS", block)
+        try:
+            blocked = encode_batches(table, 5, max_batch_bytes=limit)
+        except RecordTooLargeError as exc:
+            with pytest.raises(RecordTooLargeError) as whole:
+                encode_batches(table, 5, max_batch_bytes=limit)  # the same first bad record as one pass
+            assert (exc.index, exc.size) == (whole.value.index, whole.value.size)
+            return
+    pieces = [
+        encode_batches(table.slice(lo, block), 5 + lo, max_batch_bytes=limit) for lo in range(0, len(rows), block)
+    ]
+    assert blocked.buffer.tobytes() == b"".join(piece.buffer.tobytes() for piece in pieces)
+    assert blocked.record_counts.tolist() == [c for piece in pieces for c in piece.record_counts.tolist()]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    value_lens=st.lists(st.integers(0, 5000), min_size=1, max_size=60),
+    chunk_bytes=st.integers(1, 12_000),
+    bounds=st.tuples(st.integers(0, 60), st.integers(0, 60)),
+)
+def test_chunks_cover_a_batch_range_in_bounded_greedy_runs(
+    value_lens: list[int], chunk_bytes: int, bounds: tuple[int, int]
+) -> None:
+    plan = plan_batches(_table([{"value": b"v" * n, "timestamp": TS} for n in value_lens]), 0, max_batch_bytes=5100)
+    start, stop = sorted(min(b, len(plan)) for b in bounds)
+    ranges = plan.chunks(chunk_bytes, start, stop)
+    assert [a for a, _ in ranges] + [stop] == [start] + [b for _, b in ranges] or (start == stop and ranges == [])
+    for a, b in ranges:
+        assert b > a
+        assert plan.range_bytes(a, b) <= chunk_bytes or b == a + 1
+        if b < stop:  # greedy: one more batch would not have fitted
+            assert plan.range_bytes(a, b + 1) > chunk_bytes
+
+
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_encode_planned_to_hands_over_every_chunk_once(workers: int) -> None:
+    """Chunks written from several threads, in any order, at their positions make the whole encoding."""
+    rows = [{"key": b"k" * (i % 5), "value": b"v" * (i % 700), "timestamp": TS + i} for i in range(2000)]
+    plan = plan_batches(_table(rows), 3, max_batch_bytes=5000)
+    whole = encode_planned(plan).buffer.tobytes()
+    start, stop = 2, len(plan) - 1
+    origin = int(plan.positions[start])
+    out = bytearray(plan.range_bytes(start, stop))
+    seen: list[int] = []
+
+    def write(data: np.ndarray, position: int) -> None:
+        assert out[position : position + data.nbytes] == bytes(data.nbytes)  # nothing written twice
+        out[position : position + data.nbytes] = data.tobytes()
+        seen.append(position)
+
+    encoder_module.encode_planned_to(plan, start, stop, write, workers=workers, chunk_bytes=12_000)
+    assert bytes(out) == whole[origin : origin + len(out)]
+    assert len(seen) == len(plan.chunks(12_000, start, stop))
+
+
+def test_in_threads_raises_the_first_error_and_stops_claiming() -> None:
+    done: list[int] = []
+
+    def run(k: int) -> None:
+        if k == 3:
+            raise OSError(28, "No space left on device")
+        done.append(k)
+
+    with pytest.raises(OSError, match="No space"):
+        encoder_module.in_threads(1000, run, workers=2)
+    assert len(done) < 999  # the other thread stopped after its current task
+
+
 def test_python_crc_fallback_gives_the_same_bytes(monkeypatch: pytest.MonkeyPatch) -> None:
     rows = [{"key": b"k" * (i % 3), "value": b"v" * i, "timestamp": TS + i} for i in range(300)]
     hardware = encode_batches(_table(rows), 0, max_batch_bytes=2000)
