@@ -94,6 +94,7 @@ ERR_HEADER_VALUE_LENGTH = 11
 ERR_TRAILING_BYTES = 12
 
 _HEADER_SIZE = 61
+_PLAN_BLOCK = 2048  # plan_batches: records whose batch-independent sizes are computed together
 _LOG_OVERHEAD = 12
 _MIN_ENTRY_SIZE_FIELD = 14
 _U7F = np.uint64(0x7F)
@@ -108,10 +109,9 @@ _U32MASK = np.uint64(0xFFFFFFFF)
 
 @njit(cache=True, inline="always")
 def _zigzag(v: int) -> np.uint64:
-    """Zig-zag of a signed value as uint64, without relying on wrapping shifts."""
-    if v >= 0:
-        return np.uint64(v) << _U1
-    return (np.uint64(~v) << _U1) | _U1
+    """Zig-zag of a signed 64-bit value as uint64, without a branch: ``(v << 1) ^ (v >> 63)``."""
+    w = np.int64(v)
+    return np.uint64(w << np.int64(1)) ^ np.uint64(w >> np.int64(63))
 
 
 @njit(cache=True, inline="always")
@@ -160,11 +160,13 @@ NULLS_NONE = 0
 NULLS_ALL = 1
 NULLS_SOME = 2
 
-# The per-record loops of plan_batches and write_batches repeat the null tests and the "copy if the
-# length is > 0" in their own body on purpose: the same code in an inline="always" helper (numba's
-# IR inliner) gives control flow LLVM optimises ~2.5x worse (measured on 1M records: plan 40 vs
-# 8 ms, write 41 vs 16 ms). The small helpers (_zigzag, _uvarint_size, _write_uvarint, _copy) are fine; the
-# rare header loops are separate, non-inlined functions.
+# The per-record loop of write_batches repeats the null tests and the "copy if the length is > 0"
+# in its own body on purpose: the same code in an inline="always" helper (numba's IR inliner) gives
+# control flow LLVM optimises ~2.5x worse (measured on 1M records: 41 vs 16 ms). plan_batches instead
+# sizes blocks of records column by column (_add_lengths: one simple loop per column and null mode,
+# which LLVM vectorises) before its greedy loop: 9 -> 5.7 ms on 1M records. The small helpers
+# (_zigzag, _uvarint_size, _write_uvarint, _copy) are fine; the rare header loops are separate,
+# non-inlined functions.
 
 
 @njit(cache=True)
@@ -183,6 +185,31 @@ def _headers_size(
                 hv = -1
         size += _uvarint_size(_zigzag(hk)) + hk + _uvarint_size(_zigzag(hv)) + max(hv, 0)
     return size
+
+
+@njit(cache=True, inline="always")
+def _add_lengths(tails: np.ndarray, lo: int, m: int, offsets: np.ndarray, nulls: np.ndarray, mode: int) -> None:
+    """Add to ``tails[:m]`` the bytes of elements ``lo .. lo+m-1`` of a binary column in a record:
+    the length varint and the bytes (a null: varint -1, one byte)."""
+    if mode == NULLS_ALL:
+        tails[:m] += 1
+        return
+    for j in range(m):
+        length = int(offsets[lo + j + 1]) - int(offsets[lo + j])
+        tails[j] += _uvarint_size(np.uint64(2 * length)) + length
+    if mode == NULLS_SOME:
+        for j in range(m):
+            if nulls[lo + j]:
+                length = int(offsets[lo + j + 1]) - int(offsets[lo + j])
+                tails[j] += 1 - _uvarint_size(np.uint64(2 * length)) - length
+
+
+@njit(cache=True, inline="always")
+def _grown(array: np.ndarray, capacity: int) -> np.ndarray:
+    """A copy of ``array`` with ``capacity`` slots."""
+    grown = np.empty(capacity, array.dtype)
+    grown[: array.shape[0]] = array
+    return grown
 
 
 @njit(cache=True, nogil=True)
@@ -214,63 +241,69 @@ def plan_batches(
     batch boundaries are computed in one pass. Returns ``(n_batches, error_index, error_size,
     batch_starts, batch_sizes, max_timestamps)``; ``error_index >= 0`` names a record whose batch
     alone (``error_size`` bytes) exceeds the limit. ``batch_starts`` (rows of the whole columns) has
-    ``n_batches + 1`` valid entries, the two others ``n_batches``.
+    ``n_batches + 1`` valid entries, the two others ``n_batches`` (the arrays may be longer).
     """
-    n = stop_row - first_row
-    batch_starts = np.empty(n + 1, np.int64)
-    batch_sizes = np.empty(max(n, 1), np.int64)
-    max_timestamps = np.empty(max(n, 1), np.int64)
+    # Grown by doubling: arrays of a slot per record would be mapped and unmapped at every call (on
+    # two threads, each unmap interrupts the other core to flush its TLB).
+    capacity = 64
+    batch_starts = np.empty(capacity, np.int64)
+    batch_sizes = np.empty(capacity, np.int64)
+    max_timestamps = np.empty(capacity, np.int64)
+    tails = np.empty(_PLAN_BLOCK, np.int64)
     n_batches = 0
     batch_size = 0
     start = first_row
     base_ts = np.int64(0)
     max_ts = np.int64(0)
-    for i in range(first_row, stop_row):
-        klen = int(key_offsets[i + 1]) - int(key_offsets[i])
-        if key_mode == NULLS_ALL:
-            klen = -1
-        elif key_mode == NULLS_SOME:
-            if key_nulls[i]:
-                klen = -1
-        vlen = int(value_offsets[i + 1]) - int(value_offsets[i])
-        if value_mode == NULLS_ALL:
-            vlen = -1
-        elif value_mode == NULLS_SOME:
-            if value_nulls[i]:
-                vlen = -1
-        hfirst = int(header_offsets[i])
-        hcount = int(header_offsets[i + 1]) - hfirst
+    for lo in range(first_row, stop_row, _PLAN_BLOCK):
+        m = min(_PLAN_BLOCK, stop_row - lo)
+        # The bytes of each record that do not depend on its batch: key, value and headers with their
+        # length varints, column by column in loops LLVM vectorises (a null length is varint -1).
+        tails[:m] = 0
+        _add_lengths(tails, lo, m, key_offsets, key_nulls, key_mode)
+        _add_lengths(tails, lo, m, value_offsets, value_nulls, value_mode)
         if header_mode == NULLS_ALL:
-            hcount = 0
-        elif header_mode == NULLS_SOME:
-            if header_nulls[i]:
-                hcount = 0
-        tail = _uvarint_size(_zigzag(klen)) + max(klen, 0) + _uvarint_size(_zigzag(vlen)) + max(vlen, 0)
-        tail += _uvarint_size(_zigzag(hcount))
-        if hcount:
-            tail += _headers_size(
-                header_key_offsets, header_value_offsets, header_value_nulls, header_value_mode, hfirst, hcount
-            )
-        ts = timestamps[i]
-        if batch_size > 0:
-            body = 1 + _uvarint_size(_zigzag(ts - base_ts)) + _uvarint_size(_zigzag(i - start)) + tail
-            record = _uvarint_size(_zigzag(body)) + body
-            if batch_size + record <= max_batch_bytes:
-                batch_size += record
-                max_ts = max(max_ts, ts)
-                continue
-            batch_sizes[n_batches] = batch_size
-            max_timestamps[n_batches] = max_ts
-            n_batches += 1
-        start = i
-        base_ts = ts
-        max_ts = ts
-        batch_starts[n_batches] = i
-        body = 3 + tail  # attributes, timestampDelta 0, offsetDelta 0: one byte each
-        record = _uvarint_size(_zigzag(body)) + body
-        if _HEADER_SIZE + record > max_batch_bytes:
-            return n_batches, i, _HEADER_SIZE + record, batch_starts, batch_sizes, max_timestamps
-        batch_size = _HEADER_SIZE + record
+            tails[:m] += 1  # headerCount 0
+        else:
+            for j in range(m):
+                hfirst = int(header_offsets[lo + j])
+                hcount = int(header_offsets[lo + j + 1]) - hfirst
+                if header_mode == NULLS_SOME and header_nulls[lo + j]:
+                    hcount = 0
+                tails[j] += _uvarint_size(np.uint64(2 * hcount))
+                if hcount:
+                    tails[j] += _headers_size(
+                        header_key_offsets, header_value_offsets, header_value_nulls, header_value_mode, hfirst, hcount
+                    )
+        for j in range(m):
+            i = lo + j
+            tail = tails[j]
+            ts = timestamps[i]
+            if batch_size > 0:
+                # zig-zag of a value >= 0 is twice the value
+                body = 1 + _uvarint_size(_zigzag(ts - base_ts)) + _uvarint_size(np.uint64(2 * (i - start))) + tail
+                record = _uvarint_size(np.uint64(2 * body)) + body
+                if batch_size + record <= max_batch_bytes:
+                    batch_size += record
+                    max_ts = max(max_ts, ts)
+                    continue
+                batch_sizes[n_batches] = batch_size
+                max_timestamps[n_batches] = max_ts
+                n_batches += 1
+            start = i
+            base_ts = ts
+            max_ts = ts
+            if n_batches + 1 >= capacity:  # room for this batch and the end row
+                capacity *= 2
+                batch_starts = _grown(batch_starts, capacity)
+                batch_sizes = _grown(batch_sizes, capacity)
+                max_timestamps = _grown(max_timestamps, capacity)
+            batch_starts[n_batches] = i
+            body = 3 + tail  # attributes, timestampDelta 0, offsetDelta 0: one byte each
+            record = _uvarint_size(np.uint64(2 * body)) + body
+            if _HEADER_SIZE + record > max_batch_bytes:
+                return n_batches, i, _HEADER_SIZE + record, batch_starts, batch_sizes, max_timestamps
+            batch_size = _HEADER_SIZE + record
     if batch_size > 0:
         batch_sizes[n_batches] = batch_size
         max_timestamps[n_batches] = max_ts

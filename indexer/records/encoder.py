@@ -30,7 +30,6 @@ encode ranges of one plan in parallel or into reused buffers.
 
 from __future__ import annotations
 
-import itertools
 import logging
 import os
 import threading
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from indexer._workers import in_threads
 from indexer.errors import RecordTooLargeError, SchemaError
 from indexer.records import _kernels
 from indexer.records._batch_scan import HARDWARE_CRC32C
@@ -70,6 +70,7 @@ PLAN_WORKERS = min(2, os.cpu_count() or 1)
 # encode_planned_to: chunks small enough to stay in the CPU cache from encoding to writing, large enough
 # that the page cache takes each in big folios (measured on 1M x 100-byte records: 1-4 MiB alike, 256 KiB slower)
 DEFAULT_CHUNK_BYTES = 2 << 20
+_buffers = threading.local()  # per thread: the encoding buffer of encode_planned_to
 _INT32_MAX = 2**31 - 1
 _NO_NULLS = np.zeros(0, np.bool_)
 _NO_NULLS.setflags(write=False)
@@ -351,6 +352,18 @@ def planned_batches(plan: BatchPlan) -> EncodedBatches:
     )
 
 
+def _scratch(nbytes: int) -> np.ndarray:
+    """This thread's encoding buffer of at least ``nbytes``, kept between calls up to
+    ``2 * DEFAULT_CHUNK_BYTES`` (its pages are faulted once, not at every append)."""
+    buffer: np.ndarray | None = getattr(_buffers, "buffer", None)
+    if buffer is not None and buffer.shape[0] >= nbytes:
+        return buffer
+    buffer = np.empty(max(nbytes, DEFAULT_CHUNK_BYTES), np.uint8)
+    if buffer.shape[0] <= 2 * DEFAULT_CHUNK_BYTES:
+        _buffers.buffer = buffer
+    return buffer
+
+
 def encode_planned_to(
     plan: BatchPlan,
     start: int,
@@ -365,9 +378,9 @@ def encode_planned_to(
     ``write(data, position)`` receives whole batches, ``position`` relative to batch ``start`` (as in
     one whole encoding), in no particular order and from up to ``workers`` threads at once (the
     caller's included). Each thread encodes into its own recycled buffer of about ``chunk_bytes``:
-    the buffer stays in the CPU cache between encoding and writing and its pages are faulted once (``chunk_bytes``
-    default: :data:`DEFAULT_CHUNK_BYTES`),
-    and while one thread writes, the other encodes. The first error of any thread stops the others
+    the buffer stays in the CPU cache between encoding and writing and its pages are faulted once
+    (``chunk_bytes`` default: :data:`DEFAULT_CHUNK_BYTES`), and while one thread writes, the other
+    encodes (threads of :func:`indexer._workers.in_threads`). The first error of any thread stops the others
     (after their current chunk) and is raised here; chunks handed to ``write`` before it are not
     taken back.
     """
@@ -376,46 +389,12 @@ def encode_planned_to(
         return
     origin = int(plan.positions[start])
     largest = max(plan.range_bytes(a, b) for a, b in ranges)
-    buffers = threading.local()
 
     def encode_chunk(k: int) -> None:
-        if not hasattr(buffers, "buffer"):
-            buffers.buffer = np.empty(largest, np.uint8)
         a, b = ranges[k]
-        write(encode_planned(plan, a, b, out=buffers.buffer).buffer, int(plan.positions[a]) - origin)
+        write(encode_planned(plan, a, b, out=_scratch(largest)).buffer, int(plan.positions[a]) - origin)
 
     in_threads(len(ranges), encode_chunk, workers=workers)
-
-
-def in_threads(tasks: int, run: Callable[[int], None], *, workers: int) -> None:
-    """``run(k)`` for every ``k < tasks`` on up to ``workers`` threads, the caller's included.
-
-    Each thread claims the next task until none is left (``run`` must release the GIL to gain
-    anything). The first error of any thread stops the others after their current task and is raised
-    here.
-    """
-    claims = itertools.count()  # next() is atomic under the GIL: each task goes to one thread
-    failed = threading.Event()
-    errors: list[BaseException] = []
-
-    def work() -> None:
-        try:
-            while not failed.is_set() and (k := next(claims)) < tasks:
-                run(k)
-        except BaseException as e:  # raised in the caller's thread
-            errors.append(e)
-            failed.set()
-
-    helpers = [
-        threading.Thread(target=work, name=f"seglog-worker-{i}", daemon=True) for i in range(min(workers, tasks) - 1)
-    ]
-    for helper in helpers:
-        helper.start()
-    work()
-    for helper in helpers:
-        helper.join()
-    if errors:
-        raise errors[0]
 
 
 def encode_batches(
