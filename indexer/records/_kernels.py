@@ -460,15 +460,15 @@ def write_batches(
                 if header_nulls[i]:
                     hcount = 0
             ts_delta = _zigzag(timestamps[i] - base_ts)
-            offset_delta = _zigzag(i - first)
+            offset_delta = np.uint64(2 * (i - first))  # zig-zag of a value >= 0
             body = 1 + _uvarint_size(ts_delta) + _uvarint_size(offset_delta)
             body += _uvarint_size(_zigzag(klen)) + max(klen, 0) + _uvarint_size(_zigzag(vlen)) + max(vlen, 0)
-            body += _uvarint_size(_zigzag(hcount))
+            body += _uvarint_size(np.uint64(2 * hcount))
             if hcount:
                 body += _headers_size(
                     header_key_offsets, header_value_offsets, header_value_nulls, header_value_mode, hfirst, hcount
                 )
-            pos = _write_uvarint(out, pos, _zigzag(body))
+            pos = _write_uvarint(out, pos, np.uint64(2 * body))
             out[pos] = 0
             pos = _write_uvarint(out, pos + 1, ts_delta)
             pos = _write_uvarint(out, pos, offset_delta)
@@ -478,7 +478,7 @@ def write_batches(
             pos = _write_uvarint(out, pos, _zigzag(vlen))
             if vlen > 0:
                 pos = _copy(out, pos, value_data, int(value_offsets[i]), vlen)
-            pos = _write_uvarint(out, pos, _zigzag(hcount))
+            pos = _write_uvarint(out, pos, np.uint64(2 * hcount))
             if hcount:
                 pos = _write_headers(
                     out, pos, header_key_offsets, header_key_data, header_value_offsets, header_value_nulls,
