@@ -14,7 +14,8 @@ writer is appending and on read-only copies of broker directories. The high wate
 the log directory's ``replication-offset-checkpoint``.
 
 examples:
-  seglog read --log-dir data/logs --topic events --partition 0 --from-offset 0
+  seglog read --log-dir data/logs --topic events --partition 0 --from-beginning
+  seglog read --log-dir data/logs --topic events --partition 0 --from-offset 1000 --max-records 10
   seglog read --log-dir data/logs --topic events --partition 0 --from-timestamp 1700000000000 --max-records 5
   seglog read --log-dir ../shared/vectors/kafka/snappy-headers --topic some-topic --partition 0 \\
       --from-offset 0 --encoding base64
@@ -41,6 +42,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog read``."""
     add_partition_arguments(parser)
     start = parser.add_mutually_exclusive_group(required=True)
+    start.add_argument(
+        "--from-beginning",
+        action="store_true",
+        help="start at the log start offset (the oldest record retention kept), as kafka-console-consumer",
+    )
     start.add_argument("--from-offset", type=non_negative_int, metavar="N", help="first offset to read")
     start.add_argument(
         "--from-timestamp",
@@ -70,6 +76,8 @@ def run(args: argparse.Namespace) -> int:
             logger.info("first offset with timestamp >= %d: %s", args.from_timestamp, start)
             if start is None:
                 return 0
+        elif args.from_beginning:
+            start = log.log_start_offset
         else:
             start = args.from_offset
             if not log.log_start_offset <= start <= log.log_end_offset:

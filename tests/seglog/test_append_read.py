@@ -225,6 +225,22 @@ def test_read_by_timestamp_and_max_records(tmp_path: Path, capsys: pytest.Captur
     assert [r["offset"] for r in _read(capsys, log_dir, "--from-offset", "97")] == [97, 98, 99]
 
 
+def test_read_from_beginning_starts_at_the_log_start_offset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log_dir = tmp_path / "logs"
+    assert _append(tmp_path, log_dir, [{"value": f"v{i}"} for i in range(10)]) == 0
+    capsys.readouterr()
+    manager = LogManager(log_dir, load_settings())
+    try:  # as retention does: the log start moves past offset 0
+        log = manager.get_log("t", 0)
+        assert log is not None and log.maybe_increment_log_start_offset(4)
+        manager.checkpoint_log_start_offsets()
+    finally:
+        manager.close()
+    assert main(["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--from-offset", "0"]) == 1
+    assert "OffsetOutOfRangeError" in capsys.readouterr().err
+    assert [r["offset"] for r in _read(capsys, log_dir, "--from-beginning")] == list(range(4, 10))
+
+
 def test_read_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log_dir = tmp_path / "logs"
     assert _append(tmp_path, log_dir, [{"value": "x"}]) == 0
