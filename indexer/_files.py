@@ -1,6 +1,6 @@
 """Deleting and renaming the files of a segment's indexes (Kafka's ``Files.deleteIfExists`` and
 ``Utils.atomicMoveWithFallback``), with ``OSError`` turned into :class:`~indexer.errors.StorageError`,
-and :class:`IndexFile`, the file handling the index classes share."""
+:func:`pwrite_all`, and :class:`IndexFile`, the file handling the index classes share."""
 
 from __future__ import annotations
 
@@ -15,6 +15,17 @@ from typing import ClassVar, Self
 from indexer.errors import storage_errors
 
 logger = logging.getLogger(__name__)
+
+
+def pwrite_all(fd: int, data: bytes | memoryview, position: int) -> None:
+    """Write all of ``data`` at ``position`` of ``fd`` (``pwrite`` may write less than asked).
+
+    ``OSError`` is left to the caller's :func:`~indexer.errors.storage_errors`, which names the file.
+    """
+    view = memoryview(data).cast("B")
+    while view:
+        written = os.pwrite(fd, view, position)
+        view, position = view[written:], position + written
 
 
 def delete_if_exists(path: Path, kind: str) -> bool:

@@ -38,7 +38,7 @@ from typing import ClassVar, NamedTuple
 import numpy as np
 
 from indexer import _index_kernels as kernels
-from indexer._files import IndexFile
+from indexer._files import IndexFile, pwrite_all
 from indexer.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, storage_errors
 
 logger = logging.getLogger(__name__)
@@ -460,13 +460,10 @@ class AbstractIndex(IndexFile):
         reservation, per 4 KiB (27,000 offset-index entries: 3.3 ms through the map, 0.1 ms by pwrite).
         """
         data = np.ascontiguousarray(packed).reshape(-1).view(np.uint8).data
-        position = entries * self.ENTRY_SIZE
         with storage_errors(self._path, "append to index file"):
             fd = os.open(self._path, os.O_WRONLY)
             try:
-                while data:  # pwrite may write less than asked
-                    written = os.pwrite(fd, data, position)
-                    data, position = data[written:], position + written
+                pwrite_all(fd, data, entries * self.ENTRY_SIZE)
             finally:
                 os.close(fd)
 

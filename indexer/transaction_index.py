@@ -25,7 +25,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from indexer._files import IndexFile
+from indexer._files import IndexFile, pwrite_all
 from indexer.errors import CorruptIndexError, StorageError, storage_errors
 
 logger = logging.getLogger(__name__)
@@ -211,14 +211,7 @@ class TransactionIndex(IndexFile):
             assert fd is not None
             data = txn.to_bytes()
             with storage_errors(self._path, "append to transaction index"):
-                end = os.fstat(fd).st_size
-                written = os.pwrite(fd, data, end)
-                if written != len(data):
-                    raise StorageError(
-                        f"Short write to transaction index {self._path.absolute()}: "
-                        f"{written} of {len(data)} bytes",
-                        path=self._path,
-                    )
+                pwrite_all(fd, data, os.fstat(fd).st_size)
             self._last_offset = txn.last_offset
 
     def all_aborted_txns(self) -> list[AbortedTxn]:

@@ -35,6 +35,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from indexer._files import pwrite_all
 from indexer.errors import CorruptRecordError, StorageError, storage_errors
 from indexer.records import _batch_scan
 from indexer.records.batch_header import (
@@ -398,10 +399,8 @@ class FileRecords:
                 f"{self._size} ({self._path})"
             )
         fd = self._check_open()
-        written = 0
         with storage_errors(self._path, "append to"):
-            while written < n:
-                written += os.pwrite(fd, view[written:], self._size + written)
+            pwrite_all(fd, view, self._size)
         self._size += n
         return n
 
@@ -433,11 +432,8 @@ class FileRecords:
         def write(data: np.ndarray, position: int) -> None:
             if position < 0 or position + data.nbytes > size:
                 raise ValueError(f"a piece of {data.nbytes} bytes at {position} is outside the append of {size} bytes")
-            view = np.ascontiguousarray(data).reshape(-1).view(np.uint8).data
             with storage_errors(self._path, "append to"):
-                while view:  # pwrite may write less than asked
-                    written = os.pwrite(fd, view, start + position)
-                    view, position = view[written:], position + written
+                pwrite_all(fd, np.ascontiguousarray(data).reshape(-1).view(np.uint8).data, start + position)
 
         with storage_errors(self._path, "append to"):
             os.posix_fallocate(fd, start, size)
