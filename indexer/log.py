@@ -24,6 +24,7 @@ crash, the loader cuts the log after its last valid batch from the recovery poin
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
 import functools
 import logging
@@ -60,12 +61,18 @@ from indexer.lock import FileLock
 from indexer.log_loader import LogLoader
 from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata
 from indexer.records.batch_header import (
+    ATTRIBUTES_OFFSET,
+    COMPRESSION_CODEC_MASK,
     COMPRESSION_IDS,
     CREATE_TIME,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
     MIN_LEGACY_RECORD_SIZE,
+    OFFSET_OFFSET,
     SIZE_OFFSET,
+    TIMESTAMP_TYPE_MASK,
 )
 from indexer.records.columns import READ_SCHEMA, to_append_table
 from indexer.records.decoder import decode_records
@@ -146,6 +153,21 @@ def _encode_in_chunks(plan: BatchPlan, ranges: list[tuple[int, int]]) -> Iterato
 def _encode_into(plan: BatchPlan, write: Callable[[np.ndarray, int], None], start: int, stop: int) -> None:
     """Encode batches ``start..stop-1`` of ``plan`` and write them into the segment file with ``write``."""
     encode_planned_to(plan, start, stop, write, workers=_ENCODE_WORKERS)
+
+
+def _assign_offsets(encoded: EncodedBatches, first_offset: int) -> EncodedBatches:
+    """``encoded`` with offsets from ``first_offset``: each batch's baseOffset field rewritten in its
+    buffer (big-endian, bytes 0-7, outside the CRC), the metadata arrays shifted alike."""
+    shift = first_offset - int(encoded.base_offsets[0])
+    base_offsets = encoded.base_offsets + shift
+    fields = encoded.positions[:, None] + np.arange(OFFSET_OFFSET, OFFSET_OFFSET + 8)
+    encoded.buffer[fields] = base_offsets.astype(">i8").view(np.uint8).reshape(-1, 8)
+    return dataclasses.replace(
+        encoded,
+        base_offsets=base_offsets,
+        last_offsets=encoded.last_offsets + shift,
+        offsets_of_max_timestamp=encoded.offsets_of_max_timestamp + shift,
+    )
 
 
 def _whole_entries_length(buf: bytes) -> int:
@@ -507,25 +529,110 @@ class Log:
                     for encoded in chunks:
                         rolled += self._append_encoded(encoded, now)
                         summaries.append(self._append_summary(encoded))
-            # the first chunk holding the largest timestamp names its offset (Kafka keeps the first)
-            best = max(range(len(summaries)), key=lambda k: (summaries[k][0], -k))
-            max_timestamp, offset_of_max_timestamp = summaries[best][0], summaries[best][1]
-            num_batches = sum(summary[2] for summary in summaries)
-            valid_bytes = sum(summary[3] for summary in summaries)
-            last_offset = summaries[-1][4]
-            if self.unflushed_messages >= self.config.flush_messages:
-                self._flush_locked(self.log_end_offset, including=False)
-            return LogAppendInfo(
-                first_offset=first_offset,
-                last_offset=last_offset,
-                max_timestamp=max_timestamp,
-                offset_of_max_timestamp=offset_of_max_timestamp,
-                log_append_time_ms=now if log_append_time else -1,
-                log_start_offset=self._log_start_offset,
-                num_records=int(table.num_rows),
-                num_batches=num_batches,
-                valid_bytes=valid_bytes,
-                rolled=rolled,
+            return self._appended(first_offset, summaries, rolled, now if log_append_time else -1)
+
+    def append_encoded(self, encoded: EncodedBatches, *, now_ms: int | None = None) -> LogAppendInfo:
+        """Append v2 batches encoded beforehand, giving them the next offsets, as a broker does with a
+        producer's batches; returns what was written.
+
+        ``encoded`` comes from :func:`~indexer.records.encoder.encode_batches` (any base offset), so a
+        caller can encode while it does not know the offsets yet (the Spark sink encodes each part of a
+        micro-batch as it arrives) and append later. Each batch's ``baseOffset`` field (bytes 0-7; the
+        CRC covers bytes 21 on) is rewritten in ``encoded.buffer``, in place: nothing is re-encoded or
+        re-checksummed. The metadata arrays of ``encoded`` keep the encoder's offsets; the returned info
+        has the assigned ones. Batches are stored as they are, so their codec must be the topic's
+        ``compression.type`` (any codec for ``producer``) and their timestamp type the topic's
+        ``message.timestamp.type``: for ``LogAppendTime``, encode with ``timestamp_type=LOG_APPEND_TIME``
+        and the append time (a broker would rewrite maxTimestamp and the CRC instead). Rolls, index
+        entries, the returned info and ``flush.messages`` are those of :meth:`append`, and everything
+        is checked before a byte is written. Thread-safe (takes the log lock).
+
+        Raises:
+            ValueError: ``encoded`` is not back-to-back v2 batches with consecutive offsets in a writable
+                buffer, or its codec or timestamp type is not the topic's; the log is read-only or closed.
+            RecordBatchTooLargeError: a batch is larger than ``segment.bytes``.
+            StorageError: an I/O error; the log is then in the state a crash would leave.
+        """
+        now = self.clock.milliseconds() if now_ms is None else now_ms
+        with self.lock:
+            self._check_writable("append")
+            first_offset = self.log_end_offset
+            if not len(encoded):
+                return LogAppendInfo(first_offset, first_offset - 1, -1, -1, -1, self._log_start_offset, 0, 0, 0)
+            self._check_encoded(encoded, first_offset)
+            assigned = _assign_offsets(encoded, first_offset)
+            rolled = self._append_encoded(assigned, now)
+            summary = self._append_summary(assigned)
+            return self._appended(first_offset, [summary], rolled, summary[0] if self.config.is_log_append_time else -1)
+
+    def _appended(
+        self, first_offset: int, summaries: list[tuple[int, int, int, int, int]], rolled: int, log_append_time_ms: int
+    ) -> LogAppendInfo:
+        """Flush if ``flush.messages`` says so, and describe an append from its chunks' summaries
+        (:meth:`_append_summary`, in order). Caller holds the lock."""
+        # the first chunk holding the largest timestamp names its offset (Kafka keeps the first)
+        best = max(range(len(summaries)), key=lambda k: (summaries[k][0], -k))
+        last_offset = summaries[-1][4]
+        if self.unflushed_messages >= self.config.flush_messages:
+            self._flush_locked(self.log_end_offset, including=False)
+        return LogAppendInfo(
+            first_offset=first_offset,
+            last_offset=last_offset,
+            max_timestamp=summaries[best][0],
+            offset_of_max_timestamp=summaries[best][1],
+            log_append_time_ms=log_append_time_ms,
+            log_start_offset=self._log_start_offset,
+            num_records=last_offset - first_offset + 1,
+            num_batches=sum(summary[2] for summary in summaries),
+            valid_bytes=sum(summary[3] for summary in summaries),
+            rolled=rolled,
+        )
+
+    def _check_encoded(self, encoded: EncodedBatches, first_offset: int) -> None:
+        """Reject batches :meth:`append_encoded` cannot store as they are (vectorised over the batches)."""
+        positions, sizes, buffer = encoded.positions, encoded.sizes, encoded.buffer
+        ends = positions + sizes
+        if (
+            positions[0] < 0
+            or int(ends[-1]) > encoded.total_bytes
+            or not np.array_equal(positions[1:], ends[:-1])
+            or not np.array_equal(encoded.base_offsets[1:], encoded.last_offsets[:-1] + 1)
+            or bool((encoded.last_offsets < encoded.base_offsets).any())
+        ):
+            raise ValueError(
+                f"cannot append to {self.directory}: the batches are not back to back in their buffer "
+                "with consecutive offsets (use encode_batches)"
+            )
+        if not buffer.flags.writeable:
+            raise ValueError(
+                f"cannot append to {self.directory}: the batches' buffer is read-only, and their "
+                "offsets are assigned in place"
+            )
+        if bool((buffer[positions + MAGIC_OFFSET] != MAGIC_V2).any()):
+            raise ValueError(f"cannot append to {self.directory}: only v2 batches can be appended encoded")
+        attributes = buffer[positions + ATTRIBUTES_OFFSET + 1]  # the low byte of the int16 attributes
+        topic_codec = self.config.compression_type
+        if topic_codec != "producer":
+            codec_id = COMPRESSION_IDS["none" if topic_codec == "uncompressed" else topic_codec]
+            if bool(((attributes & COMPRESSION_CODEC_MASK) != codec_id).any()):
+                raise ValueError(
+                    f"cannot append to {self.directory}: its compression.type is {topic_codec}, "
+                    "and encoded batches are stored as they are; encode them with that codec"
+                )
+        append_time = self.config.is_log_append_time
+        if bool((((attributes & TIMESTAMP_TYPE_MASK) != 0) != append_time).any()):
+            raise ValueError(
+                f"cannot append to {self.directory}: its message.timestamp.type is "
+                f"{self.config.message_timestamp_type}, and encoded batches are stored as they are; encode them with "
+                f"timestamp_type={'LOG_APPEND_TIME' if append_time else 'CREATE_TIME'}"
+            )
+        too_large = np.flatnonzero(sizes > self.config.segment_bytes)
+        if too_large.size:
+            i = int(too_large[0])
+            offset = first_offset + int(encoded.base_offsets[i] - encoded.base_offsets[0])
+            raise RecordBatchTooLargeError(
+                f"the batch of {int(sizes[i])} bytes at offset {offset} is larger than segment.bytes = "
+                f"{self.config.segment_bytes} of {self.directory}"
             )
 
     def _encoded_chunks(self, plan: BatchPlan) -> Generator[EncodedBatches, None, None]:

@@ -1,4 +1,4 @@
-"""Validate a Spark micro-batch and split it into per-partition record tables, before any write.
+"""Validate a Spark micro-batch, split it per partition and encode it, record batch by record batch.
 
 Input columns follow Spark's Kafka sink (``org.apache.spark.sql.kafka010.KafkaWriter``):
 
@@ -14,16 +14,30 @@ column         Arrow type                                    meaning
 ``timestamp``  Arrow timestamp or int64 ms                   CreateTime, null = now
 =============  ============================================  =====================================
 
-Other columns are ignored, as Spark's Kafka sink ignores them. Every check runs over whole
-columns (Arrow compute and numpy), never a Python loop per row; the only per-value loop is over the
-batch's distinct topic names. Rows keep their input order within a partition (stable sort), so
-records of one key stay in order.
+Other columns are ignored, as Spark's Kafka sink ignores them.
+
+A micro-batch reaches the driver as Arrow record batches, one Spark task's at a time and out of
+order (:mod:`streaming.arrow_collect`). :class:`MicroBatchEncoder` hands each record batch to a
+thread pool as it arrives: :func:`split_record_batch` validates it, picks each row's partition,
+groups the rows per partition and encodes each group as Kafka v2 batches with offsets from 0, so this
+work overlaps Spark producing the rest. Once the order of the record batches is known,
+:meth:`MicroBatchEncoder.finish` lines the encoded pieces up per partition, in the micro-batch's row
+order; the log gives them their offsets when they are appended (``Log.append_encoded``). Every
+input problem surfaces before that, so a bad micro-batch writes nothing.
+
+Every check runs over whole columns (Arrow compute, numpy, the numba partitioner and encoder), never
+a Python loop per row; the only per-value loop is over a record batch's distinct topic names. Rows
+keep their input order within a partition (stable sort), so records of one key stay in order.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+import threading
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
 import numpy as np
@@ -35,92 +49,66 @@ from indexer.errors import (
     RecordBatchTooLargeError,
     RecordTooLargeError,
     SchemaError,
+    SeglogError,
     UnknownTopicOrPartitionError,
 )
 from indexer.file_names import validate_topic
-from indexer.records.batch_header import RECORD_BATCH_OVERHEAD
+from indexer.records.batch_header import CREATE_TIME, LOG_APPEND_TIME
 from indexer.records.columns import APPEND_SCHEMA, to_append_table
+from indexer.records.encoder import EncodedBatches, encode_batches
 from streaming.partitioner import partition_for_keys
 
 logger = logging.getLogger(__name__)
 
 SINK_COLUMNS = ("key", "value", "topic", "partition", "headers", "timestamp")
 
+TopicPartition = tuple[str, int]
+
 
 @dataclass(frozen=True, slots=True)
 class TopicLayout:
-    """What the splitter needs to know about a target topic."""
+    """What splitting and encoding need to know about a target topic."""
 
     num_partitions: int
     max_message_bytes: int
     segment_bytes: int
+    compression: str = "none"
+    log_append_time: bool = False
+
+    @property
+    def max_batch_bytes(self) -> int:
+        """Largest Kafka batch to encode: it must fit ``max.message.bytes`` and a segment."""
+        return min(self.max_message_bytes, self.segment_bytes)
 
 
-@dataclass(frozen=True, slots=True)
-class PartitionSlice:
-    """The records of one batch for one partition, in input order, cut into appendable chunks.
-
-    Each chunk's encoded size is at most ``segment.bytes`` (one append must fit in a segment).
-    """
+@dataclass(frozen=True)
+class PartitionBatches:
+    """Encoded records for one partition, in row order: pieces of Kafka batches with offsets from 0
+    each, appended one after the other (``Log.append_encoded`` gives them their offsets)."""
 
     topic: str
     partition: int
-    chunks: tuple[pa.Table, ...]
+    pieces: tuple[EncodedBatches, ...]
 
     @property
     def num_rows(self) -> int:
-        return sum(chunk.num_rows for chunk in self.chunks)
+        return sum(int(piece.record_counts.sum()) for piece in self.pieces)
 
 
-def _varint_sizes(values: np.ndarray) -> np.ndarray:
-    """Bytes of the zig-zag varint of each int32 in ``values`` (Kafka ``ByteUtils.sizeOfVarint``)."""
-    v = values.astype(np.int64)
-    z = np.where(v >= 0, 2 * v, -2 * v - 1)
-    return 1 + (z >= 1 << 7) + (z >= 1 << 14) + (z >= 1 << 21) + (z >= 1 << 28)
+@dataclass(frozen=True)
+class SplitBatch:
+    """One record batch of a micro-batch, validated, split per partition and encoded.
 
-
-def _lengths(array: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Byte length of each binary value, -1 for null (the length Kafka writes for a null)."""
-    lengths = pc.fill_null(pc.binary_length(array), -1).to_numpy(zero_copy_only=False)
-    return np.asarray(lengths, dtype=np.int64)
-
-
-def _field_sizes(lengths: np.ndarray) -> np.ndarray:
-    """Encoded size of a length-prefixed field: varint(length) + max(length, 0)."""
-    return np.asarray(_varint_sizes(lengths) + np.maximum(lengths, 0), dtype=np.int64)
-
-
-def single_record_batch_sizes(records: pa.Table) -> np.ndarray:
-    """Exact size (int64) of a v2 batch holding each record alone, uncompressed (spec 3.2, 3.4).
-
-    A record alone has timestamp and offset deltas 0 (one varint byte each), so its batch is
-    ``61 + varint(body) + body`` with ``body = attributes(1) + 1 + 1 + key + value + headers``.
-    Kafka rejects a record whose batch would exceed ``max.message.bytes``; in a larger batch the
-    record costs at most this much (its deltas grow by at most 13 bytes, the shared header saves 61),
-    so the sum over rows bounds the encoded size of any run of them.
-
-    ``records`` must have :data:`~indexer.records.columns.APPEND_SCHEMA`.
+    ``round_robin_rows`` counts, per topic, the rows the partitioner spread round robin (null key, no
+    partition): the next record batch's round robin starts after them.
     """
-    headers = records.column("headers").combine_chunks()
-    counts = pc.fill_null(pc.list_value_length(headers), 0).to_numpy(zero_copy_only=False).astype(np.int64)
-    flat = pc.list_flatten(headers)
-    per_header = _field_sizes(_lengths(pc.struct_field(flat, "key"))) + _field_sizes(
-        _lengths(pc.struct_field(flat, "value"))
-    )
-    cumulative = np.concatenate(([0], np.cumsum(per_header)))
-    ends = np.cumsum(counts)
-    header_bytes = cumulative[ends] - cumulative[ends - counts]
-    body = (
-        3
-        + _field_sizes(_lengths(records.column("key")))
-        + _field_sizes(_lengths(records.column("value")))
-        + _varint_sizes(counts)
-        + header_bytes
-    )
-    return np.asarray(RECORD_BATCH_OVERHEAD + _varint_sizes(body) + body, dtype=np.int64)
+
+    num_rows: int
+    round_robin_rows: Mapping[str, int]
+    parts: tuple[PartitionBatches, ...]
 
 
-def _topic_codes(table: pa.Table, default_topic: str | None) -> tuple[list[str], np.ndarray]:
+def _topic_codes(table: pa.Table, default_topic: str | None, first_row: int) -> tuple[list[str], np.ndarray]:
     """Distinct topics of the batch and each row's index into them."""
     n = table.num_rows
     if default_topic is not None:
@@ -133,7 +121,7 @@ def _topic_codes(table: pa.Table, default_topic: str | None) -> tuple[list[str],
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         raise SchemaError(f"column 'topic': found type {column.type}, expected string")
     if column.null_count:
-        row = int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
+        row = first_row + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
         raise InvalidTopicError(f"row {row} has a null topic and the sink has no default topic")
     encoded = column.combine_chunks().dictionary_encode()
     topics = [validate_topic(t) for t in encoded.dictionary.to_pylist()]
@@ -142,9 +130,10 @@ def _topic_codes(table: pa.Table, default_topic: str | None) -> tuple[list[str],
 
 def _partitions(
     table: pa.Table, keys: pa.Array, topics: list[str], codes: np.ndarray, layouts: list[TopicLayout],
-    null_key_start: int,
-) -> np.ndarray:
-    """Each row's partition: the ``partition`` column where set, else Kafka's default partitioner."""
+    null_key_starts: list[int], first_row: int,
+) -> tuple[np.ndarray, dict[str, int]]:
+    """Each row's partition: the ``partition`` column where set, else Kafka's default partitioner;
+    and per topic the rows spread round robin (null key, no partition), from ``null_key_starts``."""
     n = table.num_rows
     explicit = np.full(n, -1, dtype=np.int64)
     has_explicit = np.zeros(n, dtype=bool)
@@ -161,83 +150,76 @@ def _partitions(
         row = int(np.flatnonzero(bad)[0])
         topic = topics[codes[row]]
         raise UnknownTopicOrPartitionError(
-            f"row {row}: partition {explicit[row]} of topic {topic!r} is outside the topic's partitions "
-            f"0..{limits[row] - 1}"
+            f"row {first_row + row}: partition {explicit[row]} of topic {topic!r} is outside the topic's "
+            f"partitions 0..{limits[row] - 1}"
         )
     partitions = explicit
+    round_robin: dict[str, int] = {}
     for code in range(len(topics)):
         rows = np.flatnonzero((codes == code) & ~has_explicit)
-        if rows.size == n:  # the usual case: one topic, no partition column; no copy of the keys
-            partitions[:] = partition_for_keys(keys, layouts[code].num_partitions, null_key_start=null_key_start)
-        elif rows.size:
-            partitions[rows] = partition_for_keys(keys.take(pa.array(rows)), layouts[code].num_partitions,
-                                                  null_key_start=null_key_start)
-    return partitions
+        if not rows.size:
+            continue
+        topic_keys = keys if rows.size == n else keys.take(pa.array(rows))  # usually all rows: no copy
+        chosen = partition_for_keys(topic_keys, layouts[code].num_partitions, null_key_start=null_key_starts[code])
+        if rows.size == n:
+            partitions[:] = chosen
+        else:
+            partitions[rows] = chosen
+        if topic_keys.null_count:
+            round_robin[topics[code]] = topic_keys.null_count
+    return partitions, round_robin
 
 
-def _check_sizes(sizes: np.ndarray, topics: list[str], codes: np.ndarray, layouts: list[TopicLayout]) -> None:
-    """Reject the batch if one record alone would not fit ``max.message.bytes`` or ``segment.bytes``."""
-    max_message = np.array([layout.max_message_bytes for layout in layouts], dtype=np.int64)[codes]
-    too_large = np.flatnonzero(sizes > max_message)
-    if too_large.size:
-        row = int(too_large[0])
-        raise RecordTooLargeError(
-            f"row {row} of the micro-batch for topic {topics[codes[row]]!r} needs a {sizes[row]}-byte record batch, "
-            f"more than max.message.bytes={max_message[row]} ({too_large.size} such record(s))",
-            size=int(sizes[row]), limit=int(max_message[row]), index=row,
+def _too_large(error: RecordTooLargeError, row: int, topic: str, layout: TopicLayout) -> SeglogError:
+    """The encoder's error for one record, told in the micro-batch's terms (its row, its topic's limits)."""
+    size = int(error.size or 0)
+    if size > layout.max_message_bytes:
+        return RecordTooLargeError(
+            f"row {row} of the micro-batch for topic {topic!r} needs a {size}-byte record batch, more than "
+            f"max.message.bytes={layout.max_message_bytes}",
+            size=size, limit=layout.max_message_bytes, index=row,
         )
-    segment = np.array([layout.segment_bytes for layout in layouts], dtype=np.int64)[codes]
-    too_large = np.flatnonzero(sizes > segment)
-    if too_large.size:
-        row = int(too_large[0])
-        raise RecordBatchTooLargeError(
-            f"row {row} of the micro-batch for topic {topics[codes[row]]!r} needs a {sizes[row]}-byte record batch, "
-            f"more than segment.bytes={segment[row]}"
-        )
+    return RecordBatchTooLargeError(
+        f"row {row} of the micro-batch for topic {topic!r} needs a {size}-byte record batch, more than "
+        f"segment.bytes={layout.segment_bytes}"
+    )
 
 
-def _chunk_bounds(sizes: np.ndarray, budget: int) -> list[tuple[int, int]]:
-    """Cut rows into consecutive runs whose summed sizes stay within ``budget`` (each size <= budget)."""
-    bounds = []
-    start = 0
-    cumulative = np.cumsum(sizes)
-    base = 0
-    n = sizes.size
-    while start < n:
-        stop = int(np.searchsorted(cumulative, base + budget, side="right"))
-        bounds.append((start, stop))
-        base = int(cumulative[stop - 1])
-        start = stop
-    return bounds
-
-
-def split_batch(
-    table: pa.Table,
+def split_record_batch(
+    batch: pa.RecordBatch | pa.Table,
     *,
     default_topic: str | None,
     layout: Callable[[str], TopicLayout],
     null_key_start: int,
     now_ms: int,
-) -> list[PartitionSlice]:
-    """Validate ``table`` (a micro-batch as Arrow) and split it per (topic, partition).
+    first_row: int = 0,
+    round_robin_before: Mapping[str, int] | None = None,
+) -> SplitBatch:
+    """Validate ``batch`` (a micro-batch or a record batch of one), split it per (topic, partition)
+    and encode each partition's rows as Kafka batches with offsets from 0.
 
     Args:
-        table: the micro-batch with the columns in the module docstring.
+        batch: rows with the columns in the module docstring.
         default_topic: the sink's ``topic`` option; when set every row goes to it.
-        layout: partitions and size limits of a topic (called once per distinct topic).
-        null_key_start: first partition for null-key rows (round robin from there).
-        now_ms: timestamp given to rows whose timestamp is null.
+        layout: partitions, size limits and encoding of a topic (called once per distinct topic).
+        null_key_start: first partition of the micro-batch's null-key rows (round robin from there).
+        now_ms: timestamp given to rows whose timestamp is null, and the LogAppendTime of batches
+            for topics with ``message.timestamp.type=LogAppendTime``.
+        first_row: the micro-batch row of ``batch``'s first row (error messages count from it).
+        round_robin_before: per topic, the rows spread round robin in the micro-batch's earlier
+            record batches: this batch's round robin goes on after them.
 
     Returns:
-        One slice per partition that gets records, ordered by topic then partition.
+        The batch's partitions (ordered by topic then partition), each with one piece.
 
     Raises:
         SchemaError: no ``value`` column, or a column of the wrong type.
         InvalidTopicError: no topic for a row, or an illegal topic name.
         UnknownTopicOrPartitionError: a partition outside the topic's partitions.
-        RecordTooLargeError: a record whose batch would exceed ``max.message.bytes``.
+        RecordTooLargeError: a record whose batch would exceed ``max.message.bytes`` (the first such row).
         RecordBatchTooLargeError: a record whose batch would exceed ``segment.bytes``.
     """
+    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
     if "value" not in table.column_names:
         raise SchemaError(f"the micro-batch has no 'value' column (columns: {table.column_names})")
     ignored = [name for name in table.column_names if name not in SINK_COLUMNS]
@@ -247,28 +229,143 @@ def split_batch(
         table.select([name for name in APPEND_SCHEMA.names if name in table.column_names]), now_ms=now_ms
     )
     if table.num_rows == 0:
-        return []
-    topics, codes = _topic_codes(table, default_topic)
+        return SplitBatch(0, {}, ())
+    topics, codes = _topic_codes(table, default_topic, first_row)
     layouts = [layout(topic) for topic in topics]
-    partitions = _partitions(table, records.column("key").combine_chunks(), topics, codes, layouts, null_key_start)
-    sizes = single_record_batch_sizes(records)
-    _check_sizes(sizes, topics, codes, layouts)
-
+    before = round_robin_before or {}
+    starts = [null_key_start + before.get(topic, 0) for topic in topics]
+    partitions, round_robin = _partitions(
+        table, records.column("key").combine_chunks(), topics, codes, layouts, starts, first_row
+    )
     width = max(layout.num_partitions for layout in layouts)
     group = codes * width + partitions
     # A stable sort keeps input order within a partition; on 16-bit keys numpy uses a radix sort.
     order = np.argsort(group.astype(np.int16) if group.max() < 2**15 else group, kind="stable")
-    grouped = records.take(pa.array(order))
     sorted_group = group[order]
-    sorted_sizes = sizes[order]
-    starts = np.concatenate(([0], np.flatnonzero(np.diff(sorted_group)) + 1))
-    ends = np.concatenate((starts[1:], [order.size]))
-    slices = []
-    for start, end in zip(starts.tolist(), ends.tolist(), strict=True):
+    bounds = np.concatenate(([0], np.flatnonzero(np.diff(sorted_group)) + 1, [order.size])).tolist()
+    grouped = records if len(bounds) == 2 else records.take(pa.array(order))  # one gather: cheaper than one per part
+    parts = []
+    errors: list[tuple[int, SeglogError]] = []
+    for start, end in zip(bounds[:-1], bounds[1:], strict=True):
         code, partition = divmod(int(sorted_group[start]), width)
-        budget = layouts[code].segment_bytes
-        chunks = tuple(
-            grouped.slice(start + lo, hi - lo) for lo, hi in _chunk_bounds(sorted_sizes[start:end], budget)
-        )
-        slices.append(PartitionSlice(topics[code], partition, chunks))
-    return slices
+        topic_layout = layouts[code]
+        rows = grouped.slice(start, end - start)
+        try:
+            encoded = encode_batches(
+                rows, 0, max_batch_bytes=topic_layout.max_batch_bytes, compression=topic_layout.compression,
+                timestamp_type=LOG_APPEND_TIME if topic_layout.log_append_time else CREATE_TIME,
+                log_append_time_ms=now_ms if topic_layout.log_append_time else None,
+            )
+        except RecordTooLargeError as e:  # the first such row of this partition; report the first of all
+            row = first_row + int(order[start + int(e.index or 0)])
+            errors.append((row, _too_large(e, row, topics[code], topic_layout)))
+            continue
+        parts.append(PartitionBatches(topics[code], partition, (encoded,)))
+    if errors:
+        raise min(errors, key=lambda found: found[0])[1]
+    return SplitBatch(table.num_rows, round_robin, tuple(parts))
+
+
+class MicroBatchEncoder:
+    """Splits and encodes the record batches of one micro-batch on a thread pool as they arrive, then
+    lines them up per partition in the micro-batch's row order.
+
+    Arrival order is not row order, and the round robin of null-key rows and the row numbers in error
+    messages depend on the record batches before, so each batch is first split as if it came first.
+    :meth:`finish` then fixes, in row order, the batches for which that guess was wrong. One whose
+    round robin starts ``d`` later only moves its rows from partition ``p`` to ``(p + d) % partitions``
+    when all its rows of that topic went round robin (a keyless stream): its parts are relabelled. A
+    batch that mixes keyed and null-key rows is split again, and one that failed is split again in
+    row order to raise its error with the micro-batch's row numbers. Not thread-safe: one caller
+    feeds it.
+    """
+
+    def __init__(
+        self,
+        executor: Executor,
+        *,
+        default_topic: str | None,
+        layout: Callable[[str], TopicLayout],
+        null_key_start: int,
+        now_ms: int,
+    ) -> None:
+        self._executor = executor
+        self._default_topic = default_topic
+        self._layout = layout
+        self._null_key_start = null_key_start
+        self._now_ms = now_ms
+        self._batches: list[pa.RecordBatch] = []
+        self._futures: list[Future[SplitBatch]] = []
+        self._timing = threading.Lock()
+        self.split_ms = 0.0  # time the pool spent splitting and encoding (mostly overlapping the collect)
+
+    def submit(self, batch: pa.RecordBatch) -> None:
+        """Start splitting and encoding the next record batch to arrive."""
+        self._batches.append(batch)
+        self._futures.append(self._executor.submit(self._split, batch, 0, None))
+
+    def _split(self, batch: pa.RecordBatch, first_row: int, before: Mapping[str, int] | None) -> SplitBatch:
+        started = time.perf_counter()
+        try:
+            return split_record_batch(
+                batch, default_topic=self._default_topic, layout=self._layout, null_key_start=self._null_key_start,
+                now_ms=self._now_ms, first_row=first_row, round_robin_before=before,
+            )
+        finally:
+            with self._timing:
+                self.split_ms += (time.perf_counter() - started) * 1e3
+
+    def finish(self, order: list[int]) -> list[PartitionBatches]:
+        """Wait for every batch; ``order`` lists them (by arrival index) in row order. Returns each
+        written partition's pieces in row order, partitions ordered by topic then partition.
+
+        Raises:
+            SeglogError: the first bad row's error, in row order (see :func:`split_record_batch`).
+        """
+        if sorted(order) != list(range(len(self._batches))):
+            raise ValueError(f"the order {order} does not list the {len(self._batches)} record batches once each")
+        first_row = 0
+        before: Counter[str] = Counter()
+        splits: dict[int, SplitBatch | Future[SplitBatch]] = {}
+        for index in order:
+            batch, future = self._batches[index], self._futures[index]
+            if future.exception() is not None:  # raises the error again, with the micro-batch's row numbers
+                guess = self._split(batch, first_row, before)
+                splits[index] = guess
+            else:
+                guess = future.result()
+                shifted = self._shifted(guess, before)
+                splits[index] = shifted or self._executor.submit(self._split, batch, first_row, dict(before))
+            before.update(guess.round_robin_rows)
+            first_row += batch.num_rows
+        pieces: dict[TopicPartition, list[EncodedBatches]] = {}
+        for index in order:
+            split = splits[index]
+            for part in (split.result() if isinstance(split, Future) else split).parts:
+                pieces.setdefault((part.topic, part.partition), []).extend(part.pieces)
+        return [PartitionBatches(topic, partition, tuple(pieces[(topic, partition)])) for topic, partition in
+                sorted(pieces)]
+
+    def _shifted(self, split: SplitBatch, before: Mapping[str, int]) -> SplitBatch | None:
+        """``split`` (split as if no round robin came before) with its round robin going on after
+        ``before``, or None when only splitting again gives that."""
+        shifts = {topic: before.get(topic, 0) % self._layout(topic).num_partitions for topic in split.round_robin_rows}
+        if not any(shifts.values()):
+            return split
+        rows: Counter[str] = Counter()
+        for part in split.parts:
+            rows[part.topic] += part.num_rows
+        if any(shift and rows[topic] != split.round_robin_rows[topic] for topic, shift in shifts.items()):
+            return None  # keyed and null-key rows of one topic: the null-key rows' partitions change alone
+        moved = [
+            PartitionBatches(part.topic, (part.partition + shifts.get(part.topic, 0))
+                             % self._layout(part.topic).num_partitions, part.pieces)
+            for part in split.parts
+        ]
+        return SplitBatch(split.num_rows, split.round_robin_rows,
+                          tuple(sorted(moved, key=lambda part: (part.topic, part.partition))))
+
+    def cancel(self) -> None:
+        """Drop the batches not started yet (the micro-batch failed)."""
+        for future in self._futures:
+            future.cancel()

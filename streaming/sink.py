@@ -7,13 +7,15 @@ holding the query id (Spark's checkpoint identity), the last committed batch id 
 partition's committed end offset. For batch N of query Q:
 
 1. If the record says Q already committed N (or later): skip. Nothing is read from Spark.
-2. Collect the batch as Arrow, validate it and split it per partition (:mod:`streaming.micro_batch`).
-   Bad input raises here, before anything is written.
+2. Collect the batch as Arrow record batches (:mod:`streaming.arrow_collect`); as each arrives, a
+   thread pool validates it, splits it per partition and encodes it (:mod:`streaming.micro_batch`),
+   while Spark still produces the others. Bad input raises here, before anything is written.
 3. Recovery: every partition the record knows is truncated back to its committed end offset (the
    leftovers of an attempt that crashed half-way) and its high watermark is set to that end.
    Partitions the record does not know yet get their current end offset recorded first (a
    "baseline" write of the record), so a crash during their first append is also undone.
-4. Append every partition's records, in parallel, then fsync them.
+4. Append every partition's encoded batches (``Log.append_encoded`` gives them their offsets) and
+   fsync it; partitions in parallel, so one's fsync overlaps another's appends.
 5. Write the commit record: batch N of Q, with the new end offsets. **This is the commit point.**
 6. Publish: advance each partition's high watermark to its new end and write
    ``replication-offset-checkpoint``. Readers stop at the high watermark, so the whole batch
@@ -35,8 +37,8 @@ import os
 import threading
 import time
 from collections import deque
-from collections.abc import Mapping
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -47,8 +49,9 @@ from indexer.config import Settings, load_settings
 from indexer.errors import ConfigError, StorageError
 from indexer.file_names import parse_topic_partition_name, validate_topic
 from indexer.log_manager import LogManager
+from streaming.arrow_collect import collect_arrow
 from streaming.commit_log import SinkCommit, SinkCommitLog
-from streaming.micro_batch import PartitionSlice, TopicLayout, split_batch
+from streaming.micro_batch import MicroBatchEncoder, PartitionBatches, TopicLayout
 from streaming.session import read_checkpoint_query_id
 
 if TYPE_CHECKING:
@@ -61,12 +64,21 @@ logger = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 DEFAULT_NUM_PARTITIONS = 1  # Kafka's num.partitions broker default
 HISTORY_LENGTH = 10000  # BatchStats kept for progress reports and benchmarks
+WRITE_BATCH_ROWS = 100_000  # write_batch cuts a table into record batches of this many rows, as Spark's
+# Arrow collect does with build_spark_session's maxRecordsPerBatch, so the pool encodes them side by side
 SPARK_QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY: the checkpoint's id
 
 
 @dataclass(frozen=True)
 class BatchStats:
-    """What one call of the sink did; timings in milliseconds."""
+    """What one call of the sink did; timings in milliseconds.
+
+    ``collect_ms`` runs from the start of the call to the last record batch's arrival; ``split_ms`` is
+    the pool's time validating, splitting and encoding record batches, mostly during the collect;
+    ``prepare_ms`` what was left of it after the collect, plus recovery; ``append_ms`` runs until the
+    last partition's appends ended and ``flush_ms`` from there until every fsync ended (fsyncs of
+    partitions done earlier overlap the appends of others).
+    """
 
     batch_id: int
     query_id: str
@@ -75,6 +87,7 @@ class BatchStats:
     end_offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
     truncated: Mapping[TopicPartition, int] = field(default_factory=dict)
     collect_ms: float = 0.0
+    split_ms: float = 0.0
     prepare_ms: float = 0.0
     append_ms: float = 0.0
     flush_ms: float = 0.0
@@ -146,6 +159,7 @@ class SegmentLogSink:
         self._closed = False
         self._recovered = False
         self._layouts: dict[str, TopicLayout] = {}
+        self._layouts_lock = threading.Lock()  # the pool's threads ask for layouts
         self.history: deque[BatchStats] = deque(maxlen=HISTORY_LENGTH)
         self.rows_written = 0
         self.last_error: BaseException | None = None
@@ -160,13 +174,7 @@ class SegmentLogSink:
         """
         try:
             query_id = self._resolve_query_id(batch_df)
-            with self._lock:
-                self._check_open()
-                if self._skip_if_committed(batch_id, query_id) is not None:
-                    return
-            started = time.perf_counter()
-            table = batch_df.toArrow()
-            self.write_batch(table, batch_id, query_id=query_id, collect_ms=(time.perf_counter() - started) * 1e3)
+            self._write(lambda: collect_arrow(batch_df), batch_id, query_id)
         except BaseException as e:
             self.last_error = e
             raise
@@ -186,8 +194,11 @@ class SegmentLogSink:
 
     # ------------------------------------------------------------------------------------ the protocol
 
-    def write_batch(self, table: pa.Table, batch_id: int, *, query_id: str, collect_ms: float = 0.0) -> BatchStats:
-        """Write micro-batch ``batch_id`` of query ``query_id`` (Arrow) exactly once.
+    def write_batch(self, table: pa.Table, batch_id: int, *, query_id: str) -> BatchStats:
+        """Write micro-batch ``batch_id`` of query ``query_id``, given as one Arrow table, exactly once.
+
+        The table goes through the same path as a collected micro-batch, cut into record batches of
+        :data:`WRITE_BATCH_ROWS` rows.
 
         Raises:
             SchemaError, InvalidTopicError, UnknownTopicOrPartitionError, RecordTooLargeError,
@@ -196,6 +207,13 @@ class SegmentLogSink:
                 and redone.
             ValueError: the sink is closed.
         """
+        return self._write(lambda: _as_collected(table), batch_id, query_id)
+
+    def _write(
+        self, collect: Callable[[], Iterable[pa.RecordBatch | list[int]]], batch_id: int, query_id: str
+    ) -> BatchStats:
+        """The protocol for one micro-batch; ``collect`` starts its record batches' stream (see
+        :func:`~streaming.arrow_collect.collect_arrow`), only once the batch is known not to be committed."""
         with self._lock:
             self._check_open()
             skipped = self._skip_if_committed(batch_id, query_id)
@@ -203,15 +221,24 @@ class SegmentLogSink:
                 return skipped
             committed = self.commit_log.read()
             t0 = time.perf_counter()
-            slices = split_batch(table, default_topic=self.topic, layout=self._layout, null_key_start=batch_id,
-                                 now_ms=int(time.time() * 1000))
+            encoder = MicroBatchEncoder(self._executor(), default_topic=self.topic, layout=self._layout,
+                                        null_key_start=batch_id, now_ms=int(time.time() * 1000))
+            order: list[int] = []
+            try:
+                for item in collect():  # read to its end: the Spark job's errors come last
+                    if isinstance(item, pa.RecordBatch):
+                        encoder.submit(item)
+                    else:
+                        order = item
+                t1 = time.perf_counter()
+                parts = encoder.finish(order)
+            finally:
+                encoder.cancel()
             manager = self._manager()
-            committed = self._record_baselines(committed, manager, slices)
+            committed = self._record_baselines(committed, manager, parts)
             truncated = self._recover(committed, manager)
             t2 = time.perf_counter()
-            logs = self._append_all(manager, slices)
-            t3 = time.perf_counter()
-            self._flush_all(logs)
+            logs, t3 = self._write_all(manager, parts)
             t4 = time.perf_counter()
             end_offsets = dict(committed.end_offsets)
             end_offsets.update({tp: log.log_end_offset for tp, log in logs.items()})
@@ -219,13 +246,15 @@ class SegmentLogSink:
             t5 = time.perf_counter()
             self._publish(manager, {tp: end_offsets[tp] for tp in logs})
             t6 = time.perf_counter()
+            rows = sum(part.num_rows for part in parts)
             stats = BatchStats(
-                batch_id, query_id, skipped=False, rows=table.num_rows, end_offsets=end_offsets, truncated=truncated,
-                collect_ms=collect_ms, prepare_ms=(t2 - t0) * 1e3, append_ms=(t3 - t2) * 1e3,
-                flush_ms=(t4 - t3) * 1e3, commit_ms=(t5 - t4) * 1e3, publish_ms=(t6 - t5) * 1e3,
+                batch_id, query_id, skipped=False, rows=rows, end_offsets=end_offsets, truncated=truncated,
+                collect_ms=(t1 - t0) * 1e3, split_ms=encoder.split_ms, prepare_ms=(t2 - t1) * 1e3,
+                append_ms=(t3 - t2) * 1e3, flush_ms=(t4 - t3) * 1e3, commit_ms=(t5 - t4) * 1e3,
+                publish_ms=(t6 - t5) * 1e3,
             )
             self._record(stats)
-            logger.debug("sink %s: committed batch %d (%d rows) %s", self.sink_id, batch_id, table.num_rows, stats)
+            logger.debug("sink %s: committed batch %d (%d rows) %s", self.sink_id, batch_id, rows, stats)
             return stats
 
     def _check_open(self) -> None:
@@ -258,19 +287,25 @@ class SegmentLogSink:
         return self.history[-1] if self.history else None
 
     def _layout(self, topic: str) -> TopicLayout:
-        """Partitions and size limits of ``topic``; fixes its partition count on first use."""
-        layout = self._layouts.get(topic)
-        if layout is None:
-            on_disk = self._partitions_on_disk(topic)
-            wanted = self.num_partitions if self.num_partitions is not None else (on_disk or DEFAULT_NUM_PARTITIONS)
-            if wanted < on_disk:
-                raise ConfigError(
-                    f"topic {topic!r} has {on_disk} partitions in {self.log_dir}; the sink was asked for {wanted} "
-                    "(Kafka topics can gain partitions, never lose them)"
-                )
-            config = self.settings.log_config(topic)
-            layout = TopicLayout(wanted, config.max_message_bytes, config.segment_bytes)
-            self._layouts[topic] = layout
+        """Partitions, size limits and encoding of ``topic``; fixes its partition count on first use."""
+        with self._layouts_lock:
+            return self._layouts.get(topic) or self._new_layout(topic)
+
+    def _new_layout(self, topic: str) -> TopicLayout:
+        on_disk = self._partitions_on_disk(topic)
+        wanted = self.num_partitions if self.num_partitions is not None else (on_disk or DEFAULT_NUM_PARTITIONS)
+        if wanted < on_disk:
+            raise ConfigError(
+                f"topic {topic!r} has {on_disk} partitions in {self.log_dir}; the sink was asked for {wanted} "
+                "(Kafka topics can gain partitions, never lose them)"
+            )
+        config = self.settings.log_config(topic)
+        # Batches are stored as encoded: uncompressed unless the topic names a codec (a broker would
+        # recompress to it), stamped with the append time for LogAppendTime topics.
+        codec = config.compression_type
+        layout = TopicLayout(wanted, config.max_message_bytes, config.segment_bytes,
+                             "none" if codec in ("producer", "uncompressed") else codec, config.is_log_append_time)
+        self._layouts[topic] = layout
         return layout
 
     def _partitions_on_disk(self, topic: str) -> int:
@@ -296,9 +331,11 @@ class SegmentLogSink:
     def _log(self, manager: LogManager, tp: TopicPartition) -> Log:
         return manager.get_or_create_log(tp[0], tp[1])
 
-    def _record_baselines(self, committed: SinkCommit, manager: LogManager, slices: list[PartitionSlice]) -> SinkCommit:
+    def _record_baselines(
+        self, committed: SinkCommit, manager: LogManager, parts: list[PartitionBatches]
+    ) -> SinkCommit:
         """Record the current end of partitions the commit record does not know, before writing to them."""
-        new = {(s.topic, s.partition) for s in slices} - set(committed.end_offsets)
+        new = {(part.topic, part.partition) for part in parts} - set(committed.end_offsets)
         if not new:
             return committed
         offsets = dict(committed.end_offsets)
@@ -351,31 +388,31 @@ class SegmentLogSink:
         self._recovered = True
         return truncated
 
-    def _append_all(self, manager: LogManager, slices: list[PartitionSlice]) -> dict[TopicPartition, Log]:
-        """Append every slice; partitions in parallel, each partition's chunks in order."""
-        logs = {(s.topic, s.partition): self._log(manager, (s.topic, s.partition)) for s in slices}
+    def _write_all(self, manager: LogManager, parts: list[PartitionBatches]) -> tuple[dict[TopicPartition, Log], float]:
+        """Append every partition's encoded pieces in order, then fsync it; partitions in parallel, so one's
+        fsync overlaps another's appends. Returns the logs and when the last append ended (perf_counter).
 
-        def append(piece: PartitionSlice) -> None:
-            log = logs[(piece.topic, piece.partition)]
-            for chunk in piece.chunks:
-                log.append(chunk)
+        Every written partition is fsynced before this returns: the commit record may then name its new end.
+        """
+        logs = {(part.topic, part.partition): self._log(manager, (part.topic, part.partition)) for part in parts}
+        appended = [time.perf_counter()]  # when each partition's appends ended (list.append is atomic)
 
-        if len(slices) <= 1:
-            for piece in slices:
-                append(piece)
+        def write(part: PartitionBatches) -> None:
+            log = logs[(part.topic, part.partition)]
+            for piece in part.pieces:
+                log.append_encoded(piece)
+            appended.append(time.perf_counter())
+            log.flush()
+
+        if len(parts) <= 1:
+            for part in parts:
+                write(part)
         else:
-            for future in [self._executor().submit(append, piece) for piece in slices]:
+            futures = [self._executor().submit(write, part) for part in parts]
+            wait(futures)  # all of them, even after a failure: none may still write once the sink lock is free
+            for future in futures:
                 future.result()
-        return logs
-
-    def _flush_all(self, logs: Mapping[TopicPartition, Log]) -> None:
-        """fsync every written partition before the commit record may name its new end."""
-        if len(logs) <= 1:
-            for log in logs.values():
-                log.flush()
-            return
-        for future in [self._executor().submit(log.flush) for log in logs.values()]:
-            future.result()
+        return logs, max(appended)
 
     def _commit(self, commit: SinkCommit) -> None:
         """The commit point: atomically replace the commit record."""
@@ -418,3 +455,11 @@ class SegmentLogSink:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _as_collected(table: pa.Table) -> Iterator[pa.RecordBatch | list[int]]:
+    """``table`` as :func:`~streaming.arrow_collect.collect_arrow` hands a micro-batch over: record
+    batches of at most :data:`WRITE_BATCH_ROWS` rows (at least one, maybe empty), then their order."""
+    batches = table.to_batches(max_chunksize=WRITE_BATCH_ROWS) or [pa.RecordBatch.from_pylist([], schema=table.schema)]
+    yield from batches
+    yield list(range(len(batches)))

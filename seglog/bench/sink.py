@@ -158,8 +158,12 @@ def run_suite(spark: SparkSession, workload: Workload, work_dir: Path) -> list[B
         latency_result("sink commit overhead per micro-batch", "ms", overhead_p["p50"], "whole sink call (p50)",
                        percentiles(whole)["p50"], None, micro_batches=len(overhead), overhead=overhead_p,
                        sink_call=percentiles(whole),
+                       collect=percentiles([b.collect_ms for b in batch_stats]),
+                       split=percentiles([b.split_ms for b in batch_stats]),
+                       prepare=percentiles([b.prepare_ms for b in batch_stats]),
                        append=percentiles([b.append_ms for b in batch_stats]),
-                       collect=percentiles([b.collect_ms for b in batch_stats])),
+                       flush=percentiles([b.flush_ms for b in batch_stats]),
+                       commit=percentiles([b.commit_ms + b.publish_ms for b in batch_stats])),
     ]
 
 

@@ -6,7 +6,7 @@ finally lets it finish; the log must then hold every input row exactly once.
 
 Kill points (``--kill-phase``), all inside micro-batch ``--kill-batch``:
 
-* ``append``: after the first partition append of the batch returns (others may be half-written);
+* ``append``: after the first append of the batch's encoded pieces returns (others may be half-written);
 * ``flush``: after every partition is fsynced, before the commit record;
 * ``commit``: after the commit record, before the high watermarks are published;
 * ``publish``: after publishing, before Spark writes ``commits/<batch>``;
@@ -33,19 +33,19 @@ def _die() -> None:
 
 
 def arm(kill_batch: int, phase: str) -> None:
-    """Patch the sink (and Log.append) to SIGKILL this process at ``phase`` of batch ``kill_batch``."""
+    """Patch the sink (and Log.append_encoded) to SIGKILL this process at ``phase`` of batch ``kill_batch``."""
     from indexer.log import Log
     from streaming.sink import SegmentLogSink
 
     current = {"batch": -1}
-    original_write = SegmentLogSink.write_batch
+    original_write = SegmentLogSink._write
 
-    def write_batch(self: SegmentLogSink, table: Any, batch_id: int, **kwargs: Any) -> Any:
+    def write(self: SegmentLogSink, collect: Any, batch_id: int, query_id: str) -> Any:
         current["batch"] = batch_id
         print(f"BATCH {batch_id}", flush=True)
-        return original_write(self, table, batch_id, **kwargs)
+        return original_write(self, collect, batch_id, query_id)
 
-    SegmentLogSink.write_batch = write_batch  # type: ignore[method-assign]
+    SegmentLogSink._write = write  # type: ignore[method-assign]
     if phase == "none":
         return
 
@@ -61,9 +61,9 @@ def arm(kill_batch: int, phase: str) -> None:
         setattr(method_owner, name, patched)
 
     if phase == "append":
-        after(Log, "append")
+        after(Log, "append_encoded")
     else:
-        after(SegmentLogSink, {"flush": "_flush_all", "commit": "_commit", "publish": "_publish"}[phase])
+        after(SegmentLogSink, {"flush": "_write_all", "commit": "_commit", "publish": "_publish"}[phase])
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -76,9 +78,9 @@ def test_a_committed_batch_is_skipped_and_a_new_checkpoint_is_not_a_replay(tmp_p
     assert len(_values(tmp_path)) == 150
 
 
-@pytest.mark.parametrize("phase", ["_flush_all", "_commit"])
+@pytest.mark.parametrize("owner, phase", [(Log, "flush"), (SegmentLogSink, "_commit")])
 def test_an_attempt_that_failed_before_its_commit_is_undone_then_redone(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, phase: str
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owner: type, phase: str
 ) -> None:
     with _sink(tmp_path) as sink:
         sink.write_batch(_batch(0, 100), 0, query_id="q")
@@ -88,9 +90,10 @@ def test_an_attempt_that_failed_before_its_commit_is_undone_then_redone(
         raise StorageError("injected failure")
 
     sink = _sink(tmp_path)
-    monkeypatch.setattr(sink, phase, crash)
-    with pytest.raises(StorageError, match="injected"):
-        sink.write_batch(_batch(100, 100), 1, query_id="q")
+    with monkeypatch.context() as patch:
+        patch.setattr(owner, phase, crash)
+        with pytest.raises(StorageError, match="injected"):
+            sink.write_batch(_batch(100, 100), 1, query_id="q")
     sink.close()
     assert high_watermarks(tmp_path) == committed_hw  # nothing of the failed attempt is visible
     assert len(read_topic(tmp_path, "t", up_to_high_watermark=False)) == 200  # but it is on disk
@@ -98,6 +101,29 @@ def test_an_attempt_that_failed_before_its_commit_is_undone_then_redone(
         stats = sink.write_batch(_batch(100, 100), 1, query_id="q")
     assert sum(stats.truncated.values()) == 100
     assert Counter(_values(tmp_path)) == Counter(f"v{i}".encode() for i in range(200))
+
+
+def test_a_failed_append_waits_for_the_other_partitions_before_raising(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    original = Log.append_encoded
+    finished: list[float] = []
+
+    def append(self: Log, *args: Any, **kwargs: Any) -> Any:
+        if self.directory.name == "t-0":
+            raise StorageError("injected failure")
+        time.sleep(0.2)
+        info = original(self, *args, **kwargs)
+        finished.append(time.monotonic())
+        return info
+
+    monkeypatch.setattr(Log, "append_encoded", append)
+    sink = _sink(tmp_path, max_workers=3)
+    with pytest.raises(StorageError, match="injected"):
+        sink.write_batch(_batch(0, 300), 0, query_id="q")
+    raised = time.monotonic()
+    sink.close()
+    assert len(finished) == 2 and max(finished) <= raised  # no append of the failed attempt outlives it
 
 
 def test_a_batch_that_committed_but_was_not_published_is_published_on_the_replay(

@@ -1,0 +1,53 @@
+"""collect_arrow on a real local Spark: batches as they arrive, then the order that gives toArrow's rows."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from indexer.errors import ConfigError
+from streaming.arrow_collect import collect_arrow
+
+pytestmark = pytest.mark.spark
+
+
+def _collected(df) -> tuple[list[pa.RecordBatch], list[int]]:  # type: ignore[no-untyped-def]
+    items = list(collect_arrow(df))
+    *batches, order = items
+    assert all(isinstance(b, pa.RecordBatch) for b in batches) and isinstance(order, list)
+    return batches, order
+
+
+def test_batches_put_in_order_are_to_arrows_rows(spark: SparkSession) -> None:
+    df = spark.range(0, 5000, numPartitions=5).select(
+        F.col("id"), F.concat(F.lit("v"), F.col("id").cast("string")).cast("binary").alias("value")
+    )
+    batches, order = _collected(df)
+    assert len(batches) >= 5 and sorted(order) == list(range(len(batches)))
+    table = pa.Table.from_batches([batches[i] for i in order])
+    assert table.to_pydict() == df.toArrow().to_pydict()
+
+
+def test_no_rows_give_one_empty_batch_of_the_schema(spark: SparkSession) -> None:
+    df = spark.range(10).select(F.col("id"), F.lit(b"x").alias("value")).where("id < 0")
+    (batch,), order = _collected(df)
+    assert order == [0]
+    assert batch.num_rows == 0 and batch.schema.names == ["id", "value"]
+    assert batch.schema.field("value").type == pa.binary()
+
+
+def test_the_jobs_error_is_raised_once_the_stream_is_read(spark: SparkSession) -> None:
+    df = spark.range(0, 100, numPartitions=2).select(
+        F.when(F.col("id") == 77, F.raise_error(F.lit("boom at 77"))).otherwise(F.col("id")).alias("id")
+    )
+    with pytest.raises(Exception, match="boom at 77"):
+        _collected(df)
+    assert spark.range(3).count() == 3  # the session is fine afterwards
+
+
+def test_a_pyspark_without_the_internals_is_a_clear_error(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delattr("pyspark.util._load_from_socket")
+    with pytest.raises(ConfigError, match="written for pyspark 4.2"):
+        list(collect_arrow(spark.range(3)))
