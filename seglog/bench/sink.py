@@ -2,15 +2,20 @@
 
 Workload: a directory of Parquet files (``key`` a user id out of 10,000, ``value`` a ~200-byte JSON
 event) read by the same streaming file source with the same ``maxFilesPerTrigger`` and the same
-trigger (``availableNow``), written once by :class:`~streaming.sink.SegmentLogSink` (4 partitions)
-and once by ``writeStream.format("parquet")``, one after the other in one Spark session, alternating
-over the rounds. Each side first runs a two-batch warm-up query (JIT and numba compilation).
+trigger (``availableNow``), written by :class:`~streaming.sink.SegmentLogSink` (4 partitions) with
+lz4-compressed batches, by the same sink with uncompressed batches, and by
+``writeStream.format("parquet")`` (snappy, Spark's default), one after the other in one Spark
+session, each side leading a round in turn. Each side first runs a two-batch warm-up query (JIT and
+numba compilation).
 
 Results (the shape of every ``seglog bench`` suite, :mod:`seglog.bench.report`):
 
-* ``sink rows/s``: rows / wall time of the whole query, seglog over Parquet (goal >= 1.0x);
+* ``sink rows/s (lz4 batches)``: rows / wall time of the whole query, seglog over Parquet (goal
+  >= 1.0x): both sinks compress their output with their ecosystem's usual fast codec;
+* ``sink rows/s (uncompressed batches)``: the same with ``compression.type=none`` (no goal);
 * ``sink commit overhead per micro-batch``: fsync + commit record + high watermark publication,
-  p50 over every micro-batch, against the p50 of the whole sink call (details: p90/p99/max).
+  p50 over every micro-batch of the lz4 runs, against the p50 of the whole sink call (details:
+  p90/p99/max and each phase).
 
 ``--quick`` (about a minute with Spark's start) uses 8 files of 40,000 rows and one round; the
 full run 24 files of 100,000 rows and three rounds.
@@ -53,6 +58,16 @@ logger = logging.getLogger(__name__)
 SUITE = "sink"
 NUM_PARTITIONS = 4
 NUM_USERS = 10_000
+# The sides of the comparison: topic config of the seglog sink, or None for Spark's Parquet sink. Both
+# sinks compress by default in their own ecosystem's usual way for the goal figure: Parquet pages with
+# snappy (Spark's default), Kafka batches with lz4 (compression.type, a producer or topic setting); the
+# uncompressed figure is reported beside it.
+COMPRESSED, UNCOMPRESSED, PARQUET = "seglog-lz4", "seglog-none", "parquet"
+SIDES: dict[str, dict[str, str] | None] = {
+    COMPRESSED: {"compression.type": "lz4"},
+    UNCOMPRESSED: {"compression.type": "none"},
+    PARQUET: None,
+}
 
 
 @dataclass(frozen=True)
@@ -97,17 +112,19 @@ def make_inputs(directory: Path, workload: Workload, *, seed: int = 1) -> None:
         pq.write_table(table, directory / f"part-{f:04d}.parquet")
 
 
-def _run_query(
-    spark: SparkSession, inputs: Path, out: Path, files_per_trigger: int, seglog: bool
+def run_query(
+    spark: SparkSession, inputs: Path, out: Path, files_per_trigger: int, side: str
 ) -> tuple[float, list[BatchStats]]:
-    """Run one availableNow query to the end; returns (seconds, the sink's batch stats)."""
+    """Run one availableNow query of ``side`` (a key of :data:`SIDES`) to the end; returns (seconds,
+    the sink's batch stats)."""
 
     schema = spark.read.parquet(str(inputs)).schema
     df = spark.readStream.schema(schema).option("maxFilesPerTrigger", files_per_trigger).parquet(str(inputs))
     checkpoint = str(out / "checkpoint")
     sink = None
-    if seglog:
-        sink = SegmentLogSink(out / "logs", topic="bench", num_partitions=NUM_PARTITIONS,
+    config = SIDES[side]
+    if config is not None:
+        sink = SegmentLogSink(out / "logs", topic="bench", num_partitions=NUM_PARTITIONS, config=config,
                               checkpoint_location=checkpoint)
         writer = df.writeStream.foreachBatch(sink)
     else:
@@ -124,37 +141,38 @@ def _run_query(
 
 
 def run_suite(spark: SparkSession, workload: Workload, work_dir: Path) -> list[BenchResult]:
-    """Measure both sinks on ``workload``; inputs and outputs under ``work_dir``."""
+    """Measure the sinks on ``workload``; inputs and outputs under ``work_dir``."""
     inputs = work_dir / "input"
     make_inputs(inputs, workload)
     warm = work_dir / "warmup-input"
     make_inputs(warm, Workload(2, workload.rows_per_file, 1, 1), seed=2)
-    for seglog in (True, False):
-        _run_query(spark, warm, work_dir / f"warmup-{seglog}", 1, seglog)
-        shutil.rmtree(work_dir / f"warmup-{seglog}", ignore_errors=True)
-    seglog_times: list[float] = []
-    parquet_times: list[float] = []
+    for side in SIDES:
+        run_query(spark, warm, work_dir / f"warmup-{side}", 1, side)
+        shutil.rmtree(work_dir / f"warmup-{side}", ignore_errors=True)
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
     batch_stats: list[BatchStats] = []
+    sides = list(SIDES)
     for r in range(workload.rounds):
-        order = (True, False) if r % 2 == 0 else (False, True)
-        for seglog in order:
-            out = work_dir / f"round{r}-{'seglog' if seglog else 'parquet'}"
-            elapsed, stats = _run_query(spark, inputs, out, workload.files_per_trigger, seglog)
-            (seglog_times if seglog else parquet_times).append(elapsed)
-            batch_stats.extend(stats)
-            logger.info("round %d %s: %.2f s", r, "seglog" if seglog else "parquet", elapsed)
+        for side in sides[r % len(sides) :] + sides[: r % len(sides)]:  # each side leads a round in turn
+            out = work_dir / f"round{r}-{side}"
+            elapsed, stats = run_query(spark, inputs, out, workload.files_per_trigger, side)
+            times[side].append(elapsed)
+            if side == COMPRESSED:
+                batch_stats.extend(stats)
+            logger.info("round %d %s: %.2f s", r, side, elapsed)
             shutil.rmtree(out, ignore_errors=True)
-    seglog_rate = workload.rows / statistics.median(seglog_times)
-    parquet_rate = workload.rows / statistics.median(parquet_times)
+    rates = {side: workload.rows / statistics.median(seconds) for side, seconds in times.items()}
     overhead = [b.commit_overhead_ms for b in batch_stats]
     whole = [b.collect_ms + b.prepare_ms + b.append_ms + b.commit_overhead_ms for b in batch_stats]
     details = {"rows": workload.rows, "files": workload.files, "files_per_trigger": workload.files_per_trigger,
                "rounds": workload.rounds, "partitions": NUM_PARTITIONS,
-               "seglog_seconds": seglog_times, "parquet_seconds": parquet_times}
+               **{f"{side}_seconds": seconds for side, seconds in times.items()}}
     overhead_p = percentiles(overhead)
     return [
-        throughput_result("sink rows/s", "rows/s", seglog_rate, "Spark Parquet file sink", parquet_rate, 1.0,
-                          **details),
+        throughput_result("sink rows/s (lz4 batches)", "rows/s", rates[COMPRESSED],
+                          "Spark Parquet file sink (snappy)", rates[PARQUET], 1.0, **details),
+        throughput_result("sink rows/s (uncompressed batches)", "rows/s", rates[UNCOMPRESSED],
+                          "Spark Parquet file sink (snappy)", rates[PARQUET], None, **details),
         latency_result("sink commit overhead per micro-batch", "ms", overhead_p["p50"], "whole sink call (p50)",
                        percentiles(whole)["p50"], None, micro_batches=len(overhead), overhead=overhead_p,
                        sink_call=percentiles(whole),

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from pyspark.sql import SparkSession
 
+from indexer.config import load_settings
+from indexer.log_manager import LogManager
+from indexer.records.file_records import FileRecords
 from seglog.bench.report import write_json
-from seglog.bench.sink import Workload, make_inputs, run_suite
+from seglog.bench.sink import COMPRESSED, Workload, make_inputs, run_query, run_suite
 
 pytestmark = pytest.mark.spark
 
@@ -21,13 +25,40 @@ def test_inputs_are_deterministic(tmp_path: Path) -> None:
         assert (tmp_path / "a" / name).read_bytes() == (tmp_path / "b" / name).read_bytes()
 
 
-def test_tiny_suite_reports_both_sinks(spark: SparkSession, tmp_path: Path) -> None:
+def test_tiny_suite_reports_every_side(spark: SparkSession, tmp_path: Path) -> None:
     results = run_suite(spark, Workload(files=2, rows_per_file=500, files_per_trigger=1, rounds=1), tmp_path)
-    rate, overhead = results
-    assert (rate.name, rate.baseline, rate.goal) == ("sink rows/s", "Spark Parquet file sink", 1.0)
-    assert rate.value > 0 and rate.baseline_value > 0 and rate.ratio == pytest.approx(rate.value / rate.baseline_value)
-    assert overhead.details["micro_batches"] == 2  # one per input file
+    compressed, uncompressed, overhead = results
+    assert (compressed.name, compressed.baseline, compressed.goal) == (
+        "sink rows/s (lz4 batches)", "Spark Parquet file sink (snappy)", 1.0
+    )
+    assert (uncompressed.name, uncompressed.goal) == ("sink rows/s (uncompressed batches)", None)
+    for rate in (compressed, uncompressed):
+        assert rate.value > 0 and rate.baseline_value > 0
+        assert rate.ratio == pytest.approx(rate.value / rate.baseline_value)
+    assert compressed.baseline_value == uncompressed.baseline_value  # one Parquet measurement
+    assert overhead.details["micro_batches"] == 2  # one per input file, of the lz4 runs
     assert 0 < overhead.value <= overhead.baseline_value  # the overhead is part of the sink call
     write_json(results, tmp_path / "out.json", suite="sink", quick=True)
     doc = json.loads((tmp_path / "out.json").read_text())
-    assert [d["name"] for d in doc] == ["sink rows/s", "sink commit overhead per micro-batch"]
+    assert [d["name"] for d in doc] == [
+        "sink rows/s (lz4 batches)", "sink rows/s (uncompressed batches)", "sink commit overhead per micro-batch"
+    ]
+
+
+def test_the_lz4_side_writes_lz4_batches(spark: SparkSession, tmp_path: Path) -> None:
+    """The goal figure's sink really stores compressed batches, and they read back exactly."""
+    inputs = tmp_path / "input"
+    make_inputs(inputs, Workload(1, 300, 1, 1))
+    run_query(spark, inputs, tmp_path / "out", 1, COMPRESSED)
+    batches = [entry for path in sorted((tmp_path / "out" / "logs").glob("bench-*/*.log"))
+               for entry in FileRecords.open(path, mutable=False).batches()]
+    assert batches and {batch.compression_name for batch in batches} == {"lz4"}
+    manager = LogManager(tmp_path / "out" / "logs", load_settings(), read_only=True)
+    try:
+        values = sorted(
+            value for p in range(4) if (log := manager.get_log("bench", p)) is not None
+            for value in log.read_records(0, max_offset=log.high_watermark).column("value").to_pylist()
+        )
+    finally:
+        manager.close()
+    assert values == sorted(pq.read_table(inputs).column("value").to_pylist())
