@@ -163,16 +163,23 @@ HARDWARE_CRC32C = _register_hardware_crc32c()
 _crc32c_hw = types.ExternalFunction(_HW_SYMBOL, types.uint32(types.uint32, types.uintp, types.uintp))
 
 
-@njit(cache=True)
+@njit(cache=True, nogil=True)
 def first_bad_v2_crc(
-    buf: np.ndarray, positions: np.ndarray, sizes: np.ndarray, magics: np.ndarray, crcs: np.ndarray
+    buf: np.ndarray,
+    positions: np.ndarray,
+    sizes: np.ndarray,
+    magics: np.ndarray,
+    crcs: np.ndarray,
+    start: int,
+    stop: int,
 ) -> int:
-    """Index of the first magic-2 entry whose CRC-32C (bytes 21..end) differs from ``crcs``, or -1.
+    """Index of the first magic-2 entry of ``start .. stop-1`` whose CRC-32C (bytes 21..end) differs
+    from ``crcs``, or -1. Releases the GIL.
 
     Only call when ``HARDWARE_CRC32C`` is True.
     """
     base = buf.ctypes.data
-    for i in range(positions.shape[0]):
+    for i in range(start, stop):
         if magics[i] != 2:
             continue
         p = positions[i] + 21

@@ -36,6 +36,7 @@ from typing import NamedTuple
 import numpy as np
 
 from indexer._files import pwrite_all
+from indexer._workers import in_threads
 from indexer.errors import CorruptRecordError, StorageError, storage_errors
 from indexer.records import _batch_scan
 from indexer.records.batch_header import (
@@ -74,6 +75,7 @@ from indexer.records.legacy import (
 logger = logging.getLogger(__name__)
 
 MAX_FILE_SIZE = 2**31 - 1  # positions are int32 (Integer.MAX_VALUE)
+CRC_PARALLEL_MIN_BYTES = 64 << 20  # scans with at least this many bytes of batches check CRCs on two threads
 _OFFSET_SIZE = struct.Struct(">qi")
 _LEGACY_FIELDS = struct.Struct(">IbBq")  # crc, magic, attributes, v1 timestamp
 
@@ -747,8 +749,16 @@ def _first_bad_crc(
     count = len(positions)
     first_bad_v2 = count
     if _batch_scan.HARDWARE_CRC32C:
-        found = _batch_scan.first_bad_v2_crc(buf, positions, sizes, magics, crcs)
-        first_bad_v2 = count if found < 0 else found
+        # Large scans check halves on two threads (the kernel releases the GIL); the first bad entry
+        # is the first half's, if any.
+        bounds = [0, count] if int(sizes.sum()) < CRC_PARALLEL_MIN_BYTES else [0, count // 2, count]
+        found = [-1] * (len(bounds) - 1)
+
+        def check(k: int) -> None:
+            found[k] = _batch_scan.first_bad_v2_crc(buf, positions, sizes, magics, crcs, bounds[k], bounds[k + 1])
+
+        in_threads(len(found), check, workers=2)
+        first_bad_v2 = next((i for i in found if i >= 0), count)
         candidates = np.flatnonzero(magics[:first_bad_v2] < MAGIC_V2).tolist()
     else:
         candidates = list(range(count))

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from indexer.errors import CorruptRecordError, StorageError
 from indexer.records import _batch_scan
+from indexer.records import file_records as file_records_module
 from indexer.records.batch_header import CONTROL_FLAG_MASK, NO_TIMESTAMP
 from indexer.records.file_records import MAX_FILE_SIZE, FileRecords, LogOffsetPosition
 
@@ -326,6 +327,32 @@ def test_bit_flip_under_the_crc_stops_the_scan(
         assert not bad.is_valid()
         with pytest.raises(CorruptRecordError, match=f"at position {position}"):
             bad.ensure_valid()
+
+
+@settings(max_examples=30, deadline=None)
+@given(flipped=st.sets(st.integers(0, 9), min_size=0, max_size=3))
+def test_crc_check_on_two_threads_reports_the_first_bad_batch(
+    tmp_path_factory: pytest.TempPathFactory, flipped: set[int]
+) -> None:
+    """Large scans check the two halves of the batches on two threads: any mix of bad batches in
+    either half gives the scan of one thread (the first bad batch of all)."""
+    batches = [v2_batch(10 * i, count=2, value_size=40) for i in range(10)]
+    data = bytearray(b"".join(batches))
+    starts = [0, *ends(batches)]
+    for index in flipped:
+        data[starts[index] + 30] ^= 0x04
+    path = tmp_path_factory.mktemp("split") / "0.log"
+    path.write_bytes(bytes(data))
+    scans = []
+    for threshold in (file_records_module.CRC_PARALLEL_MIN_BYTES, 0):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(file_records_module, "CRC_PARALLEL_MIN_BYTES", threshold)
+            with FileRecords.open(path, mutable=False) as records:
+                scan = records.scan()
+        scans.append((scan.valid_bytes, len(scan), None if scan.error is None else str(scan.error)))
+    assert scans[0] == scans[1]
+    first = min(flipped, default=10)
+    assert scans[1][:2] == (starts[first], first)
 
 
 def test_partition_leader_epoch_is_not_under_the_crc(tmp_path: Path) -> None:
