@@ -37,7 +37,7 @@ from indexer.clock import Clock
 from indexer.config import LogConfig
 from indexer.errors import LogSegmentOffsetOverflowError, SeglogError, StorageError, storage_errors
 from indexer.file_names import log_file, offset_index_file, time_index_file, transaction_index_file
-from indexer.lazy_index import LazyIndex
+from indexer.lazy_index import IndexT, LazyIndex
 from indexer.log_values import FetchDataInfo, LogOffsetMetadata, RollParams, TimestampAndOffset
 from indexer.offset_index import OffsetIndex, OffsetPosition
 from indexer.records.decoder import decode_records
@@ -185,24 +185,22 @@ class LogSegment:
     @property
     def offset_index(self) -> OffsetIndex:
         """The offset index, mapped (and created, for a writable segment) on first use."""
-        if self._lazy_offset_index is None:
-            raise StorageError(
-                f"read-only segment {self.log.path} has no offset index file",
-                path=offset_index_file(self.log.path.parent, self.base_offset),
-                errno=errno.ENOENT,
-            )
-        return self._lazy_offset_index.get()
+        return self._mapped(self._lazy_offset_index, "offset", offset_index_file)
 
     @property
     def time_index(self) -> TimeIndex:
         """The time index, mapped (and created, for a writable segment) on first use."""
-        if self._lazy_time_index is None:
+        return self._mapped(self._lazy_time_index, "time", time_index_file)
+
+    def _mapped(self, lazy: LazyIndex[IndexT] | None, kind: str, file_name: Callable[[Path, int], Path]) -> IndexT:
+        """``lazy``'s index; a read-only segment opened without that index file has none."""
+        if lazy is None:
             raise StorageError(
-                f"read-only segment {self.log.path} has no time index file",
-                path=time_index_file(self.log.path.parent, self.base_offset),
+                f"read-only segment {self.log.path} has no {kind} index file",
+                path=file_name(self.log.path.parent, self.base_offset),
                 errno=errno.ENOENT,
             )
-        return self._lazy_time_index.get()
+        return lazy.get()
 
     @property
     def offset_index_path(self) -> Path:

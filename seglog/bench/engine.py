@@ -49,6 +49,7 @@ from indexer.records.encoder import encode_batches
 from indexer.segment import LogSegment
 from seglog.bench.report import (
     BenchResult,
+    add_suite_arguments,
     drop_page_cache,
     latency_result,
     percentiles,
@@ -77,15 +78,12 @@ INDEX_POSITION_STRIDE = 1024
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog bench engine``."""
-    parser.add_argument("--quick", action="store_true", help="smaller inputs (200k records, 128 MiB segment)")
-    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    parser.add_argument(
-        "--dir", metavar="DIR", default=None,
-        help="where to write scratch files (default: the system temp dir; needs a disk, not tmpfs, "
+    add_suite_arguments(
+        parser,
+        quick="smaller inputs (200k records, 128 MiB segment)",
+        scratch="where to write scratch files (default: the system temp dir; needs a disk, not tmpfs, "
         "for the page-cache figures)",
     )
-    # Multiplies every input size; lets tests run the whole suite in a second.
-    parser.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from seglog.bench.report import (
     BenchResult,
+    add_suite_arguments,
     drop_page_cache,
     latency_result,
     percentiles,
@@ -52,15 +53,12 @@ PASSES = 5
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog bench maintenance``."""
-    parser.add_argument("--quick", action="store_true", help="64 MiB to recover, 20 partitions x 1,000 segments")
-    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
-    parser.add_argument(
-        "--dir", metavar="DIR", default=None,
-        help="scratch directory; the retention directory built there is reused by later runs "
+    add_suite_arguments(
+        parser,
+        quick="64 MiB to recover, 20 partitions x 1,000 segments",
+        scratch="scratch directory; the retention directory built there is reused by later runs "
         "(default: a temporary directory, removed afterwards)",
     )
-    # Multiplies the input sizes; lets tests run the suite in seconds.
-    parser.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)
 
 
 def run(args: argparse.Namespace) -> int:

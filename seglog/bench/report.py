@@ -8,6 +8,7 @@ throughputs ``value / baseline_value``, for latencies and counts ``baseline_valu
 
 from __future__ import annotations
 
+import argparse
 import json
 import logging
 import math
@@ -55,6 +56,17 @@ class BenchResult:
         d = asdict(self)
         d["met"] = self.met
         return d
+
+
+def add_suite_arguments(parser: argparse.ArgumentParser, *, quick: str, scratch: str | None = None) -> None:
+    """The options every suite takes: ``--quick`` (``quick`` says what it shrinks) and ``--json``; with
+    ``scratch`` (its help), also ``--dir`` for scratch files and the hidden ``--scale`` that
+    multiplies the input sizes so that tests run a suite in seconds."""
+    parser.add_argument("--quick", action="store_true", help=quick)
+    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    if scratch is not None:
+        parser.add_argument("--dir", metavar="DIR", default=None, help=scratch)
+        parser.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)
 
 
 def throughput_result(

@@ -43,6 +43,7 @@ import pyarrow.parquet as pq
 
 from seglog.bench.report import (
     BenchResult,
+    add_suite_arguments,
     latency_result,
     percentiles,
     publish,
@@ -88,8 +89,7 @@ FULL = Workload(files=24, rows_per_file=100_000, files_per_trigger=4, rounds=3)
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog bench sink``."""
-    parser.add_argument("--quick", action="store_true", help="small workload, one round (about a minute)")
-    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    add_suite_arguments(parser, quick="small workload, one round (about a minute)")
     parser.add_argument("--work-dir", metavar="DIR", help="where inputs and outputs go (default: a temp dir)")
     parser.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
 
