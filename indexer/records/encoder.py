@@ -282,22 +282,45 @@ def encode_planned(
     """Encode batches ``start .. stop-1`` of ``plan`` (all by default); thread-safe, releases the GIL.
 
     ``out``: a uint8 buffer of at least ``plan.range_bytes(start, stop)`` bytes to encode into
-    (reusing one saves the page faults of a fresh buffer); the result's ``buffer`` is then a view
-    of it, valid until ``out`` is reused. Positions in the result are relative to its buffer.
-    CRCs are computed right after the range is written, while it is still in cache.
+    (reusing one saves the page faults of a fresh buffer); for an uncompressed plan the result's
+    ``buffer`` is then a view of it, valid until ``out`` is reused. Without ``out``, a compressed
+    plan's records are written chunk by chunk into this thread's recycled buffer before they are
+    compressed, so only the compressed bytes take fresh memory. Positions in the result are relative
+    to its buffer. CRCs are computed right after the range is written, while it is still in cache.
     """
     stop = len(plan) if stop is None else stop
     if not 0 <= start <= stop <= len(plan):
         raise ValueError(f"batch range {start}..{stop} is outside the plan's {len(plan)} batches")
     nbytes = plan.range_bytes(start, stop)
-    if out is None:
-        buffer = np.empty(nbytes, np.uint8)
-    elif out.dtype != np.uint8 or out.ndim != 1 or out.shape[0] < nbytes:
+    if out is not None and (out.dtype != np.uint8 or out.ndim != 1 or out.shape[0] < nbytes):
         raise ValueError(f"out must be a 1-d uint8 buffer of at least {nbytes} bytes")
+    if plan.compression != "none":
+        buffer, positions, sizes = _encode_compressed(plan, start, stop, out)
     else:
-        buffer = out[:nbytes]
-    sizes = plan.sizes[start:stop]
-    positions = plan.positions[start:stop] - (plan.positions[start] if stop > start else 0)
+        buffer = np.empty(nbytes, np.uint8) if out is None else out[:nbytes]
+        _write_batches(plan, start, stop, buffer)
+        positions = plan.positions[start:stop] - (plan.positions[start] if stop > start else 0)
+        sizes = plan.sizes[start:stop].copy()
+        if HARDWARE_CRC32C:
+            _kernels.fill_crcs(buffer, positions, sizes)
+        else:
+            _fill_crcs(buffer, positions, sizes)
+    base_offsets = plan.base_offset + plan.batch_starts[start:stop]
+    last_offsets = plan.base_offset + plan.batch_starts[start + 1 : stop + 1] - 1
+    return EncodedBatches(
+        buffer=buffer,
+        positions=positions,
+        sizes=sizes,
+        base_offsets=base_offsets,
+        last_offsets=last_offsets,
+        max_timestamps=plan.max_timestamps[start:stop],
+        offsets_of_max_timestamp=last_offsets.copy(),
+        record_counts=last_offsets - base_offsets + 1,
+    )
+
+
+def _write_batches(plan: BatchPlan, start: int, stop: int, buffer: np.ndarray) -> None:
+    """Write batches ``start .. stop-1`` of ``plan``, uncompressed and without CRCs, from ``buffer[0]`` on."""
     c = plan.columns
     key_offsets, key_nulls, key_mode, key_data = c.key
     value_offsets, value_nulls, value_mode, value_data = c.value
@@ -312,24 +335,29 @@ def encode_planned(
         plan.base_offset, plan.partition_leader_epoch, plan.attributes, plan.producer_id,
         plan.producer_epoch, plan.base_sequence,
     )  # fmt: skip
-    if plan.compression != "none":
-        buffer, positions, sizes = _compress(buffer, positions, sizes, plan.compression)
-    elif HARDWARE_CRC32C:
-        _kernels.fill_crcs(buffer, positions, sizes)
-    else:
-        _fill_crcs(buffer, positions, sizes)
-    base_offsets = plan.base_offset + plan.batch_starts[start:stop]
-    last_offsets = plan.base_offset + plan.batch_starts[start + 1 : stop + 1] - 1
-    return EncodedBatches(
-        buffer=buffer,
-        positions=positions,
-        sizes=sizes.copy() if plan.compression == "none" else sizes,
-        base_offsets=base_offsets,
-        last_offsets=last_offsets,
-        max_timestamps=plan.max_timestamps[start:stop],
-        offsets_of_max_timestamp=last_offsets.copy(),
-        record_counts=last_offsets - base_offsets + 1,
-    )
+
+
+def _encode_compressed(
+    plan: BatchPlan, start: int, stop: int, out: np.ndarray | None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Batches ``start .. stop-1`` of a compressed ``plan``: (buffer, positions, sizes).
+
+    The records are written uncompressed into ``out`` in one go or, without it, chunk by chunk
+    (:data:`DEFAULT_CHUNK_BYTES`) into this thread's recycled buffer, which stays in the CPU cache
+    while its batches are compressed; each batch is then re-framed compressed.
+    """
+    ranges = [(start, stop)] if out is not None else plan.chunks(DEFAULT_CHUNK_BYTES, start, stop)
+    pieces: list[bytes | bytearray] = []
+    sizes = np.empty(stop - start, np.int64)
+    for a, b in ranges:
+        nbytes = plan.range_bytes(a, b)
+        buffer = (out if out is not None else _scratch(nbytes))[:nbytes]
+        _write_batches(plan, a, b, buffer)
+        positions = plan.positions[a:b] - plan.positions[a]
+        sizes[a - start : b - start] = _compress(buffer, positions, plan.sizes[a:b], plan.compression, pieces)
+    positions = np.zeros_like(sizes)
+    np.cumsum(sizes[:-1], out=positions[1:])
+    return np.frombuffer(bytearray().join(pieces), np.uint8), positions, sizes
 
 
 def planned_batches(plan: BatchPlan) -> EncodedBatches:
@@ -558,18 +586,22 @@ def _fill_crcs(buffer: np.ndarray, positions: np.ndarray, sizes: np.ndarray) -> 
 
 
 def _compress(
-    buffer: np.ndarray, positions: np.ndarray, sizes: np.ndarray, compression: str
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Re-frame each batch with its records section compressed (kept raw if that is not smaller)."""
+    buffer: np.ndarray,
+    positions: np.ndarray,
+    sizes: np.ndarray,
+    compression: str,
+    pieces: list[bytes | bytearray],
+) -> np.ndarray:
+    """Re-frame each batch of ``buffer`` with its records section compressed (kept raw if that is not
+    smaller), appending header and body to ``pieces``; returns the new sizes."""
     from indexer.records.codecs import get_codec
 
     codec = get_codec(compression)
-    pieces: list[bytes | bytearray] = []
     new_sizes = np.empty_like(sizes)
     view = buffer.data
     for b, (position, size) in enumerate(zip(positions.tolist(), sizes.tolist(), strict=True)):
         header = bytearray(view[position : position + RECORD_BATCH_OVERHEAD])
-        records = view[position + RECORD_BATCH_OVERHEAD : position + size].tobytes()
+        records = view[position + RECORD_BATCH_OVERHEAD : position + size]
         body = codec.compress(records)
         if RECORD_BATCH_OVERHEAD + len(body) < size:
             header[SIZE_OFFSET : SIZE_OFFSET + 4] = (RECORD_BATCH_OVERHEAD - LOG_OVERHEAD + len(body)).to_bytes(
@@ -578,12 +610,10 @@ def _compress(
             header[ATTRIBUTES_OFFSET + 1] |= codec.id
         else:
             logger.debug("batch %d does not shrink with %s; stored uncompressed", b, codec.name)
-            body = records
+            body = bytes(records)
         crc = crc32c(body, crc32c(memoryview(header)[ATTRIBUTES_OFFSET:]))
         header[CRC_OFFSET : CRC_OFFSET + 4] = crc.to_bytes(4, "big")
         pieces.append(header)
         pieces.append(body)
         new_sizes[b] = RECORD_BATCH_OVERHEAD + len(body)
-    new_positions = np.zeros_like(positions)
-    np.cumsum(new_sizes[:-1], out=new_positions[1:])
-    return np.frombuffer(bytearray().join(pieces), np.uint8), new_positions, new_sizes
+    return new_sizes

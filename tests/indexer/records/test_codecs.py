@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import gzip as stdlib_gzip
+import random
 import struct
 import warnings
 from pathlib import Path
@@ -137,6 +138,23 @@ def test_lz4_writes_kafkas_frame_header() -> None:
     assert out[:7] == bytes.fromhex("04224d18604082")
     assert out[7:11] == struct.pack("<I", 0x80000003)  # incompressible: stored raw
     assert out.endswith(b"\x00\x00\x00\x00")
+
+
+def test_lz4_frames_independent_64k_blocks_raw_when_they_do_not_shrink() -> None:
+    """Kafka's block layout: each 64 KiB of input one block, stored raw (size | 0x80000000) when
+    compressing does not shrink it, then the end mark and no content checksum."""
+    noise = random.Random(7).randbytes(1 << 16)
+    payload = b"k" * (1 << 16) + noise + b"tail"
+    out = get_codec("lz4").compress(payload)
+    blocks, position = [], 7
+    while (size := struct.unpack_from("<I", out, position)[0]) != 0:
+        stored = size & 0x80000000
+        blocks.append((bool(stored), size & 0x7FFFFFFF))
+        position += 4 + (size & 0x7FFFFFFF)
+    assert position + 4 == len(out)
+    assert [stored for stored, _ in blocks] == [False, True, True]
+    assert blocks[0][1] < 1 << 16 and blocks[1][1] == 1 << 16 and blocks[2][1] == 4
+    assert out[7 + 4 + blocks[0][1] + 4 :][: 1 << 16] == noise
 
 
 def test_lz4_reads_the_broken_v0_header_checksum() -> None:
