@@ -46,12 +46,12 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from indexer.config import Settings, load_settings
-from indexer.errors import ConfigError, StorageError
+from indexer.errors import ConfigError, SchemaError, StorageError
 from indexer.file_names import parse_topic_partition_name, validate_topic
 from indexer.log_manager import LogManager
 from streaming.arrow_collect import collect_arrow
 from streaming.commit_log import SinkCommit, SinkCommitLog
-from streaming.micro_batch import MicroBatchEncoder, PartitionBatches, TopicLayout
+from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout
 from streaming.session import read_checkpoint_query_id
 
 if TYPE_CHECKING:
@@ -174,7 +174,7 @@ class SegmentLogSink:
         """
         try:
             query_id = self._resolve_query_id(batch_df)
-            self._write(lambda: collect_arrow(batch_df), batch_id, query_id)
+            self._write(lambda: collect_arrow(_sink_columns(batch_df)), batch_id, query_id)
         except BaseException as e:
             self.last_error = e
             raise
@@ -455,6 +455,19 @@ class SegmentLogSink:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _sink_columns(batch_df: DataFrame) -> DataFrame:
+    """``batch_df`` with only the columns the sink reads (:data:`~streaming.micro_batch.SINK_COLUMNS`):
+    the others are ignored, as Spark's Kafka sink ignores them, so they need not travel to the driver.
+
+    Raises:
+        SchemaError: there is no ``value`` column.
+    """
+    names = [name for name in batch_df.columns if name in SINK_COLUMNS]
+    if "value" not in names:  # before a Spark job runs
+        raise SchemaError(f"the micro-batch has no 'value' column (columns: {batch_df.columns})")
+    return batch_df if len(names) == len(batch_df.columns) else batch_df.select(*names)
 
 
 def _as_collected(table: pa.Table) -> Iterator[pa.RecordBatch | list[int]]:
