@@ -5,8 +5,8 @@ event) read by the same streaming file source with the same ``maxFilesPerTrigger
 trigger (``availableNow``), written by :class:`~streaming.sink.SegmentLogSink` (4 partitions) with
 lz4-compressed batches, by the same sink with uncompressed batches, and by
 ``writeStream.format("parquet")`` (snappy, Spark's default), one after the other in one Spark
-session, each side leading a round in turn. Each side first runs a two-batch warm-up query (JIT and
-numba compilation).
+session, each side leading a round in turn, after an unmeasured round of every side (JIT and numba
+compilation, page cache).
 
 Results (the shape of every ``seglog bench`` suite, :mod:`seglog.bench.report`):
 
@@ -144,10 +144,8 @@ def run_suite(spark: SparkSession, workload: Workload, work_dir: Path) -> list[B
     """Measure the sinks on ``workload``; inputs and outputs under ``work_dir``."""
     inputs = work_dir / "input"
     make_inputs(inputs, workload)
-    warm = work_dir / "warmup-input"
-    make_inputs(warm, Workload(2, workload.rows_per_file, 1, 1), seed=2)
-    for side in SIDES:
-        run_query(spark, warm, work_dir / f"warmup-{side}", 1, side)
+    for side in SIDES:  # a whole unmeasured round: JIT, numba and the page cache reach their steady state
+        run_query(spark, inputs, work_dir / f"warmup-{side}", workload.files_per_trigger, side)
         shutil.rmtree(work_dir / f"warmup-{side}", ignore_errors=True)
     times: dict[str, list[float]] = {side: [] for side in SIDES}
     batch_stats: list[BatchStats] = []
