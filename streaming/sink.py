@@ -49,7 +49,7 @@ from indexer.config import Settings, load_settings
 from indexer.errors import ConfigError, SchemaError, StorageError
 from indexer.file_names import parse_topic_partition_name, validate_topic
 from indexer.log_manager import LogManager
-from streaming.arrow_collect import collect_arrow
+from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, micro_batch_plan
 from streaming.commit_log import SinkCommit, SinkCommitLog
 from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout
 from streaming.session import read_checkpoint_query_id
@@ -66,7 +66,6 @@ DEFAULT_NUM_PARTITIONS = 1  # Kafka's num.partitions broker default
 HISTORY_LENGTH = 10000  # BatchStats kept for progress reports and benchmarks
 WRITE_BATCH_ROWS = 100_000  # write_batch cuts a table into record batches of this many rows, as Spark's
 # Arrow collect does with build_spark_session's maxRecordsPerBatch, so the pool encodes them side by side
-SPARK_QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY: the checkpoint's id
 
 
 @dataclass(frozen=True)
@@ -174,7 +173,7 @@ class SegmentLogSink:
         """
         try:
             query_id = self._resolve_query_id(batch_df)
-            self._write(lambda: collect_arrow(_sink_columns(batch_df)), batch_id, query_id)
+            self._write(lambda: collect_arrow(_to_collect(batch_df)), batch_id, query_id)
         except BaseException as e:
             self.last_error = e
             raise
@@ -457,9 +456,11 @@ class SegmentLogSink:
         self.close()
 
 
-def _sink_columns(batch_df: DataFrame) -> DataFrame:
-    """``batch_df`` with only the columns the sink reads (:data:`~streaming.micro_batch.SINK_COLUMNS`):
-    the others are ignored, as Spark's Kafka sink ignores them, so they need not travel to the driver.
+def _to_collect(batch_df: DataFrame) -> DataFrame:
+    """What to collect of the micro-batch ``batch_df``: only the columns the sink reads
+    (:data:`~streaming.micro_batch.SINK_COLUMNS`; the others are ignored, as Spark's Kafka sink ignores
+    them, so they need not travel to the driver); when those are all its columns, from the micro-batch's
+    own plan where possible (:func:`~streaming.arrow_collect.micro_batch_plan`).
 
     Raises:
         SchemaError: there is no ``value`` column.
@@ -467,7 +468,9 @@ def _sink_columns(batch_df: DataFrame) -> DataFrame:
     names = [name for name in batch_df.columns if name in SINK_COLUMNS]
     if "value" not in names:  # before a Spark job runs
         raise SchemaError(f"the micro-batch has no 'value' column (columns: {batch_df.columns})")
-    return batch_df if len(names) == len(batch_df.columns) else batch_df.select(*names)
+    if len(names) < len(batch_df.columns):
+        return batch_df.select(*names)
+    return micro_batch_plan(batch_df) or batch_df
 
 
 def _as_collected(table: pa.Table) -> Iterator[pa.RecordBatch | list[int]]:

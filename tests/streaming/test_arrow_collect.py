@@ -1,14 +1,18 @@
-"""collect_arrow on a real local Spark: batches as they arrive, then the order that gives toArrow's rows."""
+"""collect_arrow on a real local Spark: batches as they arrive, then the order that gives toArrow's rows;
+micro_batch_plan inside a real foreachBatch."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pyarrow as pa
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from indexer.errors import ConfigError
-from streaming.arrow_collect import collect_arrow
+from streaming.arrow_collect import collect_arrow, micro_batch_plan
+from tests.streaming.helpers import write_json_inputs
 
 pytestmark = pytest.mark.spark
 
@@ -51,3 +55,34 @@ def test_a_pyspark_without_the_internals_is_a_clear_error(spark: SparkSession, m
     monkeypatch.delattr("pyspark.util._load_from_socket")
     with pytest.raises(ConfigError, match="written for pyspark 4.2"):
         list(collect_arrow(spark.range(3)))
+
+
+def test_a_micro_batch_is_collected_from_its_own_plan(spark: SparkSession, tmp_path: Path) -> None:
+    """In foreachBatch, micro_batch_plan gives the micro-batch over the query's own plan (no scan of
+    foreachBatch's LogicalRDD): the micro-batch's rows, run once (the query counts each input row
+    once); a changed DataFrame is left alone."""
+    rows = write_json_inputs(tmp_path / "in", files=2, rows_per_file=50, keys=4)
+    plans: list[str] = []
+    collected: list[tuple[str, str]] = []
+
+    def check(batch_df: DataFrame, batch_id: int) -> None:
+        assert micro_batch_plan(batch_df.where("key = 'k1'")) is None
+        direct = micro_batch_plan(batch_df)
+        assert direct is not None
+        plans.append(direct._jdf.queryExecution().executedPlan().toString())
+        batches, order = _collected(direct)
+        table = pa.Table.from_batches([batches[i] for i in order])
+        collected.extend(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
+
+    query = (spark.readStream.schema("key string, value string").option("maxFilesPerTrigger", 1)
+             .json(str(tmp_path / "in")).writeStream.foreachBatch(check)
+             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    query.awaitTermination()
+    assert len(plans) == 2
+    assert all("ExistingRDD" not in plan and "FileScan json" in plan for plan in plans)
+    assert sorted(collected) == sorted(rows)
+    assert [progress["numInputRows"] for progress in query.recentProgress] == [50, 50]
+
+
+def test_a_dataframe_outside_foreach_batch_has_no_micro_batch_plan(spark: SparkSession) -> None:
+    assert micro_batch_plan(spark.range(3)) is None

@@ -18,7 +18,7 @@ from indexer.errors import RecordTooLargeError, SchemaError
 from streaming.commit_log import SinkCommitLog
 from streaming.job import JobSpec, JobSummary, run_job
 from streaming.partitioner import partition_for_keys
-from streaming.sink import SegmentLogSink, _sink_columns
+from streaming.sink import SegmentLogSink, _to_collect
 from tests.streaming.helpers import read_topic, snapshot, write_json_inputs
 
 pytestmark = pytest.mark.spark
@@ -129,8 +129,8 @@ def test_only_the_sink_columns_travel_to_the_driver(spark: SparkSession) -> None
     """Columns the sink ignores are dropped before the collect; a batch without ``value`` fails before any Spark job."""
     df = spark.range(2).selectExpr("cast(id as string) as key", "repeat('x', 1000) as payload",
                                    "cast(cast(id as string) as binary) as value")
-    assert _sink_columns(df).columns == ["key", "value"]
+    assert _to_collect(df).columns == ["key", "value"]
     kafka_shaped = df.select("key", "value")
-    assert _sink_columns(kafka_shaped) is kafka_shaped
+    assert _to_collect(kafka_shaped) is kafka_shaped
     with pytest.raises(SchemaError, match=r"no 'value' column \(columns: \['key', 'payload'\]\)"):
-        _sink_columns(df.drop("value"))
+        _to_collect(df.drop("value"))
