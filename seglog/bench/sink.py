@@ -5,20 +5,22 @@ event) read by the same streaming file source with the same ``maxFilesPerTrigger
 trigger (``availableNow``), written by :class:`~streaming.sink.SegmentLogSink` (4 partitions) with
 lz4-compressed batches, by the same sink with uncompressed batches, and by
 ``writeStream.format("parquet")`` (snappy, Spark's default), one after the other in one Spark
-session, each side leading a round in turn, after an unmeasured round of every side (JIT and numba
-compilation, page cache).
+session, each side leading a round in turn (so as many times as every other side), after an
+unmeasured round of every side (JIT and numba compilation, page cache).
 
 Results (the shape of every ``seglog bench`` suite, :mod:`seglog.bench.report`):
 
-* ``sink rows/s (lz4 batches)``: rows / wall time of the whole query, seglog over Parquet (goal
-  >= 1.0x): both sinks compress their output with their ecosystem's usual fast codec;
+* ``sink rows/s (lz4 batches)``: rows / wall time of the whole query (median of the rounds),
+  seglog over Parquet (goal >= 1.0x): both sinks compress their output with their ecosystem's usual
+  fast codec; the details give each round's own ratio too (the two sides of a round run back to
+  back, so a slow spell of the shared machine moves both);
 * ``sink rows/s (uncompressed batches)``: the same with ``compression.type=none`` (no goal);
 * ``sink commit overhead per micro-batch``: fsync + commit record + high watermark publication,
   p50 over every micro-batch of the lz4 runs, against the p50 of the whole sink call (details:
   p90/p99/max and each phase).
 
 ``--quick`` (about a minute with Spark's start) uses 8 files of 40,000 rows and one round; the
-full run 24 files of 100,000 rows and three rounds.
+full run 24 files of 100,000 rows and six rounds (about two minutes).
 
 examples:
   seglog bench sink --quick
@@ -84,7 +86,7 @@ class Workload:
 
 
 QUICK = Workload(files=8, rows_per_file=40_000, files_per_trigger=2, rounds=1)
-FULL = Workload(files=24, rows_per_file=100_000, files_per_trigger=4, rounds=3)
+FULL = Workload(files=24, rows_per_file=100_000, files_per_trigger=4, rounds=6)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -168,9 +170,11 @@ def run_suite(spark: SparkSession, workload: Workload, work_dir: Path) -> list[B
     overhead_p = percentiles(overhead)
     return [
         throughput_result("sink rows/s (lz4 batches)", "rows/s", rates[COMPRESSED],
-                          "Spark Parquet file sink (snappy)", rates[PARQUET], 1.0, **details),
+                          "Spark Parquet file sink (snappy)", rates[PARQUET], 1.0,
+                          round_ratios=_round_ratios(times, COMPRESSED), **details),
         throughput_result("sink rows/s (uncompressed batches)", "rows/s", rates[UNCOMPRESSED],
-                          "Spark Parquet file sink (snappy)", rates[PARQUET], None, **details),
+                          "Spark Parquet file sink (snappy)", rates[PARQUET], None,
+                          round_ratios=_round_ratios(times, UNCOMPRESSED), **details),
         latency_result("sink commit overhead per micro-batch", "ms", overhead_p["p50"], "whole sink call (p50)",
                        percentiles(whole)["p50"], None, micro_batches=len(overhead), overhead=overhead_p,
                        sink_call=percentiles(whole),
@@ -181,6 +185,11 @@ def run_suite(spark: SparkSession, workload: Workload, work_dir: Path) -> list[B
                        flush=percentiles([b.flush_ms for b in batch_stats]),
                        commit=percentiles([b.commit_ms + b.publish_ms for b in batch_stats])),
     ]
+
+
+def _round_ratios(times: dict[str, list[float]], side: str) -> list[float]:
+    """Each round's rows/s of ``side`` over Parquet's in the same round."""
+    return [parquet / seconds for seconds, parquet in zip(times[side], times[PARQUET], strict=True)]
 
 
 def run(args: argparse.Namespace) -> int:

@@ -35,6 +35,7 @@ def test_tiny_suite_reports_every_side(spark: SparkSession, tmp_path: Path) -> N
     for rate in (compressed, uncompressed):
         assert rate.value > 0 and rate.baseline_value > 0
         assert rate.ratio == pytest.approx(rate.value / rate.baseline_value)
+        assert rate.details["round_ratios"] == [pytest.approx(rate.ratio)]  # one round: its ratio is the median's
     assert compressed.baseline_value == uncompressed.baseline_value  # one Parquet measurement
     assert overhead.details["micro_batches"] == 2  # one per input file, of the lz4 runs
     assert 0 < overhead.value <= overhead.baseline_value  # the overhead is part of the sink call
