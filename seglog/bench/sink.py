@@ -30,7 +30,9 @@ examples:
 from __future__ import annotations
 
 import argparse
+import gc
 import logging
+import os
 import shutil
 import statistics
 import tempfile
@@ -131,6 +133,7 @@ def run_query(
         writer = df.writeStream.foreachBatch(sink)
     else:
         writer = df.writeStream.format("parquet").option("path", str(out / "parquet"))
+    _settle(spark)
     started = time.perf_counter()
     query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
     query.awaitTermination()
@@ -140,6 +143,15 @@ def run_query(
         sink.close()
         stats = [b for b in sink.history if not b.skipped]
     return elapsed, stats
+
+
+def _settle(spark: SparkSession) -> None:
+    """Start a query from a clean slate: the dirty pages earlier queries left for the kernel to write
+    back (Spark's Parquet sink does not fsync) are written now, and both heaps are collected, so one
+    side's leftovers are not paid for by the next side's timed run."""
+    os.sync()
+    spark.sparkContext._jvm.System.gc()  # type: ignore[union-attr]
+    gc.collect()
 
 
 def run_suite(spark: SparkSession, workload: Workload, work_dir: Path) -> list[BenchResult]:
