@@ -100,36 +100,30 @@ _READ_CHUNK_BYTES = 4 * 1024 * 1024
 # before a byte is written); a chunk is then a run of whole planned batches of at most an eighth of
 # the append, between these bounds (one larger batch alone): small chunks start the writes early and
 # stay in the CPU cache between encoding and writing, each chunk costs the writer ~0.5 ms of
-# indexing. Chunks are encoded into a few recycled buffers: no page faults of fresh memory.
+# indexing. The helper writes each chunk's records through its thread's recycled buffer before
+# compressing them (encoder.encode_planned): only the compressed bytes take fresh memory.
 # Uncompressed batches, whose positions are known before encoding, are instead encoded and written
 # by _ENCODE_WORKERS threads side by side (encoder.encode_planned_to).
 _APPEND_CHUNK_BYTES = 8 * 1024 * 1024
 _APPEND_MIN_CHUNK_BYTES = 4 * 1024 * 1024
-_APPEND_BUFFERS = 3
 _ENCODE_WORKERS = min(2, os.cpu_count() or 1)  # threads encoding and writing one uncompressed append
 
 
 def _encode_in_chunks(plan: BatchPlan, ranges: list[tuple[int, int]]) -> Iterator[EncodedBatches]:
     """The batch ranges of ``plan`` encoded in order by a helper thread, ahead of the consumer.
 
-    Each range is encoded into one of ``_APPEND_BUFFERS`` recycled buffers: a yielded chunk's
-    buffer is valid until the consumer asks for the next chunk. Errors of the helper are raised
-    here; closing the iterator stops it (after the chunk it is encoding, which is discarded).
+    Errors of the helper are raised here; closing the iterator stops it (after the chunk it is
+    encoding, which is discarded).
     """
-    largest = max(plan.range_bytes(start, stop) for start, stop in ranges)
-    free: queue.Queue[np.ndarray | None] = queue.Queue()
-    for _ in range(_APPEND_BUFFERS):
-        free.put(np.empty(largest, np.uint8))  # pages are only touched when first encoded into
-    results: queue.Queue[tuple[EncodedBatches, np.ndarray] | BaseException | None] = queue.Queue()
+    results: queue.Queue[EncodedBatches | BaseException | None] = queue.Queue()
     stopped = threading.Event()
 
     def work() -> None:
         try:
             for start, stop in ranges:
-                buffer = free.get()
-                if buffer is None or stopped.is_set():
+                if stopped.is_set():
                     return
-                results.put((encode_planned(plan, start, stop, out=buffer), buffer))
+                results.put(encode_planned(plan, start, stop))
         except BaseException as e:  # handed to the consumer, which raises it
             results.put(e)
         else:
@@ -141,12 +135,9 @@ def _encode_in_chunks(plan: BatchPlan, ranges: list[tuple[int, int]]) -> Iterato
         while (item := results.get()) is not None:
             if isinstance(item, BaseException):
                 raise item
-            encoded, buffer = item
-            yield encoded
-            free.put(buffer)
+            yield item
     finally:
         stopped.set()
-        free.put(None)  # wakes a helper waiting for a buffer
         thread.join()
 
 

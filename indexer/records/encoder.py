@@ -70,7 +70,7 @@ PLAN_WORKERS = min(2, os.cpu_count() or 1)
 # encode_planned_to: chunks small enough to stay in the CPU cache from encoding to writing, large enough
 # that the page cache takes each in big folios (measured on 1M x 100-byte records: 1-4 MiB alike, 256 KiB slower)
 DEFAULT_CHUNK_BYTES = 2 << 20
-_buffers = threading.local()  # per thread: the encoding buffer of encode_planned_to
+_buffers = threading.local()  # per thread: the buffer of encode_planned_to and of compressed encodes
 _INT32_MAX = 2**31 - 1
 _NO_NULLS = np.zeros(0, np.bool_)
 _NO_NULLS.setflags(write=False)
@@ -281,21 +281,23 @@ def encode_planned(
 ) -> EncodedBatches:
     """Encode batches ``start .. stop-1`` of ``plan`` (all by default); thread-safe, releases the GIL.
 
-    ``out``: a uint8 buffer of at least ``plan.range_bytes(start, stop)`` bytes to encode into
-    (reusing one saves the page faults of a fresh buffer); for an uncompressed plan the result's
-    ``buffer`` is then a view of it, valid until ``out`` is reused. Without ``out``, a compressed
-    plan's records are written chunk by chunk into this thread's recycled buffer before they are
-    compressed, so only the compressed bytes take fresh memory. Positions in the result are relative
-    to its buffer. CRCs are computed right after the range is written, while it is still in cache.
+    ``out`` (uncompressed plans only): a uint8 buffer of at least ``plan.range_bytes(start, stop)``
+    bytes to encode into (reusing one saves the page faults of a fresh buffer); the result's
+    ``buffer`` is then a view of it, valid until ``out`` is reused. A compressed plan's records are
+    written chunk by chunk into this thread's recycled buffer before they are compressed, so only the
+    compressed bytes take fresh memory. Positions in the result are relative to its buffer. CRCs are
+    computed right after the range is written, while it is still in cache.
     """
     stop = len(plan) if stop is None else stop
     if not 0 <= start <= stop <= len(plan):
         raise ValueError(f"batch range {start}..{stop} is outside the plan's {len(plan)} batches")
     nbytes = plan.range_bytes(start, stop)
+    if out is not None and plan.compression != "none":
+        raise ValueError("out is for uncompressed plans: compressed batches are new bytes")
     if out is not None and (out.dtype != np.uint8 or out.ndim != 1 or out.shape[0] < nbytes):
         raise ValueError(f"out must be a 1-d uint8 buffer of at least {nbytes} bytes")
     if plan.compression != "none":
-        buffer, positions, sizes = _encode_compressed(plan, start, stop, out)
+        buffer, positions, sizes = _encode_compressed(plan, start, stop)
     else:
         buffer = np.empty(nbytes, np.uint8) if out is None else out[:nbytes]
         _write_batches(plan, start, stop, buffer)
@@ -337,21 +339,17 @@ def _write_batches(plan: BatchPlan, start: int, stop: int, buffer: np.ndarray) -
     )  # fmt: skip
 
 
-def _encode_compressed(
-    plan: BatchPlan, start: int, stop: int, out: np.ndarray | None
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _encode_compressed(plan: BatchPlan, start: int, stop: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Batches ``start .. stop-1`` of a compressed ``plan``: (buffer, positions, sizes).
 
-    The records are written uncompressed into ``out`` in one go or, without it, chunk by chunk
-    (:data:`DEFAULT_CHUNK_BYTES`) into this thread's recycled buffer, which stays in the CPU cache
-    while its batches are compressed; each batch is then re-framed compressed.
+    The records are written uncompressed chunk by chunk (:data:`DEFAULT_CHUNK_BYTES`) into this
+    thread's recycled buffer, which stays in the CPU cache while its batches are re-framed compressed.
     """
-    ranges = [(start, stop)] if out is not None else plan.chunks(DEFAULT_CHUNK_BYTES, start, stop)
     pieces: list[bytes | bytearray] = []
     sizes = np.empty(stop - start, np.int64)
-    for a, b in ranges:
+    for a, b in plan.chunks(DEFAULT_CHUNK_BYTES, start, stop):
         nbytes = plan.range_bytes(a, b)
-        buffer = (out if out is not None else _scratch(nbytes))[:nbytes]
+        buffer = _scratch(nbytes)[:nbytes]
         _write_batches(plan, a, b, buffer)
         positions = plan.positions[a:b] - plan.positions[a]
         sizes[a - start : b - start] = _compress(buffer, positions, plan.sizes[a:b], plan.compression, pieces)
@@ -382,7 +380,7 @@ def planned_batches(plan: BatchPlan) -> EncodedBatches:
 
 def _scratch(nbytes: int) -> np.ndarray:
     """This thread's encoding buffer of at least ``nbytes``, kept between calls up to
-    ``2 * DEFAULT_CHUNK_BYTES`` (its pages are faulted once, not at every append)."""
+    ``2 * DEFAULT_CHUNK_BYTES`` (its pages are faulted once, not at every encode)."""
     buffer: np.ndarray | None = getattr(_buffers, "buffer", None)
     if buffer is not None and buffer.shape[0] >= nbytes:
         return buffer

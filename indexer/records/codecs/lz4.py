@@ -84,8 +84,6 @@ def _header_checksum(descriptor: bytes | memoryview) -> int:
     return (xxh32(descriptor) >> 8) & 0xFF
 
 
-
-
 class Lz4Codec(Codec):
     """LZ4 in Kafka's frame (independent 64 KiB blocks, no checksums beyond the header's)."""
 

@@ -377,6 +377,9 @@ def test_encode_planned_checks_its_range_and_buffer() -> None:
     with pytest.raises(ValueError, match="at least"):
         encode_planned(plan, 0, 2, out=np.empty(plan.range_bytes(0, 2) - 1, np.uint8))
     assert len(encode_planned(plan, 1, 1)) == 0
+    compressed = plan_batches(_table([{"value": b"v" * 100, "timestamp": TS}] * 30), 0, compression="lz4")
+    with pytest.raises(ValueError, match="uncompressed plans"):
+        encode_planned(compressed, 0, 1, out=np.empty(compressed.range_bytes(0, 1), np.uint8))
 
 
 def test_header_with_null_key_is_rejected() -> None:
