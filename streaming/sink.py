@@ -215,10 +215,10 @@ class SegmentLogSink:
         :func:`~streaming.arrow_collect.collect_arrow`), only once the batch is known not to be committed."""
         with self._lock:
             self._check_open()
-            skipped = self._skip_if_committed(batch_id, query_id)
+            committed = self.commit_log.read()
+            skipped = self._skip_if_committed(committed, batch_id, query_id)
             if skipped is not None:
                 return skipped
-            committed = self.commit_log.read()
             t0 = time.perf_counter()
             encoder = MicroBatchEncoder(self._executor(), default_topic=self.topic, layout=self._layout,
                                         null_key_start=batch_id, now_ms=int(time.time() * 1000))
@@ -260,13 +260,13 @@ class SegmentLogSink:
         if self._closed:
             raise ValueError(f"sink {self.sink_id} on {self.log_dir} is closed")
 
-    def _skip_if_committed(self, batch_id: int, query_id: str) -> BatchStats | None:
-        """Stats of a skipped replay if ``batch_id`` of ``query_id`` committed, else None. Caller holds the lock.
+    def _skip_if_committed(self, committed: SinkCommit, batch_id: int, query_id: str) -> BatchStats | None:
+        """Stats of a skipped replay if ``committed`` (the commit record) says ``batch_id`` of ``query_id``
+        committed, else None. Caller holds the lock.
 
         The first call of this sink object also runs recovery, so a batch that committed just before a
         crash is published (high watermarks) even when Spark's replay of it is skipped.
         """
-        committed = self.commit_log.read()
         if not committed.is_committed(query_id, batch_id):
             return None
         if not self._recovered:
