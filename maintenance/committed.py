@@ -3,7 +3,7 @@
 Two records say what was committed, and the larger wins for each partition:
 
 * ``replication-offset-checkpoint``: the high watermarks (what readers could see);
-* the streaming sink's commit records ``seglog-sink.<id>.json`` (:mod:`streaming.commit_log`):
+* the streaming sink's commit records ``seglog-sink.<id>.json`` (:mod:`indexer.commit_log`):
   the sink writes them *before* publishing the high watermark, so after a crash between the two
   they are ahead of the checkpoint (streaming/sink.py, steps 5 and 6).
 
@@ -18,6 +18,7 @@ import logging
 from pathlib import Path
 
 from indexer.checkpoint import OffsetCheckpointFile
+from indexer.commit_log import COMMIT_FILE_PREFIX, COMMIT_FILE_SUFFIX, SinkCommitLog
 from indexer.errors import StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE
 
@@ -28,8 +29,6 @@ TopicPartition = tuple[str, int]
 
 def sink_committed_offsets(log_dir: Path) -> dict[TopicPartition, int]:
     """Per partition, the largest end offset any sink commit record in ``log_dir`` holds."""
-    from streaming.commit_log import COMMIT_FILE_PREFIX, COMMIT_FILE_SUFFIX, SinkCommitLog
-
     out: dict[TopicPartition, int] = {}
     for path in sorted(log_dir.glob(f"{COMMIT_FILE_PREFIX}*{COMMIT_FILE_SUFFIX}")):
         sink_id = path.name[len(COMMIT_FILE_PREFIX) : -len(COMMIT_FILE_SUFFIX)]

@@ -4,8 +4,6 @@ Importing this package does not import pyspark (the Spark-facing functions impor
 :mod:`streaming.reader` (the ``seglog`` Spark data source) does, and is imported on its own.
 """
 
-from streaming.commit_log import SinkCommit as SinkCommit
-from streaming.commit_log import SinkCommitLog as SinkCommitLog
 from streaming.job import JobSpec as JobSpec
 from streaming.job import JobSummary as JobSummary
 from streaming.job import run_job as run_job
@@ -19,8 +17,6 @@ __all__ = [
     "JobSpec",
     "JobSummary",
     "SegmentLogSink",
-    "SinkCommit",
-    "SinkCommitLog",
     "murmur2",
     "partition_for_keys",
     "run_job",

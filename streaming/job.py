@@ -10,7 +10,8 @@ Defaults come from the ``[streaming]`` section of ``conf/seglog.toml`` (Kafka-st
 plus, for the other sources, ``input.path``, ``input.format`` (json|csv|parquet),
 ``max.files.per.trigger``, ``key.column``, ``kafka.bootstrap.servers``, ``kafka.subscribe``,
 ``starting.offsets``. The job owns one :class:`~indexer.log_manager.LogManager` shared by the sink
-and, when the ``maintenance`` package is importable, the in-process maintenance scheduler.
+and the in-process maintenance scheduler the caller passes in (``seglog run`` passes
+:func:`maintenance.scheduler.start_maintenance`; this package never imports ``maintenance``).
 
 It stops when the stop event is set (the ``seglog run`` command sets it on Ctrl-C / SIGTERM), after
 ``duration_s``, or when the query ends (``available_now``). Stopping is clean: the query is stopped,
@@ -20,14 +21,13 @@ every committed batch (a batch the sink committed but Spark did not is skipped o
 
 from __future__ import annotations
 
-import importlib
 import logging
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from indexer.config import Settings
 from indexer.errors import ConfigError, SeglogError
@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-MAINTENANCE_MODULE = "maintenance.scheduler"
 STOP_WAIT_S = 60.0  # longest wait for a running micro-batch before stopping the query anyway
 
 # [streaming] key -> JobSpec attribute
@@ -86,7 +85,6 @@ class JobSpec:
     master: str = "local[2]"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     progress_interval_s: float = 10.0
-    maintenance: bool = True
 
     def __post_init__(self) -> None:
         if self.source not in sources.SOURCES:
@@ -148,17 +146,14 @@ def build_source(spark: SparkSession, spec: JobSpec) -> DataFrame:
     return sources.delta_events(spark, spec.input_path, key_column=spec.key_column)
 
 
-def start_maintenance(log_manager: LogManager, settings: Settings) -> Any | None:
-    """The maintenance hook: start the in-process scheduler if ``maintenance.scheduler`` is importable.
+class Stoppable(Protocol):
+    """A background service the job stops when it ends (the maintenance scheduler's handle)."""
 
-    Returns its handle (with ``stop()``), or None when the package is not there.
-    """
-    try:
-        module = importlib.import_module(MAINTENANCE_MODULE)
-    except ModuleNotFoundError as e:
-        logger.info("maintenance scheduler not available (%s); running without it", e)
-        return None
-    return module.start_maintenance(log_manager, settings)
+    def stop(self) -> None: ...
+
+
+# Starts in-process maintenance on the job's LogManager, e.g. maintenance.scheduler.start_maintenance.
+MaintenanceStarter = Callable[[LogManager, Settings], Stoppable]
 
 
 class _Progress:
@@ -200,8 +195,11 @@ def run_job(
     duration_s: float | None = None,
     stop: threading.Event | None = None,
     spark: SparkSession | None = None,
+    maintenance: MaintenanceStarter | None = None,
 ) -> JobSummary:
     """Run the streaming query until ``stop`` is set, ``duration_s`` passes or the query ends.
+
+    ``maintenance`` starts the in-process maintenance scheduler on the job's ``LogManager`` (None: none).
 
     Raises:
         SeglogError: the sink rejected a batch (bad input) or failed to write; the original error.
@@ -212,11 +210,11 @@ def run_job(
     spark = spark or build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
     spec.log_dir.mkdir(parents=True, exist_ok=True)
     log_manager = LogManager(spec.log_dir, settings)
-    maintenance = None
+    scheduler = None
     sink = None
     query = None
     try:
-        maintenance = start_maintenance(log_manager, settings) if spec.maintenance else None
+        scheduler = maintenance(log_manager, settings) if maintenance is not None else None
         sink = SegmentLogSink(spec.log_dir, topic=spec.topic, num_partitions=spec.num_partitions, settings=settings,
                               checkpoint_location=spec.checkpoint_location, log_manager=log_manager)
         writer = (build_source(spark, spec).writeStream.foreachBatch(sink)
@@ -233,8 +231,8 @@ def run_job(
             _stop_between_batches(query)
         if sink is not None:
             sink.close()
-        if maintenance is not None:
-            maintenance.stop()
+        if scheduler is not None:
+            scheduler.stop()
         log_manager.close()
     assert sink is not None
     history = list(sink.history)

@@ -2,7 +2,7 @@
 
 Spark runs micro-batch N, calls the sink, then writes ``<checkpoint>/commits/N``. After a crash it
 re-runs every batch that has an ``offsets/N`` but no ``commits/N``, with the same id and the same
-input. The sink makes that harmless with its own commit record (:mod:`streaming.commit_log`),
+input. The sink makes that harmless with its own commit record (:mod:`indexer.commit_log`),
 holding the query id (Spark's checkpoint identity), the last committed batch id and each
 partition's committed end offset. For batch N of query Q:
 
@@ -45,12 +45,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
+from indexer.commit_log import SinkCommit, SinkCommitLog
 from indexer.config import Settings, load_settings
 from indexer.errors import ConfigError, SchemaError, StorageError
 from indexer.file_names import parse_topic_partition_name, validate_topic
 from indexer.log_manager import LogManager
 from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, micro_batch_plan
-from streaming.commit_log import SinkCommit, SinkCommitLog
 from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout
 from streaming.session import read_checkpoint_query_id
 

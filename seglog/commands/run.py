@@ -83,6 +83,7 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 
 def run(args: argparse.Namespace) -> int:
     """Run the job; 0 after a clean stop."""
+    from maintenance.scheduler import start_maintenance
     from streaming.job import JobSpec, run_job
 
     settings = settings_from_args(args)
@@ -94,14 +95,14 @@ def run(args: argparse.Namespace) -> int:
         key_column=args.key_column, kafka_bootstrap_servers=args.kafka_bootstrap_servers,
         kafka_subscribe=args.kafka_subscribe, starting_offsets=args.starting_offsets, trigger_interval=args.trigger,
         available_now=args.available_now or None, master=args.master, progress_interval_s=args.progress_interval,
-        maintenance=False if args.no_maintenance else None,
     )
     progress = logging.getLogger(PROGRESS_LOGGER)
     if progress.getEffectiveLevel() > logging.INFO:
         progress.setLevel(logging.INFO)  # live progress is the point of this command, even without -v
     stop = threading.Event()
     with _stop_on_signals(stop):
-        summary = run_job(spec, settings, duration_s=args.duration, stop=stop)
+        summary = run_job(spec, settings, duration_s=args.duration, stop=stop,
+                          maintenance=None if args.no_maintenance else start_maintenance)
     offsets = ", ".join(f"{t}-{p}: {o}" for (t, p), o in sorted(summary.end_offsets.items())) or "none"
     print(f"{summary.batches} micro-batches, {summary.rows} rows in {summary.elapsed_s:.1f} s; "
           f"committed end offsets: {offsets}")

@@ -36,6 +36,7 @@ DURATION_S = float(os.environ.get("SEGLOG_SOAK_SECONDS", "40"))
 def test_sink_and_maintenance_run_together(
     spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
+    from maintenance.scheduler import start_maintenance
     from streaming.job import JobSpec, run_job
 
     log_dir = tmp_path / "logs"
@@ -56,9 +57,9 @@ def test_sink_and_maintenance_run_together(
         wait_for(err, "seglog maintain on")
         spec = JobSpec(log_dir=log_dir, checkpoint_location=str(tmp_path / "checkpoint"), topic="soak",
                        num_partitions=2, source="rate", rows_per_second=3000, trigger_interval="1 second",
-                       progress_interval_s=3600, maintenance=True)
+                       progress_interval_s=3600)
         with caplog.at_level(logging.INFO, logger="maintenance"):
-            summary = run_job(spec, settings, duration_s=DURATION_S, spark=spark)
+            summary = run_job(spec, settings, duration_s=DURATION_S, spark=spark, maintenance=start_maintenance)
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=60) == 0
         daemon_log = "".join(wait_for(err, "stopped", timeout=10))

@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     spec = JobSpec(
         log_dir=Path(args.log_dir), checkpoint_location=args.checkpoint, topic="crash", num_partitions=args.partitions,
         source="files", input_path=args.input, input_format="json", max_files_per_trigger=args.files_per_batch,
-        available_now=True, maintenance=False, progress_interval_s=3600,
+        available_now=True, progress_interval_s=3600,
         spark_conf=TEST_SPARK_CONF,
     )
     summary = run_job(spec, settings)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.commit_log import SinkCommitLog
+from indexer.commit_log import SinkCommitLog
 from tests.streaming.helpers import read_topic, write_json_inputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
+from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig, Settings, load_settings
 from indexer.errors import ConfigError
 from indexer.log import Log
 from seglog.cli import main
-from streaming.commit_log import SinkCommitLog
 from streaming.job import JobSpec
 from tests.streaming.helpers import high_watermarks, read_topic
 

@@ -10,6 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig, Settings
 from indexer.errors import (
     ConfigError,
@@ -20,7 +21,6 @@ from indexer.errors import (
     UnknownTopicOrPartitionError,
 )
 from indexer.log import Log
-from streaming.commit_log import SinkCommitLog
 from streaming.partitioner import partition_for_keys
 from streaming.sink import SegmentLogSink
 from tests.streaming.helpers import high_watermarks, read_topic, snapshot

@@ -13,10 +13,10 @@ from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from indexer.commit_log import SinkCommitLog
 from indexer.config import Settings
 from indexer.errors import RecordTooLargeError, SchemaError
 from streaming.arrow_collect import micro_batch_plan
-from streaming.commit_log import SinkCommitLog
 from streaming.job import JobSpec, JobSummary, run_job
 from streaming.partitioner import partition_for_keys
 from streaming.sink import SegmentLogSink, _to_collect
@@ -31,7 +31,7 @@ def _run(spark: SparkSession, tmp_path: Path, files_per_batch: int = 1) -> JobSu
     spec = JobSpec(
         log_dir=tmp_path / "logs", checkpoint_location=str(tmp_path / "checkpoint"), topic="ev", num_partitions=3,
         source="files", input_path=str(tmp_path / "in"), input_format="json", max_files_per_trigger=files_per_batch,
-        available_now=True, maintenance=False, progress_interval_s=3600,
+        available_now=True, progress_interval_s=3600,
     )
     return run_job(spec, SETTINGS, spark=spark)
 
@@ -118,7 +118,7 @@ def test_the_job_reraises_the_sinks_own_error_and_commits_nothing(spark: SparkSe
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
     spec = JobSpec(
         log_dir=tmp_path / "logs", checkpoint_location=str(tmp_path / "checkpoint"), topic="ev", num_partitions=3,
-        source="files", input_path=str(tmp_path / "in"), available_now=True, maintenance=False,
+        source="files", input_path=str(tmp_path / "in"), available_now=True,
     )
     with pytest.raises(RecordTooLargeError, match="more than max.message.bytes=70"):
         run_job(spec, Settings(overrides={"max.message.bytes": 70}), spark=spark)

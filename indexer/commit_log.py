@@ -15,6 +15,9 @@ Writing it is the sink's commit point. A write goes to ``<file>.tmp``, is fsynce
 file and the directory is fsynced, so a crash leaves the old record or the new one, never a mix.
 It is a file, not a directory, beside the partition directories: Kafka's ``LogManager`` (and ours)
 loads every directory of a log dir as a ``<topic>-<partition>`` and ignores plain files.
+
+Like the checkpoint files, it is a file of the log directory, so it lives in the engine: the sink
+(:mod:`streaming.sink`) writes it and maintenance (:mod:`maintenance.committed`) reads it.
 """
 
 from __future__ import annotations

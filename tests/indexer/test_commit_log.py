@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from indexer.commit_log import SinkCommit, SinkCommitLog, commit_file
 from indexer.errors import StorageError
-from streaming.commit_log import SinkCommit, SinkCommitLog, commit_file
 
 
 def test_missing_record_reads_as_never_committed(tmp_path: Path) -> None:
