@@ -86,6 +86,7 @@ from indexer.records.encoder import (
 )
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
+from indexer.transaction_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -896,6 +897,44 @@ class Log:
             if found is not None:
                 return found.offset if found.offset < hw else None
         return None
+
+    @property
+    def last_stable_offset(self) -> int:
+        """The end of what a ``read_committed`` consumer may read (Kafka's LSO); here the high watermark.
+
+        Kafka's LSO is the first offset of the oldest transaction still open below the high watermark
+        (from its producer state), else the high watermark. seglog writes no transactional batches, so
+        a seglog-written log has no open transaction and its LSO is its high watermark. A broker-written
+        log is served as it lies on disk: seglog keeps no producer state (snapshots are not read), so
+        a transaction whose records lie below the high watermark but whose marker was never written
+        (a broker stopped mid-transaction, before its coordinator aborted it) is not held back; every
+        transaction that has its COMMIT or ABORT marker is handled exactly as Kafka does. Thread-safe.
+        """
+        return self.high_watermark
+
+    def collect_aborted_transactions(self, start_offset: int, upper_bound_offset: int) -> list[AbortedTxn]:
+        """Aborted transactions overlapping ``[start_offset, upper_bound_offset)``, in index order.
+
+        Kafka's ``UnifiedLog/LocalLog.collectAbortedTransactions``: from the segment holding
+        ``start_offset`` onward, each segment's ``.txnindex`` (which lists the transactions whose ABORT
+        marker it holds) is searched until one answers complete (an entry's last stable offset reaches
+        ``upper_bound_offset``: no later marker can concern the range). A ``read_committed`` fetch sends
+        these (producer id, first offset) pairs so the consumer drops the aborted records. Thread-safe
+        without the lock (segments stay readable after removal, spec 4.10).
+
+        Raises:
+            CorruptIndexError: a ``.txnindex`` record has an unknown version.
+        """
+        aborted: list[AbortedTxn] = []
+        start = self._segments.floor_segment(start_offset)
+        if start is None:
+            return aborted
+        for segment in [start, *self._segments.higher_segments(start.base_offset)]:
+            found = segment.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
+            aborted.extend(found.aborted_transactions)
+            if found.is_complete:
+                break
+        return aborted
 
     # -- truncation ----------------------------------------------------------------------------
 
