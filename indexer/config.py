@@ -29,6 +29,7 @@ _TOPIC_KEYS: dict[str, tuple[str, type, Any, int | None, str]] = {
     "segment.index.bytes": ("segment_index_bytes", int, 10485760, 4, "preallocated size of each index file (bytes)"),
     "index.interval.bytes": ("index_interval_bytes", int, 4096, 0, "log bytes between offset-index entries"),
     "max.message.bytes": ("max_message_bytes", int, 1048588, 0, "largest record batch (bytes)"),
+    "batch.size": ("batch_size", int, 262144, 0, "target size of the record batches seglog writes (bytes)"),
     "message.timestamp.type": ("message_timestamp_type", str, "CreateTime", None, "CreateTime or LogAppendTime"),
     "retention.ms": ("retention_ms", int, 604800000, -1, "delete segments older than this (ms); -1 = never"),
     "retention.bytes": ("retention_bytes", int, -1, None, "delete oldest segments above this size; -1 = no limit"),
@@ -39,7 +40,8 @@ _TOPIC_KEYS: dict[str, tuple[str, type, Any, int | None, str]] = {
     "compression.type": ("compression_type", str, "producer", None, "producer|none|gzip|snappy|lz4|zstd"),
 }
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
-_COMPRESSION_TYPES = ("producer", "none", "uncompressed", "gzip", "snappy", "lz4", "zstd")
+_CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
+_COMPRESSION_TYPES = ("producer", "uncompressed", *_CODECS)
 
 DEFAULT_CONF_PATH = Path(__file__).resolve().parent.parent / "conf" / "seglog.toml"
 
@@ -77,6 +79,7 @@ class LogConfig:
     segment_index_bytes: int = 10485760
     index_interval_bytes: int = 4096
     max_message_bytes: int = 1048588
+    batch_size: int = 262144
     message_timestamp_type: str = "CreateTime"
     retention_ms: int = 604800000
     retention_bytes: int = -1
@@ -121,6 +124,22 @@ class LogConfig:
     @property
     def is_log_append_time(self) -> bool:
         return self.message_timestamp_type == "LogAppendTime"
+
+    def stored_codec(self, producer_codec: str | None = None) -> str:
+        """The codec of the batches this topic stores (Kafka's ``compression.type`` rule).
+
+        ``producer`` keeps the writer's codec (``producer_codec``, none if not given); ``uncompressed``
+        is ``none``; any other value is the codec itself, whatever the writer asked. Every layer that
+        encodes or checks stored batches asks here.
+
+        Raises:
+            ValueError: ``producer_codec`` is not a codec name.
+        """
+        if producer_codec is not None and producer_codec not in _CODECS:
+            raise ValueError(f"unknown compression {producer_codec!r}; expected one of {sorted(_CODECS)}")
+        if self.compression_type == "producer":
+            return producer_codec or "none"
+        return "none" if self.compression_type == "uncompressed" else self.compression_type
 
     @property
     def init_file_size(self) -> int:

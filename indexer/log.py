@@ -24,18 +24,14 @@ crash, the loader cuts the log after its last valid batch from the recovery poin
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import errno
-import functools
 import logging
 import os
-import queue
 import threading
-from collections.abc import Callable, Generator, Iterator, MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 
 from indexer.clock import Clock, SystemClock
@@ -43,7 +39,6 @@ from indexer.config import LogConfig
 from indexer.errors import (
     InvalidOffsetError,
     OffsetOutOfRangeError,
-    RecordBatchTooLargeError,
     StorageError,
     storage_errors,
 )
@@ -60,30 +55,13 @@ from indexer.file_names import (
 from indexer.lock import FileLock
 from indexer.log_loader import LogLoader
 from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata
-from indexer.records.batch_header import (
-    ATTRIBUTES_OFFSET,
-    COMPRESSION_CODEC_MASK,
-    COMPRESSION_IDS,
-    CREATE_TIME,
-    LOG_APPEND_TIME,
-    LOG_OVERHEAD,
-    MAGIC_OFFSET,
-    MAGIC_V2,
-    MIN_LEGACY_RECORD_SIZE,
-    OFFSET_OFFSET,
-    SIZE_OFFSET,
-    TIMESTAMP_TYPE_MASK,
-)
-from indexer.records.columns import READ_SCHEMA, to_append_table
+from indexer.records.append_pipeline import AppendSummary, Fill, check_stored_as_is, plan_append
+from indexer.records.batch_header import LOG_OVERHEAD, SIZE_OFFSET
+from indexer.records.batch_limits import BatchLimits
+from indexer.records.columns import READ_SCHEMA, AppendInput, to_append_table
 from indexer.records.decoder import decode_records
-from indexer.records.encoder import (
-    BatchPlan,
-    EncodedBatches,
-    encode_planned,
-    encode_planned_to,
-    plan_batches,
-    planned_batches,
-)
+from indexer.records.encoder import EncodedBatches
+from indexer.records.framing import assign_offsets, whole_entries_length
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 from indexer.transaction_index import AbortedTxn
@@ -94,88 +72,6 @@ logger = logging.getLogger(__name__)
 # double up to the maximum; a batch larger than the chunk is read whole.
 _FIRST_READ_CHUNK_BYTES = 64 * 1024
 _READ_CHUNK_BYTES = 4 * 1024 * 1024
-
-# A compressed append of more than two chunks is encoded chunk by chunk in a helper thread, so
-# encoding a chunk overlaps writing the one before (the encoder's kernels and the writes release the
-# GIL). The batches are planned once for the whole table first (which finds every invalid record
-# before a byte is written); a chunk is then a run of whole planned batches of at most an eighth of
-# the append, between these bounds (one larger batch alone): small chunks start the writes early and
-# stay in the CPU cache between encoding and writing, each chunk costs the writer ~0.5 ms of
-# indexing. The helper writes each chunk's records through its thread's recycled buffer before
-# compressing them (encoder.encode_planned): only the compressed bytes take fresh memory.
-# Uncompressed batches, whose positions are known before encoding, are instead encoded and written
-# by _ENCODE_WORKERS threads side by side (encoder.encode_planned_to).
-_APPEND_CHUNK_BYTES = 8 * 1024 * 1024
-_APPEND_MIN_CHUNK_BYTES = 4 * 1024 * 1024
-_ENCODE_WORKERS = min(2, os.cpu_count() or 1)  # threads encoding and writing one uncompressed append
-
-
-def _encode_in_chunks(plan: BatchPlan, ranges: list[tuple[int, int]]) -> Iterator[EncodedBatches]:
-    """The batch ranges of ``plan`` encoded in order by a helper thread, ahead of the consumer.
-
-    Errors of the helper are raised here; closing the iterator stops it (after the chunk it is
-    encoding, which is discarded).
-    """
-    results: queue.Queue[EncodedBatches | BaseException | None] = queue.Queue()
-    stopped = threading.Event()
-
-    def work() -> None:
-        try:
-            for start, stop in ranges:
-                if stopped.is_set():
-                    return
-                results.put(encode_planned(plan, start, stop))
-        except BaseException as e:  # handed to the consumer, which raises it
-            results.put(e)
-        else:
-            results.put(None)
-
-    thread = threading.Thread(target=work, name="seglog-append-encoder", daemon=True)
-    thread.start()
-    try:
-        while (item := results.get()) is not None:
-            if isinstance(item, BaseException):
-                raise item
-            yield item
-    finally:
-        stopped.set()
-        thread.join()
-
-
-def _encode_into(plan: BatchPlan, write: Callable[[np.ndarray, int], None], start: int, stop: int) -> None:
-    """Encode batches ``start..stop-1`` of ``plan`` and write them into the segment file with ``write``."""
-    encode_planned_to(plan, start, stop, write, workers=_ENCODE_WORKERS)
-
-
-def _assign_offsets(encoded: EncodedBatches, first_offset: int) -> EncodedBatches:
-    """``encoded`` with offsets from ``first_offset``: each batch's baseOffset field rewritten in its
-    buffer (big-endian, bytes 0-7, outside the CRC), the metadata arrays shifted alike."""
-    shift = first_offset - int(encoded.base_offsets[0])
-    base_offsets = encoded.base_offsets + shift
-    fields = encoded.positions[:, None] + np.arange(OFFSET_OFFSET, OFFSET_OFFSET + 8)
-    encoded.buffer[fields] = base_offsets.astype(">i8").view(np.uint8).reshape(-1, 8)
-    return dataclasses.replace(
-        encoded,
-        base_offsets=base_offsets,
-        last_offsets=encoded.last_offsets + shift,
-        offsets_of_max_timestamp=encoded.offsets_of_max_timestamp + shift,
-    )
-
-
-def _whole_entries_length(buf: bytes) -> int:
-    """Length of the prefix of ``buf`` made of whole log entries (a per-batch walk of the 12-byte framing).
-
-    An entry whose size field is impossible is included, so the decoder reports it as corrupt.
-    """
-    position, n = 0, len(buf)
-    while position + LOG_OVERHEAD <= n:
-        size = int.from_bytes(buf[position + SIZE_OFFSET : position + LOG_OVERHEAD], "big", signed=True)
-        if size < MIN_LEGACY_RECORD_SIZE:
-            return n
-        if position + LOG_OVERHEAD + size > n:
-            break
-        position += LOG_OVERHEAD + size
-    return position
 
 
 class _PrefixAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -412,33 +308,12 @@ class Log:
         with self.lock:
             return self._set_high_watermark(offset)
 
-    def maybe_increment_high_watermark(self, offset: int) -> int | None:
-        """Move the high watermark forward to ``offset``; returns the old value if it moved, else None.
-
-        Thread-safe. Raises ``ValueError`` if ``offset`` is beyond the log end offset.
-        """
-        with self.lock:
-            if offset > self.log_end_offset:
-                raise ValueError(
-                    f"High watermark {offset} update exceeds current log end offset {self.log_end_offset} "
-                    f"of {self.directory}"
-                )
-            old = self._high_watermark_metadata
-            new = self._offset_metadata(offset)
-            if old.message_offset < offset or (
-                old.message_offset == offset
-                and not old.message_offset_only
-                and not new.message_offset_only
-                and old.on_older_segment(new)
-            ):
-                self._high_watermark_metadata = new
-                return old.message_offset
-            return None
-
     def maybe_increment_log_start_offset(self, offset: int) -> bool:
         """Raise the log start offset to ``offset`` (Kafka's DeleteRecords); True if it moved.
 
-        Segments wholly below it are deleted by the next :meth:`delete_old_segments`. Thread-safe.
+        The engine's only way to drop records by offset rather than by segment age or size: segments
+        wholly below it are deleted by the next :meth:`delete_old_segments` (the "log start offset
+        breach"). Thread-safe.
 
         Raises:
             OffsetOutOfRangeError: ``offset`` is beyond the high watermark.
@@ -464,64 +339,51 @@ class Log:
 
     # -- append --------------------------------------------------------------------------------
 
-    def _codec(self, compression: str | None) -> str:
-        topic = self.config.compression_type
-        if topic == "producer":
-            name = compression or "none"
-        else:
-            name = topic
-        name = "none" if name == "uncompressed" else name
-        if name not in COMPRESSION_IDS:
-            raise ValueError(f"unknown compression {name!r}; expected one of {sorted(COMPRESSION_IDS)}")
-        return name
-
-    def append(self, data: Any, *, compression: str | None = None, now_ms: int | None = None) -> LogAppendInfo:
+    def append(
+        self, data: AppendInput, *, compression: str | None = None, now_ms: int | None = None
+    ) -> LogAppendInfo:
         """Append records at the log end offset, rolling segments as Kafka does; returns what was written.
 
         ``data`` is anything :func:`~indexer.records.columns.to_append_table` takes. Records become
-        v2 batches of at most ``max.message.bytes``; timestamps are the records' own (CreateTime) or
-        ``now_ms`` (LogAppendTime, per ``message.timestamp.type``). ``compression`` applies when the
-        topic's ``compression.type`` is ``producer``. Each batch goes to the active segment unless
-        Kafka's roll rule says roll first, so an append may span segments, split at batch boundaries.
-        Every input problem is found before a byte is written. Flushes when ``flush.messages``
-        records are unflushed. Thread-safe (takes the log lock).
+        v2 batches packed up to ``batch.size``, each within ``max.message.bytes`` and ``segment.bytes``
+        (:class:`~indexer.records.batch_limits.BatchLimits`); timestamps are the records' own
+        (CreateTime) or ``now_ms`` (LogAppendTime, per ``message.timestamp.type``). ``compression``
+        applies when the topic's ``compression.type`` is ``producer`` (:meth:`LogConfig.stored_codec`).
+        Each batch goes to the active segment unless Kafka's roll rule says roll first, so an append
+        may span segments, split at batch boundaries. Every input problem is found before a byte is
+        written. Flushes when ``flush.messages`` records are unflushed. Thread-safe (takes the log lock).
 
         Raises:
             SchemaError: ``data`` has unknown columns or wrong types.
-            RecordTooLargeError: one record does not fit in ``max.message.bytes``.
-            RecordBatchTooLargeError: one batch is larger than ``segment.bytes``.
+            RecordTooLargeError: one record alone is larger than ``max.message.bytes``.
+            RecordBatchTooLargeError: one record alone does not fit a segment (``segment.bytes``).
             StorageError: an I/O error; the log is then in the state a crash would leave.
         """
         now = self.clock.milliseconds() if now_ms is None else now_ms
-        codec = self._codec(compression)
+        codec = self.config.stored_codec(compression)
         table = to_append_table(data, now_ms=now)
-        log_append_time = self.config.is_log_append_time
+        log_append_time_ms = now if self.config.is_log_append_time else None
         with self.lock:
             self._check_writable("append")
             first_offset = self.log_end_offset
             if table.num_rows == 0:
-                return LogAppendInfo(first_offset, first_offset - 1, -1, -1, -1, self._log_start_offset, 0, 0, 0)
-            plan = plan_batches(
+                return self._nothing_appended(first_offset)
+            plan = plan_append(
                 table,
                 first_offset,
-                max_batch_bytes=self.config.max_message_bytes,
+                limits=BatchLimits.of(self.config),
                 compression=codec,
-                timestamp_type=LOG_APPEND_TIME if log_append_time else CREATE_TIME,
-                log_append_time_ms=now if log_append_time else None,
+                log_append_time_ms=log_append_time_ms,
+                where=self.directory,
             )
             rolled = 0
-            summaries: list[tuple[int, int, int, int, int]] = []
-            if self._encodes_at_positions(plan):
-                encoded = planned_batches(plan)
-                rolled = self._append_encoded(encoded, now, plan=plan)
-                summaries.append(self._append_summary(encoded))
-            else:
-                # closing(): a failed write stops the encoder thread at once
-                with contextlib.closing(self._encoded_chunks(plan)) as chunks:
-                    for encoded in chunks:
-                        rolled += self._append_encoded(encoded, now)
-                        summaries.append(self._append_summary(encoded))
-            return self._appended(first_offset, summaries, rolled, now if log_append_time else -1)
+            summaries: list[AppendSummary] = []
+            # closing(): a failed write stops an encoder thread at once
+            with contextlib.closing(plan.parts()) as parts:
+                for part in parts:
+                    rolled += self._append_batches(part.batches, now, fill=part.fill)
+                    summaries.append(AppendSummary.of(part.batches))
+            return self._appended(first_offset, AppendSummary.combine(summaries), rolled, log_append_time_ms)
 
     def append_encoded(self, encoded: EncodedBatches, *, now_ms: int | None = None) -> LogAppendInfo:
         """Append v2 batches encoded beforehand, giving them the next offsets, as a broker does with a
@@ -531,17 +393,20 @@ class Log:
         caller can encode while it does not know the offsets yet (the Spark sink encodes each part of a
         micro-batch as it arrives) and append later. Each batch's ``baseOffset`` field (bytes 0-7; the
         CRC covers bytes 21 on) is rewritten in ``encoded.buffer``, in place: nothing is re-encoded or
-        re-checksummed. The metadata arrays of ``encoded`` keep the encoder's offsets; the returned info
-        has the assigned ones. Batches are stored as they are, so their codec must be the topic's
-        ``compression.type`` (any codec for ``producer``) and their timestamp type the topic's
-        ``message.timestamp.type``: for ``LogAppendTime``, encode with ``timestamp_type=LOG_APPEND_TIME``
-        and the append time (a broker would rewrite maxTimestamp and the CRC instead). Rolls, index
-        entries, the returned info and ``flush.messages`` are those of :meth:`append`, and everything
-        is checked before a byte is written. Thread-safe (takes the log lock).
+        re-checksummed (:func:`~indexer.records.framing.assign_offsets`). The metadata arrays of
+        ``encoded`` keep the encoder's offsets; the returned info has the assigned ones. Batches are
+        stored as they are, so their codec must be the topic's (:meth:`LogConfig.stored_codec`), their
+        timestamp type the topic's ``message.timestamp.type`` (for ``LogAppendTime``, encode with
+        ``timestamp_type=LOG_APPEND_TIME`` and the append time; a broker would rewrite maxTimestamp and
+        the CRC instead), and each must fit ``max.message.bytes`` and ``segment.bytes`` (Kafka's
+        ``RecordTooLargeException``/``RecordBatchTooLargeException``). Rolls, index entries, the
+        returned info and ``flush.messages`` are those of :meth:`append`, and everything is checked
+        before a byte is written. Thread-safe (takes the log lock).
 
         Raises:
             ValueError: ``encoded`` is not back-to-back v2 batches with consecutive offsets in a writable
                 buffer, or its codec or timestamp type is not the topic's; the log is read-only or closed.
+            RecordTooLargeError: a batch is larger than ``max.message.bytes``.
             RecordBatchTooLargeError: a batch is larger than ``segment.bytes``.
             StorageError: an I/O error; the log is then in the state a crash would leave.
         """
@@ -550,132 +415,52 @@ class Log:
             self._check_writable("append")
             first_offset = self.log_end_offset
             if not len(encoded):
-                return LogAppendInfo(first_offset, first_offset - 1, -1, -1, -1, self._log_start_offset, 0, 0, 0)
-            self._check_encoded(encoded, first_offset)
-            assigned = _assign_offsets(encoded, first_offset)
-            rolled = self._append_encoded(assigned, now)
-            summary = self._append_summary(assigned)
-            return self._appended(first_offset, [summary], rolled, summary[0] if self.config.is_log_append_time else -1)
+                return self._nothing_appended(first_offset)
+            check_stored_as_is(encoded, first_offset, self.config, where=self.directory)
+            assigned = assign_offsets(encoded, first_offset)
+            rolled = self._append_batches(assigned, now)
+            summary = AppendSummary.of(assigned)
+            append_time = summary.max_timestamp if self.config.is_log_append_time else None
+            return self._appended(first_offset, summary, rolled, append_time)
+
+    def _nothing_appended(self, first_offset: int) -> LogAppendInfo:
+        return LogAppendInfo(
+            first_offset=first_offset,
+            last_offset=first_offset - 1,
+            max_timestamp=-1,
+            offset_of_max_timestamp=-1,
+            log_append_time_ms=-1,
+            log_start_offset=self._log_start_offset,
+            num_records=0,
+            num_batches=0,
+            valid_bytes=0,
+        )
 
     def _appended(
-        self, first_offset: int, summaries: list[tuple[int, int, int, int, int]], rolled: int, log_append_time_ms: int
+        self, first_offset: int, summary: AppendSummary, rolled: int, log_append_time_ms: int | None
     ) -> LogAppendInfo:
-        """Flush if ``flush.messages`` says so, and describe an append from its chunks' summaries
-        (:meth:`_append_summary`, in order). Caller holds the lock."""
-        # the first chunk holding the largest timestamp names its offset (Kafka keeps the first)
-        best = max(range(len(summaries)), key=lambda k: (summaries[k][0], -k))
-        last_offset = summaries[-1][4]
+        """Flush if ``flush.messages`` says so, and describe the append. Caller holds the lock."""
         if self.unflushed_messages >= self.config.flush_messages:
             self._flush_locked(self.log_end_offset, including=False)
         return LogAppendInfo(
             first_offset=first_offset,
-            last_offset=last_offset,
-            max_timestamp=summaries[best][0],
-            offset_of_max_timestamp=summaries[best][1],
-            log_append_time_ms=log_append_time_ms,
+            last_offset=summary.last_offset,
+            max_timestamp=summary.max_timestamp,
+            offset_of_max_timestamp=summary.offset_of_max_timestamp,
+            log_append_time_ms=-1 if log_append_time_ms is None else log_append_time_ms,
             log_start_offset=self._log_start_offset,
-            num_records=last_offset - first_offset + 1,
-            num_batches=sum(summary[2] for summary in summaries),
-            valid_bytes=sum(summary[3] for summary in summaries),
+            num_records=summary.last_offset - first_offset + 1,
+            num_batches=summary.num_batches,
+            valid_bytes=summary.valid_bytes,
             rolled=rolled,
         )
 
-    def _check_encoded(self, encoded: EncodedBatches, first_offset: int) -> None:
-        """Reject batches :meth:`append_encoded` cannot store as they are (vectorised over the batches)."""
-        positions, sizes, buffer = encoded.positions, encoded.sizes, encoded.buffer
-        ends = positions + sizes
-        if (
-            positions[0] < 0
-            or int(ends[-1]) > encoded.total_bytes
-            or not np.array_equal(positions[1:], ends[:-1])
-            or not np.array_equal(encoded.base_offsets[1:], encoded.last_offsets[:-1] + 1)
-            or bool((encoded.last_offsets < encoded.base_offsets).any())
-        ):
-            raise ValueError(
-                f"cannot append to {self.directory}: the batches are not back to back in their buffer "
-                "with consecutive offsets (use encode_batches)"
-            )
-        if not buffer.flags.writeable:
-            raise ValueError(
-                f"cannot append to {self.directory}: the batches' buffer is read-only, and their "
-                "offsets are assigned in place"
-            )
-        if bool((buffer[positions + MAGIC_OFFSET] != MAGIC_V2).any()):
-            raise ValueError(f"cannot append to {self.directory}: only v2 batches can be appended encoded")
-        attributes = buffer[positions + ATTRIBUTES_OFFSET + 1]  # the low byte of the int16 attributes
-        topic_codec = self.config.compression_type
-        if topic_codec != "producer":
-            codec_id = COMPRESSION_IDS["none" if topic_codec == "uncompressed" else topic_codec]
-            if bool(((attributes & COMPRESSION_CODEC_MASK) != codec_id).any()):
-                raise ValueError(
-                    f"cannot append to {self.directory}: its compression.type is {topic_codec}, "
-                    "and encoded batches are stored as they are; encode them with that codec"
-                )
-        append_time = self.config.is_log_append_time
-        if bool((((attributes & TIMESTAMP_TYPE_MASK) != 0) != append_time).any()):
-            raise ValueError(
-                f"cannot append to {self.directory}: its message.timestamp.type is "
-                f"{self.config.message_timestamp_type}, and encoded batches are stored as they are; encode them with "
-                f"timestamp_type={'LOG_APPEND_TIME' if append_time else 'CREATE_TIME'}"
-            )
-        too_large = np.flatnonzero(sizes > self.config.segment_bytes)
-        if too_large.size:
-            i = int(too_large[0])
-            offset = first_offset + int(encoded.base_offsets[i] - encoded.base_offsets[0])
-            raise RecordBatchTooLargeError(
-                f"the batch of {int(sizes[i])} bytes at offset {offset} is larger than segment.bytes = "
-                f"{self.config.segment_bytes} of {self.directory}"
-            )
-
-    def _encoded_chunks(self, plan: BatchPlan) -> Generator[EncodedBatches, None, None]:
-        """The batches of ``plan``, all checked before the first is yielded (so before any write).
-
-        No batch may exceed ``segment.bytes``. The planned (uncompressed) sizes bound the written
-        ones, so when they fit, a plan of more than two chunks is encoded chunk by chunk
-        overlapping the writes (:func:`_encode_in_chunks`). Otherwise the plan is encoded whole
-        and the sizes of the (maybe compressed) batches are checked before anything is written.
-        """
-        if len(plan) and int(plan.sizes.max()) <= self.config.segment_bytes:
-            chunk_bytes = min(_APPEND_CHUNK_BYTES, max(_APPEND_MIN_CHUNK_BYTES, plan.total_bytes // 8))
-            ranges = plan.chunks(chunk_bytes)
-            if len(ranges) > 2:
-                yield from _encode_in_chunks(plan, ranges)
-                return
-        encoded = encode_planned(plan)
-        too_large = np.flatnonzero(encoded.sizes > self.config.segment_bytes)
-        if too_large.size:
-            i = int(too_large[0])
-            raise RecordBatchTooLargeError(
-                f"the batch of {int(encoded.sizes[i])} bytes at offset {int(encoded.base_offsets[i])} is larger "
-                f"than segment.bytes = {self.config.segment_bytes} of {self.directory}"
-            )
-        yield encoded
-
-    def _encodes_at_positions(self, plan: BatchPlan) -> bool:
-        """Whether ``plan``'s batches can be encoded and written at their file positions by several
-        threads at once: their sizes are final before encoding (no compression) and each fits a segment."""
-        return plan.compression == "none" and int(plan.sizes.max()) <= self.config.segment_bytes
-
-    @staticmethod
-    def _append_summary(encoded: EncodedBatches) -> tuple[int, int, int, int, int]:
-        """(max timestamp, its offset, batches, bytes, last offset) of appended batches."""
-        best = int(np.argmax(encoded.max_timestamps))
-        nbytes = int(encoded.positions[-1] + encoded.sizes[-1] - encoded.positions[0])
-        return (
-            int(encoded.max_timestamps[best]),
-            int(encoded.offsets_of_max_timestamp[best]),
-            len(encoded),
-            nbytes,
-            encoded.last_offset,
-        )
-
-    def _append_encoded(self, encoded: EncodedBatches, now: int, *, plan: BatchPlan | None = None) -> int:
+    def _append_batches(self, encoded: EncodedBatches, now: int, *, fill: Fill | None = None) -> int:
         """Append every batch of ``encoded``, rolling first where Kafka would; returns the rolls made.
 
-        With ``plan``, ``encoded`` is only the batches' metadata (:func:`planned_batches`) and each
-        segment's share is encoded and written into its file by several threads (:func:`encode_planned_to`).
+        With ``fill``, ``encoded`` is only the batches' metadata and ``fill`` encodes each segment's
+        share into its file (:class:`~indexer.records.append_pipeline.AppendPart`).
         """
-        fill = None if plan is None else functools.partial(_encode_into, plan)
         rolled = 0
         i, n = 0, len(encoded)
         while i < n:
@@ -857,7 +642,7 @@ class Log:
         while position < end:
             buf = segment.log.read(position, min(end - position, chunk))
             chunk = min(2 * chunk, _READ_CHUNK_BYTES)
-            whole = _whole_entries_length(buf)
+            whole = whole_entries_length(buf)
             if whole == 0:  # one batch larger than the chunk: read exactly that batch
                 if len(buf) < LOG_OVERHEAD:
                     break
@@ -1122,6 +907,10 @@ class Log:
     def flush(self, offset: int | None = None) -> None:
         """fsync every segment holding offsets below ``offset`` (default: all, including an empty active
         segment) and move the recovery point to it. Thread-safe (log lock).
+
+        Raises:
+            StorageError: an fsync failed, or the partition directory has gone away (``errno``
+                ``ENOENT``); the recovery point then stays where it was.
         """
         with self.lock:
             self._check_writable("flush")
@@ -1138,8 +927,13 @@ class Log:
         segments = self._segments.values(old_recovery_point, flush_offset)
         for segment in segments:
             segment.flush()
+        # A partition directory that has gone away fails the flush (Kafka's skips it): the fsync'ed
+        # files are no longer reachable, so the recovery point must not move (docs/design.md).
         if any(s.base_offset >= old_recovery_point for s in segments):
             self._fsync_directory()
+        else:
+            with storage_errors(self.directory, "flush the partition directory"):
+                os.stat(self.directory)
         if offset > self._recovery_point:
             self._recovery_point = offset
             self._last_flush_ms = self.clock.milliseconds()

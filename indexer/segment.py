@@ -295,7 +295,9 @@ class LogSegment:
     ) -> None:
         """Append whole batches ``records`` whose last offset is ``largest_offset`` (Kafka ``append``).
 
-        Applies the index rule of the module docstring to this append as a whole.
+        Applies the index rule of the module docstring to this append as a whole. The scalar
+        reference of :meth:`append_batches` (which the log uses): a test checks that one
+        ``append`` per batch writes the same files as ``append_batches``.
         Not thread-safe: the caller holds the log lock.
 
         Raises:
@@ -531,11 +533,6 @@ class LogSegment:
         if len(scan.last_offsets) == 0:
             return self.base_offset
         return int(scan.last_offsets[-1]) + 1
-
-    def has_overflow(self) -> bool:
-        """Whether the segment holds an offset it cannot index (pre-0.11 data, KAFKA-6264)."""
-        next_offset = self.read_next_offset()
-        return next_offset > self.base_offset and not self.can_convert_to_relative_offset(next_offset - 1)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int | None = None) -> TimestampAndOffset | None:
         """The first record at or after ``starting_offset`` whose timestamp is ``>= timestamp``.

@@ -299,11 +299,10 @@ class SegmentLogSink:
                 "(Kafka topics can gain partitions, never lose them)"
             )
         config = self.settings.log_config(topic)
-        # Batches are stored as encoded: uncompressed unless the topic names a codec (a broker would
-        # recompress to it), stamped with the append time for LogAppendTime topics.
-        codec = config.compression_type
+        # Batches are stored as encoded: in the topic's stored codec (a broker would recompress to
+        # it), stamped with the append time for LogAppendTime topics.
         layout = TopicLayout(wanted, config.max_message_bytes, config.segment_bytes,
-                             "none" if codec in ("producer", "uncompressed") else codec, config.is_log_append_time)
+                             config.stored_codec(), config.is_log_append_time)
         self._layouts[topic] = layout
         return layout
 

@@ -229,11 +229,14 @@ def plan_batches(
     header_value_nulls: np.ndarray,
     header_value_mode: int,
     max_batch_bytes: int,
+    target_batch_bytes: int,
     first_row: int,
     stop_row: int,
 ) -> tuple[int, int, int, np.ndarray, np.ndarray, np.ndarray]:
     """Greedy split of records ``first_row .. stop_row-1`` into as few batches of at most
-    ``max_batch_bytes`` as possible.
+    ``target_batch_bytes`` as possible; a record that does not fit that alone gets a batch of its
+    own of at most ``max_batch_bytes`` (Kafka's producer: a batch takes its first record whatever
+    ``batch.size`` says).
 
     Columns come as Arrow lays them out: int32 offsets (already shifted to the array's slice),
     per-element null flags and a ``NULLS_*`` mode; the header lists index the header key/value
@@ -283,7 +286,7 @@ def plan_batches(
                 # zig-zag of a value >= 0 is twice the value
                 body = 1 + _uvarint_size(_zigzag(ts - base_ts)) + _uvarint_size(np.uint64(2 * (i - start))) + tail
                 record = _uvarint_size(np.uint64(2 * body)) + body
-                if batch_size + record <= max_batch_bytes:
+                if batch_size + record <= target_batch_bytes:
                     batch_size += record
                     max_ts = max(max_ts, ts)
                     continue

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -47,11 +47,16 @@ READ_SCHEMA = pa.schema(
     ]
 )
 
+AppendColumn: TypeAlias = pa.Array | pa.ChunkedArray | np.ndarray | Sequence[Any]
+"""One input column: Arrow, numpy, or a Python sequence of values (None for null)."""
+AppendInput: TypeAlias = pa.Table | pa.RecordBatch | Mapping[str, AppendColumn] | Sequence[Mapping[str, Any]]
+"""What :func:`to_append_table` takes: a table or record batch, columns by name, or a list of records."""
+
 _BINARY_LIKE = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_string, pa.types.is_large_string)
 _MS_FACTORS = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}
 
 
-def to_append_table(data: Any, *, now_ms: int) -> pa.Table:
+def to_append_table(data: AppendInput, *, now_ms: int) -> pa.Table:
     """Normalise ``data`` to a single-chunk table of :data:`APPEND_SCHEMA`.
 
     Args:

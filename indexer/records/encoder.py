@@ -12,8 +12,10 @@ broker would append to a ``.log`` file: batches back to back, each a 61-byte hea
 * CRC-32C over bytes 21 .. end of each batch.
 
 Batching: records are packed greedily, in order, into as few batches as possible, each at most
-``max_batch_bytes`` bytes (``max.message.bytes``, which Kafka compares with the whole batch,
-12-byte log overhead included); a table of more than :data:`PLAN_BLOCK_ROWS` records also starts a
+``batch_size`` bytes (the target, Kafka producer's ``batch.size``; by default ``max_batch_bytes``);
+a record too large for that alone gets a batch of its own of at most ``max_batch_bytes``
+(``max.message.bytes``, which Kafka compares with the whole batch, 12-byte log overhead
+included); a table of more than :data:`PLAN_BLOCK_ROWS` records also starts a
 batch every ``PLAN_BLOCK_ROWS`` records, so that its blocks are planned on several threads. The
 bound is checked on the *uncompressed* size; a compressed batch is only ever smaller, because a
 batch that compression would make larger is written uncompressed (kafka-python's
@@ -204,6 +206,7 @@ def plan_batches(
     base_offset: int,
     *,
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+    batch_size: int | None = None,
     compression: str = "none",
     timestamp_type: int = CREATE_TIME,
     log_append_time_ms: int | None = None,
@@ -221,6 +224,9 @@ def plan_batches(
     _check_arguments(
         base_offset, max_batch_bytes, compression, timestamp_type, log_append_time_ms, producer_id, is_transactional
     )
+    if batch_size is not None and batch_size < 0:
+        raise ValueError(f"batch_size must be >= 0, got {batch_size}")
+    target = max_batch_bytes if batch_size is None else min(batch_size, max_batch_bytes)
     columns = _columns(table)
     key_offsets, key_nulls, key_mode, _ = columns.key
     value_offsets, value_nulls, value_mode, _ = columns.value
@@ -234,15 +240,15 @@ def plan_batches(
         planned[k] = _kernels.plan_batches(
             columns.timestamps, key_offsets, key_nulls, key_mode, value_offsets, value_nulls, value_mode,
             header_offsets, header_nulls, header_mode, columns.header_key[0],
-            header_value_offsets, header_value_nulls, header_value_mode, max_batch_bytes, *blocks[k],
+            header_value_offsets, header_value_nulls, header_value_mode, max_batch_bytes, target, *blocks[k],
         )  # fmt: skip
 
     in_threads(len(blocks), plan_block, workers=PLAN_WORKERS)
     for _, error_index, error_size, _, _, _ in planned:
         if error_index >= 0:
             raise RecordTooLargeError(
-                f"record {error_index} needs a batch of {error_size} bytes, more than max.message.bytes "
-                f"{max_batch_bytes}",
+                f"record {error_index} needs a batch of {error_size} bytes, more than the largest batch "
+                f"of {max_batch_bytes} bytes",
                 size=int(error_size),
                 limit=max_batch_bytes,
                 index=int(error_index),
@@ -428,6 +434,7 @@ def encode_batches(
     base_offset: int,
     *,
     max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
+    batch_size: int | None = None,
     compression: str = "none",
     timestamp_type: int = CREATE_TIME,
     log_append_time_ms: int | None = None,
@@ -443,6 +450,8 @@ def encode_batches(
         table: records in :data:`APPEND_SCHEMA` (see ``columns.to_append_table``), no null timestamps.
         base_offset: offset of the first record.
         max_batch_bytes: upper bound of every batch's size, log overhead included.
+        batch_size: target batch size (``batch.size``): a batch takes no further record that would
+            make it larger; default ``max_batch_bytes``.
         compression: codec name (``none``, ``gzip``, ``snappy``, ``lz4``, ``zstd``).
         timestamp_type: ``CREATE_TIME`` or ``LOG_APPEND_TIME`` (then ``log_append_time_ms`` is
             every batch's maxTimestamp).
@@ -463,6 +472,7 @@ def encode_batches(
         table,
         base_offset,
         max_batch_bytes=max_batch_bytes,
+        batch_size=batch_size,
         compression=compression,
         timestamp_type=timestamp_type,
         log_append_time_ms=log_append_time_ms,

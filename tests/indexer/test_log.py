@@ -18,7 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import indexer.log as log_module
+import indexer.records.append_pipeline as append_pipeline
 import indexer.records.encoder as encoder_module
 from indexer.clock import MockClock
 from indexer.config import LogConfig
@@ -276,11 +276,8 @@ def test_offset_for_timestamp(open_log) -> None:
 def test_high_watermark_rules(open_log) -> None:
     log = open_log()
     log.append(values(10))
-    assert log.maybe_increment_high_watermark(4) == 0
-    assert log.maybe_increment_high_watermark(3) is None
-    assert log.high_watermark == 4
-    with pytest.raises(ValueError):
-        log.maybe_increment_high_watermark(11)
+    assert log.update_high_watermark(4) == 4
+    assert log.update_high_watermark(11) == 10  # clamped to the log end offset
     assert log.update_high_watermark(2) == 2  # may go back
     with pytest.raises(OffsetOutOfRangeError):
         log.maybe_increment_log_start_offset(3)
@@ -644,7 +641,7 @@ def _pipelined_append(
 ) -> tuple[object, dict[str, bytes], int]:
     """Append ``table`` to a new log with chunks of ``chunk_bytes``; (info, files, chunks encoded)."""
     calls = []
-    original = log_module._encode_in_chunks
+    original = append_pipeline._encode_in_chunks
 
     def counting(*args: object) -> object:
         for encoded in original(*args):  # type: ignore[arg-type]
@@ -652,8 +649,8 @@ def _pipelined_append(
             yield encoded
 
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(log_module, "_APPEND_CHUNK_BYTES", chunk_bytes)
-        patch.setattr(log_module, "_encode_in_chunks", counting)
+        patch.setattr(append_pipeline, "_APPEND_CHUNK_BYTES", chunk_bytes)
+        patch.setattr(append_pipeline, "_encode_in_chunks", counting)
         log = Log.open(directory, LogConfig.from_mapping(config), clock=MockClock(T0))
         try:
             info = log.append(table)
@@ -716,7 +713,7 @@ def test_chunked_append_writes_the_files_of_one_encoding(
 
 
 def test_chunked_append_checks_every_record_before_writing(open_log, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(log_module, "_APPEND_CHUNK_BYTES", 1024)
+    monkeypatch.setattr(append_pipeline, "_APPEND_CHUNK_BYTES", 1024)
     log = open_log(**{"max.message.bytes": 500})
     table = {"value": [b"v" * 50] * 400 + [b"x" * 600]}  # the record too large is in the last chunk
     with pytest.raises(RecordTooLargeError) as info:
@@ -726,7 +723,7 @@ def test_chunked_append_checks_every_record_before_writing(open_log, monkeypatch
 
 
 def test_chunked_append_write_error_stops_the_encoder(open_log, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(log_module, "_APPEND_CHUNK_BYTES", 1024)
+    monkeypatch.setattr(append_pipeline, "_APPEND_CHUNK_BYTES", 1024)
     log = open_log(**{"max.message.bytes": 300, "compression.type": "gzip"})
     calls = []
     original = FileRecords.append
@@ -783,9 +780,9 @@ def test_parallel_positioned_append_writes_the_files_of_a_buffered_append(
     results = {}
     for name, positioned in (("buffered-0", False), ("positioned-0", True)):
         with pytest.MonkeyPatch.context() as patch:
-            patch.setattr(log_module, "_ENCODE_WORKERS", workers)
+            patch.setattr(append_pipeline, "_ENCODE_WORKERS", workers)
             patch.setattr(encoder_module, "DEFAULT_CHUNK_BYTES", 1)  # a chunk per batch: writes out of order
-            patch.setattr(Log, "_encodes_at_positions", lambda self, plan, flag=positioned: flag)
+            patch.setattr(append_pipeline.AppendPlan, "_encodes_at_positions", lambda self, flag=positioned: flag)
             with Log.open(root / name, config, clock=MockClock(T0)) as log:
                 info = log.append(table)
                 info2 = log.append(table.slice(0, n // 2))
@@ -802,7 +799,7 @@ def test_positioned_append_failure_leaves_nothing(open_log, monkeypatch: pytest.
     def failing(*args: object, **kwargs: object) -> None:
         raise RuntimeError("encoder died")
 
-    monkeypatch.setattr(log_module, "encode_planned_to", failing)
+    monkeypatch.setattr(append_pipeline, "encode_planned_to", failing)
     with pytest.raises(RuntimeError):
         log.append({"value": [b"b"] * 10})
     assert (log.log_end_offset, log.size_in_bytes) == (10, size)

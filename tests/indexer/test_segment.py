@@ -478,12 +478,11 @@ def test_appendable_batches_agrees_with_should_roll(tmp_path: Path, clock: MockC
     seg.close()
 
 
-def test_read_next_offset_and_overflow(tmp_path: Path, clock: MockClock) -> None:
+def test_read_next_offset(tmp_path: Path, clock: MockClock) -> None:
     seg = open_segment(tmp_path, 40, clock)
     assert seg.read_next_offset() == 40
     append_whole(seg, batches(40, [b"a", b"b"]))
     assert seg.read_next_offset() == 42
-    assert not seg.has_overflow()
     seg.close()
 
 

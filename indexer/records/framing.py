@@ -1,0 +1,59 @@
+"""The 12-byte framing of log entries: ``baseOffset`` (int64) and ``batchLength`` (int32) before each batch.
+
+Both fields lie outside the CRC (which covers bytes 21 on), so a broker assigns offsets to a
+producer's batches by rewriting ``baseOffset`` in place, and a reader can walk a buffer from one
+entry to the next by the length fields alone, without parsing the batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+from indexer.records.batch_header import LOG_OVERHEAD, MIN_LEGACY_RECORD_SIZE, OFFSET_OFFSET, SIZE_OFFSET
+from indexer.records.encoder import EncodedBatches
+
+
+def whole_entries_length(buf: bytes) -> int:
+    """Length of the prefix of ``buf`` made of whole log entries (a per-batch walk of the framing).
+
+    An entry whose size field is impossible is included, so the decoder reports it as corrupt.
+    """
+    position, n = 0, len(buf)
+    while position + LOG_OVERHEAD <= n:
+        size = int.from_bytes(buf[position + SIZE_OFFSET : position + LOG_OVERHEAD], "big", signed=True)
+        if size < MIN_LEGACY_RECORD_SIZE:
+            return n
+        if position + LOG_OVERHEAD + size > n:
+            break
+        position += LOG_OVERHEAD + size
+    return position
+
+
+def is_contiguous(encoded: EncodedBatches) -> bool:
+    """Whether ``encoded``'s batches lie back to back in its buffer with consecutive offsets."""
+    positions = encoded.positions
+    ends = positions + encoded.sizes
+    return bool(
+        positions[0] >= 0
+        and int(ends[-1]) <= encoded.total_bytes
+        and np.array_equal(positions[1:], ends[:-1])
+        and np.array_equal(encoded.base_offsets[1:], encoded.last_offsets[:-1] + 1)
+        and not (encoded.last_offsets < encoded.base_offsets).any()
+    )
+
+
+def assign_offsets(encoded: EncodedBatches, first_offset: int) -> EncodedBatches:
+    """``encoded`` with offsets from ``first_offset``: each batch's ``baseOffset`` rewritten in its
+    buffer, in place (big-endian, bytes 0-7), the metadata arrays shifted alike (a new value)."""
+    shift = first_offset - int(encoded.base_offsets[0])
+    base_offsets = encoded.base_offsets + shift
+    fields = encoded.positions[:, None] + np.arange(OFFSET_OFFSET, OFFSET_OFFSET + 8)
+    encoded.buffer[fields] = base_offsets.astype(">i8").view(np.uint8).reshape(-1, 8)
+    return dataclasses.replace(
+        encoded,
+        base_offsets=base_offsets,
+        last_offsets=encoded.last_offsets + shift,
+        offsets_of_max_timestamp=encoded.offsets_of_max_timestamp + shift,
+    )
