@@ -29,7 +29,7 @@ _TOPIC_KEYS: dict[str, tuple[str, type, Any, int | None, str]] = {
     "segment.index.bytes": ("segment_index_bytes", int, 10485760, 4, "preallocated size of each index file (bytes)"),
     "index.interval.bytes": ("index_interval_bytes", int, 4096, 0, "log bytes between offset-index entries"),
     "max.message.bytes": ("max_message_bytes", int, 1048588, 0, "largest record batch (bytes)"),
-    "batch.size": ("batch_size", int, 262144, 0, "target size of the record batches seglog writes (bytes)"),
+    "batch.size": ("batch_size", int, 65536, 0, "target size of the record batches seglog writes (bytes)"),
     "message.timestamp.type": ("message_timestamp_type", str, "CreateTime", None, "CreateTime or LogAppendTime"),
     "retention.ms": ("retention_ms", int, 604800000, -1, "delete segments older than this (ms); -1 = never"),
     "retention.bytes": ("retention_bytes", int, -1, None, "delete oldest segments above this size; -1 = no limit"),
@@ -79,7 +79,7 @@ class LogConfig:
     segment_index_bytes: int = 10485760
     index_interval_bytes: int = 4096
     max_message_bytes: int = 1048588
-    batch_size: int = 262144
+    batch_size: int = 65536
     message_timestamp_type: str = "CreateTime"
     retention_ms: int = 604800000
     retention_bytes: int = -1

@@ -13,6 +13,9 @@ Figures (docs/benchmarks.md explains each one and how to read it):
   (goal 0) vs a plain binary search over the whole index (goal > 0).
 * recovery: MB/s of ``LogSegment.recover`` on a 1 GiB segment (``--quick`` 128 MiB) vs reading
   the file once in 8 MiB chunks, the page cache dropped before each; goal >= 0.5x.
+* random fetch: ``Log.read_records(random offset, 100)`` p50 / p99 in microseconds on a log written
+  with the default ``batch.size`` vs the same records in batches packed up to ``max.message.bytes``
+  (1 MiB, the baseline); goal p50 >= 2x faster.
 
 examples:
   seglog bench engine --quick
@@ -69,6 +72,8 @@ REPEATS = 3  # runs of each side of the encoding figure; the best of each is kep
 # Runs of each side of the append figure, alternating; the best of each is kept. An append takes ~30 ms
 # and uses both cores, so one busy moment of the shared machine moves a single run by 30% or more.
 APPEND_REPEATS = 7
+FETCH_RECORDS = 100  # records per random fetch, as a consumer poll of a small max.poll.records
+FETCHES = 3000  # random fetches per side, alternating
 WARMUP_RECORDS = 30_000  # enough for several full batches, so every append code path is loaded
 # Synthetic index entries: one every 100 offsets and 1 KiB of log (a full 10 MiB index then
 # covers 1.3 GB of log, within the int32 positions of a segment).
@@ -134,6 +139,7 @@ def run_suite(sizes: Sizes, scratch: Path) -> list[BenchResult]:
     results += bench_index_lookups(sizes, scratch)
     results += bench_page_faults(sizes, scratch)
     results.append(bench_recovery(sizes, scratch))
+    results += bench_random_fetch(table, scratch)
     return results
 
 
@@ -252,6 +258,45 @@ def bench_append(table: pa.Table, scratch: Path) -> BenchResult:
         "plain sequential file write of the same bytes", len(data) / base_s / 1e6, 0.8,
         records=table.num_rows, bytes=written, seconds=ours_s, baseline_seconds=base_s, runs=APPEND_REPEATS,
     )
+
+
+# --- random fetch ---------------------------------------------------------------------------------
+
+
+def bench_random_fetch(table: pa.Table, scratch: Path) -> list[BenchResult]:
+    """p50/p99 of ``read_records(random offset, 100)`` with the default ``batch.size`` vs batches of
+    up to ``max.message.bytes``: a fetch decodes every batch its records span, whole."""
+    default = LogConfig(segment_bytes=1 << 30)
+    packed = LogConfig(segment_bytes=1 << 30, batch_size=default.max_message_bytes)
+    logs = [Log.open(scratch / f"fetch-{name}-0", config) for name, config in (("ours", default), ("packed", packed))]
+    try:
+        batches = [log.append(table).num_batches for log in logs]
+        for log in logs:
+            log.update_high_watermark(log.log_end_offset)
+        starts = np.random.default_rng(11).integers(0, max(1, table.num_rows - FETCH_RECORDS), FETCHES).tolist()
+        for log in logs:  # load the decoder's kernels and warm the page cache
+            for start in starts[:100]:
+                log.read_records(start, FETCH_RECORDS)
+        samples = np.empty((2, len(starts)), dtype=np.int64)
+        clock = time.perf_counter_ns
+        for i, start in enumerate(starts):
+            for side, log in enumerate(logs):
+                begin = clock()
+                log.read_records(start, FETCH_RECORDS)
+                samples[side, i] = clock() - begin
+    finally:
+        for log in logs:
+            log.close()
+    ours, base = percentiles(samples[0] / 1000.0), percentiles(samples[1] / 1000.0)
+    baseline = f"batches up to max.message.bytes ({default.max_message_bytes} bytes)"
+    details = {"records": table.num_rows, "batch_size": default.batch_size, "batches": batches[0],
+               "baseline_batches": batches[1], "fetches": len(starts), "records_per_fetch": FETCH_RECORDS}
+    return [
+        latency_result(f"random fetch of {FETCH_RECORDS} records p50 (read_records)", "us", ours["p50"], baseline,
+                       base["p50"], 2.0, **details),
+        latency_result(f"random fetch of {FETCH_RECORDS} records p99 (read_records)", "us", ours["p99"], baseline,
+                       base["p99"], None, **details),
+    ]
 
 
 # --- offset index -----------------------------------------------------------------------------------

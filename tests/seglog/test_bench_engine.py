@@ -33,6 +33,8 @@ def test_quick_run_writes_the_json_report(tmp_path: Path, capsys: pytest.Capture
         "warm/cold search: major faults of tail lookups",
         "plain binary search: major faults of tail lookups",
         "segment recovery (CRC + index rebuild)",
+        "random fetch of 100 records p50 (read_records)",
+        "random fetch of 100 records p99 (read_records)",
     ]
     for result in doc:
         assert FIELDS <= set(result)
@@ -47,6 +49,7 @@ def test_quick_run_writes_the_json_report(tmp_path: Path, capsys: pytest.Capture
     assert doc[2]["details"]["agrees_with_bisect"] is True
     assert doc[5]["details"]["same_slots"] is True
     assert doc[7]["details"]["truncated"] == 0
+    assert doc[8]["details"]["batches"] >= doc[8]["details"]["baseline_batches"]
     assert not list(tmp_path.glob("seglog-bench-*"))  # scratch files removed
 
 
