@@ -90,3 +90,30 @@ def test_jitter_is_bounded() -> None:
 
 def test_every_key_has_a_description() -> None:
     assert all(topic_config_keys().values())
+
+
+@pytest.mark.parametrize(
+    ("compression_type", "asked", "stored"),
+    [
+        ("producer", None, "none"),
+        ("producer", "zstd", "zstd"),
+        ("uncompressed", "gzip", "none"),
+        ("none", "lz4", "none"),
+        ("lz4", None, "lz4"),
+        ("lz4", "gzip", "lz4"),
+    ],
+)
+def test_stored_codec_is_the_compression_type_rule(compression_type: str, asked: str | None, stored: str) -> None:
+    assert LogConfig(compression_type=compression_type).stored_codec(asked) == stored
+
+
+def test_stored_codec_refuses_an_unknown_codec() -> None:
+    with pytest.raises(ValueError, match="unknown compression 'brotli'"):
+        LogConfig().stored_codec("brotli")
+
+
+def test_batch_size_is_a_topic_key() -> None:
+    assert LogConfig().batch_size == 65536
+    assert LogConfig.from_mapping({"batch.size": "16384"}).batch_size == 16384
+    with pytest.raises(ConfigError, match="batch.size must be >= 0"):
+        LogConfig.from_mapping({"batch.size": -1})

@@ -11,7 +11,7 @@ import pytest
 
 from indexer.clock import MockClock
 from indexer.config import LogConfig
-from indexer.errors import RecordBatchTooLargeError
+from indexer.errors import RecordBatchTooLargeError, RecordTooLargeError
 from indexer.log import Log
 from indexer.records.batch_header import CREATE_TIME, LOG_APPEND_TIME, compute_batch_crc, parse_batch_header
 from indexer.records.columns import to_append_table
@@ -97,6 +97,18 @@ def test_a_batch_larger_than_segment_bytes_writes_nothing(open_log: Any) -> None
     before = (log.log_end_offset, log.size_in_bytes, files(log))
     with pytest.raises(RecordBatchTooLargeError, match=r"at offset 1 is larger than segment.bytes = 300"):
         log.append_encoded(encode(records(40), log))
+    assert (log.log_end_offset, log.size_in_bytes, files(log)) == before
+
+
+def test_a_batch_larger_than_max_message_bytes_is_refused(open_log: Any) -> None:
+    """Kafka's UnifiedLogTest.testMessageSizeCheck: RecordTooLargeException, nothing stored."""
+    log = open_log("m-0", **{"max.message.bytes": 300})
+    log.append(records(1), now_ms=T0)
+    before = (log.log_end_offset, log.size_in_bytes, files(log))
+    encoded = encode_batches(records(40), 0, max_batch_bytes=5000)
+    with pytest.raises(RecordTooLargeError, match=r"at offset 1 is larger than max.message.bytes = 300") as info:
+        log.append_encoded(encoded)
+    assert info.value.limit == 300 and info.value.size == int(encoded.sizes[0])
     assert (log.log_end_offset, log.size_in_bytes, files(log)) == before
 
 

@@ -212,6 +212,18 @@ def test_append_then_read_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "t 0 6" in (log_dir / "recovery-point-offset-checkpoint").read_text()
 
 
+def test_append_fits_batches_to_a_small_segment_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 10 item 5: with segment.bytes below the batches' size limit, batches are cut to fit."""
+    log_dir = tmp_path / "logs"
+    rows = [{"key": f"k{i}", "value": f'{{"n":{i},"pad":"{"x" * 150}"}}'} for i in range(4000)]
+    overrides = ["--config", "segment.bytes=262144", "--config", "batch.size=1048588"]
+    assert _append(tmp_path, log_dir, rows, *overrides) == 0
+    capsys.readouterr()
+    assert [row["value"] for row in _read(capsys, log_dir, "--from-offset", "0")] == [r["value"] for r in rows]
+    segments = sorted((log_dir / "t-0").glob("*.log"))
+    assert len(segments) > 2 and all(p.stat().st_size <= 262144 for p in segments)
+
+
 def test_read_by_timestamp_and_max_records(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log_dir = tmp_path / "logs"
     rows = [{"value": f"v{i}", "timestamp": TS + 10 * i} for i in range(100)]
