@@ -74,6 +74,7 @@ class TopicLayout:
     segment_bytes: int
     compression: str = "none"
     log_append_time: bool = False
+    batch_size: int | None = None  # the topic's batch.size: the size batches are packed up to
 
     @property
     def max_batch_bytes(self) -> int:
@@ -252,7 +253,8 @@ def split_record_batch(
         rows = grouped.slice(start, end - start)
         try:
             encoded = encode_batches(
-                rows, 0, max_batch_bytes=topic_layout.max_batch_bytes, compression=topic_layout.compression,
+                rows, 0, max_batch_bytes=topic_layout.max_batch_bytes, batch_size=topic_layout.batch_size,
+                compression=topic_layout.compression,
                 timestamp_type=LOG_APPEND_TIME if topic_layout.log_append_time else CREATE_TIME,
                 log_append_time_ms=now_ms if topic_layout.log_append_time else None,
             )

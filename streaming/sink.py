@@ -302,7 +302,7 @@ class SegmentLogSink:
         # Batches are stored as encoded: in the topic's stored codec (a broker would recompress to
         # it), stamped with the append time for LogAppendTime topics.
         layout = TopicLayout(wanted, config.max_message_bytes, config.segment_bytes,
-                             config.stored_codec(), config.is_log_append_time)
+                             config.stored_codec(), config.is_log_append_time, config.batch_size)
         self._layouts[topic] = layout
         return layout
 
