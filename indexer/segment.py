@@ -40,6 +40,7 @@ from indexer.file_names import log_file, offset_index_file, time_index_file, tra
 from indexer.lazy_index import IndexT, LazyIndex
 from indexer.log_values import FetchDataInfo, LogOffsetMetadata, RollParams, TimestampAndOffset
 from indexer.offset_index import OffsetIndex, OffsetPosition
+from indexer.records.append_pipeline import Fill
 from indexer.records.decoder import decode_records
 from indexer.records.encoder import EncodedBatches
 from indexer.records.file_records import BatchScan, FileRecords, LogOffsetPosition
@@ -345,7 +346,7 @@ class LogSegment:
         start: int = 0,
         stop: int | None = None,
         *,
-        fill: Callable[[Callable[[np.ndarray, int], None], int, int], None] | None = None,
+        fill: Fill | None = None,
     ) -> int:
         """Append batches ``start..stop-1`` of ``encoded`` with one write, as one append per batch.
 
