@@ -113,6 +113,39 @@ def test_bytes_equal_kafka_python_with_producer_state() -> None:
     assert encoded.buffer.tobytes() == expected
 
 
+def _kafka_python_batches(rows: list[dict[str, Any]], batch_size: int) -> list[bytes]:
+    """kafka-python's producer batching: a builder of ``batch_size`` takes records until one does
+    not fit (its first record always fits), then a new builder starts."""
+
+    def builder() -> DefaultRecordBatchBuilder:
+        return DefaultRecordBatchBuilder(
+            magic=2, compression_type=0, is_transactional=False, producer_id=-1, producer_epoch=-1,
+            base_sequence=-1, batch_size=batch_size,
+        )  # fmt: skip
+
+    batches, current, delta = [], builder(), 0
+    for row in rows:
+        headers = [(h["key"], h["value"]) for h in row.get("headers") or []]
+        if current.append(delta, row["timestamp"], row.get("key"), row.get("value"), headers) is None:
+            batches.append(bytes(current.build()))
+            current, delta = builder(), 0
+            assert current.append(delta, row["timestamp"], row.get("key"), row.get("value"), headers) is not None
+        delta += 1
+    batches.append(bytes(current.build()))
+    return batches
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(rows=_rows, batch_size=st.integers(0, 30_000))
+def test_batch_size_cuts_batches_as_kafka_pythons_producer(rows: list[dict[str, Any]], batch_size: int) -> None:
+    """``batch_size`` is the producer's ``batch.size``: the same batches, byte for byte, as
+    kafka-python's builder of that size (a record larger than it alone in its batch)."""
+    encoded = encode_batches(_table(rows), 0, max_batch_bytes=UNLIMITED, batch_size=batch_size)
+    expected = _kafka_python_batches(rows, batch_size)
+    # kafka-python's offsets restart at 0 in each builder; ours are the log's, in the header only
+    assert [bytes(encoded.batch(b))[8:] for b in range(len(encoded))] == [batch[8:] for batch in expected]
+
+
 def _record_size(encoded_one: bytes) -> int:
     return len(encoded_one) - RECORD_BATCH_OVERHEAD
 
