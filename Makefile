@@ -1,6 +1,7 @@
 # One command per task. `make test` and `make run` set everything up on a fresh machine first.
 PYTHON ?= python3
 VENV ?= .venv
+CODE := indexer streaming maintenance seglog
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
@@ -8,11 +9,11 @@ STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
 help:
 	@echo "make setup      create $(VENV) and install seglog with Spark and test extras"
-	@echo "make test       run the whole test suite (what CI runs)"
+	@echo "make test       run the whole test suite with coverage; fails below the floor (what CI runs)"
 	@echo "make test-fast  skip the Spark, slow and stress tests"
 	@echo "make run        run the streaming main job on the embedded default source"
 	@echo "make bench      run the quick benchmarks"
-	@echo "make lint       ruff and mypy --strict"
+	@echo "make lint       ruff check, ruff format --check, mypy --strict (what CI runs)"
 
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is needed for Spark: apt-get install -y openjdk-17-jre-headless"; exit 1; }
@@ -24,8 +25,9 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# The coverage floor is fail_under in pyproject.toml's [tool.coverage.report].
 test: $(STAMP)
-	$(BIN)/python -m pytest $(PYTEST_ARGS)
+	$(BIN)/python -m pytest --cov --cov-report=term $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not spark and not slow and not stress" $(PYTEST_ARGS)
@@ -37,8 +39,9 @@ bench: $(STAMP)
 	$(BIN)/seglog bench engine --quick
 
 lint: $(STAMP)
-	$(BIN)/ruff check indexer streaming maintenance seglog tests
-	$(BIN)/mypy --strict indexer streaming maintenance seglog
+	$(BIN)/ruff check $(CODE) tests
+	$(BIN)/ruff format --check $(CODE) tests
+	$(BIN)/mypy --strict $(CODE)
 
 clean:
 	rm -rf $(VENV) data build *.egg-info .pytest_cache .hypothesis
