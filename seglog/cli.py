@@ -12,13 +12,15 @@ never import pyspark or apscheduler (kafka-python's ``kafka/cli`` works the same
 
 Errors: a :class:`~indexer.errors.SeglogError`, an ``OSError`` or a ``ValueError`` (bad input)
 prints one line ``seglog: <ErrorType>: <message>`` on stderr and exits 1; usage errors exit 2;
-``--debug`` prints the traceback too. ``-v`` logs at INFO, ``-vv`` at DEBUG (stderr).
+``--debug`` prints the traceback too. ``-v`` logs at INFO, ``-vv`` at DEBUG (stderr). ``--version``
+prints the installed package's version.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import logging
 import os
 import sys
@@ -86,6 +88,14 @@ def load_command_module(name: str, module_path: str) -> ModuleType:
                 f"the '{name}' command is not available in this installation (module {module_path} not found)"
             ) from e
         raise CommandUnavailableError(f"the '{name}' command needs the Python package '{e.name}': {e}") from e
+
+
+def package_version() -> str:
+    """The version of the installed ``seglog`` distribution (its metadata, set by pyproject.toml)."""
+    try:
+        return importlib.metadata.version(PROG)
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown (not installed: pip install -e .)"
 
 
 def common_options() -> argparse.ArgumentParser:
@@ -189,6 +199,7 @@ def build_parser(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, ModuleTy
         formatter_class=argparse.RawDescriptionHelpFormatter,
         parents=[common_options()],
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {package_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     selected = _selected_command(argv)
     module = None

@@ -7,6 +7,7 @@ import json
 import logging
 import subprocess
 import sys
+import tomllib
 import types
 from pathlib import Path
 
@@ -67,6 +68,18 @@ def test_console_script_runs(vectors_dir: Path) -> None:
     out = subprocess.run([str(script), "--help"], capture_output=True, text=True)
     assert out.returncode == 0
     assert "dump" in out.stdout
+
+
+def test_version_is_the_packages_and_imports_no_command() -> None:
+    """``seglog --version`` prints the installed distribution's version (pyproject's), exit 0."""
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[2] / "pyproject.toml").read_text())
+    script = (
+        "import sys\nfrom seglog.cli import main\ncode = main(['--version'])\n"
+        "print([m for m in sys.modules if m.startswith('seglog.commands.')])\nsys.exit(code)"
+    )
+    out = subprocess.run([PYTHON, "-c", script], capture_output=True, text=True)
+    assert (out.returncode, out.stderr) == (0, "")
+    assert out.stdout.splitlines() == [f"seglog {pyproject['project']['version']}", "[]"]
 
 
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
