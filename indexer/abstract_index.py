@@ -40,13 +40,12 @@ import numpy as np
 from indexer import _index_kernels as kernels
 from indexer._files import IndexFile, pwrite_all
 from indexer.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, storage_errors
+from indexer.limits import INT32_MAX
 
 logger = logging.getLogger(__name__)
 
 WARM_SECTION_BYTES = 8192
 """Bytes at the end of an index searched first (KAFKA-6432): every warm lookup touches all its pages."""
-
-INT32_MAX = 2**31 - 1
 
 _EMPTY_WORDS = np.zeros(0, np.uint32)
 _EMPTY_WORDS.setflags(write=False)

@@ -34,6 +34,8 @@ from pathlib import Path
 from typing import Generic, NamedTuple, TypeVar
 
 from indexer.errors import StorageError
+from indexer.file_names import TopicPartition
+from indexer.limits import INT32_MAX, INT64_MAX
 from indexer.lock import FileLock
 
 logger = logging.getLogger(__name__)
@@ -45,10 +47,9 @@ DEFAULT_LOCK_TIMEOUT_S = 30.0
 _INT = re.compile(r"[+-]?[0-9]+", re.ASCII)
 _WHITESPACE = re.compile(r"\s+", re.ASCII)
 _LINE_BREAK = re.compile(r"\r\n|\r|\n")
-_INT32 = (-(2**31), 2**31 - 1)
-_INT64 = (-(2**63), 2**63 - 1)
+_INT32 = (-INT32_MAX - 1, INT32_MAX)
+_INT64 = (-INT64_MAX - 1, INT64_MAX)
 
-TopicPartition = tuple[str, int]
 T = TypeVar("T")
 
 # One mutex per checkpoint path in this process: two CheckpointFile objects on the same path must not

@@ -34,6 +34,7 @@ from typing import Any
 
 from indexer.checkpoint import TMP_SUFFIX, fsync_directory
 from indexer.errors import StorageError, storage_errors
+from indexer.file_names import TopicPartition
 
 logger = logging.getLogger(__name__)
 
@@ -44,7 +45,6 @@ NO_BATCH = -1
 
 _SINK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
-TopicPartition = tuple[str, int]
 
 
 def commit_file(log_dir: str | os.PathLike[str], sink_id: str) -> Path:

@@ -9,10 +9,11 @@ file name.
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 
-from indexer.errors import InvalidTopicError
+from indexer.errors import InvalidTopicError, SeglogError, StorageError
 
 LOG_FILE_SUFFIX = ".log"
 INDEX_FILE_SUFFIX = ".index"
@@ -36,6 +37,9 @@ PARTITION_METADATA_FILE = "partition.metadata"
 PARTITION_LOCK_FILE = ".seglog.lock"
 
 MAX_TOPIC_LENGTH = 249
+
+TopicPartition = tuple[str, int]
+"""A partition as ``(topic, partition)``: the one alias every layer uses."""
 _LEGAL_TOPIC = re.compile(r"^[a-zA-Z0-9._-]+$")
 
 
@@ -111,7 +115,7 @@ def partition_dir_name(topic: str, partition: int) -> str:
     return f"{topic}-{partition}"
 
 
-def parse_topic_partition_name(name: str) -> tuple[str, int]:
+def parse_topic_partition_name(name: str) -> TopicPartition:
     """Split a partition directory name ``<topic>-<partition>`` (partition after the last ``-``).
 
     Also accepts Kafka's ``<topic>-<partition>.<uuid>-delete|-future|-stray`` forms.
@@ -134,3 +138,30 @@ def parse_topic_partition_name(name: str) -> tuple[str, int]:
     if partition < 0:
         raise ValueError(f"directory name {name!r} has a negative partition")
     return topic, partition
+
+
+def partition_dirs(log_dir: Path) -> list[tuple[TopicPartition, Path]]:
+    """The live ``<topic>-<partition>`` directories of ``log_dir``, sorted: the one listing every layer uses.
+
+    Anything else is ignored: files, names that are not partitions or not in canonical form, and
+    Kafka's ``-delete``/``-future``/``-stray`` directories (not live logs). A missing ``log_dir``
+    has no partitions.
+
+    Raises:
+        StorageError: the directory cannot be listed.
+    """
+    try:
+        entries = [e.name for e in os.scandir(log_dir) if e.is_dir(follow_symlinks=False)]
+    except FileNotFoundError:
+        return []
+    except OSError as e:
+        raise StorageError(f"cannot list log directory {log_dir}: {e.strerror}", path=log_dir) from e
+    found = []
+    for name in entries:
+        try:
+            topic, partition = parse_topic_partition_name(name)
+            if partition_dir_name(topic, partition) == name:
+                found.append(((topic, partition), Path(log_dir) / name))
+        except (ValueError, SeglogError):
+            continue
+    return sorted(found)

@@ -70,6 +70,7 @@ from indexer.errors import (
     StorageError,
     storage_errors,
 )
+from indexer.limits import INT32_MAX, INT64_MAX
 from indexer.records.file_records import BatchScan, FileRecords
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
@@ -77,8 +78,6 @@ from indexer.segments import LogSegments
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
-INT_MAX = 2**31 - 1
-LONG_MAX = 2**63 - 1
 DELETE_DIR_SUFFIX = "-delete"
 _KRAFT_DELETED_SUFFIX = ".checkpoint.deleted"
 _OFFSET_ENTRY = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
@@ -485,7 +484,7 @@ class LogLoader:
         """Step 1: delete ``.deleted`` and ``.cleaned`` files and swap files of unfinished splits."""
         swap_files: list[str] = []
         cleaned_files: list[str] = []
-        min_cleaned_offset = LONG_MAX
+        min_cleaned_offset = INT64_MAX
         for name in sorted(self._names):
             path = self._path(name)
             if not os.access(path, os.R_OK):
@@ -515,7 +514,7 @@ class LogLoader:
 
     def _complete_swaps(self, swap_files: list[str]) -> None:
         """Steps 2-4: delete what the valid swap segments replace, then rename them into place."""
-        min_swap_offset, max_swap_offset = LONG_MAX, -LONG_MAX - 1
+        min_swap_offset, max_swap_offset = INT64_MAX, -INT64_MAX - 1
         for name in swap_files:
             unswapped = name[: -len(file_names.SWAP_FILE_SUFFIX)]
             offset = _offset_or_none(name)
@@ -889,7 +888,7 @@ def _inspect_records(records: FileRecords, base_offset: int, *, verify_crc: bool
         dropped = len(records.scan(scan.valid_bytes, verify_crc=False))
     last = np.asarray(scan.last_offsets, dtype=np.int64)
     relative = last - base_offset
-    bad = np.flatnonzero((relative < 0) | (relative > INT_MAX))
+    bad = np.flatnonzero((relative < 0) | (relative > INT32_MAX))
     overflow = int(last[bad[0]]) if bad.size else None
     out_of_order = bool(last.size > 1 and np.any(np.diff(last) <= 0))
     return _Inspection(scan, size, overflow, out_of_order, dropped)
@@ -940,7 +939,7 @@ def _split_groups(base_offsets: np.ndarray, last_offsets: np.ndarray) -> list[np
     while start < n:
         base = int(base_offsets[start])
         relative = last_offsets[start:] - base
-        misfits = np.flatnonzero((relative < 0) | (relative > INT_MAX))
+        misfits = np.flatnonzero((relative < 0) | (relative > INT32_MAX))
         stop = start + (int(misfits[0]) if misfits.size else n - start)
         stop = max(stop, start + 1)
         groups.append(np.arange(start, stop))

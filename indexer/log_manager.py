@@ -38,16 +38,39 @@ from pathlib import Path
 from types import TracebackType
 
 from indexer import file_names
-from indexer.checkpoint import OffsetCheckpointFile, TopicPartition, fsync_directory, update_checkpoint
+from indexer.checkpoint import OffsetCheckpointFile, fsync_directory, update_checkpoint
 from indexer.clock import Clock, SystemClock
 from indexer.config import Settings
 from indexer.errors import LogLockedError, SeglogError, StorageError, storage_errors
+from indexer.file_names import TopicPartition
 from indexer.lock import FileLock
 from indexer.log import Log
 
 logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_CONTENT = b'{"version":0,"brokerEpoch":0}'
+
+
+def write_clean_shutdown_marker(log_dir: Path) -> None:
+    """Write ``log_dir``'s clean-shutdown marker atomically: the one way every layer writes it.
+
+    A temporary file is written and fsynced, renamed over the marker and the directory fsynced,
+    so a crash leaves either no marker or a whole one.
+
+    Raises:
+        StorageError: an I/O error (naming the marker file).
+    """
+    marker = Path(log_dir) / file_names.CLEAN_SHUTDOWN_FILE
+    tmp = marker.with_name(marker.name + ".tmp")
+    with storage_errors(marker, "write the clean-shutdown marker"):
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+        try:
+            os.write(fd, CLEAN_SHUTDOWN_CONTENT)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, marker)
+        fsync_directory(Path(log_dir))
 
 
 class LogManager:
@@ -95,25 +118,8 @@ class LogManager:
     # -- partitions ----------------------------------------------------------------------------
 
     def partitions(self) -> list[TopicPartition]:
-        """Every ``<topic>-<partition>`` directory in the log dir, sorted; other entries are ignored
-        (files, directories marked ``-delete``/``-future``/``-stray``, names that are not partitions)."""
-        try:
-            entries = [e.name for e in os.scandir(self.log_dir) if e.is_dir(follow_symlinks=False)]
-        except FileNotFoundError:
-            return []
-        except OSError as e:
-            raise StorageError(
-                f"cannot list log directory {self.log_dir}: {e.strerror}", path=self.log_dir
-            ) from e
-        found = []
-        for name in entries:
-            try:
-                topic, partition = file_names.parse_topic_partition_name(name)
-                if file_names.partition_dir_name(topic, partition) == name:
-                    found.append((topic, partition))
-            except (ValueError, SeglogError):
-                continue
-        return sorted(found)
+        """Every ``<topic>-<partition>`` directory in the log dir, sorted (:func:`file_names.partition_dirs`)."""
+        return [tp for tp, _path in file_names.partition_dirs(self.log_dir)]
 
     def get_log(self, topic: str, partition: int) -> Log | None:
         """The partition's log, opened (and recovered) on first use; None if it does not exist.
@@ -345,12 +351,4 @@ class LogManager:
         return True
 
     def _write_clean_shutdown_marker(self) -> None:
-        marker = self.log_dir / file_names.CLEAN_SHUTDOWN_FILE
-        with storage_errors(marker, "write the clean-shutdown marker"):
-            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                os.write(fd, CLEAN_SHUTDOWN_CONTENT)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            fsync_directory(self.log_dir)
+        write_clean_shutdown_marker(self.log_dir)

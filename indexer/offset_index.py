@@ -22,8 +22,9 @@ from typing import NamedTuple
 import numpy as np
 
 from indexer import _index_kernels as kernels
-from indexer.abstract_index import INT32_MAX, AbstractIndex
+from indexer.abstract_index import AbstractIndex
 from indexer.errors import CorruptIndexError, InvalidOffsetError
+from indexer.limits import INT32_MAX
 
 _ENTRY = struct.Struct(">ii")
 

@@ -38,6 +38,7 @@ from indexer.config import LogConfig
 from indexer.errors import LogSegmentOffsetOverflowError, SeglogError, StorageError, storage_errors
 from indexer.file_names import log_file, offset_index_file, time_index_file, transaction_index_file
 from indexer.lazy_index import IndexT, LazyIndex
+from indexer.limits import INT32_MAX, INT64_MAX
 from indexer.log_values import FetchDataInfo, LogOffsetMetadata, RollParams, TimestampAndOffset
 from indexer.offset_index import OffsetIndex, OffsetPosition
 from indexer.records.append_pipeline import Fill
@@ -49,7 +50,6 @@ from indexer.transaction_index import TransactionIndex
 
 logger = logging.getLogger(__name__)
 
-INT_MAX = 2**31 - 1
 _UNKNOWN = TimestampOffset(-1, -1)
 
 
@@ -285,7 +285,7 @@ class LogSegment:
             )
 
     def can_convert_to_relative_offset(self, offset: int) -> bool:
-        return 0 <= offset - self.base_offset <= INT_MAX
+        return 0 <= offset - self.base_offset <= INT32_MAX
 
     def append(
         self,
@@ -368,7 +368,7 @@ class LogSegment:
         last_offsets = encoded.last_offsets[start:stop]
         offset_index = self.offset_index  # materialised by the range check, as in append()
         relative = last_offsets - self.base_offset
-        bad = np.flatnonzero((relative < 0) | (relative > INT_MAX))
+        bad = np.flatnonzero((relative < 0) | (relative > INT32_MAX))
         if bad.size:
             offset = int(last_offsets[bad[0]])
             raise LogSegmentOffsetOverflowError(
@@ -435,7 +435,7 @@ class LogSegment:
         roll |= offset_entries >= offset_index.max_entries
         roll |= time_entries >= time_index.max_entries - 1
         relative = encoded.last_offsets[start:stop] - self.base_offset
-        roll |= (relative < 0) | (relative > INT_MAX)
+        roll |= (relative < 0) | (relative > INT32_MAX)
         hits = np.flatnonzero(roll)
         return int(hits[0]) if hits.size else n
 
@@ -459,7 +459,7 @@ class LogSegment:
         """The first batch's max timestamp, or ``2**63-1`` when unknown (Kafka ``getFirstBatchTimestamp``)."""
         self._load_first_batch_timestamp()
         ts = self._rolling_based_timestamp
-        return ts if ts is not None and ts >= 0 else 2**63 - 1
+        return ts if ts is not None and ts >= 0 else INT64_MAX
 
     def should_roll(self, params: RollParams) -> bool:
         """Whether an append described by ``params`` must go to a new segment (spec 4.5)."""
@@ -588,7 +588,7 @@ class LogSegment:
             scan = self.log.scan(0, verify_crc=True)
         last_offsets = np.asarray(scan.last_offsets, dtype=np.int64)
         relative = last_offsets - self.base_offset
-        bad = np.flatnonzero((relative < 0) | (relative > INT_MAX))
+        bad = np.flatnonzero((relative < 0) | (relative > INT32_MAX))
         if bad.size:
             offset = int(last_offsets[bad[0]])
             raise LogSegmentOffsetOverflowError(

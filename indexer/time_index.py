@@ -24,8 +24,9 @@ from typing import NamedTuple
 import numpy as np
 
 from indexer import _index_kernels as kernels
-from indexer.abstract_index import INT32_MAX, AbstractIndex
+from indexer.abstract_index import AbstractIndex
 from indexer.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from indexer.limits import INT32_MAX
 
 NO_TIMESTAMP = -1
 

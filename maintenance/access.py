@@ -43,8 +43,10 @@ from indexer.file_names import (
     PARTITION_LOCK_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
+    TopicPartition,
     log_file,
-    parse_topic_partition_name,
+    partition_dir_name,
+    partition_dirs,
 )
 from indexer.log import Log
 from maintenance.metadata import PartitionMetadata, scan_partition
@@ -52,7 +54,6 @@ from maintenance.report import JobReport
 
 logger = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 Wanted = Callable[[TopicPartition, PartitionMetadata], bool]
 
 CHECKPOINT_FILES = {
@@ -63,23 +64,8 @@ CHECKPOINT_FILES = {
 
 
 def partition_name(tp: TopicPartition) -> str:
-    return f"{tp[0]}-{tp[1]}"
-
-
-def partition_dirs(log_dir: Path) -> list[tuple[TopicPartition, Path]]:
-    """The ``<topic>-<partition>`` directories of ``log_dir``, sorted; anything else is ignored
-    (including Kafka's ``-delete``/``-future``/``-stray`` directories, which are not live logs)."""
-    found = []
-    for child in sorted(log_dir.iterdir()):
-        if not child.is_dir():
-            continue
-        try:
-            tp = parse_topic_partition_name(child.name)
-        except ValueError:
-            continue
-        if child.name == partition_name(tp):
-            found.append((tp, child))
-    return found
+    """The directory name of ``tp`` (:func:`indexer.file_names.partition_dir_name`)."""
+    return partition_dir_name(*tp)
 
 
 def checkpoint_value(log: Log, kind: str) -> int | None:

@@ -20,11 +20,10 @@ from pathlib import Path
 from indexer.checkpoint import OffsetCheckpointFile
 from indexer.commit_log import COMMIT_FILE_PREFIX, COMMIT_FILE_SUFFIX, SinkCommitLog
 from indexer.errors import StorageError
-from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE
+from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition
 
 logger = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 
 
 def sink_committed_offsets(log_dir: Path) -> dict[TopicPartition, int]:

@@ -31,21 +31,20 @@ from typing import Any
 
 from tqdm import tqdm
 
-from indexer.checkpoint import fsync_directory
 from indexer.clock import Clock, SystemClock
 from indexer.config import Settings
 from indexer.errors import LogLockedError
 from indexer.file_names import (
-    CLEAN_SHUTDOWN_FILE,
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
     PARTITION_LOCK_FILE,
     TIME_INDEX_FILE_SUFFIX,
+    TopicPartition,
 )
 from indexer.lock import FileLock
 from indexer.log import Log
 from indexer.log_loader import LogLoader, RecoveryReport
-from indexer.log_manager import CLEAN_SHUTDOWN_CONTENT
+from indexer.log_manager import write_clean_shutdown_marker
 from maintenance.access import (
     CHECKPOINT_FILES,
     checkpoint_value,
@@ -59,7 +58,6 @@ from maintenance.metadata import index_problem, scan_partition
 
 logger = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 
 # Exit status of `seglog recover` when committed data was lost (1 is any other failure).
 EXIT_COMMITTED_DATA_LOST = 3
@@ -235,15 +233,12 @@ def recover_partition(
 
 
 def mark_clean_shutdown(log_dir: Path) -> None:
-    """Write the clean-shutdown marker, with the content :class:`LogManager` writes (fsynced)."""
-    path = log_dir / CLEAN_SHUTDOWN_FILE
-    tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "wb") as f:
-        f.write(CLEAN_SHUTDOWN_CONTENT)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-    fsync_directory(log_dir)
+    """Write the clean-shutdown marker (the engine's one atomic writer).
+
+    Raises:
+        StorageError: an I/O error (naming the marker file).
+    """
+    write_clean_shutdown_marker(log_dir)
 
 
 def recover_log_dir(

@@ -52,7 +52,7 @@ from indexer.errors import (
     SeglogError,
     UnknownTopicOrPartitionError,
 )
-from indexer.file_names import validate_topic
+from indexer.file_names import TopicPartition, validate_topic
 from indexer.records.batch_header import CREATE_TIME, LOG_APPEND_TIME
 from indexer.records.columns import APPEND_SCHEMA, to_append_table
 from indexer.records.encoder import EncodedBatches, encode_batches
@@ -62,7 +62,6 @@ logger = logging.getLogger(__name__)
 
 SINK_COLUMNS = ("key", "value", "topic", "partition", "headers", "timestamp")
 
-TopicPartition = tuple[str, int]
 
 
 @dataclass(frozen=True, slots=True)

@@ -48,7 +48,7 @@ import pyarrow as pa
 from indexer.commit_log import SinkCommit, SinkCommitLog
 from indexer.config import Settings, load_settings
 from indexer.errors import ConfigError, SchemaError, StorageError
-from indexer.file_names import parse_topic_partition_name, validate_topic
+from indexer.file_names import TopicPartition, partition_dirs, validate_topic
 from indexer.log_manager import LogManager
 from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, micro_batch_plan
 from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout
@@ -61,7 +61,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 DEFAULT_NUM_PARTITIONS = 1  # Kafka's num.partitions broker default
 HISTORY_LENGTH = 10000  # BatchStats kept for progress reports and benchmarks
 WRITE_BATCH_ROWS = 100_000  # write_batch cuts a table into record batches of this many rows, as Spark's
@@ -308,18 +307,7 @@ class SegmentLogSink:
 
     def _partitions_on_disk(self, topic: str) -> int:
         """1 + the highest partition number of ``topic`` among the log dir's partition directories."""
-        highest = -1
-        if self.log_dir.is_dir():
-            for entry in self.log_dir.iterdir():
-                if not entry.is_dir():
-                    continue
-                try:
-                    name, partition = parse_topic_partition_name(entry.name)
-                except ValueError:
-                    continue
-                if name == topic:
-                    highest = max(highest, partition)
-        return highest + 1
+        return 1 + max((p for (name, p), _path in partition_dirs(self.log_dir) if name == topic), default=-1)
 
     def _manager(self) -> LogManager:
         if self._log_manager is None:

@@ -31,6 +31,8 @@ from typing import NamedTuple
 
 import crc32c as _crc32c
 
+from indexer.limits import INT32_MAX
+
 OFFSET_OFFSET = 0
 SIZE_OFFSET = 8
 LOG_OVERHEAD = 12
@@ -164,7 +166,6 @@ def compute_batch_crc(batch: bytes | bytearray | memoryview) -> int:
 
 def increment_sequence(sequence: int, increment: int) -> int:
     """Kafka's ``DefaultRecordBatch.incrementSequence``: add with wrap-around at INT_MAX."""
-    int_max = 2**31 - 1
-    if sequence > int_max - increment:
-        return increment - (int_max - sequence) - 1
+    if sequence > INT32_MAX - increment:
+        return increment - (INT32_MAX - sequence) - 1
     return sequence + increment

@@ -32,6 +32,7 @@ import numpy as np
 import pyarrow as pa
 
 from indexer.errors import CorruptRecordError, InvalidRecordError
+from indexer.limits import INT32_MAX
 from indexer.records import _kernels as K
 from indexer.records.batch_header import (
     ATTRIBUTES_OFFSET,
@@ -53,7 +54,6 @@ logger = logging.getLogger(__name__)
 PathLike = str | os.PathLike[str] | None
 BytesLike = bytes | bytearray | memoryview | np.ndarray
 
-_INT32_MAX = 2**31 - 1
 _MIN_RECORD_SIZE = 7  # length, attributes, timestampDelta, offsetDelta, keyLength, valueLength, headerCount
 
 _ERRORS = {
@@ -192,7 +192,7 @@ def decode_batch(buf: BytesLike, header: BatchHeader, *, path: PathLike = None) 
     offsets = records[K.REC_OFFSET]
     if header.base_sequence >= 0:
         sequences = header.base_sequence + (offsets - header.base_offset)
-        sequences = np.where(sequences > _INT32_MAX, sequences - _INT32_MAX - 1, sequences)
+        sequences = np.where(sequences > INT32_MAX, sequences - INT32_MAX - 1, sequences)
     else:
         sequences = np.full(offsets.shape[0], -1, np.int64)
     return DecodedBatch(
@@ -426,7 +426,7 @@ def _binary_array(arena: np.ndarray, starts: np.ndarray, lens: np.ndarray, arrow
     if null_count == n:
         return pa.nulls(n, arrow_type)
     total = int(lens[valid].sum())
-    if total > _INT32_MAX:
+    if total > INT32_MAX:
         raise ValueError(f"{total} bytes of {arrow_type} data exceed one Arrow array; decode fewer batches at a time")
     offsets, data = K.gather(arena, starts, lens)
     validity = pa.py_buffer(np.packbits(valid, bitorder="little")) if null_count else None

@@ -38,6 +38,7 @@ import numpy as np
 from indexer._files import pwrite_all
 from indexer._workers import in_threads
 from indexer.errors import CorruptRecordError, StorageError, storage_errors
+from indexer.limits import INT32_MAX
 from indexer.records import _batch_scan
 from indexer.records.batch_header import (
     ATTRIBUTES_OFFSET,
@@ -74,7 +75,7 @@ from indexer.records.legacy import (
 
 logger = logging.getLogger(__name__)
 
-MAX_FILE_SIZE = 2**31 - 1  # positions are int32 (Integer.MAX_VALUE)
+MAX_FILE_SIZE = INT32_MAX  # positions are int32
 CRC_PARALLEL_MIN_BYTES = 64 << 20  # scans with at least this many bytes of batches check CRCs on two threads
 _OFFSET_SIZE = struct.Struct(">qi")
 _LEGACY_FIELDS = struct.Struct(">IbBq")  # crc, magic, attributes, v1 timestamp

@@ -53,6 +53,7 @@ from indexer.file_names import (
     TIME_INDEX_FILE_SUFFIX,
     TXN_INDEX_FILE_SUFFIX,
 )
+from indexer.limits import INT32_MAX
 from indexer.offset_index import OffsetIndex
 from indexer.records.batch_header import MAGIC_V2, NO_TIMESTAMP, TIMESTAMP_TYPE_NAMES, BatchHeader, crc32c
 from indexer.records.control import ControlRecordType, EndTransactionMarker, parse_control_record_key
@@ -63,7 +64,6 @@ from indexer.time_index import TimeIndex
 from indexer.transaction_index import TransactionIndex
 from seglog.cli import positive_int
 
-INT32_MAX = 2**31 - 1
 DEFAULT_MAX_MESSAGE_SIZE = 5 * 1024 * 1024
 KRAFT_SNAPSHOT_SUFFIX = ".checkpoint"
 BOOTSTRAP_SNAPSHOT_NAME = "bootstrap.checkpoint"
