@@ -51,6 +51,7 @@ from indexer.transaction_index import TransactionIndex
 logger = logging.getLogger(__name__)
 
 _UNKNOWN = TimestampOffset(-1, -1)
+IntOrArray = int | np.ndarray
 
 
 @njit(cache=True)
@@ -89,6 +90,15 @@ def _index_plan(
             counter = 0
         counter += sizes[i]
     return index_flags, time_flags, run_ts, run_offset, counter
+
+
+def roll_time_reached(
+    size: IntOrArray, waited_ms: IntOrArray, segment_ms: int, jitter_ms: int
+) -> bool | np.ndarray:
+    """Kafka's segment-age roll rule (spec 4.5), the one every caller uses: a non-empty segment
+    rolls once it has waited more than ``segment.ms`` minus its jitter. Scalars or arrays (one
+    element per batch of an append)."""
+    return np.logical_and(np.greater(size, 0), np.greater(waited_ms, segment_ms - jitter_ms))
 
 
 class LogSegment:
@@ -425,7 +435,7 @@ class LogSegment:
             waited = max_ts - rolling
         else:
             waited = np.full(n, now - self._created, dtype=np.int64)
-        roll |= (before > 0) & (waited > max_segment_ms - self.roll_jitter_ms)
+        roll |= roll_time_reached(before, waited, max_segment_ms, self.roll_jitter_ms)
         index_flags, time_flags, _run_ts, _run_offset, _counter = self._plan(
             encoded, start, stop, self._bytes_since_last_index_entry
         )
@@ -461,15 +471,27 @@ class LogSegment:
         ts = self._rolling_based_timestamp
         return ts if ts is not None and ts >= 0 else INT64_MAX
 
+    def roll_due(self, now: int, segment_ms: int) -> bool:
+        """Whether the segment is older than ``segment_ms`` minus its jitter, as if a record stamped
+        ``now`` arrived: the time rule alone, for the maintenance ``roll`` job (no append to trigger it)."""
+        return bool(roll_time_reached(self.size, self.time_waited_for_roll(now, now), segment_ms, self.roll_jitter_ms))
+
     def should_roll(self, params: RollParams) -> bool:
-        """Whether an append described by ``params`` must go to a new segment (spec 4.5)."""
-        reached_roll_ms = self.time_waited_for_roll(params.now, params.max_timestamp_in_messages) > (
-            params.max_segment_ms - self.roll_jitter_ms
+        """Whether an append described by ``params`` must go to a new segment (spec 4.5).
+
+        The scalar reference, Kafka's ``shouldRoll`` line for line: the append path uses the
+        vectorised :meth:`appendable_batches`, which tests check against this, batch by batch.
+        """
+        reached_roll_ms = roll_time_reached(
+            self.size,
+            self.time_waited_for_roll(params.now, params.max_timestamp_in_messages),
+            params.max_segment_ms,
+            self.roll_jitter_ms,
         )
         size = self.size
         return (
             size > params.max_segment_bytes - params.messages_size
-            or (size > 0 and reached_roll_ms)
+            or bool(reached_roll_ms)
             or self.offset_index.is_full()
             or self.time_index.is_full()
             or not self.offset_index.can_append_offset(params.max_offset_in_messages)

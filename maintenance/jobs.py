@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from indexer.errors import CorruptRecordError
 from indexer.log import Log
-from indexer.segment import LogSegment
+from indexer.segment import LogSegment, roll_time_reached
 from maintenance.access import CHECKPOINT_FILES, LogAccess, TopicPartition, checkpoint_value, partition_name
 from maintenance.access import write_checkpoint as merge_checkpoint
 from maintenance.committed import committed_offsets
@@ -67,13 +67,6 @@ def retention(access: LogAccess) -> JobReport:
     return report
 
 
-def _roll_due(log: Log, now: int) -> bool:
-    """Whether the active segment is older than ``segment.ms`` minus its jitter, as if a record
-    stamped ``now`` arrived (Kafka's ``shouldRoll`` time rule, spec 4.5). Caller holds ``log.lock``."""
-    active = log.active_segment
-    return active.size > 0 and active.time_waited_for_roll(now, now) > log.config.segment_ms - active.roll_jitter_ms
-
-
 def roll(access: LogAccess) -> JobReport:
     """Roll active segments past ``segment.ms`` even when no append comes to trigger it.
 
@@ -88,12 +81,13 @@ def roll(access: LogAccess) -> JobReport:
             if not meta.base_offsets or meta.log_size(meta.base_offsets[-1]) == 0:
                 return False
             first = first_batch_max_timestamp(meta.log_path(meta.base_offsets[-1]))
-            # Jitter is drawn per open segment; the smallest possible threshold keeps this a superset.
-            return first >= 0 and now - first > meta.config.segment_ms - meta.config.segment_jitter_ms
+            # Jitter is drawn per open segment; the largest possible jitter keeps this a superset.
+            config = meta.config
+            return first >= 0 and bool(roll_time_reached(1, now - first, config.segment_ms, config.segment_jitter_ms))
 
         for tp, log in access.each_log(report, wanted):
             with report.partition(partition_name(tp)), log.lock:
-                if _roll_due(log, now):
+                if log.active_segment.roll_due(now, log.config.segment_ms):
                     log.roll()
                     report.count("segments_rolled")
     return report
