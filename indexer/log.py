@@ -62,6 +62,7 @@ from indexer.records.columns import READ_SCHEMA, AppendInput, to_append_table
 from indexer.records.decoder import decode_records
 from indexer.records.encoder import EncodedBatches
 from indexer.records.framing import assign_offsets, whole_entries_length
+from indexer.retention import RetentionDecision, RetentionReason, plan_retention
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 from indexer.transaction_index import AbortedTxn
@@ -591,6 +592,7 @@ class Log:
             else:
                 return FetchDataInfo(LogOffsetMetadata(start_offset, segment.base_offset, 0), b"")
             fetched = segment.read(start_offset, max_bytes, max_position, min_one_message)
+            self._repair_index(segment)
             if fetched is not None:
                 return fetched
             segment = self._segments.higher_segment(segment.base_offset)
@@ -634,6 +636,7 @@ class Log:
     ) -> int:
         # Positioned reads only (no mmap): a concurrent truncation must never fault a reader.
         start = segment.translate_offset(max(start_offset, segment.base_offset))
+        self._repair_index(segment)
         if start is None:
             return 0
         position, end = start.position, segment.size
@@ -668,6 +671,30 @@ class Log:
             position += whole
         return read
 
+    def _repair_index(self, segment: LogSegment) -> None:
+        """Rebuild the indexes of ``segment`` after a read found a damaged entry in them (O(1) when
+        it did not). Only a writable log rebuilds, under its lock, and only from a ``.log`` whose
+        every batch is valid (else ``seglog recover`` decides); a read-only reader has warned."""
+        if segment.index_damage is None or self.read_only:
+            return
+        with self.lock:
+            if self._segments.get(segment.base_offset) is not segment or segment.index_damage is None:
+                return
+            scan = segment.log.scan(0, verify_crc=True)
+            if scan.error is not None or scan.valid_bytes != segment.size:
+                self._log.warning(
+                    "not rebuilding the indexes of %s: invalid data at position %d; run `seglog recover`",
+                    segment.log.path, scan.valid_bytes,
+                )
+                segment.index_damage = None
+                return
+            segment.recover(scan)
+            if segment is self.active_segment:  # recovery trims the indexes; the active one keeps appending
+                segment.offset_index.resize(self.config.segment_index_bytes)
+                segment.time_index.resize(self.config.segment_index_bytes)
+            self._log.info("rebuilt the indexes of %s (%s)", segment.log.path, segment.index_damage)
+            segment.index_damage = None
+
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The earliest offset (from the log start offset, below the high watermark) whose record has
         a timestamp ``>= timestamp``, or None (Kafka's ListOffsets by timestamp). Thread-safe."""
@@ -679,6 +706,7 @@ class Log:
             if segment.largest_timestamp < timestamp:
                 continue
             found = segment.find_offset_by_timestamp(timestamp, start)
+            self._repair_index(segment)
             if found is not None:
                 return found.offset if found.offset < hw else None
         return None
@@ -784,8 +812,13 @@ class Log:
     # -- retention -----------------------------------------------------------------------------
 
     def delete_old_segments(self) -> int:
+        """:meth:`apply_retention`, returning how many segments were deleted. Thread-safe (log lock)."""
+        return len(self.apply_retention())
+
+    def apply_retention(self) -> tuple[RetentionDecision, ...]:
         """Delete the oldest segments that breach the log start offset, ``retention.bytes`` or
-        ``retention.ms`` (in that order, spec 5.6); returns how many were deleted.
+        ``retention.ms`` (decided by :func:`indexer.retention.plan_retention`, spec 5.6); returns
+        each deleted segment with the limit it breached.
 
         Decided from segment metadata only (sizes, max timestamps from the time index, mtimes), never
         from log data; only segments wholly below the high watermark qualify, and never an empty
@@ -794,65 +827,38 @@ class Log:
         """
         with self.lock:
             self._check_writable("delete old segments")
-            return self._delete_start_offset_breach() + self._delete_size_breach() + self._delete_time_breach()
-
-    def _delete_start_offset_breach(self) -> int:
-        start = self._log_start_offset
-        return self._delete_matching(
-            lambda s, nxt: nxt is not None and nxt.base_offset <= start, "log start offset breach"
-        )
-
-    def _delete_size_breach(self) -> int:
-        retention = self.config.retention_bytes
-        size = self.size_in_bytes
-        if retention < 0 or size < retention:
-            return 0
-        diff = size - retention
-
-        def breach(segment: LogSegment, _next: LogSegment | None) -> bool:
-            nonlocal diff
-            if diff - segment.size >= 0:
-                diff -= segment.size
-                return True
-            return False
-
-        return self._delete_matching(breach, f"retention size {retention} breach")
-
-    def _delete_time_breach(self) -> int:
-        retention = self.config.retention_ms
-        if retention < 0:
-            return 0
-        now = self.clock.milliseconds()
-        return self._delete_matching(
-            lambda s, _next: now - s.largest_timestamp > retention, f"retention time {retention}ms breach"
-        )
-
-    def _delete_matching(self, predicate: Callable[[LogSegment, LogSegment | None], bool], reason: str) -> int:
-        segments = self._segments.values()
-        hw = self.high_watermark
-        deletable: list[LogSegment] = []
-        for i, segment in enumerate(segments):
-            following = segments[i + 1] if i + 1 < len(segments) else None
-            upper = following.base_offset if following is not None else self.log_end_offset
-            last_and_empty = following is None and segment.size == 0
-            if hw >= upper and not last_and_empty and predicate(segment, following):
-                deletable.append(segment)
-            else:
-                break
-        if not deletable:
-            return 0
-        if len(deletable) == len(segments):
-            new_segment = self._roll_locked(None)
-            if deletable[-1].base_offset == new_segment.base_offset:
-                deletable = deletable[:-1]
-        following = self._segments.higher_segment(deletable[-1].base_offset)
-        if following is not None and following.base_offset > self._log_start_offset:
-            self._log_start_offset = following.base_offset
-            if self._recovery_point < self._log_start_offset:
-                self._recovery_point = self._log_start_offset
-        self._log.info("deleting %d segments (%s): %s", len(deletable), reason, [s.base_offset for s in deletable])
-        self._remove_and_delete_segments(deletable, reason)
-        return len(deletable)
+            segments = self._segments.values()
+            by_base = {s.base_offset: s for s in segments}
+            plan = plan_retention(
+                list(by_base),
+                size_of=lambda base: by_base[base].size,
+                largest_timestamp_of=lambda base: by_base[base].largest_timestamp,
+                log_start_offset=self._log_start_offset,
+                high_watermark=self.high_watermark,
+                log_end_offset=self.log_end_offset,
+                retention_bytes=self.config.retention_bytes,
+                retention_ms=self.config.retention_ms,
+                now_ms=self.clock.milliseconds(),
+            )
+            decisions = plan.decisions
+            if not decisions:
+                return ()
+            if len(decisions) == len(segments):
+                new_segment = self._roll_locked(None)
+                if decisions[-1].base_offset == new_segment.base_offset:
+                    decisions = decisions[:-1]
+            deletable = [by_base[d.base_offset] for d in decisions]
+            following = self._segments.higher_segment(deletable[-1].base_offset)
+            if following is not None and following.base_offset > self._log_start_offset:
+                self._log_start_offset = following.base_offset
+                if self._recovery_point < self._log_start_offset:
+                    self._recovery_point = self._log_start_offset
+            for reason in RetentionReason:
+                bases = [d.base_offset for d in decisions if d.reason is reason]
+                if bases:
+                    self._log.info("deleting %d segments (%s breach): %s", len(bases), reason, bases)
+            self._remove_and_delete_segments(deletable, "retention")
+            return decisions
 
     def _remove_and_delete_segments(self, segments: list[LogSegment], reason: str) -> None:
         for segment in segments:

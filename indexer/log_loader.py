@@ -33,9 +33,10 @@ one segment is checked the kernel already reads the next one (``POSIX_FADV_WILLN
 make the same decisions (tested on fuzzed directories), except that a dry run assumes the
 not-yet-written output of a split to be valid.
 
-Beyond Kafka (listed in docs/design.md): an existing offset or time index that fails its sanity
-check, whose size is not a multiple of its entry size, whose entries do not increase or point past
-the end of the ``.log`` is rebuilt (Kafka only rebuilds missing offset indexes since KAFKA-7283); a
+Beyond Kafka (listed in docs/design.md): an existing offset or time index that fails the engine's
+index validation (:mod:`indexer.index_check` levels 1 and 2: Kafka's sanity check, a size that is
+a whole number of entries, entries that increase and do not point past the end of the ``.log``) is
+rebuilt (Kafka only rebuilds missing offset indexes since KAFKA-7283); a
 segment whose valid batches' last offsets do not strictly increase loses its data as a whole (Kafka
 does so only when such a batch lands in the index); a segment recovered during loading is not
 recovered again in step 6, and bytes it lost count as corruption there. Not done (seglog keeps
@@ -70,6 +71,7 @@ from indexer.errors import (
     StorageError,
     storage_errors,
 )
+from indexer.index_check import IndexProblem, offset_index_problem, time_index_problem
 from indexer.limits import INT32_MAX, INT64_MAX
 from indexer.records.file_records import BatchScan, FileRecords
 from indexer.segment import LogSegment
@@ -80,8 +82,6 @@ _T = TypeVar("_T")
 
 DELETE_DIR_SUFFIX = "-delete"
 _KRAFT_DELETED_SUFFIX = ".checkpoint.deleted"
-_OFFSET_ENTRY = np.dtype([("relative_offset", ">i4"), ("position", ">i4")])
-_TIME_ENTRY = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])
 _TXN_FIELDS = [("version", ">i2"), ("producer_id", ">i8"), ("first_offset", ">i8"), ("last_offset", ">i8")]
 _TXN_ENTRY = np.dtype([*_TXN_FIELDS, ("last_stable_offset", ">i8")])  # AbortedTxn, 34 bytes
 
@@ -260,53 +260,6 @@ class _SplitNeeded(Exception):
         super().__init__(f"segment {segment.base_offset} overflows at offset {offset}")
         self.segment = segment
         self.offset = offset
-
-
-def _offset_index_problem(path: Path, base_offset: int, log_size: int) -> str | None:
-    """Why an existing ``.index`` cannot be trusted, or None (Kafka's sanity check and more)."""
-    raw = path.read_bytes()
-    if len(raw) % _OFFSET_ENTRY.itemsize:
-        return f"Index file {path} is corrupt, found {len(raw)} bytes which is not a multiple of 8"
-    entries = np.frombuffer(raw, dtype=_OFFSET_ENTRY)
-    if not len(entries):
-        return None
-    relative = entries["relative_offset"].astype(np.int64)
-    positions = entries["position"].astype(np.int64)
-    if relative[-1] < 0:
-        return (
-            f"Corrupt index found, index file {path} has non-zero size but the last offset is "
-            f"{base_offset + int(relative[-1])} which is less than the base offset {base_offset}"
-        )
-    if np.any(np.diff(relative) <= 0) or np.any(np.diff(positions) <= 0):
-        return f"index file {path} has entries that do not strictly increase (e.g. zero-filled slots)"
-    if positions[0] < 0 or positions[-1] >= log_size:
-        return f"index file {path} points at position {int(positions[-1])}, past the log's {log_size} bytes"
-    return None
-
-
-def _time_index_problem(path: Path, base_offset: int) -> str | None:
-    """Why an existing ``.timeindex`` cannot be trusted, or None (Kafka's sanity check and more)."""
-    raw = path.read_bytes()
-    if len(raw) % _TIME_ENTRY.itemsize:
-        return f"Time index file {path} is corrupt, found {len(raw)} bytes which is not a multiple of 12"
-    entries = np.frombuffer(raw, dtype=_TIME_ENTRY)
-    if not len(entries):
-        return None
-    stamps = entries["timestamp"].astype(np.int64)
-    relative = entries["relative_offset"].astype(np.int64)
-    if stamps[-1] < stamps[0]:
-        return (
-            f"Corrupt time index found, time index file ({path}) has non-zero size but the last timestamp "
-            f"is {int(stamps[-1])} which is less than the first timestamp {int(stamps[0])}"
-        )
-    if relative[-1] < 0:
-        return (
-            f"Corrupt time index found, time index file ({path}) has non-zero size but the last offset is "
-            f"{base_offset + int(relative[-1])} which is less than the base offset {base_offset}"
-        )
-    if np.any(np.diff(stamps) <= 0) or np.any(np.diff(relative) < 0):
-        return f"time index file {path} has entries that do not increase (e.g. zero-filled slots)"
-    return None
 
 
 def _txn_index_problem(path: Path, base_offset: int) -> str | None:
@@ -577,13 +530,13 @@ class LogLoader:
             return
         with storage_errors(log_path, "inspect the segment"):
             log_size = self._source(log_path.name).stat().st_size
-            problem = None
+            problem: str | IndexProblem | None = None
             if index_name not in self._names:
                 problem = f"Could not find offset index file corresponding to log file {log_path}"
             else:
-                problem = _offset_index_problem(self._source(index_name), base_offset, log_size)
+                problem = offset_index_problem(self._source(index_name), base_offset, log_size=log_size)
                 if problem is None and not time_index_newly_created:
-                    problem = _time_index_problem(self._source(time_index_name), base_offset)
+                    problem = time_index_problem(self._source(time_index_name), base_offset)
                 if problem is None and txn_name in self._names:
                     problem = _txn_index_problem(self._source(txn_name), base_offset)
         segment: _Segment
@@ -605,7 +558,7 @@ class LogLoader:
             return
         if self.had_clean_shutdown or base_offset < self.recovery_point_checkpoint:
             logger.error("%s%s, recovering segment and rebuilding index files...", self._prefix, problem)
-        self._recovered[base_offset] = self._recover_segment(segment, reason=problem)
+        self._recovered[base_offset] = self._recover_segment(segment, reason=str(problem))
         self._names.update({index_name, time_index_name})
 
     def _recover_log(self) -> tuple[int, int]:

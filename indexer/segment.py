@@ -35,13 +35,15 @@ from numba import njit
 
 from indexer.clock import Clock
 from indexer.config import LogConfig
-from indexer.errors import LogSegmentOffsetOverflowError, SeglogError, StorageError, storage_errors
+from indexer.errors import CorruptRecordError, LogSegmentOffsetOverflowError, SeglogError, StorageError, storage_errors
 from indexer.file_names import log_file, offset_index_file, time_index_file, transaction_index_file
+from indexer.index_check import entry_batch_problem, time_entry_batch_problem
 from indexer.lazy_index import IndexT, LazyIndex
 from indexer.limits import INT32_MAX, INT64_MAX
 from indexer.log_values import FetchDataInfo, LogOffsetMetadata, RollParams, TimestampAndOffset
 from indexer.offset_index import OffsetIndex, OffsetPosition
 from indexer.records.append_pipeline import Fill
+from indexer.records.batch_header import MAGIC_V2
 from indexer.records.decoder import decode_records
 from indexer.records.encoder import EncodedBatches
 from indexer.records.file_records import BatchScan, FileRecords, LogOffsetPosition
@@ -101,6 +103,18 @@ def roll_time_reached(
     return np.logical_and(np.greater(size, 0), np.greater(waited_ms, segment_ms - jitter_ms))
 
 
+def first_batch_max_timestamp(log_path: Path) -> int:
+    """The max timestamp of the first batch of a ``.log`` (Kafka's rolling-based timestamp), -1 if
+    none or a legacy entry: one header read, for deciding a roll from files.
+
+    Raises:
+        StorageError: the file cannot be read.
+    """
+    with FileRecords.open(log_path, mutable=False) as records:
+        first = next(iter(records.batches()), None)
+        return first.max_timestamp if first is not None and first.magic >= MAGIC_V2 else -1
+
+
 class LogSegment:
     """A ``.log`` file with its offset, time and transaction indexes, starting at ``base_offset``.
 
@@ -137,6 +151,8 @@ class LogSegment:
         self._bytes_since_last_index_entry = 0
         self._rolling_based_timestamp: int | None = None
         self._max_ts_and_offset: TimestampOffset | None = None  # None until first needed
+        self.index_damage: str | None = None
+        """What a read found wrong with an index entry (None: nothing); the writer rebuilds the indexes."""
 
     @classmethod
     def open(
@@ -226,9 +242,38 @@ class LogSegment:
         return name[name.index(".log") + len(".log") :]
 
     def _lookup_position(self, offset: int) -> OffsetPosition:
+        """The offset index's floor entry for ``offset``, checked against the log before it is used.
+
+        The check is one batch header at the entry's position (:func:`entry_batch_problem`): a
+        damaged entry would otherwise make reads silently skip records. When it fails, the read
+        starts at the segment start and the segment is marked (:attr:`index_damage`).
+        """
         if self._lazy_offset_index is None:
             return OffsetPosition(self.base_offset, 0)
-        return self.offset_index.lookup(offset)
+        entry = self.offset_index.lookup(offset)
+        if entry.position == 0:
+            return entry
+        try:
+            problem = entry_batch_problem(
+                next(iter(self.log.batches(entry.position)), None), self.base_offset, entry.offset, self.size
+            )
+        except CorruptRecordError as e:
+            problem = f"no batch starts there ({e})"
+        if problem is None:
+            return entry
+        self._index_damaged(
+            f"index file {self.offset_index_path} has a damaged entry (offset {entry.offset}, position "
+            f"{entry.position}): {problem}"
+        )
+        return OffsetPosition(self.base_offset, 0)
+
+    def _index_damaged(self, what: str) -> None:
+        """Note a damaged index entry found by a read: warn (once per segment) and mark the segment
+        so that its writer rebuilds the indexes (a read-only segment only warns)."""
+        if self.index_damage is None:
+            action = "" if self.read_only else "; the indexes will be rebuilt"
+            logger.warning("%s; reading from the segment start instead%s", what, action)
+        self.index_damage = what
 
     def _time_lookup(self, timestamp: int) -> TimestampOffset:
         if self._lazy_time_index is None:
@@ -566,6 +611,16 @@ class LogSegment:
         starting_offset = self.base_offset if starting_offset is None else starting_offset
         floor = self._time_lookup(timestamp)
         position = self._lookup_position(max(floor.offset, starting_offset)).position
+        if floor.offset > starting_offset and floor.timestamp >= 0:
+            # The entry says no record before its offset reaches its timestamp: check it on its batch.
+            holder = next((b for b in self.log.batches(position) if b.last_offset >= floor.offset), None)
+            problem = time_entry_batch_problem(holder, floor.timestamp, floor.offset)
+            if problem is not None:
+                self._index_damaged(
+                    f"time index file {self.time_index_path} has a damaged entry (timestamp {floor.timestamp}, "
+                    f"offset {floor.offset}): {problem}"
+                )
+                position = self._lookup_position(starting_offset).position
         for batch in self.log.batches(position):
             if batch.max_timestamp < timestamp or batch.last_offset < starting_offset:
                 continue

@@ -19,6 +19,7 @@ Public methods take and return absolute offsets only.
 from __future__ import annotations
 
 import struct
+from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
@@ -248,3 +249,22 @@ class TimeIndex(AbstractIndex):
                 path=path,
             )
         self._check_length()
+
+
+def largest_timestamp_in_file(path: Path, base_offset: int) -> int:
+    """The largest timestamp a ``.timeindex`` file holds, -1 if none: metadata only, no ``.log`` read.
+
+    The last slot of a trimmed index holds the segment's max timestamp (written on roll and
+    close); an un-trimmed (preallocated, zero-filled) one ends in zero slots, so then the largest
+    of all entries is taken. Used to decide retention from files (Kafka's ``largestTimestamp``).
+
+    Raises:
+        StorageError: the file cannot be read.
+    """
+    with TimeIndex(path, base_offset, -1, writable=False) as index:
+        if index.entries == 0:
+            return -1
+        last = index.last_entry
+        if last.timestamp == 0 and last.offset == base_offset and index.entries > 1:
+            return int(index.to_arrays()[0].max())
+        return last.timestamp

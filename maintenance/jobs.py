@@ -27,19 +27,14 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from indexer.errors import CorruptRecordError
+from indexer.errors import CorruptRecordError, SeglogError
+from indexer.index_check import IndexProblem, segment_index_problem
 from indexer.log import Log
-from indexer.segment import LogSegment, roll_time_reached
+from indexer.segment import LogSegment, first_batch_max_timestamp, roll_time_reached
 from maintenance.access import CHECKPOINT_FILES, LogAccess, TopicPartition, checkpoint_value, partition_name
 from maintenance.access import write_checkpoint as merge_checkpoint
 from maintenance.committed import committed_offsets
-from maintenance.metadata import (
-    PartitionMetadata,
-    first_batch_max_timestamp,
-    index_problem,
-    index_problems,
-    plan_retention,
-)
+from maintenance.metadata import PartitionMetadata, index_problems, retention_plan
 from maintenance.report import JobReport
 
 logger = logging.getLogger(__name__)
@@ -48,22 +43,26 @@ logger = logging.getLogger(__name__)
 def retention(access: LogAccess) -> JobReport:
     """Delete segments past ``retention.ms``/``retention.bytes`` or below the log start offset.
 
-    The engine's ``Log.delete_old_segments`` decides from segment metadata and renames deleted
-    segments ``.deleted`` (removed ``file.delete.delay.ms`` later). The daemon opens only the
-    partitions whose files show a breach (:func:`~maintenance.metadata.plan_retention`).
+    The engine decides (:func:`indexer.retention.plan_retention`): ``Log.apply_retention`` renames
+    deleted segments ``.deleted`` (removed ``file.delete.delay.ms`` later) and says which limit each
+    one breached; the report counts them per limit and the log names each segment. The daemon
+    opens only the partitions whose files show a breach (the same plan, from file metadata).
     """
     report = JobReport("retention")
     with report.timed():
         now = access.clock.milliseconds()
 
         def wanted(_tp: TopicPartition, meta: PartitionMetadata) -> bool:
-            return plan_retention(meta, now).needs_log
+            return retention_plan(meta, now).needs_log
 
         for tp, log in access.each_log(report, wanted):
-            with report.partition(partition_name(tp)):
-                deleted = log.delete_old_segments()
-                if deleted:
-                    report.count("segments_deleted", deleted)
+            name = partition_name(tp)
+            with report.partition(name):
+                decisions = log.apply_retention()
+                for decision in decisions:
+                    report.note(name, f"deleted segment {decision.base_offset} ({decision.reason} breached)")
+                if decisions:
+                    report.count("segments_deleted", len(decisions))
     return report
 
 
@@ -127,7 +126,7 @@ def _checkpoint_job(kind: str) -> Callable[[LogAccess], JobReport]:
     return job
 
 
-def _rebuild_indexes(log: Log, segment: LogSegment, problem: str, report: JobReport, name: str) -> None:
+def _rebuild_indexes(log: Log, segment: LogSegment, problem: object, report: JobReport, name: str) -> None:
     """Rebuild a sealed segment's indexes from its ``.log`` if every batch is valid; never cut data.
 
     A sealed segment with invalid bytes is not truncated here (that would leave a gap of offsets
@@ -164,7 +163,7 @@ def index(access: LogAccess) -> JobReport:
     report = JobReport("index")
     with report.timed():
         committed = committed_offsets(access.log_dir) if access.borrowed else {}
-        found: dict[TopicPartition, dict[int, str]] = {}
+        found: dict[TopicPartition, dict[int, IndexProblem]] = {}
         dead_writer: set[TopicPartition] = set()
 
         def wanted(tp: TopicPartition, meta: PartitionMetadata) -> bool:
@@ -188,10 +187,14 @@ def index(access: LogAccess) -> JobReport:
                 still_wrong = set()
                 for segment, following in zip(segments, segments[1:], strict=False):
                     try:
-                        problem = index_problem(log.directory, segment.base_offset, segment.size, following.base_offset)
+                        problem = segment_index_problem(
+                            log.directory, segment.base_offset, next_base_offset=following.base_offset,
+                            against_log=True,
+                        )
                     except FileNotFoundError:
                         continue
                     if problem is not None:
+                        report.note(name, f"segment {segment.base_offset}: {problem}")
                         still_wrong.add(segment.base_offset)
                         _rebuild_indexes(log, segment, problem, report, name)
                 # Opening a borrowed partition already rebuilt what the loader found wrong.
@@ -201,12 +204,13 @@ def index(access: LogAccess) -> JobReport:
         for tp, path in access.foreign_partitions():
             try:
                 problems = index_problems(access.metadata(tp, path))
-            except OSError as e:
+            except (OSError, SeglogError) as e:
                 report.fail(partition_name(tp), e)
                 continue
             for base, problem in sorted(problems.items()):
                 logger.warning("%s (held by another process): segment %d: %s", partition_name(tp), base, problem)
-            if problems:
+                report.findings.append(f"{partition_name(tp)} (held by another process): segment {base}: {problem}")
+            if problems:  # found, not acted on: a detail, not an action
                 found_so_far = report.details.get("foreign_index_problems", 0)
                 report.details["foreign_index_problems"] = found_so_far + len(problems)
     return report

@@ -54,7 +54,7 @@ from maintenance.access import (
     write_checkpoint,
 )
 from maintenance.committed import sink_committed_offsets
-from maintenance.metadata import index_problem, scan_partition
+from maintenance.metadata import index_problems, scan_partition
 
 logger = logging.getLogger(__name__)
 
@@ -159,17 +159,12 @@ def _segments_with_changed_indexes(before: dict[str, bytes], after: dict[str, by
 
 
 def _dry_run_index_problems(path: Path, settings: Settings, topic: str) -> int:
+    """Segments whose indexes the engine's validator rejects (every entry checked against the log)."""
     meta = scan_partition(path, settings.log_config(topic), log_start_offset=0, high_watermark=0)
-    problems = 0
-    bases = meta.base_offsets
-    for i, base in enumerate(bases):
-        following = bases[i + 1] if i + 1 < len(bases) else None
-        try:
-            if index_problem(path, base, meta.log_size(base), following) is not None:
-                problems += 1
-        except FileNotFoundError:
-            continue
-    return problems
+    problems = index_problems(meta, include_last=True)
+    for base, problem in sorted(problems.items()):
+        logger.warning("%s: segment %d: %s", path.name, base, problem)
+    return len(problems)
 
 
 def _fill_from_report(result: PartitionRecovery, report: RecoveryReport) -> None:

@@ -31,7 +31,9 @@ class JobReport:
 
     ``partitions`` counts partitions the job handled, ``skipped`` names those another process owns,
     ``actions`` counts what the job did (segments rolled or deleted, logs flushed, checkpoints or
-    indexes written, files removed); ``details`` holds job-specific counters.
+    indexes written, files removed); ``details`` holds job-specific counters; ``findings`` one
+    line per thing found, with its reason (a deleted segment and the limit it breached, a damaged
+    index and what is wrong with it).
     """
 
     job: str
@@ -40,12 +42,19 @@ class JobReport:
     skipped: list[str] = field(default_factory=list)
     errors: list[PartitionError] = field(default_factory=list)
     details: dict[str, int] = field(default_factory=dict)
+    findings: list[str] = field(default_factory=list)
     duration_ms: float = 0.0
 
     def count(self, key: str, n: int = 1) -> None:
         """Add ``n`` to the job-specific counter ``key`` and to :attr:`actions`."""
         self.details[key] = self.details.get(key, 0) + n
         self.actions += n
+
+    def note(self, partition: str, finding: str) -> None:
+        """Record (and log) one finding about ``partition``, e.g. why a segment was deleted."""
+        line = f"{partition}: {finding}"
+        self.findings.append(line)
+        logger.info("maintenance job %s: %s", self.job, line)
 
     @contextmanager
     def partition(self, name: str) -> Iterator[None]:

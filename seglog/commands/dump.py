@@ -53,6 +53,7 @@ from indexer.file_names import (
     TIME_INDEX_FILE_SUFFIX,
     TXN_INDEX_FILE_SUFFIX,
 )
+from indexer.index_check import offset_entries_agree, scan_headers, time_entries_agree
 from indexer.limits import INT32_MAX
 from indexer.offset_index import OffsetIndex
 from indexer.records.batch_header import MAGIC_V2, NO_TIMESTAMP, TIMESTAMP_TYPE_NAMES, BatchHeader, crc32c
@@ -522,15 +523,6 @@ def _sibling(path: Path, suffix: str) -> Path:
     return path.absolute().parent / (path.name.split(".", 1)[0] + suffix)
 
 
-def _scan_log(log_path: Path) -> BatchScan:
-    """Headers of every batch of ``log_path`` (a vectorised walk; CRCs are not needed here)."""
-    records = FileRecords.open(log_path, mutable=False)
-    try:
-        return records.scan(verify_crc=False)
-    finally:
-        records.close_handlers()
-
-
 def _entries_until_zero_slot(offsets: np.ndarray, base_offset: int) -> int:
     """Entries before the first slot (after the first) whose offset is the base offset: the zero
     tail of an un-trimmed index after a crash, where Kafka stops."""
@@ -553,8 +545,8 @@ def dump_offset_index(path: Path, name: str, options: DumpOptions, out: TextIO, 
         all_offsets, all_positions = index.to_arrays()
     count = _entries_until_zero_slot(all_offsets, base_offset)
     index_offsets, positions = all_offsets[:count], all_positions[:count]
-    scan = _scan_log(log_path)
-    consistent, log_offsets = _check_offset_entries(scan, index_offsets, positions, options.max_message_size)
+    scan = scan_headers(log_path)
+    consistent, log_offsets = offset_entries_agree(scan, index_offsets, positions, options.max_message_size)
     bad = np.flatnonzero(~consistent)
     if bad.size:
         problems.index_mismatches.setdefault(str(path.absolute()), []).extend(
@@ -563,35 +555,6 @@ def dump_offset_index(path: Path, name: str, options: DumpOptions, out: TextIO, 
     if not options.verify_index_only:
         pairs = zip(index_offsets.tolist(), positions.tolist(), strict=True)
         out.write("".join(f"offset: {o} position: {p}\n" for o, p in pairs))
-
-
-def _check_offset_entries(
-    scan: BatchScan, index_offsets: np.ndarray, positions: np.ndarray, max_size: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """Which offset-index entries agree with the log, and the last offset of the batch at each position.
-
-    Kafka's rule: a whole batch of at most ``max_size`` bytes starts at the entry's position and
-    its last offset is the entry's offset. Also accepted (a deliberate difference): the entry's
-    offset is the last offset of a later batch that still lies before the next entry's position.
-    That is what a broker writes for a multi-batch (follower) append, whose largest offset is
-    indexed at the append's first byte; lookups through such entries are correct. The reported
-    log offset is -1 where no whole batch starts at the position.
-    """
-    batch_positions = scan.positions
-    n = batch_positions.size
-    if n == 0:
-        return np.zeros(positions.size, dtype=bool), np.full(positions.size, -1, dtype=np.int64)
-    at = np.minimum(np.searchsorted(batch_positions, positions), n - 1)
-    starts = (batch_positions[at] == positions) & (scan.sizes[at] <= max_size)
-    log_offsets = np.where(starts, scan.last_offsets[at], -1).astype(np.int64)
-    holder = np.minimum(np.searchsorted(np.maximum.accumulate(scan.last_offsets), index_offsets), n - 1)
-    next_positions = np.concatenate((positions[1:], [np.iinfo(np.int64).max]))
-    later = (
-        (holder >= at)
-        & (scan.last_offsets[holder] == index_offsets)
-        & (batch_positions[holder] < next_positions)
-    )
-    return starts & ((log_offsets == index_offsets) | later), log_offsets
 
 
 def dump_time_index(path: Path, name: str, options: DumpOptions, out: TextIO, problems: DumpProblems) -> None:
@@ -609,7 +572,7 @@ def dump_time_index(path: Path, name: str, options: DumpOptions, out: TextIO, pr
         entry_offsets, entry_timestamps = all_offsets[:count], all_timestamps[:count]
         _, start_positions = index.lookup_many(entry_offsets)
     if count:
-        scan = _scan_log(log_path)
+        scan = scan_headers(log_path)
         _check_time_entries(str(path.absolute()), entry_offsets, entry_timestamps, start_positions, scan, problems)
     if not options.verify_index_only:
         pairs = zip(entry_timestamps.tolist(), entry_offsets.tolist(), strict=True)
@@ -631,22 +594,9 @@ def _check_time_entries(
     entry's timestamp as its maximum timestamp (the batch header's, which is the maximum of its
     records' timestamps); timestamps must increase from entry to entry.
     """
-    n_batches = scan.positions.size
-    if n_batches == 0:
-        problems.shallow_offsets_not_found.setdefault(key, []).extend((int(o), -1) for o in entry_offsets)
-        return
-    first = np.searchsorted(scan.positions, start_positions)
-    by_offset = np.searchsorted(np.maximum.accumulate(scan.last_offsets), entry_offsets)
-    slots = np.maximum(first, by_offset)
-    found = slots < n_batches
-    safe = np.minimum(slots, n_batches - 1)
-    log_offsets = np.where(found, scan.last_offsets[safe], -1)
-    # Kafka requires the batch to end at the entry's offset. Brokers before KAFKA-16310 indexed the
-    # offset of the record carrying the max timestamp, inside its batch: accept any offset the batch holds.
-    exact = found & (scan.base_offsets[safe] <= entry_offsets) & (entry_offsets <= log_offsets)
+    exact, log_offsets, log_timestamps = time_entries_agree(scan, entry_offsets, start_positions)
     for i in np.flatnonzero(~exact):
         problems.shallow_offsets_not_found.setdefault(key, []).append((int(entry_offsets[i]), int(log_offsets[i])))
-    log_timestamps = np.where(exact, scan.max_timestamps[safe], NO_TIMESTAMP)
     previous = np.concatenate(([NO_TIMESTAMP], entry_timestamps[:-1]))
     for i in np.flatnonzero(exact):
         if log_timestamps[i] != entry_timestamps[i]:

@@ -14,14 +14,21 @@ from indexer.checkpoint import OffsetCheckpointFile
 from indexer.clock import MockClock
 from indexer.errors import StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE
+from indexer.index_check import segment_index_problem
 from indexer.log import Log
 from indexer.records.decoder import decode_records
 from indexer.records.file_records import FileRecords
 from maintenance import metadata
 from maintenance.access import BorrowedLogs, OwnedLogs
 from maintenance.jobs import JOBS
-from maintenance.metadata import index_problem, plan_retention, scan_partition
+from maintenance.metadata import retention_plan as plan_retention
+from maintenance.metadata import scan_partition
 from tests.maintenance.conftest import START_MS, append_batches, settings_for, small_config
+
+
+def index_problem(directory: Path, base: int, _size: int, following: int) -> str | None:
+    problem = segment_index_problem(directory, base, next_base_offset=following, against_log=True)
+    return None if problem is None else str(problem)
 
 
 def owned(log_dir: Path, logs: dict[tuple[str, int], Log], clock: MockClock) -> OwnedLogs:
@@ -288,7 +295,7 @@ def test_a_failing_partition_is_reported_and_the_others_still_run(
         def fail() -> int:
             raise StorageError(f"rename failed on {path}: disk on fire", path=path)
 
-        monkeypatch.setattr(broken, "delete_old_segments", fail)
+        monkeypatch.setattr(broken, "apply_retention", fail)
         report = JOBS["retention"].fn(owned(log_dir, logs, clock))
         assert [(e.partition, e.path) for e in report.errors] == [("a-0", str(path))]
         assert report.partitions == 2 and report.details["segments_deleted"] > 0

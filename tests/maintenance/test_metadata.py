@@ -7,15 +7,22 @@ import struct
 from pathlib import Path
 
 from indexer.clock import MockClock
+from indexer.index_check import segment_index_problem
 from indexer.log import Log
+from indexer.segment import first_batch_max_timestamp
 from maintenance.metadata import (
-    first_batch_max_timestamp,
-    index_problem,
     largest_timestamp,
-    plan_retention,
     scan_partition,
 )
+from maintenance.metadata import (
+    retention_plan as plan_retention,
+)
 from tests.maintenance.conftest import START_MS, append_batches, small_config
+
+
+def index_problem(directory: Path, base: int, _size: int, following: int) -> str | None:
+    problem = segment_index_problem(directory, base, next_base_offset=following, against_log=False)
+    return None if problem is None else str(problem)
 
 
 def sealed_log(log_dir: Path, clock: MockClock) -> Path:
@@ -80,7 +87,7 @@ def test_index_problem_finds_what_a_sealed_segment_must_not_have(log_dir: Path, 
     good = index.read_bytes()
     assert index_problem(directory, base, size, following) is None
     cases = {
-        good + b"\x00": "not a multiple of 8",
+        good + b"\x00": "multiple of 8",
         good + bytes(16): "do not strictly increase",
         struct.pack(">ii", following - base, 0): "points past its segment",
         struct.pack(">ii", 1, size): "points past its segment",

@@ -13,13 +13,18 @@ import pytest
 
 from indexer.clock import MockClock
 from indexer.config import Settings
+from indexer.index_check import segment_index_problem
 from indexer.log_manager import LogManager
 from indexer.records.file_records import FileRecords
-from maintenance.metadata import index_problem
 from maintenance.recovery import EXIT_COMMITTED_DATA_LOST, recover_log_dir
 from seglog.cli import main
 from tests.budget import scaled
 from tests.maintenance.conftest import append_batches, settings_for, small_config
+
+
+def index_problem(directory: Path, base: int, _size: int, following: int | None) -> str | None:
+    problem = segment_index_problem(directory, base, next_base_offset=following, against_log=True)
+    return None if problem is None else str(problem)
 
 PARTITIONS = ("t-0", "t-1")
 

@@ -1,0 +1,275 @@
+"""Index validation: the one rule that decides whether a segment's ``.index``/``.timeindex`` can be trusted.
+
+Every caller asks here: the loader (on every load), the maintenance ``index`` job and
+``seglog recover --dry-run`` (through :func:`segment_index_problem`), ``seglog dump``'s per-entry
+report (:func:`offset_entries_agree`, :func:`time_entries_agree`) and the read path (the O(1)
+:func:`entry_batch_problem` at the position an index gave). The entry layouts belong to the index
+classes; files are read through them (read-only), never parsed here.
+
+Three levels, each a superset of the one before:
+
+1. Kafka's sanity check (the index classes' ``sanity_check``, spec 1.2, 1.3): whole entries, last
+   offset not below the base offset, last timestamp not below the first.
+2. What an index must also satisfy (beyond Kafka, listed in docs/design.md): entries strictly
+   increase (a zero-filled, un-trimmed tail fails), positions lie inside the ``.log``, offsets
+   below the next segment's base offset. Reads only the index files.
+3. Agreement with the ``.log``, every entry at once against a header walk of the batches
+   (``FileRecords.scan`` arrays, no CRC pass): an ``.index`` entry points at a batch start and its
+   offset is the last offset of that batch or, as a broker writes for a multi-batch (follower)
+   append, of a later batch before the next entry's position; a ``.timeindex`` entry's offset lies
+   in a batch whose maximum timestamp is the entry's timestamp (brokers before KAFKA-16310 indexed
+   the offset of the record holding it, seglog the batch's last offset). A damaged entry anywhere
+   in the file is found, not only at its end.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from indexer.errors import CorruptIndexError, StorageError
+from indexer.file_names import (
+    LOG_FILE_SUFFIX,
+    filename_prefix_from_offset,
+    offset_index_file,
+    time_index_file,
+)
+from indexer.limits import INT32_MAX
+from indexer.offset_index import OffsetIndex
+from indexer.records.batch_header import MAGIC_V2, NO_TIMESTAMP
+from indexer.records.file_records import BatchScan, FileBatch, FileRecords
+from indexer.time_index import TimeIndex
+
+_NO_LIMIT = np.iinfo(np.int64).max
+
+
+@dataclass(frozen=True, slots=True)
+class IndexProblem:
+    """Why an index file cannot be trusted: the file, what is wrong, and the first bad slot if one is."""
+
+    path: Path
+    message: str
+    entry: int | None = None
+
+    def __str__(self) -> str:
+        return self.message
+
+
+def scan_headers(log_path: Path) -> BatchScan:
+    """Every batch header of ``log_path`` (a vectorised walk, CRCs not checked): what level 3 compares."""
+    records = FileRecords.open(log_path, mutable=False)
+    try:
+        return records.scan(verify_crc=False)
+    finally:
+        records.close_handlers()
+
+
+def offset_entries_agree(
+    scan: BatchScan, offsets: np.ndarray, positions: np.ndarray, max_batch_size: int = INT32_MAX
+) -> tuple[np.ndarray, np.ndarray]:
+    """Which ``.index`` entries agree with the log, and the last offset of the batch at each position.
+
+    Kafka's rule: a whole batch of at most ``max_batch_size`` bytes starts at the entry's position
+    and its last offset is the entry's offset. Also accepted: the entry's offset is the last offset
+    of a later batch that still lies before the next entry's position (a multi-batch append's
+    largest offset indexed at the append's first byte; lookups through it are correct). The log
+    offset is -1 where no batch starts at the position.
+    """
+    batch_positions = scan.positions
+    n = batch_positions.size
+    if n == 0:
+        return np.zeros(positions.size, dtype=bool), np.full(positions.size, -1, dtype=np.int64)
+    at = np.minimum(np.searchsorted(batch_positions, positions), n - 1)
+    starts = (batch_positions[at] == positions) & (scan.sizes[at] <= max_batch_size)
+    log_offsets = np.where(starts, scan.last_offsets[at], -1).astype(np.int64)
+    holder = np.minimum(np.searchsorted(np.maximum.accumulate(scan.last_offsets), offsets), n - 1)
+    next_positions = np.concatenate((positions[1:], [_NO_LIMIT]))
+    later = (holder >= at) & (scan.last_offsets[holder] == offsets) & (batch_positions[holder] < next_positions)
+    return starts & ((log_offsets == offsets) | later), log_offsets
+
+
+def time_entries_agree(
+    scan: BatchScan, offsets: np.ndarray, start_positions: np.ndarray | None = None
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Where each ``.timeindex`` entry's offset lies in the log: (found, batch last offsets, batch max timestamps).
+
+    ``found[i]``: a batch holds ``offsets[i]`` (at or after ``start_positions[i]``, the offset
+    index's position for it, when given, as Kafka's dump searches); the entry agrees with the log
+    when also its timestamp is that batch's maximum timestamp. Missing batches give -1 and
+    ``NO_TIMESTAMP``.
+    """
+    n = scan.positions.size
+    if n == 0:
+        missing = np.full(offsets.size, -1, dtype=np.int64)
+        return np.zeros(offsets.size, dtype=bool), missing, np.full(offsets.size, NO_TIMESTAMP, dtype=np.int64)
+    slots = np.searchsorted(np.maximum.accumulate(scan.last_offsets), offsets)
+    if start_positions is not None:
+        slots = np.maximum(slots, np.searchsorted(scan.positions, start_positions))
+    inside = slots < n
+    safe = np.minimum(slots, n - 1)
+    log_offsets = np.where(inside, scan.last_offsets[safe], -1).astype(np.int64)
+    found = inside & (scan.base_offsets[safe] <= offsets) & (offsets <= log_offsets)
+    log_timestamps = np.where(found, scan.max_timestamps[safe], NO_TIMESTAMP).astype(np.int64)
+    return found, log_offsets, log_timestamps
+
+
+def _first(bad: np.ndarray) -> int | None:
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if hits.size else None
+
+
+def offset_index_problem(
+    path: Path,
+    base_offset: int,
+    *,
+    log_size: int,
+    next_base_offset: int | None = None,
+    scan: BatchScan | None = None,
+) -> IndexProblem | None:
+    """Why the ``.index`` at ``path`` cannot be trusted (levels 1, 2, and 3 when ``scan`` is given), or None.
+
+    Raises:
+        StorageError: the file cannot be read (a missing file: ``FileNotFoundError`` as its cause).
+    """
+    limit = _NO_LIMIT if next_base_offset is None else next_base_offset
+    with OffsetIndex(path, base_offset, -1, writable=False) as index:
+        try:
+            index.sanity_check()
+        except CorruptIndexError as e:
+            return IndexProblem(path, str(e))
+        offsets, positions = index.to_arrays()
+    if not offsets.size:
+        return None
+    slot = _first(np.concatenate(([offsets[0] < base_offset], np.diff(offsets) <= 0)))
+    if slot is None:
+        slot = _first(np.concatenate(([positions[0] < 0], np.diff(positions) <= 0)))
+    if slot is not None:
+        return IndexProblem(path, f"index file {path} has entries that do not strictly increase (e.g. zero-filled "
+                                  f"slots), from entry {slot}", slot)
+    slot = _first((positions >= log_size) | (offsets >= limit))
+    if slot is not None:
+        entry = f"entry {slot}: offset {int(offsets[slot])}, position {int(positions[slot])}"
+        return IndexProblem(path, f"index file {path} points past its segment ({entry})", slot)
+    if scan is not None:
+        agree, log_offsets = offset_entries_agree(scan, offsets, positions)
+        slot = _first(~agree)
+        if slot is not None:
+            ends = int(log_offsets[slot])
+            found = f"the batch there ends at {ends}" if ends >= 0 else "no batch starts there"
+            return IndexProblem(
+                path,
+                f"index file {path} disagrees with the log at entry {slot} (offset {int(offsets[slot])}, "
+                f"position {int(positions[slot])}): {found}",
+                slot,
+            )
+    return None
+
+
+def time_index_problem(
+    path: Path, base_offset: int, *, next_base_offset: int | None = None, scan: BatchScan | None = None
+) -> IndexProblem | None:
+    """Why the ``.timeindex`` at ``path`` cannot be trusted (levels 1, 2, and 3 when ``scan`` is given), or None.
+
+    Raises:
+        StorageError: the file cannot be read (a missing file: ``FileNotFoundError`` as its cause).
+    """
+    limit = _NO_LIMIT if next_base_offset is None else next_base_offset
+    with TimeIndex(path, base_offset, -1, writable=False) as index:
+        try:
+            index.sanity_check()
+        except CorruptIndexError as e:
+            return IndexProblem(path, str(e))
+        timestamps, offsets = index.to_arrays()
+    if not offsets.size:
+        return None
+    slot = _first(np.concatenate(([offsets[0] < base_offset], np.diff(timestamps) <= 0, )))
+    if slot is None:
+        slot = _first(np.concatenate(([False], np.diff(offsets) < 0)))
+    if slot is not None:
+        return IndexProblem(path, f"time index file {path} has entries that do not increase (e.g. zero-filled "
+                                  f"slots), from entry {slot}", slot)
+    slot = _first(offsets >= limit)
+    if slot is not None:
+        return IndexProblem(
+            path, f"time index file {path} points past its segment (entry {slot}: offset {int(offsets[slot])})", slot
+        )
+    if scan is not None:
+        found, _log_offsets, log_timestamps = time_entries_agree(scan, offsets)
+        slot = _first(~found | (log_timestamps != timestamps))
+        if slot is not None:
+            found_there = (
+                f"its batch's max timestamp is {int(log_timestamps[slot])}" if found[slot] else "no batch holds it"
+            )
+            return IndexProblem(
+                path,
+                f"time index file {path} disagrees with the log at entry {slot} (timestamp "
+                f"{int(timestamps[slot])}, offset {int(offsets[slot])}): {found_there}",
+                slot,
+            )
+    return None
+
+
+def segment_index_problem(
+    directory: Path, base_offset: int, *, next_base_offset: int | None, against_log: bool
+) -> IndexProblem | None:
+    """Why the ``.index``/``.timeindex`` of the segment at ``base_offset`` cannot be trusted, or None.
+
+    Both files must exist. ``next_base_offset``: the following segment's (None for the last one);
+    ``against_log``: also compare every entry with a header walk of the ``.log`` (level 3).
+
+    Raises:
+        FileNotFoundError: the ``.log`` went away meanwhile (retention renamed it); callers skip it.
+        StorageError: a file cannot be read.
+    """
+    log_path = directory / (filename_prefix_from_offset(base_offset) + LOG_FILE_SUFFIX)
+    log_size = os.stat(log_path).st_size
+    offset_path = offset_index_file(directory, base_offset)
+    time_path = time_index_file(directory, base_offset)
+    for path in (offset_path, time_path):
+        if not path.exists():
+            if not log_path.exists():
+                raise FileNotFoundError(log_path)
+            return IndexProblem(path, f"index file {path} is missing")
+    try:
+        scan = scan_headers(log_path) if against_log else None
+        return offset_index_problem(
+            offset_path, base_offset, log_size=log_size, next_base_offset=next_base_offset, scan=scan
+        ) or time_index_problem(time_path, base_offset, next_base_offset=next_base_offset, scan=scan)
+    except StorageError as e:
+        if isinstance(e.__cause__, FileNotFoundError) and not log_path.exists():
+            raise FileNotFoundError(log_path) from e
+        raise
+
+
+def entry_batch_problem(batch: FileBatch | None, segment_base_offset: int, entry_offset: int, size: int) -> str | None:
+    """Level 3 for one ``.index`` entry at read time, O(1): the batch header the entry's position gave.
+
+    The position must start a whole batch of the segment whose offsets begin at or below the
+    entry's offset (that batch, or a later one of the same append, ends at it), so a scan from
+    there finds every offset from the entry's on. ``batch``: the entry read at that position
+    (None when none fits there).
+    """
+    if batch is None:
+        return "no batch starts there"
+    if batch.magic > MAGIC_V2 or batch.magic < 0 or batch.position + batch.size_in_bytes > size:
+        return "no batch starts there"
+    base = batch.base_offset
+    if not segment_base_offset <= base <= entry_offset or batch.last_offset < base:
+        return f"the batch there holds offsets {base}..{batch.last_offset}"
+    return None
+
+
+def time_entry_batch_problem(batch: FileBatch | None, entry_timestamp: int, entry_offset: int) -> str | None:
+    """Level 3 for one ``.timeindex`` entry at read time: ``batch`` is the first one whose offsets
+    reach the entry's offset (None when none does); it must hold that offset and have the entry's
+    timestamp as its maximum timestamp."""
+    if batch is None:
+        return "no batch holds its offset"
+    if not batch.base_offset <= entry_offset <= batch.last_offset:
+        return f"no batch holds its offset (the next one holds {batch.base_offset}..{batch.last_offset})"
+    if batch.max_timestamp != entry_timestamp:
+        return f"its batch's max timestamp is {batch.max_timestamp}"
+    return None
