@@ -594,10 +594,8 @@ class LogSegment:
     def read_next_offset(self) -> int:
         """The offset after the segment's last complete batch (reads from the last index entry on)."""
         last_indexed = self.base_offset if self._lazy_offset_index is None else self.offset_index.last_offset
-        start = self.translate_offset(last_indexed)
-        if start is None:
-            return self.base_offset
-        scan = self.log.scan(start.position, verify_crc=False)
+        # From the (verified) position of the last entry: its offset may be damaged, its batch is not.
+        scan = self.log.scan(self._lookup_position(last_indexed).position, verify_crc=False)
         if len(scan.last_offsets) == 0:
             return self.base_offset
         return int(scan.last_offsets[-1]) + 1

@@ -199,6 +199,8 @@ def index(access: LogAccess) -> JobReport:
                         _rebuild_indexes(log, segment, problem, report, name)
                 # Opening a borrowed partition already rebuilt what the loader found wrong.
                 fixed_on_open = [b for b in found.get(tp, {}) if b in log.segments and b not in still_wrong]
+                for base in fixed_on_open:
+                    report.note(name, f"segment {base}: {found[tp][base]} (rebuilt when the partition was opened)")
                 if fixed_on_open:
                     report.count("indexes_rebuilt", len(fixed_on_open))
         for tp, path in access.foreign_partitions():
