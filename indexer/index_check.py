@@ -1,6 +1,6 @@
 """Index validation: the one rule that decides whether a segment's ``.index``/``.timeindex`` can be trusted.
 
-Every caller asks here: the loader (on every load), the maintenance ``index`` job and
+Every caller asks here: the loader (on every load, also for ``.txnindex``), the maintenance ``index`` job and
 ``seglog recover --dry-run`` (through :func:`segment_index_problem`), ``seglog dump``'s per-entry
 report (:func:`offset_entries_agree`, :func:`time_entries_agree`) and the read path (the O(1)
 :func:`entry_batch_problem` at the position an index gave). The entry layouts belong to the index
@@ -42,6 +42,7 @@ from indexer.offset_index import OffsetIndex
 from indexer.records.batch_header import MAGIC_V2, NO_TIMESTAMP
 from indexer.records.file_records import BatchScan, FileBatch, FileRecords
 from indexer.time_index import TimeIndex
+from indexer.transaction_index import TransactionIndex
 
 _NO_LIMIT = np.iinfo(np.int64).max
 
@@ -212,6 +213,22 @@ def time_index_problem(
     return None
 
 
+def transaction_index_problem(path: Path, base_offset: int) -> IndexProblem | None:
+    """Kafka's ``TransactionIndex.sanityCheck`` (and its version check) of the ``.txnindex`` at ``path``, or None.
+
+    Raises:
+        StorageError: the file cannot be read.
+    """
+    index = TransactionIndex(path, base_offset, writable=False)
+    try:
+        index.sanity_check()
+    except CorruptIndexError as e:
+        return IndexProblem(path, str(e))
+    finally:
+        index.close()
+    return None
+
+
 def segment_index_problem(
     directory: Path, base_offset: int, *, next_base_offset: int | None, against_log: bool
 ) -> IndexProblem | None:
@@ -244,21 +261,19 @@ def segment_index_problem(
         raise
 
 
-def entry_batch_problem(batch: FileBatch | None, segment_base_offset: int, entry_offset: int, size: int) -> str | None:
-    """Level 3 for one ``.index`` entry at read time, O(1): the batch header the entry's position gave.
+def entry_batch_problem(batch: FileBatch | None, segment_base_offset: int, entry_offset: int) -> str | None:
+    """Level 3 for one ``.index`` entry at read time, O(1): the batch the entry's position gave.
 
-    The position must start a whole batch of the segment whose offsets begin at or below the
-    entry's offset (that batch, or a later one of the same append, ends at it), so a scan from
-    there finds every offset from the entry's on. ``batch``: the entry read at that position
-    (None when none fits there).
+    A whole batch (``FileRecords.batches`` yields only those) must start there whose offsets begin
+    at or below the entry's offset (that batch, or a later one of the same append, ends at it), so
+    a scan from there finds every offset from the entry's on. ``batch``: the entry read at that
+    position (None when none fits there).
     """
-    if batch is None:
+    if batch is None or not 0 <= batch.magic <= MAGIC_V2:
         return "no batch starts there"
-    if batch.magic > MAGIC_V2 or batch.magic < 0 or batch.position + batch.size_in_bytes > size:
-        return "no batch starts there"
-    base = batch.base_offset
-    if not segment_base_offset <= base <= entry_offset or batch.last_offset < base:
-        return f"the batch there holds offsets {base}..{batch.last_offset}"
+    base = batch.base_offset  # v2: the header's first field, no parse
+    if not segment_base_offset <= base <= entry_offset:
+        return f"the batch there starts at offset {base}"
     return None
 
 

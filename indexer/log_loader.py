@@ -71,7 +71,7 @@ from indexer.errors import (
     StorageError,
     storage_errors,
 )
-from indexer.index_check import IndexProblem, offset_index_problem, time_index_problem
+from indexer.index_check import IndexProblem, offset_index_problem, time_index_problem, transaction_index_problem
 from indexer.limits import INT32_MAX, INT64_MAX
 from indexer.records.file_records import BatchScan, FileRecords
 from indexer.segment import LogSegment
@@ -82,8 +82,6 @@ _T = TypeVar("_T")
 
 DELETE_DIR_SUFFIX = "-delete"
 _KRAFT_DELETED_SUFFIX = ".checkpoint.deleted"
-_TXN_FIELDS = [("version", ">i2"), ("producer_id", ">i8"), ("first_offset", ">i8"), ("last_offset", ">i8")]
-_TXN_ENTRY = np.dtype([*_TXN_FIELDS, ("last_stable_offset", ">i8")])  # AbortedTxn, 34 bytes
 
 
 class StepKind(enum.StrEnum):
@@ -260,22 +258,6 @@ class _SplitNeeded(Exception):
         super().__init__(f"segment {segment.base_offset} overflows at offset {offset}")
         self.segment = segment
         self.offset = offset
-
-
-def _txn_index_problem(path: Path, base_offset: int) -> str | None:
-    """Kafka's ``TransactionIndex.sanityCheck`` (and its version check) on the raw file, or None."""
-    raw = path.read_bytes()
-    count = len(raw) // _TXN_ENTRY.itemsize
-    entries = np.frombuffer(raw, dtype=_TXN_ENTRY, count=count)
-    if count and np.any((entries["version"] >> 8) > 0):  # AbortedTxn.version() reads byte 0 only
-        return f"transaction index {path} has an entry with an unknown version"
-    below = np.flatnonzero(entries["last_offset"] < base_offset)
-    if below.size:
-        return (
-            f"Last offset of aborted transaction {int(entries['last_offset'][below[0]])} in index {path} "
-            f"is less than start offset {base_offset}"
-        )
-    return None
 
 
 def _truncate_epochs(entries: list[EpochEntry], end_offset: int, start_offset: int) -> list[EpochEntry]:
@@ -538,7 +520,7 @@ class LogLoader:
                 if problem is None and not time_index_newly_created:
                     problem = time_index_problem(self._source(time_index_name), base_offset)
                 if problem is None and txn_name in self._names:
-                    problem = _txn_index_problem(self._source(txn_name), base_offset)
+                    problem = transaction_index_problem(self._source(txn_name), base_offset)
         segment: _Segment
         if self._fix:
             segment = self._open_segment(base_offset, file_already_exists=True)

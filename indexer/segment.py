@@ -25,9 +25,10 @@ valid batch and rebuilds both indexes from it.
 from __future__ import annotations
 
 import errno
+import itertools
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -46,7 +47,7 @@ from indexer.records.append_pipeline import Fill
 from indexer.records.batch_header import MAGIC_V2
 from indexer.records.decoder import decode_records
 from indexer.records.encoder import EncodedBatches
-from indexer.records.file_records import BatchScan, FileRecords, LogOffsetPosition
+from indexer.records.file_records import BatchScan, FileBatch, FileRecords, LogOffsetPosition
 from indexer.time_index import TimeIndex, TimestampOffset
 from indexer.transaction_index import TransactionIndex
 
@@ -242,30 +243,42 @@ class LogSegment:
         return name[name.index(".log") + len(".log") :]
 
     def _lookup_position(self, offset: int) -> OffsetPosition:
-        """The offset index's floor entry for ``offset``, checked against the log before it is used.
+        """The offset index's floor entry for ``offset``, checked against the log before it is used
+        (see :meth:`_indexed_batches`); the segment start when the entry is damaged."""
+        entry, _batches = self._indexed_batches(offset)
+        return entry
 
-        The check is one batch header at the entry's position (:func:`entry_batch_problem`): a
-        damaged entry would otherwise make reads silently skip records. When it fails, the read
-        starts at the segment start and the segment is marked (:attr:`index_damage`).
+    def _indexed_batches(
+        self, offset: int, starting_file_position: int = 0
+    ) -> tuple[OffsetPosition, Iterator[FileBatch]]:
+        """The offset index's floor entry for ``offset`` and the batches from its position on.
+
+        The entry is checked on the first batch at its position, which the caller reads anyway
+        (:func:`entry_batch_problem`: one header, O(1)): a damaged entry would otherwise make reads
+        silently skip records. When it fails, the walk starts at ``starting_file_position`` (the
+        segment start by default), a warning names the file and entry, and the segment is marked
+        (:attr:`index_damage`).
         """
         if self._lazy_offset_index is None:
-            return OffsetPosition(self.base_offset, 0)
-        entry = self.offset_index.lookup(offset)
-        if entry.position == 0:
-            return entry
+            entry = OffsetPosition(self.base_offset, 0)
+        else:
+            entry = self.offset_index.lookup(offset)
+        if entry.position == 0 or entry.position < starting_file_position:
+            return entry, self.log.batches(max(entry.position, starting_file_position))
+        batches = self.log.batches(entry.position)
         try:
-            problem = entry_batch_problem(
-                next(iter(self.log.batches(entry.position)), None), self.base_offset, entry.offset, self.size
-            )
+            first = next(batches, None)
+            problem = entry_batch_problem(first, self.base_offset, entry.offset)
         except CorruptRecordError as e:
-            problem = f"no batch starts there ({e})"
+            first, problem = None, f"no batch starts there ({e})"
         if problem is None:
-            return entry
+            assert first is not None
+            return entry, itertools.chain((first,), batches)
         self._index_damaged(
             f"index file {self.offset_index_path} has a damaged entry (offset {entry.offset}, position "
             f"{entry.position}): {problem}"
         )
-        return OffsetPosition(self.base_offset, 0)
+        return OffsetPosition(self.base_offset, 0), self.log.batches(starting_file_position)
 
     def _index_damaged(self, what: str) -> None:
         """Note a damaged index entry found by a read: warn (once per segment) and mark the segment
@@ -557,8 +570,8 @@ class LogSegment:
 
     def translate_offset(self, offset: int, starting_file_position: int = 0) -> LogOffsetPosition | None:
         """The batch holding ``offset`` (or the first after it): its last offset, position and size."""
-        mapping = self._lookup_position(offset)
-        return self.log.search_for_offset_with_size(offset, max(mapping.position, starting_file_position))
+        entry, batches = self._indexed_batches(offset, starting_file_position)
+        return self.log.search_for_offset_with_size(offset, max(entry.position, starting_file_position), batches)
 
     def read(
         self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False

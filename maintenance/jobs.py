@@ -28,10 +28,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from indexer.errors import CorruptRecordError, SeglogError
+from indexer.file_names import TopicPartition
 from indexer.index_check import IndexProblem, segment_index_problem
 from indexer.log import Log
 from indexer.segment import LogSegment, first_batch_max_timestamp, roll_time_reached
-from maintenance.access import CHECKPOINT_FILES, LogAccess, TopicPartition, checkpoint_value, partition_name
+from maintenance.access import CHECKPOINT_FILES, LogAccess, checkpoint_value, partition_name
 from maintenance.access import write_checkpoint as merge_checkpoint
 from maintenance.committed import committed_offsets
 from maintenance.metadata import PartitionMetadata, index_problems, retention_plan

@@ -40,6 +40,7 @@ from indexer.file_names import (
     PARTITION_LOCK_FILE,
     TIME_INDEX_FILE_SUFFIX,
     TopicPartition,
+    partition_dirs,
 )
 from indexer.lock import FileLock
 from indexer.log import Log
@@ -48,7 +49,6 @@ from indexer.log_manager import write_clean_shutdown_marker
 from maintenance.access import (
     CHECKPOINT_FILES,
     checkpoint_value,
-    partition_dirs,
     partition_name,
     read_checkpoint,
     write_checkpoint,

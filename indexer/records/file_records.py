@@ -589,13 +589,16 @@ class FileRecords:
             yield FileBatch(self, position, head[:total], total, magic)
             position += total
 
-    def search_for_offset_with_size(self, target_offset: int, start_position: int) -> LogOffsetPosition | None:
+    def search_for_offset_with_size(
+        self, target_offset: int, start_position: int, batches: Iterator[FileBatch] | None = None
+    ) -> LogOffsetPosition | None:
         """The first batch from ``start_position`` whose last offset is >= ``target_offset``.
 
         Kafka's ``searchForOffsetWithSize`` (used by ``translateOffset``): batch granularity, so the
         position is the start of the batch *containing* the offset. None if no such batch.
+        ``batches``: the walk to search instead of ``batches(start_position)`` (one already started).
         """
-        for batch in self.batches(start_position):
+        for batch in self.batches(start_position) if batches is None else batches:
             last_offset = batch.last_offset
             if last_offset >= target_offset:
                 return LogOffsetPosition(last_offset, batch.position, batch.size_in_bytes)

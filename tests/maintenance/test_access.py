@@ -9,9 +9,10 @@ import pytest
 
 from indexer.checkpoint import OffsetCheckpointFile
 from indexer.clock import MockClock
+from indexer.file_names import partition_dirs
 from indexer.log import Log
 from maintenance import access as access_module
-from maintenance.access import BorrowedLogs, partition_dirs
+from maintenance.access import BorrowedLogs
 from maintenance.report import JobReport
 from tests.maintenance.conftest import append_batches, settings_for, small_config
 
