@@ -28,7 +28,7 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import Callable, MutableMapping
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 

@@ -29,6 +29,7 @@ import pyarrow as pa
 
 from indexer.config import LogConfig
 from indexer.errors import RecordTooLargeError
+from indexer.limits import INT32_MAX
 from indexer.records.batch_header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_CODEC_MASK,
@@ -64,7 +65,6 @@ _APPEND_CHUNK_BYTES = 8 * 1024 * 1024
 _APPEND_MIN_CHUNK_BYTES = 4 * 1024 * 1024
 _ENCODE_WORKERS = min(2, os.cpu_count() or 1)  # threads encoding and writing one uncompressed append
 
-_INT32_MAX = 2**31 - 1
 _CODEC_NAMES = {codec_id: name for name, codec_id in COMPRESSION_IDS.items()}
 
 Write = Callable[[np.ndarray, int], None]
@@ -206,7 +206,7 @@ def _plan(
         return plan_batches(
             table,
             first_offset,
-            max_batch_bytes=min(largest, _INT32_MAX),
+            max_batch_bytes=min(largest, INT32_MAX),
             batch_size=limits.batch_size,
             compression=compression,
             timestamp_type=CREATE_TIME if log_append_time_ms is None else LOG_APPEND_TIME,

@@ -22,8 +22,7 @@ import numpy as np
 
 from indexer.config import LogConfig
 from indexer.errors import RecordBatchTooLargeError, RecordTooLargeError, SeglogError
-
-_INT32_MAX = 2**31 - 1
+from indexer.limits import INT32_MAX
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,8 +30,8 @@ class BatchLimits:
     """``max.message.bytes``, ``segment.bytes`` and ``batch.size`` of one topic."""
 
     max_message_bytes: int
-    segment_bytes: int = _INT32_MAX
-    batch_size: int = _INT32_MAX
+    segment_bytes: int = INT32_MAX
+    batch_size: int = INT32_MAX
 
     @classmethod
     def of(cls, config: LogConfig) -> BatchLimits:
@@ -42,7 +41,7 @@ class BatchLimits:
     @property
     def max_batch_bytes(self) -> int:
         """The largest batch allowed: within ``max.message.bytes`` and one segment."""
-        return min(self.max_message_bytes, self.segment_bytes, _INT32_MAX)
+        return min(self.max_message_bytes, self.segment_bytes, INT32_MAX)
 
     def too_large(
         self, size: int, what: str, *, where: str | os.PathLike[str] | None = None, index: int | None = None

@@ -43,6 +43,7 @@ import pyarrow as pa
 
 from indexer._workers import in_threads
 from indexer.errors import RecordTooLargeError, SchemaError
+from indexer.limits import INT32_MAX
 from indexer.records import _kernels
 from indexer.records._batch_scan import HARDWARE_CRC32C
 from indexer.records.batch_header import (
@@ -73,7 +74,6 @@ PLAN_WORKERS = min(2, os.cpu_count() or 1)
 # that the page cache takes each in big folios (measured on 1M x 100-byte records: 1-4 MiB alike, 256 KiB slower)
 DEFAULT_CHUNK_BYTES = 2 << 20
 _buffers = threading.local()  # per thread: the buffer of encode_planned_to and of compressed encodes
-_INT32_MAX = 2**31 - 1
 _NO_NULLS = np.zeros(0, np.bool_)
 _NO_NULLS.setflags(write=False)
 _NO_BYTES = np.zeros(0, np.uint8)
@@ -498,8 +498,8 @@ def _check_arguments(
 ) -> None:
     if base_offset < 0:
         raise ValueError(f"base_offset must be >= 0, got {base_offset}")
-    if not RECORD_BATCH_OVERHEAD <= max_batch_bytes <= _INT32_MAX:
-        raise ValueError(f"max_batch_bytes must be in [{RECORD_BATCH_OVERHEAD}, {_INT32_MAX}], got {max_batch_bytes}")
+    if not RECORD_BATCH_OVERHEAD <= max_batch_bytes <= INT32_MAX:
+        raise ValueError(f"max_batch_bytes must be in [{RECORD_BATCH_OVERHEAD}, {INT32_MAX}], got {max_batch_bytes}")
     if compression not in COMPRESSION_IDS:
         raise ValueError(f"unknown compression {compression!r}; expected one of {sorted(COMPRESSION_IDS)}")
     if timestamp_type not in (CREATE_TIME, LOG_APPEND_TIME):
