@@ -227,15 +227,6 @@ def recover_partition(
         lock.release()
 
 
-def mark_clean_shutdown(log_dir: Path) -> None:
-    """Write the clean-shutdown marker (the engine's one atomic writer).
-
-    Raises:
-        StorageError: an I/O error (naming the marker file).
-    """
-    write_clean_shutdown_marker(log_dir)
-
-
 def recover_log_dir(
     log_dir: Path,
     settings: Settings,
@@ -298,7 +289,7 @@ def recover_log_dir(
         for kind, values_of_kind in new_values.items():
             write_checkpoint(log_dir, kind, values_of_kind)
         if all(p.status == "recovered" for p in outcome.partitions):
-            mark_clean_shutdown(log_dir)
+            write_clean_shutdown_marker(log_dir)
             outcome.marked_clean = True
     outcome.duration_s = time.perf_counter() - started
     return outcome
