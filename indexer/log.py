@@ -37,6 +37,7 @@ import pyarrow as pa
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig
 from indexer.errors import (
+    CorruptRecordError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
     StorageError,
@@ -673,27 +674,42 @@ class Log:
 
     def _repair_index(self, segment: LogSegment) -> None:
         """Rebuild the indexes of ``segment`` after a read found a damaged entry in them (O(1) when
-        it did not). Only a writable log rebuilds, under its lock, and only from a ``.log`` whose
-        every batch is valid (else ``seglog recover`` decides); a read-only reader has warned."""
+        it did not). Only a writable log rebuilds; a read-only reader has warned."""
         if segment.index_damage is None or self.read_only:
             return
+        reason, segment.index_damage = segment.index_damage, None
+        try:
+            self.rebuild_indexes(segment, reason)
+        except CorruptRecordError as e:
+            self._log.warning("%s", e)
+
+    def rebuild_indexes(self, segment: LogSegment, reason: str) -> bool:
+        """Rebuild ``segment``'s damaged indexes from its ``.log``, which must be valid throughout:
+        data is never cut here (cutting a sealed segment would leave a gap of offsets before the
+        next one; ``seglog recover`` decides that). Returns False when the segment is no longer
+        the log's (deleted or truncated meanwhile). Thread-safe (log lock).
+
+        Raises:
+            CorruptRecordError: the ``.log`` has invalid data (names the file and position).
+        """
         with self.lock:
-            if self._segments.get(segment.base_offset) is not segment or segment.index_damage is None:
-                return
+            self._check_writable("rebuild indexes")
+            if self._segments.get(segment.base_offset) is not segment:
+                return False
             scan = segment.log.scan(0, verify_crc=True)
             if scan.error is not None or scan.valid_bytes != segment.size:
-                self._log.warning(
-                    "not rebuilding the indexes of %s: invalid data at position %d; run `seglog recover`",
-                    segment.log.path, scan.valid_bytes,
+                raise CorruptRecordError(
+                    f"segment {segment.log.path} has invalid data at position {scan.valid_bytes} ({reason}); "
+                    f"run `seglog recover`",
+                    path=segment.log.path,
+                    position=scan.valid_bytes,
                 )
-                segment.index_damage = None
-                return
             segment.recover(scan)
             if segment is self.active_segment:  # recovery trims the indexes; the active one keeps appending
                 segment.offset_index.resize(self.config.segment_index_bytes)
                 segment.time_index.resize(self.config.segment_index_bytes)
-            self._log.info("rebuilt the indexes of %s (%s)", segment.log.path, segment.index_damage)
-            segment.index_damage = None
+            self._log.info("rebuilt the indexes of %s (%s)", segment.log.path, reason)
+            return True
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The earliest offset (from the log start offset, below the high watermark) whose record has

@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from indexer.errors import CorruptRecordError, SeglogError
 from indexer.file_names import TopicPartition
 from indexer.index_check import IndexProblem, segment_index_problem
-from indexer.log import Log
-from indexer.segment import LogSegment, first_batch_max_timestamp, roll_time_reached
+from indexer.segment import first_batch_max_timestamp, roll_time_reached
 from maintenance.access import CHECKPOINT_FILES, LogAccess, checkpoint_value, partition_name
 from maintenance.access import write_checkpoint as merge_checkpoint
 from maintenance.committed import committed_offsets
@@ -127,30 +126,6 @@ def _checkpoint_job(kind: str) -> Callable[[LogAccess], JobReport]:
     return job
 
 
-def _rebuild_indexes(log: Log, segment: LogSegment, problem: object, report: JobReport, name: str) -> None:
-    """Rebuild a sealed segment's indexes from its ``.log`` if every batch is valid; never cut data.
-
-    A sealed segment with invalid bytes is not truncated here (that would leave a gap of offsets
-    before the next segment): it is reported, and ``seglog recover`` decides.
-    """
-    with log.lock:
-        current = log.segments.get(segment.base_offset)
-        if current is not segment or segment is log.active_segment:
-            return  # deleted or truncated meanwhile
-        scan = segment.log.scan(0, verify_crc=True)
-        if scan.error is not None or scan.valid_bytes != segment.size:
-            report.fail(name, CorruptRecordError(
-                f"sealed segment {segment.log.path} has invalid data at position {scan.valid_bytes} ({problem}); "
-                f"run `seglog recover`",
-                path=segment.log.path,
-                position=scan.valid_bytes,
-            ))
-            return
-        segment.recover()
-        logger.info("%s: rebuilt the indexes of segment %d (%s)", name, segment.base_offset, problem)
-        report.count("indexes_rebuilt")
-
-
 def index(access: LogAccess) -> JobReport:
     """Index care: truncate what a dead writer left above the committed offset, then check the
     indexes of every sealed segment and rebuild missing or corrupt ones.
@@ -197,7 +172,11 @@ def index(access: LogAccess) -> JobReport:
                     if problem is not None:
                         report.note(name, f"segment {segment.base_offset}: {problem}")
                         still_wrong.add(segment.base_offset)
-                        _rebuild_indexes(log, segment, problem, report, name)
+                        try:
+                            if log.rebuild_indexes(segment, str(problem)):
+                                report.count("indexes_rebuilt")
+                        except CorruptRecordError as e:
+                            report.fail(name, e)
                 # Opening a borrowed partition already rebuilt what the loader found wrong.
                 fixed_on_open = [b for b in found.get(tp, {}) if b in log.segments and b not in still_wrong]
                 for base in fixed_on_open:

@@ -32,8 +32,8 @@ from typing import Any
 from tqdm import tqdm
 
 from indexer.clock import Clock, SystemClock
-from indexer.config import Settings
-from indexer.errors import LogLockedError
+from indexer.config import LogConfig, Settings
+from indexer.errors import CorruptRecordError, LogLockedError
 from indexer.file_names import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
@@ -167,6 +167,20 @@ def _dry_run_index_problems(path: Path, settings: Settings, topic: str) -> int:
     return len(problems)
 
 
+def _rebuild_damaged_indexes(log: Log, path: Path, config: LogConfig) -> None:
+    """Rebuild the indexes the engine's validator rejects (``Log.rebuild_indexes``); a segment
+    whose data is invalid is left to a full recovery (logged)."""
+    meta = scan_partition(path, config, log_start_offset=0, high_watermark=0)
+    for base, problem in sorted(index_problems(meta, include_last=True).items()):
+        segment = log.segments.get(base)
+        if segment is None:
+            continue
+        try:
+            log.rebuild_indexes(segment, str(problem))
+        except CorruptRecordError as e:
+            logger.warning("%s: %s", path.name, e)
+
+
 def _fill_from_report(result: PartitionRecovery, report: RecoveryReport) -> None:
     result.log_end_offset = report.next_offset
     result.segments_recovered = report.segments_recovered
@@ -218,6 +232,8 @@ def recover_partition(
             next_offset=loaded.next_offset, clock=clock, read_only=False, file_lock=lock,
             high_watermark=high_watermark,
         )
+        if recovery_point > 0:  # segments below it were loaded, not recovered: check every index entry
+            _rebuild_damaged_indexes(log, path, config)
         log.close()  # flushes everything: the recovery point is now the log end offset
         values = {kind: checkpoint_value(log, kind) for kind in CHECKPOINT_FILES}
         _fill_from_report(result, loaded.report)

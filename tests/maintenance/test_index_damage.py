@@ -21,7 +21,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from indexer.checkpoint import OffsetCheckpointFile
 from indexer.clock import MockClock
+from indexer.file_names import RECOVERY_POINT_CHECKPOINT_FILE
 from indexer.index_check import scan_headers, segment_index_problem
 from indexer.log import Log
 from indexer.records.file_records import BatchScan
@@ -169,4 +171,24 @@ def test_a_damaged_index_entry_hides_nothing_and_is_reported(
         assert segment_index_problem(directory, base, next_base_offset=next_base, against_log=True) is None
     with Log.open(directory, CONFIG, high_watermark=end, clock=MockClock(START_MS)) as writer:
         check_reads(writer, written.records)
+    assert segment_index_problem(directory, base, next_base_offset=next_base, against_log=True) is None
+
+
+def test_recover_from_the_recovery_point_rebuilds_a_damaged_index_below_it(
+    written: Written, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Segments below the recovery point are not recovered, but their damaged indexes are rebuilt."""
+    log_dir = tmp_path_factory.mktemp("below")
+    directory = log_dir / written.directory.name
+    shutil.copytree(written.directory, directory)
+    base, next_base = written.bases[1], written.bases[2]
+    path = directory / f"{base:020d}.index"
+    entries = read_entries(path, "index", base)
+    entries[0] = (entries[0][0], entries[0][1] + 100)  # the issue's damage: a position moved by 100 bytes
+    write_entries(path, "index", base, entries)
+    end = max(written.records) + 1
+    OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT_FILE).write({("t", 0): end})
+    assert segment_index_problem(directory, base, next_base_offset=next_base, against_log=True) is not None
+    outcome = recover_log_dir(log_dir, settings_for(CONFIG), from_recovery_point=True, progress=False)
+    assert [(p.status, p.segments_recovered, p.indexes_rebuilt) for p in outcome.partitions] == [("recovered", 1, 1)]
     assert segment_index_problem(directory, base, next_base_offset=next_base, against_log=True) is None
