@@ -148,8 +148,11 @@ def offset_index_problem(
     if slot is None:
         slot = _first(np.concatenate(([positions[0] < 0], np.diff(positions) <= 0)))
     if slot is not None:
-        return IndexProblem(path, f"index file {path} has entries that do not strictly increase (e.g. zero-filled "
-                                  f"slots), from entry {slot}", slot)
+        return IndexProblem(
+            path,
+            f"index file {path} has entries that do not strictly increase (e.g. zero-filled slots), from entry {slot}",
+            slot,
+        )
     slot = _first((positions >= log_size) | (offsets >= limit))
     if slot is not None:
         entry = f"entry {slot}: offset {int(offsets[slot])}, position {int(positions[slot])}"
@@ -186,12 +189,15 @@ def time_index_problem(
         timestamps, offsets = index.to_arrays()
     if not offsets.size:
         return None
-    slot = _first(np.concatenate(([offsets[0] < base_offset], np.diff(timestamps) <= 0, )))
+    slot = _first(np.concatenate(([offsets[0] < base_offset], np.diff(timestamps) <= 0)))
     if slot is None:
         slot = _first(np.concatenate(([False], np.diff(offsets) < 0)))
     if slot is not None:
-        return IndexProblem(path, f"time index file {path} has entries that do not increase (e.g. zero-filled "
-                                  f"slots), from entry {slot}", slot)
+        return IndexProblem(
+            path,
+            f"time index file {path} has entries that do not increase (e.g. zero-filled slots), from entry {slot}",
+            slot,
+        )
     slot = _first(offsets >= limit)
     if slot is not None:
         return IndexProblem(

@@ -88,8 +88,10 @@ def plan_retention(
                 return
             decisions.append(RetentionDecision(segments.pop(0), reason))
 
-    take(lambda _base, following: following is not None and following <= log_start_offset,
-         RetentionReason.LOG_START_OFFSET)
+    take(
+        lambda _base, following: following is not None and following <= log_start_offset,
+        RetentionReason.LOG_START_OFFSET,
+    )
     if retention_bytes >= 0:
         size = sum(size_of(b) for b in segments)
         if size >= retention_bytes:

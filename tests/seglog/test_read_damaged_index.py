@@ -38,7 +38,9 @@ def test_read_through_an_index_entry_moved_by_100_bytes(
             args = ["read", "--log-dir", str(tmp_path), "--topic", "events", "--partition", "0"]
             assert main([*args, "--from-offset", str(start), "--max-records", "3"]) == 0
         assert [json.loads(line)["offset"] for line in capsys.readouterr().out.splitlines()] == [
-            start, start + 1, start + 2
+            start,
+            start + 1,
+            start + 2,
         ]
         assert str(index) in caplog.text and "damaged entry" in caplog.text
         caplog.clear()
