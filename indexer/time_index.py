@@ -18,6 +18,7 @@ Public methods take and return absolute offsets only.
 
 from __future__ import annotations
 
+import os
 import struct
 from pathlib import Path
 from typing import NamedTuple
@@ -26,12 +27,13 @@ import numpy as np
 
 from indexer import _index_kernels as kernels
 from indexer.abstract_index import AbstractIndex
-from indexer.errors import CorruptIndexError, IndexFullError, InvalidOffsetError
+from indexer.errors import CorruptIndexError, IndexFullError, InvalidOffsetError, storage_errors
 from indexer.limits import INT32_MAX
 
 NO_TIMESTAMP = -1
 
 _ENTRY = struct.Struct(">qi")
+_ENTRY_DTYPE = np.dtype([("timestamp", ">i8"), ("relative_offset", ">i4")])  # the same layout, vectorised
 
 
 class TimestampOffset(NamedTuple):
@@ -257,14 +259,25 @@ def largest_timestamp_in_file(path: Path, base_offset: int) -> int:
     The last slot of a trimmed index holds the segment's max timestamp (written on roll and
     close); an un-trimmed (preallocated, zero-filled) one ends in zero slots, so then the largest
     of all entries is taken. Used to decide retention from files (Kafka's ``largestTimestamp``).
+    The file is read, never mapped: it may be a live writer's active index, trimmed on roll at
+    any moment (a mapping would fault).
 
     Raises:
         StorageError: the file cannot be read.
     """
-    with TimeIndex(path, base_offset, -1, writable=False) as index:
-        if index.entries == 0:
+    with storage_errors(path, "read time index"), open(path, "rb") as f:
+        entries = os.fstat(f.fileno()).st_size // TimeIndex.ENTRY_SIZE
+        if entries == 0:
             return -1
-        last = index.last_entry
-        if last.timestamp == 0 and last.offset == base_offset and index.entries > 1:
-            return int(index.to_arrays()[0].max())
-        return last.timestamp
+        f.seek((entries - 1) * TimeIndex.ENTRY_SIZE)
+        last = f.read(TimeIndex.ENTRY_SIZE)
+        if len(last) < TimeIndex.ENTRY_SIZE:  # trimmed meanwhile
+            return -1
+        timestamp, relative = _ENTRY.unpack(last)
+        if timestamp == 0 and relative == 0 and entries > 1:
+            f.seek(0)
+            data = f.read(entries * TimeIndex.ENTRY_SIZE)
+            whole = len(data) // TimeIndex.ENTRY_SIZE
+            stamps = np.frombuffer(data, dtype=_ENTRY_DTYPE, count=whole)["timestamp"]
+            return int(stamps.max()) if whole else -1
+        return int(timestamp)
