@@ -243,6 +243,10 @@ def segment_index_problem(
     Both files must exist. ``next_base_offset``: the following segment's (None for the last one);
     ``against_log``: also compare every entry with a header walk of the ``.log`` (level 3).
 
+    The files are mapped: the caller holds the partition's lock, or checks only sealed segments
+    (a writer trims a segment before it seals it, and shrinks a sealed one only when truncating
+    below its active segment).
+
     Raises:
         FileNotFoundError: the ``.log`` went away meanwhile (retention renamed it); callers skip it.
         StorageError: a file cannot be read.
