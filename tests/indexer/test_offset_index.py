@@ -18,6 +18,7 @@ from indexer.errors import (
     InvalidOffsetError,
 )
 from indexer.offset_index import OffsetIndex, OffsetPosition
+from tests.indexer.helpers import index_error
 
 BASE = 45
 
@@ -135,25 +136,12 @@ def test_truncate_worked_example(tmp_path: Path) -> None:
         idx.truncate()
         fill(idx, [(i, i) for i in range(1, 10)])
 
-        idx.truncate_to(12)
-        assert idx.lookup(10) == OffsetPosition(9, 9)
-        assert idx.last_offset == 9
-
-        idx.append(10, 10)
-        idx.truncate_to(10)
-        assert idx.lookup(10) == OffsetPosition(9, 9)
-        assert idx.last_offset == 9
-        idx.append(10, 10)
-
-        idx.truncate_to(9)
-        assert idx.lookup(10) == OffsetPosition(8, 8)
-        assert idx.last_offset == 8
-        idx.append(9, 9)
-
-        idx.truncate_to(5)
-        assert idx.lookup(10) == OffsetPosition(4, 4)
-        assert idx.last_offset == 4
-        idx.append(5, 5)
+        # each step truncates, checks what is left, then appends the next entry back
+        for truncate_to, last in [(12, 9), (10, 9), (9, 8), (5, 4)]:
+            idx.truncate_to(truncate_to)
+            assert idx.lookup(10) == OffsetPosition(last, last)
+            assert idx.last_offset == last
+            idx.append(last + 1, last + 1)
 
         idx.truncate()
         assert idx.entries == 0
@@ -416,14 +404,6 @@ def test_lookup_many_search_tree_follows_appends_truncation_resize_and_reset(tmp
     assert idx._search_tree is None  # closing drops the tree's memory
 
 
-def _outcome(action) -> type[Exception] | None:
-    try:
-        action()
-    except (IndexFullError, InvalidOffsetError, IndexOffsetOverflowError, ValueError) as e:
-        return type(e)
-    return None
-
-
 @settings(max_examples=80, deadline=None)
 @given(
     prefix=st.integers(0, 5),
@@ -448,12 +428,12 @@ def test_append_many_equals_repeated_appends_or_writes_nothing(
         OffsetIndex(directory / "many.index", base, 8 * slots) as many,
     ):
         head = list(zip(offsets[:prefix], positions[:prefix], strict=True))
-        if _outcome(lambda: fill(one, head)) is not None:
+        if index_error(lambda: fill(one, head)) is not None:
             return  # the prefix itself is invalid: nothing to compare
         fill(many, head)
         rest = list(zip(offsets[prefix:], positions[prefix:], strict=True))
-        single = _outcome(lambda: fill(one, rest))
-        bulk = _outcome(
+        single = index_error(lambda: fill(one, rest))
+        bulk = index_error(
             lambda: many.append_many(np.array(offsets[prefix:], np.int64), np.array(positions[prefix:], np.int64))
         )
         assert bulk is single

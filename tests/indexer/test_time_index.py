@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from indexer.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
 from indexer.time_index import UNKNOWN_TIMESTAMP_OFFSET, TimeIndex, TimestampOffset
+from tests.indexer.helpers import index_error
 
 BASE = 45
 MAX_ENTRIES = 30
@@ -322,14 +323,6 @@ def test_lookup_many_after_truncation_to_the_same_entry_count(tmp_path: Path) ->
         assert idx.lookup_many(np.array([2600]))[1].tolist() == [281]
 
 
-def _outcome(action) -> type[Exception] | None:
-    try:
-        action()
-    except (IndexFullError, InvalidOffsetError, IndexOffsetOverflowError, ValueError) as e:
-        return type(e)
-    return None
-
-
 @settings(max_examples=80, deadline=None)
 @given(
     prefix=st.integers(0, 5),
@@ -366,12 +359,12 @@ def test_append_many_equals_repeated_maybe_append_or_writes_nothing(
                 idx.maybe_append(t, o, skip_full_check=skip_full_check)
 
         head = list(zip(stamps[:prefix], offsets[:prefix], strict=True))
-        if _outcome(lambda: singles(one, head)) is not None:
+        if index_error(lambda: singles(one, head)) is not None:
             return  # the prefix itself is invalid: nothing to compare
         singles(many, head)
         before = many.entries
-        single = _outcome(lambda: singles(one, list(zip(stamps[prefix:], offsets[prefix:], strict=True))))
-        bulk = _outcome(
+        single = index_error(lambda: singles(one, list(zip(stamps[prefix:], offsets[prefix:], strict=True))))
+        bulk = index_error(
             lambda: many.append_many(
                 np.array(stamps[prefix:], np.int64), np.array(offsets[prefix:], np.int64), skip_full_check
             )
