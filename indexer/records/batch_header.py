@@ -75,6 +75,13 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == RECORD_BATCH_OVERHEAD
 
 
+def compression_name(attributes: int) -> str:
+    """The codec name of a batch's or legacy message's ``attributes`` (bits 0-2), as
+    ``kafka-dump-log`` prints it; ``unknown(<id>)`` for an id Kafka does not know."""
+    cid = attributes & COMPRESSION_CODEC_MASK
+    return COMPRESSION_NAMES.get(cid, f"unknown({cid})")
+
+
 def crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:
     """CRC-32C (Castagnoli) as an unsigned int; hardware accelerated where the CPU has it."""
     return _crc32c.crc32c(data, value)
@@ -113,10 +120,6 @@ class BatchHeader(NamedTuple):
     @property
     def compression_id(self) -> int:
         return self.attributes & COMPRESSION_CODEC_MASK
-
-    @property
-    def compression_name(self) -> str:
-        return COMPRESSION_NAMES.get(self.compression_id, f"unknown({self.compression_id})")
 
     @property
     def timestamp_type(self) -> int:

@@ -42,7 +42,6 @@ from indexer.records import _batch_scan
 from indexer.records.batch_header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_CODEC_MASK,
-    COMPRESSION_NAMES,
     CONTROL_FLAG_MASK,
     CREATE_TIME,
     HEADER_SIZE_UP_TO_MAGIC,
@@ -62,6 +61,7 @@ from indexer.records.batch_header import (
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
+    compression_name,
     crc32c,
     parse_batch_header,
 )
@@ -213,7 +213,7 @@ class FileBatch:
 
     @property
     def compression_name(self) -> str:
-        return COMPRESSION_NAMES.get(self.compression_id, f"unknown({self.compression_id})")
+        return compression_name(self.attributes)
 
     @property
     def timestamp_type(self) -> int:

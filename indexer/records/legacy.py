@@ -37,7 +37,6 @@ import pyarrow as pa
 from indexer.errors import CorruptRecordError, InvalidRecordError
 from indexer.records.batch_header import (
     COMPRESSION_CODEC_MASK,
-    COMPRESSION_NAMES,
     CREATE_TIME,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
@@ -89,10 +88,6 @@ class LegacyEntry:
     @property
     def compression_id(self) -> int:
         return self.attributes & COMPRESSION_CODEC_MASK
-
-    @property
-    def compression_name(self) -> str:
-        return COMPRESSION_NAMES.get(self.compression_id, f"unknown({self.compression_id})")
 
     @property
     def is_compressed(self) -> bool:
