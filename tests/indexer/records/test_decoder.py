@@ -194,6 +194,8 @@ _VALID = b"\x00\x00\x00\x01\x01\x00"  # attributes, tsDelta, offsetDelta, null k
         (b"\x0c\x00\x00\x00\x01\x01\x01", 1, "invalid number of record headers -1"),
         (b"\x10\x00\x00\x00\x01\x01\x02\x01\x00", 1, "negative header key size -1"),
         (b"\x0e\x00\x00\x00\x0a\x01\x00\x00", 1, "key length of 5 exceeds the 3 bytes"),
+        (b"\x0e\x00\x00\x00\x01\x0a\x00\x00", 1, "value length of 5 exceeds the 2 bytes"),
+        (b"\x0a\x00\x00\x00\x01\x80\x00", 1, "varint runs past the end of its record"),
         (b"\x0c" + _VALID, 2, "invalid record count 2"),
         (b"\x0c" + _VALID, -1, "invalid record count -1"),
         (b"\x04\x00\x80" + b"\x00" * 4, 1, "varint runs past the end of its record"),
