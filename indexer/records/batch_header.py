@@ -26,10 +26,13 @@ magic byte at position 16.
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import NamedTuple
 
 import crc32c as _crc32c
+
+from indexer.errors import CorruptRecordError
 
 OFFSET_OFFSET = 0
 SIZE_OFFSET = 8
@@ -80,6 +83,18 @@ def compression_name(attributes: int) -> str:
     ``kafka-dump-log`` prints it; ``unknown(<id>)`` for an id Kafka does not know."""
     cid = attributes & COMPRESSION_CODEC_MASK
     return COMPRESSION_NAMES.get(cid, f"unknown({cid})")
+
+
+def crc_mismatch_error(
+    stored: int, computed: int, *, path: str | os.PathLike[str] | None, position: int, offset: int
+) -> CorruptRecordError:
+    """Kafka's error for a v2 batch or legacy message whose stored CRC is not the computed one."""
+    return CorruptRecordError(
+        f"Record is corrupt (stored crc = {stored}, computed crc = {computed}) in file {path} at position {position}",
+        path=path,
+        position=position,
+        offset=offset,
+    )
 
 
 def crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:

@@ -63,6 +63,7 @@ from indexer.records.batch_header import (
     BatchHeader,
     compression_name,
     crc32c,
+    crc_mismatch_error,
     parse_batch_header,
 )
 from indexer.records.legacy import (
@@ -293,13 +294,7 @@ class FileBatch:
             raise self._header_error()
         computed = self.compute_crc()
         if computed != self.crc:
-            raise CorruptRecordError(
-                f"Record is corrupt (stored crc = {self.crc}, computed crc = {computed}) in file {path} "
-                f"at position {self.position}",
-                path=path,
-                position=self.position,
-                offset=self._offset_field,
-            )
+            raise crc_mismatch_error(self.crc, computed, path=path, position=self.position, offset=self._offset_field)
 
 
 class FileRecords:

@@ -46,6 +46,7 @@ from indexer.records.batch_header import (
     NO_TIMESTAMP,
     NO_TIMESTAMP_TYPE,
     TIMESTAMP_TYPE_MASK,
+    crc_mismatch_error,
 )
 from indexer.records.codecs import get_codec
 from indexer.records.columns import READ_SCHEMA
@@ -108,13 +109,7 @@ class LegacyEntry:
     def ensure_valid(self, path: PathLike = None) -> None:
         """Raises CorruptRecordError (naming ``path`` and the position) if the CRC does not match."""
         if not self.is_valid:
-            raise CorruptRecordError(
-                f"Record is corrupt (stored crc = {self.crc}, computed crc = {self.computed_crc}) "
-                f"in file {path} at position {self.position}",
-                path=path,
-                position=self.position,
-                offset=self.offset,
-            )
+            raise crc_mismatch_error(self.crc, self.computed_crc, path=path, position=self.position, offset=self.offset)
 
     def inner_entries(self, *, path: PathLike = None) -> list[LegacyEntry]:
         """The messages this entry holds, with absolute offsets: itself when uncompressed.
