@@ -35,6 +35,7 @@ import tempfile
 import time
 import warnings
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -103,14 +104,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
+@dataclass(frozen=True)
 class Sizes:
     """Input sizes of one run."""
-    def __init__(self, records: int, index_bytes: int, lookups: int, single_lookups: int, segment_bytes: int):
-        self.records = records
-        self.index_bytes = index_bytes
-        self.lookups = lookups
-        self.single_lookups = single_lookups
-        self.segment_bytes = segment_bytes
+
+    records: int
+    index_bytes: int
+    lookups: int
+    single_lookups: int
+    segment_bytes: int
 
     @classmethod
     def for_run(cls, *, quick: bool, scale: float) -> Sizes:
