@@ -18,7 +18,7 @@ from indexer.errors import (
     InvalidOffsetError,
 )
 from indexer.offset_index import OffsetIndex, OffsetPosition
-from tests.indexer.helpers import index_error
+from tests.indexer.helpers import index_error, real_broker_indexes
 
 BASE = 45
 
@@ -303,35 +303,25 @@ def test_lookup_many_rejects_non_integer_targets(index: OffsetIndex) -> None:
         index.lookup_many(np.array([1.5]))
 
 
-def real_index_files(vectors_dir: Path) -> list[Path]:
-    return sorted(vectors_dir.glob("*/*/*.index"))
-
-
 def test_real_broker_index_files_open_read_only_and_pass_sanity_check(vectors_dir: Path) -> None:
-    files = real_index_files(vectors_dir)
-    assert len(files) > 40
     non_empty = 0
-    for path in files:
-        base = int(path.name.split(".")[0])
-        with OffsetIndex(path, base, writable=False) as idx:
-            idx.sanity_check()
-            assert idx.entries == path.stat().st_size // 8
-            if idx.entries == 0:
-                assert idx.lookup(base + 5) == OffsetPosition(base, 0)
-                continue
-            non_empty += 1
-            entries = [idx.entry(i) for i in range(idx.entries)]
-            offsets = [e.offset for e in entries]
-            positions = [e.position for e in entries]
-            all_offsets, all_positions = idx.to_arrays()
-            assert all_offsets.tolist() == offsets and all_positions.tolist() == positions
-            assert offsets == sorted(set(offsets)) and positions == sorted(set(positions))
-            assert offsets[0] > base and positions[0] > 0
-            for e in entries:
-                assert idx.lookup(e.offset) == e
-                assert idx.lookup(e.offset + 1) == e or idx.lookup(e.offset + 1).offset == e.offset + 1
-            got_offsets, got_positions = idx.lookup_many(np.array(offsets))
-            assert got_offsets.tolist() == offsets and got_positions.tolist() == positions
+    for base, idx in real_broker_indexes(vectors_dir, OffsetIndex, ".index", 8):
+        if idx.entries == 0:
+            assert idx.lookup(base + 5) == OffsetPosition(base, 0)
+            continue
+        non_empty += 1
+        entries = [idx.entry(i) for i in range(idx.entries)]
+        offsets = [e.offset for e in entries]
+        positions = [e.position for e in entries]
+        all_offsets, all_positions = idx.to_arrays()
+        assert all_offsets.tolist() == offsets and all_positions.tolist() == positions
+        assert offsets == sorted(set(offsets)) and positions == sorted(set(positions))
+        assert offsets[0] > base and positions[0] > 0
+        for e in entries:
+            assert idx.lookup(e.offset) == e
+            assert idx.lookup(e.offset + 1) == e or idx.lookup(e.offset + 1).offset == e.offset + 1
+        got_offsets, got_positions = idx.lookup_many(np.array(offsets))
+        assert got_offsets.tolist() == offsets and got_positions.tolist() == positions
     assert non_empty >= 10
 
 
