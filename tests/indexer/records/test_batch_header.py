@@ -44,9 +44,8 @@ def test_parse_appendix_b_header() -> None:
 
 
 def test_compression_name_of_attributes() -> None:
-    assert [bh.compression_name(attributes) for attributes in (0, 1, 0x12, 3, 0x34, 5, 7)] == [
-        "none", "gzip", "snappy", "lz4", "zstd", "unknown(5)", "unknown(7)"
-    ]
+    names = ["none", "gzip", "snappy", "lz4", "zstd", "unknown(5)", "unknown(7)"]
+    assert [bh.compression_name(attributes) for attributes in (0, 1, 0x12, 3, 0x34, 5, 7)] == names
 
 
 def test_increment_sequence_wraps() -> None:
