@@ -207,16 +207,20 @@ class _TopicPartitionOffset(NamedTuple):
     offset: int
 
 
+def _int32_int64(first: str, second: str) -> tuple[int, int] | None:
+    """The two numbers ending an entry line (``partition offset``, ``epoch startOffset``), or None.
+
+    Kafka lets a NumberFormatException escape on a bad number; we report it as the malformed line it is.
+    """
+    a = _parse_int(first, _INT32)
+    b = _parse_int(second, _INT64)
+    return None if a is None or b is None else (a, b)
+
+
 def _offset_entry_from_line(line: str) -> _TopicPartitionOffset | None:
     fields = _split_fields(line)
-    if len(fields) != 3:
-        return None
-    partition = _parse_int(fields[1], _INT32)
-    offset = _parse_int(fields[2], _INT64)
-    if partition is None or offset is None:
-        # Kafka lets a NumberFormatException escape here; we report it as the malformed line it is.
-        return None
-    return _TopicPartitionOffset(fields[0], partition, offset)
+    numbers = _int32_int64(fields[1], fields[2]) if len(fields) == 3 else None
+    return None if numbers is None else _TopicPartitionOffset(fields[0], *numbers)
 
 
 def _offset_entry_to_line(entry: _TopicPartitionOffset) -> str:
@@ -270,13 +274,8 @@ class EpochEntry(NamedTuple):
 
 def _epoch_entry_from_line(line: str) -> EpochEntry | None:
     fields = _split_fields(line)
-    if len(fields) != 2:
-        return None
-    epoch = _parse_int(fields[0], _INT32)
-    start_offset = _parse_int(fields[1], _INT64)
-    if epoch is None or start_offset is None:
-        return None
-    return EpochEntry(epoch, start_offset)
+    numbers = _int32_int64(fields[0], fields[1]) if len(fields) == 2 else None
+    return None if numbers is None else EpochEntry(*numbers)
 
 
 def _epoch_entry_to_line(entry: EpochEntry) -> str:

@@ -26,11 +26,13 @@ magic byte at position 16.
 
 from __future__ import annotations
 
+import os
 import struct
 from typing import NamedTuple
 
 import crc32c as _crc32c
 
+from indexer.errors import CorruptRecordError
 from indexer.limits import INT32_MAX
 
 OFFSET_OFFSET = 0
@@ -77,6 +79,25 @@ _HEADER = struct.Struct(">qiibIhiqqqhii")
 assert _HEADER.size == RECORD_BATCH_OVERHEAD
 
 
+def compression_name(attributes: int) -> str:
+    """The codec name of a batch's or legacy message's ``attributes`` (bits 0-2), as
+    ``kafka-dump-log`` prints it; ``unknown(<id>)`` for an id Kafka does not know."""
+    cid = attributes & COMPRESSION_CODEC_MASK
+    return COMPRESSION_NAMES.get(cid, f"unknown({cid})")
+
+
+def crc_mismatch_error(
+    stored: int, computed: int, *, path: str | os.PathLike[str] | None, position: int, offset: int
+) -> CorruptRecordError:
+    """Kafka's error for a v2 batch or legacy message whose stored CRC is not the computed one."""
+    return CorruptRecordError(
+        f"Record is corrupt (stored crc = {stored}, computed crc = {computed}) in file {path} at position {position}",
+        path=path,
+        position=position,
+        offset=offset,
+    )
+
+
 def crc32c(data: bytes | bytearray | memoryview, value: int = 0) -> int:
     """CRC-32C (Castagnoli) as an unsigned int; hardware accelerated where the CPU has it."""
     return _crc32c.crc32c(data, value)
@@ -115,10 +136,6 @@ class BatchHeader(NamedTuple):
     @property
     def compression_id(self) -> int:
         return self.attributes & COMPRESSION_CODEC_MASK
-
-    @property
-    def compression_name(self) -> str:
-        return COMPRESSION_NAMES.get(self.compression_id, f"unknown({self.compression_id})")
 
     @property
     def timestamp_type(self) -> int:

@@ -37,8 +37,6 @@ from indexer.records.batch_header import (
 
 logger = logging.getLogger(__name__)
 
-CONTROL_KEY_SIZE = 4
-END_TXN_MARKER_VALUE_SIZE = 6
 CURRENT_CONTROL_RECORD_KEY_VERSION = 0
 CURRENT_END_TXN_MARKER_VERSION = 0
 END_TXN_MARKER_BATCH_SIZE = 78
@@ -84,19 +82,29 @@ def parse_control_record_key(key: bytes | memoryview) -> tuple[int, ControlRecor
     Raises:
         InvalidRecordError: the key has fewer than 4 bytes or a negative version.
     """
-    if len(key) < CONTROL_KEY_SIZE:
-        raise InvalidRecordError(
-            f"Invalid value size found for control record key. Must have at least {CONTROL_KEY_SIZE} bytes, "
-            f"but found only {len(key)}"
-        )
-    version, type_id = _KEY.unpack_from(key, 0)
-    if version < 0:
-        raise InvalidRecordError(
-            f"Invalid version found for control record: {version}. May indicate data corruption"
-        )
-    if version != CURRENT_CONTROL_RECORD_KEY_VERSION:
-        logger.debug("Received unknown control record key version %d. Parsing as version 0.", version)
+    version, type_id = _unpack_versioned(_KEY, key, "control record key", CURRENT_CONTROL_RECORD_KEY_VERSION)
     return version, ControlRecordType.from_type_id(type_id)
+
+
+def _unpack_versioned(
+    layout: struct.Struct, data: bytes | memoryview, what: str, current_version: int
+) -> tuple[int, int]:
+    """``(version, field)`` of a control record key or marker value (``what``), Kafka's checks.
+
+    Both start with an int16 version: fewer than ``layout.size`` bytes or a negative version is
+    corrupt; a version other than ``current_version`` is read as that version (and logged).
+    """
+    if len(data) < layout.size:
+        raise InvalidRecordError(
+            f"Invalid value size found for {what}. Must have at least {layout.size} bytes, "
+            f"but found only {len(data)}"
+        )
+    version, field = layout.unpack_from(data, 0)
+    if version < 0:
+        raise InvalidRecordError(f"Invalid version found for {what}: {version}. May indicate data corruption")
+    if version != current_version:
+        logger.debug("Received %s version %d. Parsing as version %d.", what, version, current_version)
+    return version, field
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,18 +133,9 @@ class EndTransactionMarker:
             raise InvalidRecordError(
                 f"Invalid type for end transaction marker control record: {control_type.name}"
             )
-        if len(value) < END_TXN_MARKER_VALUE_SIZE:
-            raise InvalidRecordError(
-                f"Invalid value size found for end transaction marker. Must have at least "
-                f"{END_TXN_MARKER_VALUE_SIZE} bytes, but found only {len(value)}"
-            )
-        version, coordinator_epoch = _MARKER_VALUE.unpack_from(value, 0)
-        if version < 0:
-            raise InvalidRecordError(
-                f"Invalid version found for end transaction marker: {version}. May indicate data corruption"
-            )
-        if version != CURRENT_END_TXN_MARKER_VERSION:
-            logger.debug("Received end transaction marker value version %d. Parsing as version 0.", version)
+        _, coordinator_epoch = _unpack_versioned(
+            _MARKER_VALUE, value, "end transaction marker", CURRENT_END_TXN_MARKER_VERSION
+        )
         return cls(control_type, coordinator_epoch)
 
     def serialize_key(self) -> bytes:

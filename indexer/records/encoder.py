@@ -37,6 +37,7 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 import numpy as np
 import pyarrow as pa
@@ -199,6 +200,22 @@ class BatchPlan:
             ranges.append((start, end))
             start = end
         return ranges
+
+
+class BatchOptions(TypedDict, total=False):
+    """The keyword options of :func:`plan_batches` and :func:`encode_batches` (meaning: the latter's
+    docstring; defaults: the former's signature, which mypy checks this against)."""
+
+    max_batch_bytes: int
+    batch_size: int | None
+    compression: str
+    timestamp_type: int
+    log_append_time_ms: int | None
+    partition_leader_epoch: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    is_transactional: bool
 
 
 def plan_batches(
@@ -429,22 +446,10 @@ def encode_planned_to(
     in_threads(len(ranges), encode_chunk, workers=workers)
 
 
-def encode_batches(
-    table: pa.Table,
-    base_offset: int,
-    *,
-    max_batch_bytes: int = DEFAULT_MAX_BATCH_BYTES,
-    batch_size: int | None = None,
-    compression: str = "none",
-    timestamp_type: int = CREATE_TIME,
-    log_append_time_ms: int | None = None,
-    partition_leader_epoch: int = 0,
-    producer_id: int = -1,
-    producer_epoch: int = -1,
-    base_sequence: int = -1,
-    is_transactional: bool = False,
-) -> EncodedBatches:
+def encode_batches(table: pa.Table, base_offset: int, **options: Unpack[BatchOptions]) -> EncodedBatches:
     """Encode ``table`` as v2 batches with offsets ``base_offset, base_offset + 1, ...``.
+
+    The options are keywords (:class:`BatchOptions`) with the defaults of :func:`plan_batches`.
 
     Args:
         table: records in :data:`APPEND_SCHEMA` (see ``columns.to_append_table``), no null timestamps.
@@ -468,21 +473,7 @@ def encode_batches(
         SchemaError: ``table`` does not have the append schema or has null timestamps.
         ValueError: inconsistent arguments.
     """
-    plan = plan_batches(
-        table,
-        base_offset,
-        max_batch_bytes=max_batch_bytes,
-        batch_size=batch_size,
-        compression=compression,
-        timestamp_type=timestamp_type,
-        log_append_time_ms=log_append_time_ms,
-        partition_leader_epoch=partition_leader_epoch,
-        producer_id=producer_id,
-        producer_epoch=producer_epoch,
-        base_sequence=base_sequence,
-        is_transactional=is_transactional,
-    )
-    encoded = encode_planned(plan)
+    encoded = encode_planned(plan_batches(table, base_offset, **options))
     logger.debug("encoded %d records into %d batches (%d bytes)", table.num_rows, len(encoded), encoded.total_bytes)
     return encoded
 

@@ -43,7 +43,6 @@ from indexer.records import _batch_scan
 from indexer.records.batch_header import (
     ATTRIBUTES_OFFSET,
     COMPRESSION_CODEC_MASK,
-    COMPRESSION_NAMES,
     CONTROL_FLAG_MASK,
     CREATE_TIME,
     HEADER_SIZE_UP_TO_MAGIC,
@@ -63,7 +62,9 @@ from indexer.records.batch_header import (
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
+    compression_name,
     crc32c,
+    crc_mismatch_error,
     parse_batch_header,
 )
 from indexer.records.legacy import (
@@ -214,7 +215,7 @@ class FileBatch:
 
     @property
     def compression_name(self) -> str:
-        return COMPRESSION_NAMES.get(self.compression_id, f"unknown({self.compression_id})")
+        return compression_name(self.attributes)
 
     @property
     def timestamp_type(self) -> int:
@@ -294,13 +295,7 @@ class FileBatch:
             raise self._header_error()
         computed = self.compute_crc()
         if computed != self.crc:
-            raise CorruptRecordError(
-                f"Record is corrupt (stored crc = {self.crc}, computed crc = {computed}) in file {path} "
-                f"at position {self.position}",
-                path=path,
-                position=self.position,
-                offset=self._offset_field,
-            )
+            raise crc_mismatch_error(self.crc, computed, path=path, position=self.position, offset=self._offset_field)
 
 
 class FileRecords:

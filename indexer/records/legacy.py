@@ -37,7 +37,6 @@ import pyarrow as pa
 from indexer.errors import CorruptRecordError, InvalidRecordError
 from indexer.records.batch_header import (
     COMPRESSION_CODEC_MASK,
-    COMPRESSION_NAMES,
     CREATE_TIME,
     LOG_APPEND_TIME,
     LOG_OVERHEAD,
@@ -47,6 +46,7 @@ from indexer.records.batch_header import (
     NO_TIMESTAMP,
     NO_TIMESTAMP_TYPE,
     TIMESTAMP_TYPE_MASK,
+    crc_mismatch_error,
 )
 from indexer.records.codecs import get_codec
 from indexer.records.columns import READ_SCHEMA
@@ -91,10 +91,6 @@ class LegacyEntry:
         return self.attributes & COMPRESSION_CODEC_MASK
 
     @property
-    def compression_name(self) -> str:
-        return COMPRESSION_NAMES.get(self.compression_id, f"unknown({self.compression_id})")
-
-    @property
     def is_compressed(self) -> bool:
         return self.compression_id != 0
 
@@ -113,13 +109,7 @@ class LegacyEntry:
     def ensure_valid(self, path: PathLike = None) -> None:
         """Raises CorruptRecordError (naming ``path`` and the position) if the CRC does not match."""
         if not self.is_valid:
-            raise CorruptRecordError(
-                f"Record is corrupt (stored crc = {self.crc}, computed crc = {self.computed_crc}) "
-                f"in file {path} at position {self.position}",
-                path=path,
-                position=self.position,
-                offset=self.offset,
-            )
+            raise crc_mismatch_error(self.crc, self.computed_crc, path=path, position=self.position, offset=self.offset)
 
     def inner_entries(self, *, path: PathLike = None) -> list[LegacyEntry]:
         """The messages this entry holds, with absolute offsets: itself when uncompressed.

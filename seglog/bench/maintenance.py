@@ -44,7 +44,6 @@ from seglog.bench.report import (
 logger = logging.getLogger(__name__)
 
 MiB = 1 << 20
-READ_CHUNK_BYTES = 8 * MiB
 RECOVERY_PARTITIONS = 4
 SEGMENTS_PER_PARTITION = 1000
 BASELINE_PARTITIONS = 10
@@ -103,6 +102,7 @@ def bench_recovery(log_dir: Path, total_bytes: int) -> BenchResult:
     from indexer.config import LogConfig, Settings
     from indexer.log import Log
     from maintenance.recovery import recover_log_dir
+    from seglog.bench.engine import cold_read_seconds
 
     config = LogConfig(segment_bytes=32 * MiB)
     settings = Settings(topic_defaults=config.to_dict(), source="bench")
@@ -122,14 +122,7 @@ def bench_recovery(log_dir: Path, total_bytes: int) -> BenchResult:
     logs = sorted(log_dir.glob("*/*.log"))
     size = sum(p.stat().st_size for p in logs)
 
-    def read_once() -> None:
-        for path in logs:
-            with open(path, "rb", buffering=0) as f:
-                while f.read(READ_CHUNK_BYTES):
-                    pass
-
-    _drop_page_cache(logs)
-    base_s, _ = timed(read_once)
+    base_s = cold_read_seconds(logs)
     _drop_page_cache(logs)
     seconds, outcome = timed(lambda: recover_log_dir(log_dir, settings, progress=False))
     assert not outcome.failed and not outcome.committed_data_lost

@@ -185,9 +185,10 @@ def test_leader_epoch_checkpoint_round_trip_and_errors(tmp_path: Path) -> None:
     checkpoint.write([EpochEntry(0, 0), EpochEntry(1, 100), EpochEntry(3, 250)])
     assert path.read_bytes() == b"0\n3\n0 0\n1 100\n3 250\n"
     assert checkpoint.read() == [(0, 0), (1, 100), (3, 250)]
-    path.write_bytes(b"0\n1\n0 0 0\n")
-    with pytest.raises(StorageError, match=r"Malformed line in checkpoint file \[.*\]: 0 0 0"):
-        checkpoint.read()
+    for line in ["0 0 0", "2147483648 0", "0 x"]:  # 3 fields, epoch beyond int32, not a number
+        path.write_bytes(f"0\n1\n{line}\n".encode())
+        with pytest.raises(StorageError, match=rf"Malformed line in checkpoint file \[.*\]: {line}$"):
+            checkpoint.read()
 
 
 def test_update_checkpoint_merges_and_removes(tmp_path: Path) -> None:

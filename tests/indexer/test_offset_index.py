@@ -18,6 +18,7 @@ from indexer.errors import (
     InvalidOffsetError,
 )
 from indexer.offset_index import OffsetIndex, OffsetPosition
+from tests.indexer.helpers import index_error, real_broker_indexes
 
 BASE = 45
 
@@ -135,25 +136,12 @@ def test_truncate_worked_example(tmp_path: Path) -> None:
         idx.truncate()
         fill(idx, [(i, i) for i in range(1, 10)])
 
-        idx.truncate_to(12)
-        assert idx.lookup(10) == OffsetPosition(9, 9)
-        assert idx.last_offset == 9
-
-        idx.append(10, 10)
-        idx.truncate_to(10)
-        assert idx.lookup(10) == OffsetPosition(9, 9)
-        assert idx.last_offset == 9
-        idx.append(10, 10)
-
-        idx.truncate_to(9)
-        assert idx.lookup(10) == OffsetPosition(8, 8)
-        assert idx.last_offset == 8
-        idx.append(9, 9)
-
-        idx.truncate_to(5)
-        assert idx.lookup(10) == OffsetPosition(4, 4)
-        assert idx.last_offset == 4
-        idx.append(5, 5)
+        # each step truncates, checks what is left, then appends the next entry back
+        for truncate_to, last in [(12, 9), (10, 9), (9, 8), (5, 4)]:
+            idx.truncate_to(truncate_to)
+            assert idx.lookup(10) == OffsetPosition(last, last)
+            assert idx.last_offset == last
+            idx.append(last + 1, last + 1)
 
         idx.truncate()
         assert idx.entries == 0
@@ -315,35 +303,25 @@ def test_lookup_many_rejects_non_integer_targets(index: OffsetIndex) -> None:
         index.lookup_many(np.array([1.5]))
 
 
-def real_index_files(vectors_dir: Path) -> list[Path]:
-    return sorted(vectors_dir.glob("*/*/*.index"))
-
-
 def test_real_broker_index_files_open_read_only_and_pass_sanity_check(vectors_dir: Path) -> None:
-    files = real_index_files(vectors_dir)
-    assert len(files) > 40
     non_empty = 0
-    for path in files:
-        base = int(path.name.split(".")[0])
-        with OffsetIndex(path, base, writable=False) as idx:
-            idx.sanity_check()
-            assert idx.entries == path.stat().st_size // 8
-            if idx.entries == 0:
-                assert idx.lookup(base + 5) == OffsetPosition(base, 0)
-                continue
-            non_empty += 1
-            entries = [idx.entry(i) for i in range(idx.entries)]
-            offsets = [e.offset for e in entries]
-            positions = [e.position for e in entries]
-            all_offsets, all_positions = idx.to_arrays()
-            assert all_offsets.tolist() == offsets and all_positions.tolist() == positions
-            assert offsets == sorted(set(offsets)) and positions == sorted(set(positions))
-            assert offsets[0] > base and positions[0] > 0
-            for e in entries:
-                assert idx.lookup(e.offset) == e
-                assert idx.lookup(e.offset + 1) == e or idx.lookup(e.offset + 1).offset == e.offset + 1
-            got_offsets, got_positions = idx.lookup_many(np.array(offsets))
-            assert got_offsets.tolist() == offsets and got_positions.tolist() == positions
+    for base, idx in real_broker_indexes(vectors_dir, OffsetIndex, ".index", 8):
+        if idx.entries == 0:
+            assert idx.lookup(base + 5) == OffsetPosition(base, 0)
+            continue
+        non_empty += 1
+        entries = [idx.entry(i) for i in range(idx.entries)]
+        offsets = [e.offset for e in entries]
+        positions = [e.position for e in entries]
+        all_offsets, all_positions = idx.to_arrays()
+        assert all_offsets.tolist() == offsets and all_positions.tolist() == positions
+        assert offsets == sorted(set(offsets)) and positions == sorted(set(positions))
+        assert offsets[0] > base and positions[0] > 0
+        for e in entries:
+            assert idx.lookup(e.offset) == e
+            assert idx.lookup(e.offset + 1) == e or idx.lookup(e.offset + 1).offset == e.offset + 1
+        got_offsets, got_positions = idx.lookup_many(np.array(offsets))
+        assert got_offsets.tolist() == offsets and got_positions.tolist() == positions
     assert non_empty >= 10
 
 
@@ -416,14 +394,6 @@ def test_lookup_many_search_tree_follows_appends_truncation_resize_and_reset(tmp
     assert idx._search_tree is None  # closing drops the tree's memory
 
 
-def _outcome(action) -> type[Exception] | None:
-    try:
-        action()
-    except (IndexFullError, InvalidOffsetError, IndexOffsetOverflowError, ValueError) as e:
-        return type(e)
-    return None
-
-
 @settings(max_examples=80, deadline=None)
 @given(
     prefix=st.integers(0, 5),
@@ -448,12 +418,12 @@ def test_append_many_equals_repeated_appends_or_writes_nothing(
         OffsetIndex(directory / "many.index", base, 8 * slots) as many,
     ):
         head = list(zip(offsets[:prefix], positions[:prefix], strict=True))
-        if _outcome(lambda: fill(one, head)) is not None:
+        if index_error(lambda: fill(one, head)) is not None:
             return  # the prefix itself is invalid: nothing to compare
         fill(many, head)
         rest = list(zip(offsets[prefix:], positions[prefix:], strict=True))
-        single = _outcome(lambda: fill(one, rest))
-        bulk = _outcome(
+        single = index_error(lambda: fill(one, rest))
+        bulk = index_error(
             lambda: many.append_many(np.array(offsets[prefix:], np.int64), np.array(positions[prefix:], np.int64))
         )
         assert bulk is single

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from indexer.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
 from indexer.time_index import UNKNOWN_TIMESTAMP_OFFSET, TimeIndex, TimestampOffset
+from tests.indexer.helpers import index_error, real_broker_indexes
 
 BASE = 45
 MAX_ENTRIES = 30
@@ -259,28 +260,22 @@ def test_random_appends_match_model(
 
 
 def test_real_broker_time_index_files_open_read_only_and_pass_sanity_check(vectors_dir: Path) -> None:
-    files = sorted(vectors_dir.glob("*/*/*.timeindex"))
-    assert len(files) > 40
     non_empty = 0
-    for path in files:
-        base = int(path.name.split(".")[0])
-        with TimeIndex(path, base, writable=False) as idx:
-            idx.sanity_check()
-            assert idx.entries == path.stat().st_size // 12
-            if idx.entries == 0:
-                continue
-            non_empty += 1
-            entries = [idx.entry(i) for i in range(idx.entries)]
-            stamps = [e.timestamp for e in entries]
-            assert stamps == sorted(set(stamps))
-            all_stamps, all_offsets = idx.to_arrays()
-            assert all_stamps.tolist() == stamps and all_offsets.tolist() == [e.offset for e in entries]
-            assert all(e.offset >= base for e in entries)
-            assert idx.last_entry == entries[-1]
-            for e in entries:
-                assert idx.lookup(e.timestamp) == e
-            got_ts, got_off = idx.lookup_many(np.array(stamps))
-            assert got_ts.tolist() == stamps and got_off.tolist() == [e.offset for e in entries]
+    for base, idx in real_broker_indexes(vectors_dir, TimeIndex, ".timeindex", 12):
+        if idx.entries == 0:
+            continue
+        non_empty += 1
+        entries = [idx.entry(i) for i in range(idx.entries)]
+        stamps = [e.timestamp for e in entries]
+        assert stamps == sorted(set(stamps))
+        all_stamps, all_offsets = idx.to_arrays()
+        assert all_stamps.tolist() == stamps and all_offsets.tolist() == [e.offset for e in entries]
+        assert all(e.offset >= base for e in entries)
+        assert idx.last_entry == entries[-1]
+        for e in entries:
+            assert idx.lookup(e.timestamp) == e
+        got_ts, got_off = idx.lookup_many(np.array(stamps))
+        assert got_ts.tolist() == stamps and got_off.tolist() == [e.offset for e in entries]
     assert non_empty >= 20
 
 
@@ -322,14 +317,6 @@ def test_lookup_many_after_truncation_to_the_same_entry_count(tmp_path: Path) ->
         assert idx.lookup_many(np.array([2600]))[1].tolist() == [281]
 
 
-def _outcome(action) -> type[Exception] | None:
-    try:
-        action()
-    except (IndexFullError, InvalidOffsetError, IndexOffsetOverflowError, ValueError) as e:
-        return type(e)
-    return None
-
-
 @settings(max_examples=80, deadline=None)
 @given(
     prefix=st.integers(0, 5),
@@ -366,12 +353,12 @@ def test_append_many_equals_repeated_maybe_append_or_writes_nothing(
                 idx.maybe_append(t, o, skip_full_check=skip_full_check)
 
         head = list(zip(stamps[:prefix], offsets[:prefix], strict=True))
-        if _outcome(lambda: singles(one, head)) is not None:
+        if index_error(lambda: singles(one, head)) is not None:
             return  # the prefix itself is invalid: nothing to compare
         singles(many, head)
         before = many.entries
-        single = _outcome(lambda: singles(one, list(zip(stamps[prefix:], offsets[prefix:], strict=True))))
-        bulk = _outcome(
+        single = index_error(lambda: singles(one, list(zip(stamps[prefix:], offsets[prefix:], strict=True))))
+        bulk = index_error(
             lambda: many.append_many(
                 np.array(stamps[prefix:], np.int64), np.array(offsets[prefix:], np.int64), skip_full_check
             )

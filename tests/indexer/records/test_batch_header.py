@@ -39,8 +39,13 @@ def test_parse_appendix_b_header() -> None:
     assert h.crc == 2522518705 == bh.compute_batch_crc(VALUE_A)
     assert h.max_timestamp == 1700000000000 and h.timestamp_type == bh.CREATE_TIME
     assert (h.producer_id, h.producer_epoch, h.base_sequence, h.last_sequence) == (-1, -1, -1, -1)
-    assert not h.is_control and not h.is_transactional and h.compression_name == "none"
+    assert not h.is_control and not h.is_transactional and bh.compression_name(h.attributes) == "none"
     assert bh.pack_batch_header(h) == VALUE_A[:61]
+
+
+def test_compression_name_of_attributes() -> None:
+    names = ["none", "gzip", "snappy", "lz4", "zstd", "unknown(5)", "unknown(7)"]
+    assert [bh.compression_name(attributes) for attributes in (0, 1, 0x12, 3, 0x34, 5, 7)] == names
 
 
 def test_increment_sequence_wraps() -> None:

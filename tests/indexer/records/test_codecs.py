@@ -5,22 +5,18 @@ from __future__ import annotations
 import gzip as stdlib_gzip
 import random
 import struct
-import warnings
 from pathlib import Path
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka import codec as kafka_codec
-
 from indexer.errors import CorruptRecordError, InvalidRecordError
 from indexer.records.batch_header import COMPRESSION_NAMES, RECORD_BATCH_OVERHEAD
 from indexer.records.codecs import Codec, get_codec
 from indexer.records.codecs.lz4 import xxh32
 from indexer.records.codecs.snappy import XERIAL_BLOCK_SIZE, XERIAL_HEADER_SIZE
+from tests.kafka_python import kafka_codec
 
 CODEC_IDS = sorted(COMPRESSION_NAMES)
 COMPRESSED_IDS = [cid for cid in CODEC_IDS if cid]

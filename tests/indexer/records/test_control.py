@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import struct
-import warnings
 from pathlib import Path
 
 import pytest
@@ -17,10 +16,7 @@ from indexer.records.control import (
     encode_end_txn_marker_batch,
     parse_control_record_key,
 )
-
-with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.record.memory_records import MemoryRecords
+from tests.kafka_python import MemoryRecords
 
 # spec Appendix B: COMMIT marker, baseOffset 5, producerId 1, epoch 0, coordinatorEpoch 0, ts 1700000000000
 COMMIT_VECTOR = bytes.fromhex(

@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -24,18 +22,12 @@ from indexer.records.batch_header import (
 from indexer.records.columns import READ_SCHEMA, to_append_table
 from indexer.records.decoder import decode_batch, decode_records
 from indexer.records.encoder import encode_batches
-
-with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.record.memory_records import MemoryRecords, MemoryRecordsBuilder
+from tests.indexer.records.helpers import table_rows
+from tests.kafka_python import MemoryRecords, MemoryRecordsBuilder
 
 TS = 1_700_000_000_000
 VECTORS = Path(__file__).resolve().parents[3].parent / "shared" / "vectors" / "kafka"
 LOG_FILES = sorted(p for p in VECTORS.glob("*/*/*.log") if p.stat().st_size) if VECTORS.is_dir() else []
-
-
-def _rows(table: pa.Table) -> list[tuple[Any, ...]]:
-    return list(zip(*(table.column(name).to_pylist() for name in READ_SCHEMA.names), strict=True))
 
 
 def _kafka_python_rows(data: bytes) -> list[tuple[bool, tuple[Any, ...]]]:
@@ -70,7 +62,7 @@ def test_appendix_b_vector_decodes() -> None:
     )
     table = decode_records(vector)
     assert table.schema == READ_SCHEMA
-    assert _rows(table) == [(0, TS, 0, None, b"a", None)]
+    assert table_rows(table) == [(0, TS, 0, None, b"a", None)]
 
 
 def test_appendix_b_commit_marker() -> None:
@@ -79,7 +71,7 @@ def test_appendix_b_commit_marker() -> None:
         "0000000000000001 0000 ffffffff 00000001 20 00 00 00 08 00000001 0c 000000000000 00".replace(" ", "")
     )
     assert decode_records(marker).num_rows == 0  # control batches are skipped by default
-    rows = _rows(decode_records(marker, include_control=True))
+    rows = table_rows(decode_records(marker, include_control=True))
     assert rows == [(5, TS, 0, b"\x00\x00\x00\x01", b"\x00" * 6, None)]  # COMMIT, coordinatorEpoch 0
 
 
@@ -87,8 +79,8 @@ def test_appendix_b_commit_marker() -> None:
 def test_real_broker_logs_decode_like_kafka_python(log_file: Path) -> None:
     data = log_file.read_bytes()
     expected = _kafka_python_rows(data)
-    assert _rows(decode_records(data, path=log_file, include_control=True)) == [row for _, row in expected]
-    assert _rows(decode_records(data, path=log_file)) == [row for control, row in expected if not control]
+    assert table_rows(decode_records(data, path=log_file, include_control=True)) == [row for _, row in expected]
+    assert table_rows(decode_records(data, path=log_file)) == [row for control, row in expected if not control]
 
 
 def test_vectors_cover_compression_headers_and_control() -> None:
@@ -129,7 +121,7 @@ def test_round_trip(rows: list[dict[str, Any]], base_offset: int, limit: int, co
     expected = [
         (base_offset + i, r["timestamp"], 0, r["key"], r["value"], r["headers"] or None) for i, r in enumerate(rows)
     ]
-    assert _rows(table) == expected
+    assert table_rows(table) == expected
 
 
 @settings(max_examples=40, deadline=None)
@@ -163,9 +155,9 @@ def test_empty_and_partial_input() -> None:
 
 def test_input_kinds() -> None:
     data = _encode([{"value": b"a", "timestamp": TS}])
-    expected = _rows(decode_records(data))
+    expected = table_rows(decode_records(data))
     for buf in (bytearray(data), memoryview(data), np.frombuffer(data, np.uint8).copy()):
-        assert _rows(decode_records(buf)) == expected
+        assert table_rows(decode_records(buf)) == expected
     with pytest.raises(TypeError, match="uint8"):
         decode_records(np.zeros(4, np.int32))
 
@@ -202,6 +194,8 @@ _VALID = b"\x00\x00\x00\x01\x01\x00"  # attributes, tsDelta, offsetDelta, null k
         (b"\x0c\x00\x00\x00\x01\x01\x01", 1, "invalid number of record headers -1"),
         (b"\x10\x00\x00\x00\x01\x01\x02\x01\x00", 1, "negative header key size -1"),
         (b"\x0e\x00\x00\x00\x0a\x01\x00\x00", 1, "key length of 5 exceeds the 3 bytes"),
+        (b"\x0e\x00\x00\x00\x01\x0a\x00\x00", 1, "value length of 5 exceeds the 2 bytes"),
+        (b"\x0a\x00\x00\x00\x01\x80\x00", 1, "varint runs past the end of its record"),
         (b"\x0c" + _VALID, 2, "invalid record count 2"),
         (b"\x0c" + _VALID, -1, "invalid record count -1"),
         (b"\x04\x00\x80" + b"\x00" * 4, 1, "varint runs past the end of its record"),
@@ -224,7 +218,7 @@ def test_non_canonical_varints_are_read_like_java() -> None:
     timestamp_delta = b"\x80" * 9 + b"\x00"
     body = b"\x00" + timestamp_delta + b"\x00" + key_length + b"k" + b"\x01\x00"
     data = _raw_batch(bytes([2 * len(body)]) + body, 1)
-    assert _rows(decode_records(data)) == [(0, TS, 0, b"k", None, None)]
+    assert table_rows(decode_records(data)) == [(0, TS, 0, b"k", None, None)]
 
 
 def test_framing_errors() -> None:

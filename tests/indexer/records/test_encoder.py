@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
@@ -22,11 +21,7 @@ from indexer.records.batch_header import (
 )
 from indexer.records.columns import HEADERS_TYPE, to_append_table
 from indexer.records.encoder import encode_batches, encode_planned, plan_batches
-
-with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
-    from kafka.record.memory_records import MemoryRecords
+from tests.kafka_python import DefaultRecordBatch, DefaultRecordBatchBuilder, MemoryRecords
 
 TS = 1_700_000_000_000
 UNLIMITED = 2**31 - 1

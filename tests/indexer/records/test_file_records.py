@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import os
 import struct
-import warnings
 from pathlib import Path
 
 import numpy as np
@@ -18,12 +17,7 @@ from indexer.records import _batch_scan
 from indexer.records import file_records as file_records_module
 from indexer.records.batch_header import CONTROL_FLAG_MASK, NO_TIMESTAMP
 from indexer.records.file_records import MAX_FILE_SIZE, FileRecords, LogOffsetPosition
-
-with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.record.default_records import DefaultRecordBatchBuilder
-    from kafka.record.legacy_records import LegacyRecordBatchBuilder
-    from kafka.record.memory_records import MemoryRecords
+from tests.kafka_python import DefaultRecordBatchBuilder, LegacyRecordBatchBuilder, MemoryRecords
 
 TS = 1_700_000_000_000
 VECTOR_SETS = [

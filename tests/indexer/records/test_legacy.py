@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import struct
-import warnings
 import zlib
+from typing import Any
 
+import pyarrow as pa
 import pytest
 
 from indexer.errors import CorruptRecordError, InvalidRecordError
@@ -16,11 +17,8 @@ from indexer.records.legacy import (
     iter_legacy_entries,
     legacy_base_offset,
 )
-
-with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
-    warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.record.legacy_records import LegacyRecordBatchBuilder
-    from kafka.record.memory_records import MemoryRecords
+from tests.indexer.records.helpers import table_rows
+from tests.kafka_python import LegacyRecordBatchBuilder, MemoryRecords
 
 LEGACY_CODECS = [0, 1, 2, 3]  # none, gzip, snappy, lz4 (zstd never existed for v0/v1)
 TS = 1_700_000_000_000
@@ -52,9 +50,8 @@ def reference(data: bytes) -> list[tuple[int, int, int, bytes | None, bytes | No
     return rows
 
 
-def rows(table) -> list[tuple]:  # type: ignore[no-untyped-def]
-    names = ["offset", "timestamp", "timestampType", "key", "value"]
-    return list(zip(*(table.column(n).to_pylist() for n in names), strict=True))
+def rows(table: pa.Table) -> list[tuple[Any, ...]]:
+    return table_rows(table, ["offset", "timestamp", "timestampType", "key", "value"])
 
 
 @pytest.mark.parametrize("codec", LEGACY_CODECS)
