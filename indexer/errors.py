@@ -175,3 +175,8 @@ class SchemaError(SeglogError, TypeError):
 
 class ConfigError(SeglogError, ValueError):
     """An unknown configuration key or an invalid value."""
+
+
+class FencedError(StorageError):
+    """A writer found that a newer writer of the same partition took over (its fencing token is gone):
+    it stops before touching the partition again (a stale Spark task attempt, a zombie executor)."""

@@ -991,6 +991,22 @@ class Log:
                     self._file_lock.release()
         self._log.info("closed at log end offset %d", self.log_end_offset)
 
+    def abandon(self) -> None:
+        """Let go of the files and the partition lock without flushing, trimming or sealing anything, as
+        a crash would: for a writer that learnt another writer took the partition over, whose files its
+        own idea of their sizes must no longer touch. Idempotent. Thread-safe.
+        """
+        with self.lock:
+            if self._closed:
+                return
+            self._closed = True
+            try:
+                self._segments.close_handlers()
+            finally:
+                if self._file_lock is not None:
+                    self._file_lock.release()
+        self._log.warning("abandoned at log end offset %d, files left as a crash leaves them", self.log_end_offset)
+
     def __enter__(self) -> Log:
         return self
 

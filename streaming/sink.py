@@ -25,8 +25,16 @@ partition's committed end offset. For batch N of query Q:
 Nothing at or below a high watermark is ever truncated: the watermark only moves to committed
 ends. A query on a fresh checkpoint has another id, so its batch 0 is a new batch, not a replay.
 
-The sink runs on the driver (Spark calls ``foreachBatch`` functions there), owns the partitions'
-write locks while open, and serialises batches: it is thread-safe, one batch at a time.
+Where the rows are written (``writes``): ``"driver"`` collects each micro-batch to the driver as
+above; ``"executors"`` writes each partition in one Spark task where the rows are
+(:mod:`streaming.executor_writes`: the same steps 2-4 on the executors, fenced against stale task
+attempts, and the driver only reads the commit record, commits and publishes); ``"auto"`` (default)
+picks the executors when the sink has a ``topic`` and the Spark master is not ``local[...]`` (see
+docs/streaming.md for the measurements behind that choice).
+
+The sink's protocol runs on the driver (Spark calls ``foreachBatch`` functions there); with driver
+writes it owns the partitions' write locks while open. It serialises batches: it is thread-safe, one
+batch at a time.
 """
 
 from __future__ import annotations
@@ -36,6 +44,7 @@ import logging
 import os
 import threading
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
@@ -48,9 +57,10 @@ import pyarrow as pa
 from indexer.commit_log import SinkCommit, SinkCommitLog
 from indexer.config import Settings, load_settings
 from indexer.errors import ConfigError, SchemaError, StorageError
-from indexer.file_names import TopicPartition, partition_dirs, validate_topic
+from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, partition_dirs, validate_topic
 from indexer.log_manager import LogManager
 from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, micro_batch_plan
+from streaming.executor_writes import WritePlan, checkpoint_partition, open_partition, run_write_job
 from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout
 from streaming.session import read_checkpoint_query_id
 
@@ -63,6 +73,7 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_NUM_PARTITIONS = 1  # Kafka's num.partitions broker default
 HISTORY_LENGTH = 10000  # BatchStats kept for progress reports and benchmarks
+WRITES = ("auto", "driver", "executors")
 WRITE_BATCH_ROWS = 100_000  # write_batch cuts a table into record batches of this many rows, as Spark's
 # Arrow collect does with build_spark_session's maxRecordsPerBatch, so the pool encodes them side by side
 
@@ -118,6 +129,9 @@ class SegmentLogSink:
         log_manager: an open :class:`LogManager` to share (the caller closes it); default: the sink
             opens its own on the first batch and closes it in :meth:`close`.
         max_workers: threads appending partitions in parallel (default: CPU count).
+        writes: where micro-batches are written: ``"driver"``, ``"executors"`` (needs ``topic``, and no
+            ``log_manager``: the executors take the partitions' locks) or ``"auto"`` (executors when
+            both hold and the Spark master is not ``local[...]``).
     """
 
     def __init__(
@@ -133,14 +147,21 @@ class SegmentLogSink:
         checkpoint_location: str | None = None,
         log_manager: LogManager | None = None,
         max_workers: int | None = None,
+        writes: str = "auto",
     ) -> None:
         if topic is not None:
             validate_topic(topic)
+        if writes not in WRITES:
+            raise ConfigError(f"writes must be one of {', '.join(WRITES)}, got {writes!r}")
+        if writes == "executors" and (topic is None or log_manager is not None):
+            raise ConfigError("writes='executors' needs the sink's topic option and no shared log_manager "
+                              "(the executors take the partitions' write locks)")
         if num_partitions is not None and num_partitions < 1:
             raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
         self.log_dir = Path(log_dir)
         self.topic = topic
         self.num_partitions = num_partitions
+        self.writes = writes
         base = settings if settings is not None else load_settings()
         self.settings = dataclasses.replace(base, overrides={**base.overrides, **(config or {})})
         for name in {topic, *self.settings.topics} - {None}:
@@ -172,10 +193,21 @@ class SegmentLogSink:
         """
         try:
             query_id = self._resolve_query_id(batch_df)
-            self._write(lambda: collect_arrow(_to_collect(batch_df)), batch_id, query_id)
+            if self._on_executors(batch_df):
+                self._write_on_executors(batch_df, batch_id, query_id)
+            else:
+                self._write(lambda: collect_arrow(_to_collect(batch_df)), batch_id, query_id)
         except BaseException as e:
             self.last_error = e
             raise
+
+    def _on_executors(self, batch_df: DataFrame) -> bool:
+        """Whether this micro-batch is written on the executors (see ``writes``)."""
+        if self.writes != "auto":
+            return self.writes == "executors"
+        master = batch_df.sparkSession.sparkContext.master or "local"
+        return self.topic is not None and self._log_manager is None and not (master == "local" or
+                                                                             master.startswith("local["))
 
     def _resolve_query_id(self, batch_df: DataFrame) -> str:
         if self._query_id is None and self._checkpoint_location is not None:
@@ -255,6 +287,82 @@ class SegmentLogSink:
             logger.debug("sink %s: committed batch %d (%d rows) %s", self.sink_id, batch_id, rows, stats)
             return stats
 
+    def _write_on_executors(self, batch_df: DataFrame, batch_id: int, query_id: str) -> BatchStats:
+        """The protocol with each partition written by one Spark task (:mod:`streaming.executor_writes`);
+        the driver reads the commit record, records baselines, runs the job, commits and publishes."""
+        assert self.topic is not None
+        with self._lock:
+            self._check_open()
+            if self._log_manager is not None:
+                raise ConfigError("executor writes need a sink without a shared log_manager")
+            committed = self.commit_log.read()
+            if committed.is_committed(query_id, batch_id):
+                if not self._recovered:  # a batch committed just before a crash: publish it
+                    self._publish_unowned(committed.end_offsets)
+                    self._recovered = True
+                return self._skipped(batch_id, query_id)
+            t0 = time.perf_counter()
+            layout = self._layout(self.topic)
+            committed = self._record_unowned_baselines(committed, self.topic, layout.num_partitions)
+            if not self._recovered:
+                self._publish_unowned(committed.end_offsets)
+                self._recovered = True
+            plan = WritePlan(
+                str(self.log_dir), self.sink_id, self.topic, layout, self.settings.log_config(self.topic), query_id,
+                batch_id, int(time.time() * 1000), uuid.uuid4().hex,
+                {p: end for (t, p), end in committed.end_offsets.items() if t == self.topic},
+            )
+            t1 = time.perf_counter()
+            results = run_write_job(_sink_columns(batch_df), plan)
+            t2 = time.perf_counter()
+            end_offsets = dict(committed.end_offsets)
+            for result in results:
+                if result.start != plan.committed_ends[result.partition]:
+                    raise StorageError(f"batch {batch_id}: partition {self.topic}-{result.partition} was written from "
+                                       f"offset {result.start}, not its committed end "
+                                       f"{plan.committed_ends[result.partition]}", path=self.log_dir)
+                end_offsets[(self.topic, result.partition)] = result.end
+            self._commit(SinkCommit(self.sink_id, query_id, batch_id, end_offsets, int(time.time() * 1000)))
+            t3 = time.perf_counter()
+            written = {(self.topic, result.partition): result.end for result in results}
+            self._publish_unowned(written)
+            t4 = time.perf_counter()
+            stats = BatchStats(
+                batch_id, query_id, skipped=False, rows=sum(result.end - result.start for result in results),
+                end_offsets=end_offsets, collect_ms=(t2 - t1) * 1e3, prepare_ms=(t1 - t0) * 1e3,
+                commit_ms=(t3 - t2) * 1e3, publish_ms=(t4 - t3) * 1e3,
+            )
+            self._record(stats)
+            logger.debug("sink %s: committed batch %d on the executors %s", self.sink_id, batch_id, stats)
+            return stats
+
+    def _record_unowned_baselines(self, committed: SinkCommit, topic: str, num_partitions: int) -> SinkCommit:
+        """Executor writes: record the current end of the topic's partitions the commit record does not
+        know (creating them), each opened only for that, before any task writes to them."""
+        new = [(topic, p) for p in range(num_partitions) if (topic, p) not in committed.end_offsets]
+        if not new:
+            return committed
+        offsets = dict(committed.end_offsets)
+        config = self.settings.log_config(topic)
+        for tp in new:
+            log = open_partition(self.log_dir, tp, config)
+            try:
+                offsets[tp] = log.log_end_offset
+            finally:
+                log.close()
+        checkpoint_partition(self.log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE, {tp: offsets[tp] for tp in new})
+        baseline = dataclasses.replace(committed, end_offsets=offsets)
+        self.commit_log.write(baseline)
+        logger.info("sink %s: recorded starting offsets of %s", self.sink_id,
+                    ", ".join(f"{t}-{p}@{offsets[(t, p)]}" for t, p in new))
+        return baseline
+
+    def _publish_unowned(self, end_offsets: Mapping[TopicPartition, int]) -> None:
+        """Executor writes: publish committed ends as high watermarks in ``replication-offset-checkpoint``
+        (the driver holds no partition; each task's log reads its high watermark from there)."""
+        if end_offsets:
+            checkpoint_partition(self.log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE, end_offsets)
+
     def _check_open(self) -> None:
         if self._closed:
             raise ValueError(f"sink {self.sink_id} on {self.log_dir} is closed")
@@ -270,6 +378,9 @@ class SegmentLogSink:
             return None
         if not self._recovered:
             self._recover(committed, self._manager())
+        return self._skipped(batch_id, query_id)
+
+    def _skipped(self, batch_id: int, query_id: str) -> BatchStats:
         stats = BatchStats(batch_id, query_id, skipped=True)
         self._record(stats)
         logger.info("sink %s: batch %d of query %s already committed, skipping", self.sink_id, batch_id, query_id)
@@ -452,12 +563,22 @@ def _to_collect(batch_df: DataFrame) -> DataFrame:
     Raises:
         SchemaError: there is no ``value`` column.
     """
+    selected = _sink_columns(batch_df)
+    if selected is not batch_df:
+        return selected
+    return micro_batch_plan(batch_df) or batch_df
+
+
+def _sink_columns(batch_df: DataFrame) -> DataFrame:
+    """``batch_df`` with only the columns the sink reads (itself when it has no others).
+
+    Raises:
+        SchemaError: there is no ``value`` column.
+    """
     names = [name for name in batch_df.columns if name in SINK_COLUMNS]
     if "value" not in names:  # before a Spark job runs
         raise SchemaError(f"the micro-batch has no 'value' column (columns: {batch_df.columns})")
-    if len(names) < len(batch_df.columns):
-        return batch_df.select(*names)
-    return micro_batch_plan(batch_df) or batch_df
+    return batch_df.select(*names) if len(names) < len(batch_df.columns) else batch_df
 
 
 def _as_collected(table: pa.Table) -> Iterator[pa.RecordBatch | list[int]]:

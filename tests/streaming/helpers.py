@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import struct
 import time
 import warnings
 from dataclasses import dataclass
@@ -114,3 +115,34 @@ def snapshot(log_dir: Path) -> dict[str, bytes]:
         for p in sorted(log_dir.rglob("*"))
         if p.is_file() and not p.name.endswith(".lock")
     }
+
+
+def check_indexes(log_dir: Path, topic: str) -> int:
+    """Assert every ``.index`` entry of ``topic`` points at the batch it names (the entry's offset is that
+    batch's last offset, as Kafka indexes) and every ``.timeindex`` entry's offset lies in its segment with
+    timestamps not decreasing; returns the number of offset index entries checked."""
+    checked = 0
+    for directory in sorted(p for p in log_dir.iterdir() if p.is_dir()):
+        try:
+            name, _partition = parse_topic_partition_name(directory.name)
+        except ValueError:
+            continue
+        if name != topic:
+            continue
+        for segment in sorted(p for p in directory.iterdir() if is_log_file(p)):
+            base = int(segment.stem)
+            data = segment.read_bytes()
+            entries = segment.with_suffix(".index").read_bytes()
+            for i in range(0, len(entries) - len(entries) % 8, 8):
+                relative, position = struct.unpack_from(">ii", entries, i)
+                assert 0 <= position < len(data), f"{segment}: index entry {i // 8} points past the log"
+                header = parse_batch_header(data, position)
+                assert header.last_offset == base + relative, f"{segment}: index entry {i // 8} names another batch"
+                checked += 1
+            times = segment.with_suffix(".timeindex").read_bytes()
+            last_timestamp = -1
+            for i in range(0, len(times) - len(times) % 12, 12):
+                timestamp, relative = struct.unpack_from(">qi", times, i)
+                assert timestamp >= last_timestamp and relative >= 0, f"{segment}: time index entry {i // 12}"
+                last_timestamp = timestamp
+    return checked

@@ -1,0 +1,201 @@
+"""The executor-side write protocol of one partition (streaming.executor_writes), without Spark: real files,
+attempts of Spark tasks played by direct calls and threads. Each test is one crash window of
+docs/streaming.md ("Executor writes: crash windows")."""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+
+from indexer.config import Settings
+from indexer.errors import FencedError, StorageError
+from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE
+from indexer.records.encoder import EncodedBatches
+from streaming import executor_writes
+from streaming.commit_log import SinkCommit, SinkCommitLog
+from streaming.executor_writes import (
+    PIECES_SCHEMA,
+    WritePlan,
+    _unpack,
+    checkpoint_partition,
+    encode_pieces,
+    write_partition,
+)
+from streaming.fence import DONE, FenceToken, PartitionFence
+from streaming.micro_batch import TopicLayout
+from tests.streaming.helpers import check_indexes, read_topic, snapshot
+
+CONFIG = Settings().log_config("t").with_overrides(
+    {"segment.bytes": 8192, "max.message.bytes": 1024, "index.interval.bytes": 256}, source="test")
+LAYOUT = TopicLayout(2, CONFIG.max_message_bytes, CONFIG.segment_bytes)
+
+
+def _plan(log_dir: Path, batch_id: int, ends: dict[int, int] | None = None) -> WritePlan:
+    return WritePlan(str(log_dir), "t", "t", LAYOUT, CONFIG, "q", batch_id, 1_700_000_000_000, f"w{batch_id}",
+                     ends if ends is not None else {0: 0, 1: 0})
+
+
+def _rows(start: int, n: int) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pydict({"key": [f"k{i % 7}".encode() for i in range(start, start + n)],
+                                       "value": [f"v{i}".encode() for i in range(start, start + n)]})
+
+
+def _pieces(plan: WritePlan, start: int, n: int) -> dict[int, list[EncodedBatches]]:
+    """Stage 1 of one Spark task over rows ``start..start+n`` (in two record batches), per partition."""
+    half = n // 2
+    batches = iter([_rows(start, half), _rows(start + half, n - half)])
+    table = pa.Table.from_batches(list(encode_pieces(plan, 0, batches)), schema=PIECES_SCHEMA)
+    out: dict[int, list[EncodedBatches]] = {}
+    for row in table.to_pylist():
+        out.setdefault(row["partition"], []).append(_unpack(row["meta"], row["data"]))
+    return out
+
+
+def _commit(log_dir: Path, batch_id: int, ends: dict[int, int]) -> None:
+    SinkCommitLog(log_dir, "t").write(SinkCommit("t", "q", batch_id, {("t", p): e for p, e in ends.items()}))
+    checkpoint_partition(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE, {("t", p): e for p, e in ends.items()})
+
+
+def _values(log_dir: Path) -> Counter[bytes]:
+    return Counter(r.value for r in read_topic(log_dir, "t", up_to_high_watermark=False))  # type: ignore[misc]
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path) -> Path:
+    _commit(tmp_path, -1, {0: 0, 1: 0})  # the driver's baseline
+    return tmp_path
+
+
+def test_encoding_is_deterministic(log_dir: Path) -> None:
+    plan = _plan(log_dir, 0)
+    first = pa.Table.from_batches(list(encode_pieces(plan, 3, iter([_rows(0, 500)]))))
+    again = pa.Table.from_batches(list(encode_pieces(plan, 3, iter([_rows(0, 500)]))))
+    assert first.equals(again) and first.num_rows == 2
+
+
+def test_attempt_writes_and_a_duplicate_of_a_finished_attempt_touches_nothing(log_dir: Path) -> None:
+    plan = _plan(log_dir, 0)
+    pieces = _pieces(plan, 0, 400)
+    first = write_partition(plan, 0, pieces[0], attempt="a")
+    assert first.wrote and first.start == 0 and first.end == first.rows > 0
+    assert PartitionFence(log_dir / "t-0", "t").read() == FenceToken("q", 0, "a", 0, first.end, DONE)
+    before = snapshot(log_dir)
+    duplicate = write_partition(plan, 0, _pieces(plan, 0, 400)[0], attempt="b")  # speculative copy, retry
+    assert not duplicate.wrote and (duplicate.start, duplicate.end) == (first.start, first.end)
+    assert snapshot(log_dir) == before
+
+
+class _DiesAfter(list[EncodedBatches]):
+    """Pieces whose appending fails after ``n`` were appended: an attempt dying half-way (the first pass
+    over them counts their rows)."""
+
+    def __init__(self, pieces: list[EncodedBatches], n: int) -> None:
+        super().__init__(pieces)
+        self.n = n
+        self.passes = 0
+
+    def __iter__(self) -> Iterator[EncodedBatches]:
+        self.passes += 1
+        for i, piece in enumerate(list.__iter__(self)):
+            if i == self.n and self.passes > 1:
+                raise RuntimeError("executor lost")
+            yield piece
+
+
+def test_retry_after_an_attempt_died_half_way_removes_its_records_and_writes_once(log_dir: Path) -> None:
+    plan = _plan(log_dir, 0)
+    pieces = _pieces(plan, 0, 1000)
+    assert len(pieces[1]) == 2
+    with pytest.raises(RuntimeError):
+        write_partition(plan, 1, _DiesAfter(pieces[1], 1), attempt="a")
+    assert PartitionFence(log_dir / "t-1", "t").read() == FenceToken("q", 0, "a", 0)  # claimed, never done
+    retry = write_partition(plan, 1, _pieces(plan, 0, 1000)[1], attempt="b")
+    assert retry.wrote and retry.end == retry.rows
+    stored = read_topic(log_dir, "t", up_to_high_watermark=False)
+    assert [r.offset for r in stored] == list(range(retry.end))
+    assert len({r.value for r in stored}) == retry.end
+    assert check_indexes(log_dir, "t") > 0
+
+
+def test_zombie_attempt_that_lost_its_lock_is_fenced_and_neither_extends_nor_cuts_the_winner(
+    log_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    plan = _plan(log_dir, 0)
+    opened: list[Any] = []
+    original_open = executor_writes.open_partition
+
+    def capture(*args: Any, **kwargs: Any) -> Any:
+        log = original_open(*args, **kwargs)
+        opened.append(log)
+        return log
+
+    monkeypatch.setattr(executor_writes, "open_partition", capture)
+    paused, resume = threading.Event(), threading.Event()
+
+    class _Pauses(list[EncodedBatches]):
+        passes = 0
+
+        def __iter__(self) -> Iterator[EncodedBatches]:
+            self.passes += 1
+            for i, piece in enumerate(list.__iter__(self)):
+                if i == 1 and self.passes > 1:
+                    paused.set()
+                    resume.wait(30)
+                yield piece
+
+    errors: list[BaseException] = []
+
+    def zombie() -> None:
+        try:
+            write_partition(plan, 1, _Pauses(_pieces(plan, 0, 1000)[1]), attempt="zombie")
+        except BaseException as e:
+            errors.append(e)
+
+    thread = threading.Thread(target=zombie)
+    thread.start()
+    assert paused.wait(30)
+    opened[0]._file_lock.release()  # the zombie's lock lapses (an NFS lease), it does not know
+    winner = write_partition(plan, 1, _pieces(plan, 0, 1000)[1], attempt="winner")
+    after_winner = snapshot(log_dir)
+    resume.set()
+    thread.join(30)
+    assert len(errors) == 1 and isinstance(errors[0], FencedError)
+    assert snapshot(log_dir) == after_winner  # no extension, no trim, no truncation by the zombie
+    assert PartitionFence(log_dir / "t-1", "t").read() == FenceToken("q", 0, "winner", 0, winner.end, DONE)
+    assert len(_values(log_dir)) == winner.end
+
+
+def test_stale_attempt_after_its_batch_committed_writes_and_truncates_nothing(log_dir: Path) -> None:
+    plan0 = _plan(log_dir, 0)
+    done = write_partition(plan0, 0, _pieces(plan0, 0, 400)[0], attempt="a")
+    _commit(log_dir, 0, {0: done.end, 1: 0})
+    plan1 = _plan(log_dir, 1, {0: done.end, 1: 0})
+    later = write_partition(plan1, 0, _pieces(plan1, 400, 400)[0], attempt="c")
+    before = snapshot(log_dir)
+    stale = write_partition(plan0, 0, _pieces(plan0, 0, 400)[0], attempt="late")  # batch 0, after batch 1 wrote
+    assert not stale.wrote and stale.end == done.end
+    assert snapshot(log_dir) == before and later.end > done.end
+
+
+def test_attempt_of_an_older_batch_than_the_fence_is_refused_without_truncating(log_dir: Path) -> None:
+    plan = _plan(log_dir, 0)
+    write_partition(plan, 0, _pieces(plan, 0, 400)[0], attempt="a")  # written, not committed
+    PartitionFence(log_dir / "t-0", "t").write(FenceToken("q", 5, "newer", 0))
+    before = snapshot(log_dir)
+    with pytest.raises(FencedError, match="batch 5 wrote the partition after batch 0"):
+        write_partition(plan, 0, _pieces(plan, 0, 400)[0], attempt="b")
+    assert snapshot(log_dir) == before
+
+
+def test_high_watermark_above_the_committed_end_stops_the_task(log_dir: Path) -> None:
+    plan = _plan(log_dir, 0)
+    done = write_partition(plan, 0, _pieces(plan, 0, 400)[0], attempt="a")
+    checkpoint_partition(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE, {("t", 0): done.end})  # another writer published
+    with pytest.raises(StorageError, match="high watermark"):
+        write_partition(_plan(log_dir, 0), 0, _pieces(plan, 0, 300)[0], attempt="b")
