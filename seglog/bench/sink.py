@@ -2,25 +2,34 @@
 
 Workload: a directory of Parquet files (``key`` a user id out of 10,000, ``value`` a ~200-byte JSON
 event) read by the same streaming file source with the same ``maxFilesPerTrigger`` and the same
-trigger (``availableNow``), written by :class:`~streaming.sink.SegmentLogSink` (4 partitions) with
-lz4-compressed batches, by the same sink with uncompressed batches, and by
+trigger (``availableNow``), written by :class:`~streaming.sink.SegmentLogSink` (4 partitions) and by
 ``writeStream.format("parquet")`` (snappy, Spark's default), one after the other in one Spark
 session, each side leading a round in turn (so as many times as every other side), after an
 unmeasured round of every side (JIT and numba compilation, page cache).
 
+On a ``local[...]`` master (default ``local[2]``) the sides are the sink with lz4-compressed batches
+written on the driver (what ``writes="auto"`` picks there), the same uncompressed, the same lz4 sink
+written on the executors, and Parquet. On any other master (``local-cluster[2,1,1024]``: two executor
+JVMs) they are the lz4 sink written on the executors (what ``auto`` picks there), the same written on
+the driver (the driver-collect path), and Parquet.
+
 Results (the shape of every ``seglog bench`` suite, :mod:`seglog.bench.report`):
 
-* ``sink rows/s (lz4 batches)``: rows / wall time of the whole query (median of the rounds),
-  seglog over Parquet (goal >= 1.0x): both sinks compress their output with their ecosystem's usual
-  fast codec; the details give each round's own ratio too (the two sides of a round run back to
-  back, so a slow spell of the shared machine moves both);
-* ``sink rows/s (uncompressed batches)``: the same with ``compression.type=none`` (no goal);
+* ``sink rows/s (lz4 batches, <where>)``: rows / wall time of the whole query (median of the rounds),
+  seglog over Parquet (goals: >= 1.2x for the path ``auto`` picks on ``local[2]``, >= 1.0x for
+  executor writes on a cluster): both sinks compress their output with their ecosystem's usual fast
+  codec; the details give each round's own ratio too (the sides of a round run back to back, so a slow
+  spell of the shared machine moves them all);
+* ``sink rows/s (uncompressed batches)``: driver writes with ``compression.type=none`` (no goal);
+* ``driver CPU per micro-batch (executor writes)`` (cluster masters): CPU seconds of the driver's
+  Python process and JVM per micro-batch, against the driver-collect path's (goal: at most 10% of
+  it, ratio >= 10x);
 * ``sink commit overhead per micro-batch``: fsync + commit record + high watermark publication,
-  p50 over every micro-batch of the lz4 runs, against the p50 of the whole sink call (details:
-  p90/p99/max and each phase).
+  p50 over every micro-batch of the driver-written lz4 runs, against the p50 of the whole sink call
+  (details: p90/p99/max and each phase).
 
-``--quick`` (about a minute with Spark's start) uses 8 files of 40,000 rows and one round; the
-full run 24 files of 100,000 rows and six rounds (about two minutes).
+``--quick`` (about a minute per master with Spark's start) uses 8 files of 40,000 rows and one round;
+the full run 24 files of 100,000 rows and six rounds (a few minutes per master).
 
 examples:
   seglog bench sink --quick
@@ -63,16 +72,20 @@ logger = logging.getLogger(__name__)
 SUITE = "sink"
 NUM_PARTITIONS = 4
 NUM_USERS = 10_000
-# The sides of the comparison: topic config of the seglog sink, or None for Spark's Parquet sink. Both
-# sinks compress by default in their own ecosystem's usual way for the goal figure: Parquet pages with
-# snappy (Spark's default), Kafka batches with lz4 (compression.type, a producer or topic setting); the
-# uncompressed figure is reported beside it.
-COMPRESSED, UNCOMPRESSED, PARQUET = "seglog-lz4", "seglog-none", "parquet"
-SIDES: dict[str, dict[str, str] | None] = {
-    COMPRESSED: {"compression.type": "lz4"},
-    UNCOMPRESSED: {"compression.type": "none"},
+# The sides of the comparison: (topic config, writes) of the seglog sink, or None for Spark's Parquet
+# sink. Both sinks compress by default in their own ecosystem's usual way for the goal figures: Parquet
+# pages with snappy (Spark's default), Kafka batches with lz4 (compression.type, a producer or topic
+# setting); the uncompressed figure is reported beside it.
+COMPRESSED, UNCOMPRESSED, EXECUTORS, PARQUET = "seglog-lz4", "seglog-none", "seglog-lz4-executors", "parquet"
+SIDES: dict[str, tuple[dict[str, str], str] | None] = {
+    COMPRESSED: ({"compression.type": "lz4"}, "driver"),
+    UNCOMPRESSED: ({"compression.type": "none"}, "driver"),
+    EXECUTORS: ({"compression.type": "lz4"}, "executors"),
     PARQUET: None,
 }
+DEFAULT_MASTERS = ("local[2]", "local-cluster[2,1,1024]")
+LOCAL_SIDES = (COMPRESSED, UNCOMPRESSED, EXECUTORS, PARQUET)
+CLUSTER_SIDES = (EXECUTORS, COMPRESSED, PARQUET)
 
 
 @dataclass(frozen=True)
@@ -95,7 +108,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog bench sink``."""
     add_suite_arguments(parser, quick="small workload, one round (about a minute)")
     parser.add_argument("--work-dir", metavar="DIR", help="where inputs and outputs go (default: a temp dir)")
-    parser.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
+    parser.add_argument("--master", action="append", metavar="MASTER",
+                        help="Spark master to measure on, repeatable (default: local[2], then local-cluster[2,1,1024]: "
+                             "two executor JVMs)")
 
 
 def make_inputs(directory: Path, workload: Workload, *, seed: int = 1) -> None:
@@ -116,33 +131,55 @@ def make_inputs(directory: Path, workload: Workload, *, seed: int = 1) -> None:
         pq.write_table(table, directory / f"part-{f:04d}.parquet")
 
 
-def run_query(
-    spark: SparkSession, inputs: Path, out: Path, files_per_trigger: int, side: str
-) -> tuple[float, list[BatchStats]]:
-    """Run one availableNow query of ``side`` (a key of :data:`SIDES`) to the end; returns (seconds,
-    the sink's batch stats)."""
+@dataclass(frozen=True)
+class QueryRun:
+    """One measured query: wall seconds, CPU seconds of the driver (its Python process and JVM), and
+    the sink's stats of each micro-batch it wrote (none for Parquet)."""
+
+    seconds: float
+    driver_cpu_s: float
+    micro_batches: int
+    stats: list[BatchStats]
+
+
+def driver_cpu_seconds(spark: SparkSession) -> float:
+    """CPU seconds used so far by this Python process and the driver's JVM (``/proc``; on a ``local[...]``
+    master the JVM also runs the tasks)."""
+    pid = spark.sparkContext._gateway.proc.pid  # type: ignore[union-attr]
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    jvm = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+    return time.process_time() + jvm
+
+
+def run_query(spark: SparkSession, inputs: Path, out: Path, files_per_trigger: int, side: str) -> QueryRun:
+    """Run one availableNow query of ``side`` (a key of :data:`SIDES`) to the end."""
 
     schema = spark.read.parquet(str(inputs)).schema
     df = spark.readStream.schema(schema).option("maxFilesPerTrigger", files_per_trigger).parquet(str(inputs))
     checkpoint = str(out / "checkpoint")
     sink = None
-    config = SIDES[side]
-    if config is not None:
+    chosen = SIDES[side]
+    if chosen is not None:
+        config, writes = chosen
         sink = SegmentLogSink(out / "logs", topic="bench", num_partitions=NUM_PARTITIONS, config=config,
-                              checkpoint_location=checkpoint)
+                              checkpoint_location=checkpoint, writes=writes)
         writer = df.writeStream.foreachBatch(sink)
     else:
         writer = df.writeStream.format("parquet").option("path", str(out / "parquet"))
     _settle(spark)
+    cpu = driver_cpu_seconds(spark)
     started = time.perf_counter()
     query = writer.option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
     query.awaitTermination()
     elapsed = time.perf_counter() - started
+    cpu = driver_cpu_seconds(spark) - cpu
+    micro_batches = len(query.recentProgress)
     stats = []
     if sink is not None:
         sink.close()
         stats = [b for b in sink.history if not b.skipped]
-    return elapsed, stats
+        micro_batches = len(stats)
+    return QueryRun(elapsed, cpu, max(micro_batches, 1), stats)
 
 
 def _settle(spark: SparkSession) -> None:
@@ -156,37 +193,58 @@ def _settle(spark: SparkSession) -> None:
 
 def run_suite(spark: SparkSession, workload: Workload, work_dir: Path) -> list[BenchResult]:
     """Measure the sinks on ``workload``; inputs and outputs under ``work_dir``."""
+    master = spark.sparkContext.master or "local"
+    local = master == "local" or master.startswith("local[")
+    sides = list(LOCAL_SIDES if local else CLUSTER_SIDES)
     inputs = work_dir / "input"
     make_inputs(inputs, workload)
-    for side in SIDES:  # a whole unmeasured round: JIT, numba and the page cache reach their steady state
+    for side in sides:  # a whole unmeasured round: JIT, numba and the page cache reach their steady state
         run_query(spark, inputs, work_dir / f"warmup-{side}", workload.files_per_trigger, side)
         shutil.rmtree(work_dir / f"warmup-{side}", ignore_errors=True)
-    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    times: dict[str, list[float]] = {side: [] for side in sides}
+    cpu: dict[str, list[float]] = {side: [] for side in sides}
     batch_stats: list[BatchStats] = []
-    sides = list(SIDES)
     for r in range(workload.rounds):
         for side in sides[r % len(sides) :] + sides[: r % len(sides)]:  # each side leads a round in turn
             out = work_dir / f"round{r}-{side}"
-            elapsed, stats = run_query(spark, inputs, out, workload.files_per_trigger, side)
-            times[side].append(elapsed)
+            run = run_query(spark, inputs, out, workload.files_per_trigger, side)
+            times[side].append(run.seconds)
+            cpu[side].append(run.driver_cpu_s / run.micro_batches)
             if side == COMPRESSED:
-                batch_stats.extend(stats)
-            logger.info("round %d %s: %.2f s", r, side, elapsed)
+                batch_stats.extend(run.stats)
+            logger.info("round %d %s: %.2f s, driver CPU %.3f s per micro-batch", r, side, run.seconds,
+                        cpu[side][-1])
             shutil.rmtree(out, ignore_errors=True)
     rates = {side: workload.rows / statistics.median(seconds) for side, seconds in times.items()}
     overhead = [b.commit_overhead_ms for b in batch_stats]
     whole = [b.collect_ms + b.prepare_ms + b.append_ms + b.commit_overhead_ms for b in batch_stats]
-    details = {"rows": workload.rows, "files": workload.files, "files_per_trigger": workload.files_per_trigger,
-               "rounds": workload.rounds, "partitions": NUM_PARTITIONS,
-               **{f"{side}_seconds": seconds for side, seconds in times.items()}}
+    details = {"master": master, "rows": workload.rows, "files": workload.files,
+               "files_per_trigger": workload.files_per_trigger, "rounds": workload.rounds, "partitions": NUM_PARTITIONS,
+               **{f"{side}_seconds": seconds for side, seconds in times.items()},
+               **{f"{side}_driver_cpu_s_per_micro_batch": seconds for side, seconds in cpu.items()}}
     overhead_p = percentiles(overhead)
+    parquet = "Spark Parquet file sink (snappy)"
+    if local:
+        results = [
+            throughput_result("sink rows/s (lz4 batches, driver writes)", "rows/s", rates[COMPRESSED], parquet,
+                              rates[PARQUET], 1.2, round_ratios=_round_ratios(times, COMPRESSED), **details),
+            throughput_result("sink rows/s (uncompressed batches)", "rows/s", rates[UNCOMPRESSED], parquet,
+                              rates[PARQUET], None, round_ratios=_round_ratios(times, UNCOMPRESSED), **details),
+            throughput_result("sink rows/s (lz4 batches, executor writes)", "rows/s", rates[EXECUTORS], parquet,
+                              rates[PARQUET], None, round_ratios=_round_ratios(times, EXECUTORS), **details),
+        ]
+    else:
+        results = [
+            throughput_result("sink rows/s (lz4 batches, executor writes)", "rows/s", rates[EXECUTORS], parquet,
+                              rates[PARQUET], 1.0, round_ratios=_round_ratios(times, EXECUTORS), **details),
+            throughput_result("sink rows/s (lz4 batches, driver writes)", "rows/s", rates[COMPRESSED], parquet,
+                              rates[PARQUET], None, round_ratios=_round_ratios(times, COMPRESSED), **details),
+            latency_result("driver CPU per micro-batch (executor writes)", "s",
+                           statistics.median(cpu[EXECUTORS]), "driver-collect path (driver writes)",
+                           statistics.median(cpu[COMPRESSED]), 10.0, **details),
+        ]
     return [
-        throughput_result("sink rows/s (lz4 batches)", "rows/s", rates[COMPRESSED],
-                          "Spark Parquet file sink (snappy)", rates[PARQUET], 1.0,
-                          round_ratios=_round_ratios(times, COMPRESSED), **details),
-        throughput_result("sink rows/s (uncompressed batches)", "rows/s", rates[UNCOMPRESSED],
-                          "Spark Parquet file sink (snappy)", rates[PARQUET], None,
-                          round_ratios=_round_ratios(times, UNCOMPRESSED), **details),
+        *results,
         latency_result("sink commit overhead per micro-batch", "ms", overhead_p["p50"], "whole sink call (p50)",
                        percentiles(whole)["p50"], None, micro_batches=len(overhead), overhead=overhead_p,
                        sink_call=percentiles(whole),
@@ -205,17 +263,23 @@ def _round_ratios(times: dict[str, list[float]], side: str) -> list[float]:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the suite, print the table, optionally save JSON; 0 when it ran (goals are reported, not enforced)."""
+    """Run the suite on each master, print the table, optionally save JSON; 0 when it ran (goals are
+    reported, not enforced)."""
     from streaming.session import build_spark_session
 
     workload = QUICK if args.quick else FULL
-    spark = build_spark_session(args.master, "seglog-bench-sink")
-    if args.work_dir:
-        work_dir = Path(args.work_dir)
-        work_dir.mkdir(parents=True, exist_ok=True)
-        results = run_suite(spark, workload, work_dir)
-    else:
-        with tempfile.TemporaryDirectory(prefix="seglog-bench-sink-") as tmp:
-            results = run_suite(spark, workload, Path(tmp))
+    results: list[BenchResult] = []
+    for master in args.master or DEFAULT_MASTERS:
+        spark = build_spark_session(master, "seglog-bench-sink")
+        try:
+            if args.work_dir:
+                work_dir = Path(args.work_dir)
+                work_dir.mkdir(parents=True, exist_ok=True)
+                results.extend(run_suite(spark, workload, work_dir))
+            else:
+                with tempfile.TemporaryDirectory(prefix="seglog-bench-sink-") as tmp:
+                    results.extend(run_suite(spark, workload, Path(tmp)))
+        finally:
+            spark.stop()
     publish(results, json_path=args.json, suite=SUITE, quick=args.quick)
     return 0

@@ -94,7 +94,8 @@ def test_driver_sigkilled_in_the_windows_of_executor_writes(tmp_path: Path) -> N
     files = 5
     rows = write_json_inputs(tmp_path / "in", files=files, rows_per_file=500, keys=13)
     rng = random.Random(os.environ.get("SEGLOG_CRASH_SEED", random.randrange(2**32)))
-    # Each window is also covered in-process by test_executor_writes.py; real SIGKILLs hit a random choice.
+    # The task-side windows are covered in-process by test_executor_writes.py; here real SIGKILLs hit a
+    # random choice of the driver's windows (all of them with SEGLOG_TEST_BUDGET=soak).
     phases = rng.sample(["job", "commit", "publish"], scaled(2, ci=1, soak=3))
     for phase in phases:
         committed = SinkCommitLog(tmp_path / "logs", "crash").read().batch_id
