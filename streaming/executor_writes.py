@@ -145,10 +145,11 @@ def _pack_meta(encoded: EncodedBatches) -> bytes:
     return np.stack([getattr(encoded, name).astype(np.int64, copy=False) for name in _META_FIELDS]).tobytes()
 
 
-def _unpack(meta: bytes, data: bytes) -> EncodedBatches:
+def _unpack(meta: bytes, data: bytes | np.ndarray) -> EncodedBatches:
     """A piece as :meth:`Log.append_encoded` takes it (a writable copy of its bytes: offsets are set in place)."""
     arrays = np.frombuffer(meta, dtype=np.int64).reshape(len(_META_FIELDS), -1)
-    return EncodedBatches(np.frombuffer(data, dtype=np.uint8).copy(), *(arrays[i] for i in range(len(_META_FIELDS))))
+    buffer = np.frombuffer(data, dtype=np.uint8) if isinstance(data, bytes) else data
+    return EncodedBatches(buffer.copy(), *(arrays[i] for i in range(len(_META_FIELDS))))
 
 
 # ---------------------------------------------------------------------------------------- stage 2: write
@@ -164,8 +165,11 @@ def write_pieces(plan: WritePlan, attempt: str, batches: Iterator[pa.RecordBatch
     bounds = np.concatenate(([0], np.flatnonzero(np.diff(partitions)) + 1, [len(partitions)])).tolist()
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
         rows = table.slice(start, end - start)
-        metas, datas = rows.column("meta").to_pylist(), rows.column("data").to_pylist()
-        pieces = [_unpack(meta, data) for meta, data in zip(metas, datas, strict=True)]
+        data = rows.column("data").combine_chunks()
+        offsets = np.frombuffer(data.buffers()[1], dtype=np.int32, count=len(data) + 1, offset=data.offset * 4)
+        values = np.frombuffer(data.buffers()[2], dtype=np.uint8) if len(data) else np.zeros(0, np.uint8)
+        pieces = [_unpack(meta, values[offsets[i]:offsets[i + 1]])
+                  for i, meta in enumerate(rows.column("meta").to_pylist())]
         result = write_partition(plan, int(partitions[start]), pieces, attempt=attempt)
         yield pa.RecordBatch.from_pylist([result.__dict__], schema=RESULTS_SCHEMA)
 

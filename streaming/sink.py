@@ -29,8 +29,8 @@ Where the rows are written (``writes``): ``"driver"`` collects each micro-batch 
 above; ``"executors"`` writes each partition in one Spark task where the rows are
 (:mod:`streaming.executor_writes`: the same steps 2-4 on the executors, fenced against stale task
 attempts, and the driver only reads the commit record, commits and publishes); ``"auto"`` (default)
-picks the executors when the sink has a ``topic`` and the Spark master is not ``local[...]`` (see
-docs/streaming.md for the measurements behind that choice).
+picks the executors when the sink has a ``topic`` and the Spark master spans machines (not
+``local[...]`` nor ``local-cluster[...]``, where measurements favoured the driver: docs/streaming.md).
 
 The sink's protocol runs on the driver (Spark calls ``foreachBatch`` functions there); with driver
 writes it owns the partitions' write locks while open. It serialises batches: it is thread-safe, one
@@ -131,7 +131,7 @@ class SegmentLogSink:
         max_workers: threads appending partitions in parallel (default: CPU count).
         writes: where micro-batches are written: ``"driver"``, ``"executors"`` (needs ``topic``, and no
             ``log_manager``: the executors take the partitions' locks) or ``"auto"`` (executors when
-            both hold and the Spark master is not ``local[...]``).
+            both hold and the Spark master is neither ``local[...]`` nor ``local-cluster[...]``).
     """
 
     def __init__(
@@ -206,8 +206,8 @@ class SegmentLogSink:
         if self.writes != "auto":
             return self.writes == "executors"
         master = batch_df.sparkSession.sparkContext.master or "local"
-        return self.topic is not None and self._log_manager is None and not (master == "local" or
-                                                                             master.startswith("local["))
+        one_machine = master == "local" or master.startswith(("local[", "local-cluster["))
+        return self.topic is not None and self._log_manager is None and not one_machine
 
     def _resolve_query_id(self, batch_df: DataFrame) -> str:
         if self._query_id is None and self._checkpoint_location is not None:

@@ -48,7 +48,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
@@ -218,7 +218,7 @@ def run_suite(spark: SparkSession, workload: Workload, work_dir: Path) -> list[B
     rates = {side: workload.rows / statistics.median(seconds) for side, seconds in times.items()}
     overhead = [b.commit_overhead_ms for b in batch_stats]
     whole = [b.collect_ms + b.prepare_ms + b.append_ms + b.commit_overhead_ms for b in batch_stats]
-    details = {"master": master, "rows": workload.rows, "files": workload.files,
+    details: dict[str, Any] = {"master": master, "rows": workload.rows, "files": workload.files,
                "files_per_trigger": workload.files_per_trigger, "rounds": workload.rounds, "partitions": NUM_PARTITIONS,
                **{f"{side}_seconds": seconds for side, seconds in times.items()},
                **{f"{side}_driver_cpu_s_per_micro_batch": seconds for side, seconds in cpu.items()}}

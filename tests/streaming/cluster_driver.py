@@ -5,6 +5,8 @@ Run as ``python -m tests.streaming.cluster_driver --help`` from the repository r
 crash test (``test_executor_crash.py``) starts it as a subprocess, on ``local-cluster[2,1,1024]``
 (two executor JVMs with their own Python workers), and checks the log afterwards.
 
+``--speculation``: Spark runs speculative copies of slow tasks eagerly.
+
 ``--kill-executors N``: a thread SIGKILLs one of the application's executor JVMs N times, each time
 either while a partition is being written (a fence in state ``writing``) or at a random moment
 (``--seed``); the local cluster's workers start replacement executors and Spark retries the tasks.
@@ -128,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--master", default="local-cluster[2,1,1024]")
     parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--kill-executors", type=int, default=0)
+    parser.add_argument("--speculation", action="store_true", help="speculative copies of slow tasks, eagerly")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--kill-batch", type=int, default=-1)
     parser.add_argument("--kill-phase", choices=PHASES, default="none")
@@ -142,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
     arm(args.kill_batch, args.kill_phase)
     conf = {**TEST_SPARK_CONF, "spark.task.maxFailures": "20", "spark.executor.memory": "512m",
             "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+    if args.speculation:  # a copy of any task running longer than the others so far, after 200 ms
+        conf.update({"spark.speculation": "true", "spark.speculation.interval": "100ms",
+                     "spark.speculation.quantile": "0.3", "spark.speculation.multiplier": "1.0",
+                     "spark.speculation.minTaskRuntime": "200ms"})
     spark = build_spark_session(args.master, "seglog-cluster-driver", conf)
     log_dir = Path(args.log_dir)
     sink = SegmentLogSink(log_dir, topic="crash", num_partitions=args.partitions, writes="executors",

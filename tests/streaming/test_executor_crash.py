@@ -1,5 +1,6 @@
 """Executor writes under the failures clusters have: executor JVMs SIGKILLed at random moments during
-writes on a real ``local-cluster[2,1,1024]`` (two executor JVMs with their own Python workers), and the
+writes on a real ``local-cluster[2,1,1024]`` (two executor JVMs with their own Python workers) with
+eager speculative copies of slow tasks, and the
 driver SIGKILLed in each of its crash windows. After restarting, every input row must be in the log
 exactly once, in per-key order, every batch CRC-valid (decoded by kafka-python), the indexes agreeing
 with the log and nothing left above the high watermark. Drivers are subprocesses
@@ -63,7 +64,7 @@ def _check_exactly_once(log_dir: Path, rows: list[tuple[str, str]], batches: int
     assert SinkCommitLog(log_dir, "crash").read().batch_id == batches - 1
 
 
-def test_executor_jvms_sigkilled_during_writes_then_driver_sigkilled_keep_every_row_exactly_once(
+def test_executor_jvms_sigkilled_during_speculative_writes_then_driver_sigkilled_keep_every_row_exactly_once(
     tmp_path: Path,
 ) -> None:
     files = 6
@@ -72,7 +73,7 @@ def test_executor_jvms_sigkilled_during_writes_then_driver_sigkilled_keep_every_
     print(f"SEGLOG_CRASH_SEED={seed}")  # shown on failure, to replay the same trials
     rng = random.Random(seed)
     kills = scaled(3, ci=2, soak=10)
-    proc = _driver(tmp_path, "--kill-executors", str(kills), "--seed", str(seed))
+    proc = _driver(tmp_path, "--kill-executors", str(kills), "--seed", str(seed), "--speculation")
     assert proc.stdout is not None
     target = rng.randint(2, files - 1)
     killed = 0
