@@ -51,6 +51,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexer.checkpoint import OffsetCheckpointFile, update_checkpoint
+from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig
 from indexer.errors import FencedError, LogLockedError, StorageError
 from indexer.file_names import (
@@ -62,7 +63,6 @@ from indexer.file_names import (
 )
 from indexer.log import Log
 from indexer.records.encoder import EncodedBatches
-from streaming.commit_log import SinkCommitLog
 from streaming.fence import DONE, FenceToken, PartitionFence
 from streaming.micro_batch import TopicLayout, split_record_batch
 
@@ -71,13 +71,36 @@ logger = logging.getLogger(__name__)
 TopicPartition = tuple[str, int]
 PIECES_DDL = "partition int, task int, seq int, rows long, meta binary, data binary"
 RESULTS_DDL = "partition int, start long, `end` long, rows long, attempt string, wrote boolean"
-PIECES_SCHEMA = pa.schema([("partition", pa.int32()), ("task", pa.int32()), ("seq", pa.int32()),
-                           ("rows", pa.int64()), ("meta", pa.binary()), ("data", pa.binary())])
-RESULTS_SCHEMA = pa.schema([("partition", pa.int32()), ("start", pa.int64()), ("end", pa.int64()),
-                            ("rows", pa.int64()), ("attempt", pa.string()), ("wrote", pa.bool_())])
+PIECES_SCHEMA = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("task", pa.int32()),
+        ("seq", pa.int32()),
+        ("rows", pa.int64()),
+        ("meta", pa.binary()),
+        ("data", pa.binary()),
+    ]
+)
+RESULTS_SCHEMA = pa.schema(
+    [
+        ("partition", pa.int32()),
+        ("start", pa.int64()),
+        ("end", pa.int64()),
+        ("rows", pa.int64()),
+        ("attempt", pa.string()),
+        ("wrote", pa.bool_()),
+    ]
+)
 LOCK_WAIT_S = 120.0  # a task waits this long for a partition an earlier attempt still holds
-_META_FIELDS = ("positions", "sizes", "base_offsets", "last_offsets", "max_timestamps",
-                "offsets_of_max_timestamp", "record_counts")
+_META_FIELDS = (
+    "positions",
+    "sizes",
+    "base_offsets",
+    "last_offsets",
+    "max_timestamps",
+    "offsets_of_max_timestamp",
+    "record_counts",
+)
 
 
 @dataclass(frozen=True)
@@ -114,6 +137,7 @@ class PartitionResult:
 
 # --------------------------------------------------------------------------------------- stage 1: encode
 
+
 def encode_pieces(plan: WritePlan, task: int, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Stage 1 of Spark partition ``task``: each record batch split per Kafka partition and encoded;
     one output row per encoded piece (see :data:`PIECES_SCHEMA`)."""
@@ -122,22 +146,30 @@ def encode_pieces(plan: WritePlan, task: int, batches: Iterator[pa.RecordBatch])
     seq = 0
     for batch in batches:
         split = split_record_batch(
-            batch, default_topic=plan.topic, layout=lambda _topic: plan.layout,
-            null_key_start=plan.batch_id + task, now_ms=plan.now_ms, first_row=first_row, round_robin_before=before,
+            batch,
+            default_topic=plan.topic,
+            layout=lambda _topic: plan.layout,
+            null_key_start=plan.batch_id + task,
+            now_ms=plan.now_ms,
+            first_row=first_row,
+            round_robin_before=before,
         )
         before.update(split.round_robin_rows)
         first_row += batch.num_rows
         pieces = [(part.partition, piece) for part in split.parts for piece in part.pieces]
         if not pieces:
             continue
-        yield pa.RecordBatch.from_arrays([
-            pa.array([p for p, _ in pieces], pa.int32()),
-            pa.array([task] * len(pieces), pa.int32()),
-            pa.array(range(seq, seq + len(pieces)), pa.int32()),
-            pa.array([int(piece.record_counts.sum()) for _, piece in pieces], pa.int64()),
-            pa.array([_pack_meta(piece) for _, piece in pieces], pa.binary()),
-            pa.array([piece.buffer.data for _, piece in pieces], pa.binary()),
-        ], schema=PIECES_SCHEMA)
+        yield pa.RecordBatch.from_arrays(
+            [
+                pa.array([p for p, _ in pieces], pa.int32()),
+                pa.array([task] * len(pieces), pa.int32()),
+                pa.array(range(seq, seq + len(pieces)), pa.int32()),
+                pa.array([int(piece.record_counts.sum()) for _, piece in pieces], pa.int64()),
+                pa.array([_pack_meta(piece) for _, piece in pieces], pa.binary()),
+                pa.array([piece.buffer.data for _, piece in pieces], pa.binary()),
+            ],
+            schema=PIECES_SCHEMA,
+        )
         seq += len(pieces)
 
 
@@ -154,13 +186,15 @@ def _unpack(meta: bytes, data: bytes | np.ndarray) -> EncodedBatches:
 
 # ---------------------------------------------------------------------------------------- stage 2: write
 
+
 def write_pieces(plan: WritePlan, attempt: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """Stage 2: append the pieces this task received, per Kafka partition in ``(task, seq)`` order."""
     table = pa.Table.from_batches(list(batches), schema=PIECES_SCHEMA)
     if table.num_rows == 0:
         return
-    table = table.take(pc.sort_indices(table, [("partition", "ascending"), ("task", "ascending"),
-                                               ("seq", "ascending")]))
+    table = table.take(
+        pc.sort_indices(table, [("partition", "ascending"), ("task", "ascending"), ("seq", "ascending")])
+    )
     partitions = table.column("partition").to_numpy()
     bounds = np.concatenate(([0], np.flatnonzero(np.diff(partitions)) + 1, [len(partitions)])).tolist()
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
@@ -168,14 +202,16 @@ def write_pieces(plan: WritePlan, attempt: str, batches: Iterator[pa.RecordBatch
         data = rows.column("data").combine_chunks()
         offsets = np.frombuffer(data.buffers()[1], dtype=np.int32, count=len(data) + 1, offset=data.offset * 4)
         values = np.frombuffer(data.buffers()[2], dtype=np.uint8) if len(data) else np.zeros(0, np.uint8)
-        pieces = [_unpack(meta, values[offsets[i]:offsets[i + 1]])
-                  for i, meta in enumerate(rows.column("meta").to_pylist())]
+        pieces = [
+            _unpack(meta, values[offsets[i] : offsets[i + 1]]) for i, meta in enumerate(rows.column("meta").to_pylist())
+        ]
         result = write_partition(plan, int(partitions[start]), pieces, attempt=attempt)
         yield pa.RecordBatch.from_pylist([result.__dict__], schema=RESULTS_SCHEMA)
 
 
-def open_partition(log_dir: str | Path, tp: TopicPartition, config: LogConfig, *,
-                   lock_wait_s: float = LOCK_WAIT_S) -> Log:
+def open_partition(
+    log_dir: str | Path, tp: TopicPartition, config: LogConfig, *, lock_wait_s: float = LOCK_WAIT_S
+) -> Log:
     """Open one partition for writing without a :class:`LogManager` (which would own the whole log dir):
     its recovery point, log start offset and high watermark from the log dir's checkpoints; waits up to
     ``lock_wait_s`` for its writer lock (an earlier attempt may still be letting go of it).
@@ -197,7 +233,8 @@ def open_partition(log_dir: str | Path, tp: TopicPartition, config: LogConfig, *
     while True:
         try:
             return Log.open(
-                log_dir / partition_dir_name(*tp), config,
+                log_dir / partition_dir_name(*tp),
+                config,
                 recovery_point=checkpointed(RECOVERY_POINT_CHECKPOINT_FILE) or 0,
                 log_start_offset=checkpointed(LOG_START_OFFSET_CHECKPOINT_FILE) or 0,
                 high_watermark=checkpointed(REPLICATION_OFFSET_CHECKPOINT_FILE),
@@ -236,28 +273,51 @@ def write_partition(plan: WritePlan, partition: int, pieces: list[EncodedBatches
             logger.info("%s-%d: batch %d already committed; attempt %s writes nothing", *tp, plan.batch_id, attempt)
             return PartitionResult(partition, start, end, rows, attempt, wrote=False)
         if committed.end_offsets.get(tp, start) != start:
-            raise FencedError(f"{log.directory}: the commit record says {committed.end_offsets.get(tp)}, the plan of "
-                              f"batch {plan.batch_id} {start}: a later batch committed", path=log.directory)
+            raise FencedError(
+                f"{log.directory}: the commit record says {committed.end_offsets.get(tp)}, the plan of "
+                f"batch {plan.batch_id} {start}: a later batch committed",
+                path=log.directory,
+            )
         current = fence.read()
         if current is not None and current.query_id == plan.query_id and current.batch_id > plan.batch_id:  # (b)
-            raise FencedError(f"{log.directory}: batch {current.batch_id} wrote the partition after batch "
-                              f"{plan.batch_id}; attempt {attempt} is stale", path=log.directory)
-        if (token.same_batch(current) and current is not None and current.state == DONE  # (c)
-                and current.start == start and current.end == start + rows and log.log_end_offset == current.end):
+            raise FencedError(
+                f"{log.directory}: batch {current.batch_id} wrote the partition after batch "
+                f"{plan.batch_id}; attempt {attempt} is stale",
+                path=log.directory,
+            )
+        if (
+            token.same_batch(current)
+            and current is not None
+            and current.state == DONE  # (c)
+            and current.start == start
+            and current.end == start + rows
+            and log.log_end_offset == current.end
+        ):
             return PartitionResult(partition, start, current.end, rows, attempt, wrote=False)
         abandon = True
         fence.write(token)  # (d)
         if log.high_watermark > start:
-            raise StorageError(f"partition {tp[0]}-{tp[1]} in {plan.log_dir} has high watermark {log.high_watermark} "
-                               f"above the sink's committed end offset {start}", path=log.directory)
+            raise StorageError(
+                f"partition {tp[0]}-{tp[1]} in {plan.log_dir} has high watermark {log.high_watermark} "
+                f"above the sink's committed end offset {start}",
+                path=log.directory,
+            )
         if log.log_end_offset < start:
-            raise StorageError(f"partition {tp[0]}-{tp[1]} in {plan.log_dir} ends at offset {log.log_end_offset}, "
-                               f"below the sink's committed end offset {start}: committed records are missing",
-                               path=log.directory)
+            raise StorageError(
+                f"partition {tp[0]}-{tp[1]} in {plan.log_dir} ends at offset {log.log_end_offset}, "
+                f"below the sink's committed end offset {start}: committed records are missing",
+                path=log.directory,
+            )
         if log.log_end_offset > start:
             fence.check(token)
-            logger.warning("%s-%d: removing %d uncommitted records (offsets %d..%d) before batch %d", *tp,
-                           log.log_end_offset - start, start, log.log_end_offset - 1, plan.batch_id)
+            logger.warning(
+                "%s-%d: removing %d uncommitted records (offsets %d..%d) before batch %d",
+                *tp,
+                log.log_end_offset - start,
+                start,
+                log.log_end_offset - 1,
+                plan.batch_id,
+            )
             log.truncate_to(start)
         for piece in pieces:
             fence.check(token)
@@ -278,6 +338,7 @@ def write_partition(plan: WritePlan, partition: int, pieces: list[EncodedBatches
 
 # ------------------------------------------------------------------------------------- the driver's side
 
+
 def run_write_job(batch_df: object, plan: WritePlan) -> list[PartitionResult]:
     """Run the micro-batch's two stages on the executors; the accepted attempts' results, one per
     written partition.
@@ -290,10 +351,12 @@ def run_write_job(batch_df: object, plan: WritePlan) -> list[PartitionResult]:
 
     assert isinstance(batch_df, DataFrame)
     encode, write = _task_functions(plan)
-    results = (batch_df.mapInArrow(encode, PIECES_DDL)
-               .repartitionById(plan.layout.num_partitions, "partition")
-               .mapInArrow(write, RESULTS_DDL)
-               .collect())
+    results = (
+        batch_df.mapInArrow(encode, PIECES_DDL)
+        .repartitionById(plan.layout.num_partitions, "partition")
+        .mapInArrow(write, RESULTS_DDL)
+        .collect()
+    )
     out = [PartitionResult(r["partition"], r["start"], r["end"], r["rows"], r["attempt"], r["wrote"]) for r in results]
     seen = Counter(result.partition for result in out)
     if any(count > 1 for count in seen.values()):
@@ -301,8 +364,12 @@ def run_write_job(batch_df: object, plan: WritePlan) -> list[PartitionResult]:
     return out
 
 
-def _task_functions(plan: WritePlan) -> tuple[Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
-                                             Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]]]:
+def _task_functions(
+    plan: WritePlan,
+) -> tuple[
+    Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+    Callable[[Iterator[pa.RecordBatch]], Iterator[pa.RecordBatch]],
+]:
     """The two ``mapInArrow`` functions, closing over ``plan`` only (they are pickled to the executors)."""
 
     def encode(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:

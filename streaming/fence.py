@@ -54,7 +54,10 @@ class FenceToken:
     def same_attempt(self, other: FenceToken | None) -> bool:
         """Whether ``other`` is this very attempt's token (whatever its state)."""
         return other is not None and (other.query_id, other.batch_id, other.attempt) == (
-            self.query_id, self.batch_id, self.attempt)
+            self.query_id,
+            self.batch_id,
+            self.attempt,
+        )
 
     def same_batch(self, other: FenceToken | None) -> bool:
         """Whether ``other`` was written by an attempt of the same micro-batch of the same query."""

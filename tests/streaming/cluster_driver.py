@@ -143,23 +143,45 @@ def main(argv: list[str] | None = None) -> int:
     from tests.spark_session import TEST_SPARK_CONF
 
     arm(args.kill_batch, args.kill_phase)
-    conf = {**TEST_SPARK_CONF, "spark.task.maxFailures": "20", "spark.executor.memory": "512m",
-            "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"}
+    conf = {
+        **TEST_SPARK_CONF,
+        "spark.task.maxFailures": "20",
+        "spark.executor.memory": "512m",
+        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    }
     if args.speculation:  # a copy of any task running longer than the others so far, after 200 ms
-        conf.update({"spark.speculation": "true", "spark.speculation.interval": "100ms",
-                     "spark.speculation.quantile": "0.3", "spark.speculation.multiplier": "1.0",
-                     "spark.speculation.minTaskRuntime": "200ms"})
+        conf.update(
+            {
+                "spark.speculation": "true",
+                "spark.speculation.interval": "100ms",
+                "spark.speculation.quantile": "0.3",
+                "spark.speculation.multiplier": "1.0",
+                "spark.speculation.minTaskRuntime": "200ms",
+            }
+        )
     spark = build_spark_session(args.master, "seglog-cluster-driver", conf)
     log_dir = Path(args.log_dir)
-    sink = SegmentLogSink(log_dir, topic="crash", num_partitions=args.partitions, writes="executors",
-                          settings=load_settings(overrides=parse_overrides(args.config)),
-                          checkpoint_location=args.checkpoint)
+    sink = SegmentLogSink(
+        log_dir,
+        topic="crash",
+        num_partitions=args.partitions,
+        writes="executors",
+        settings=load_settings(overrides=parse_overrides(args.config)),
+        checkpoint_location=args.checkpoint,
+    )
     stop = threading.Event()
-    killer = threading.Thread(target=kill_executors, daemon=True, args=(
-        spark.sparkContext.applicationId, log_dir, args.kill_executors, random.Random(args.seed), stop))
+    killer = threading.Thread(
+        target=kill_executors,
+        daemon=True,
+        args=(spark.sparkContext.applicationId, log_dir, args.kill_executors, random.Random(args.seed), stop),
+    )
     df = spark.readStream.schema("key string, value string").option("maxFilesPerTrigger", 1).json(args.input)
-    query = (df.writeStream.foreachBatch(sink).option("checkpointLocation", args.checkpoint)
-             .trigger(availableNow=True).start())
+    query = (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", args.checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
     killer.start()
     query.awaitTermination()
     stop.set()

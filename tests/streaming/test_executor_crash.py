@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from streaming.commit_log import SinkCommitLog
+from indexer.commit_log import SinkCommitLog
 from tests.budget import scaled
 from tests.streaming.helpers import check_indexes, read_topic, write_json_inputs
 
@@ -30,11 +30,23 @@ DRIVER_TIMEOUT_S = 240
 
 
 def _driver(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "tests.streaming.cluster_driver", "--log-dir", str(tmp_path / "logs"),
-           "--checkpoint", str(tmp_path / "checkpoint"), "--input", str(tmp_path / "in"),
-           "--config", "segment.bytes=65536", *extra]
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.streaming.cluster_driver",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--checkpoint",
+        str(tmp_path / "checkpoint"),
+        "--input",
+        str(tmp_path / "in"),
+        "--config",
+        "segment.bytes=65536",
+        *extra,
+    ]
+    return subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    )
 
 
 def _reap(proc: subprocess.Popen[str]) -> str:

@@ -13,12 +13,12 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
+from indexer.commit_log import SinkCommit, SinkCommitLog
 from indexer.config import Settings
 from indexer.errors import FencedError, StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE
 from indexer.records.encoder import EncodedBatches
 from streaming import executor_writes
-from streaming.commit_log import SinkCommit, SinkCommitLog
 from streaming.executor_writes import (
     PIECES_SCHEMA,
     WritePlan,
@@ -31,19 +31,36 @@ from streaming.fence import DONE, FenceToken, PartitionFence
 from streaming.micro_batch import TopicLayout
 from tests.streaming.helpers import check_indexes, read_topic, snapshot
 
-CONFIG = Settings().log_config("t").with_overrides(
-    {"segment.bytes": 8192, "max.message.bytes": 1024, "index.interval.bytes": 256}, source="test")
+CONFIG = (
+    Settings()
+    .log_config("t")
+    .with_overrides({"segment.bytes": 8192, "max.message.bytes": 1024, "index.interval.bytes": 256}, source="test")
+)
 LAYOUT = TopicLayout(2, CONFIG.max_message_bytes, CONFIG.segment_bytes)
 
 
 def _plan(log_dir: Path, batch_id: int, ends: dict[int, int] | None = None) -> WritePlan:
-    return WritePlan(str(log_dir), "t", "t", LAYOUT, CONFIG, "q", batch_id, 1_700_000_000_000, f"w{batch_id}",
-                     ends if ends is not None else {0: 0, 1: 0})
+    return WritePlan(
+        str(log_dir),
+        "t",
+        "t",
+        LAYOUT,
+        CONFIG,
+        "q",
+        batch_id,
+        1_700_000_000_000,
+        f"w{batch_id}",
+        ends if ends is not None else {0: 0, 1: 0},
+    )
 
 
 def _rows(start: int, n: int) -> pa.RecordBatch:
-    return pa.RecordBatch.from_pydict({"key": [f"k{i % 7}".encode() for i in range(start, start + n)],
-                                       "value": [f"v{i}".encode() for i in range(start, start + n)]})
+    return pa.RecordBatch.from_pydict(
+        {
+            "key": [f"k{i % 7}".encode() for i in range(start, start + n)],
+            "value": [f"v{i}".encode() for i in range(start, start + n)],
+        }
+    )
 
 
 def _pieces(plan: WritePlan, start: int, n: int) -> dict[int, list[EncodedBatches]]:
