@@ -71,14 +71,16 @@ class FileLock:
             self._fd = fd
         logger.debug("acquired lock %s", self.path)
 
-    def release(self) -> None:
-        """Give the lock up (no-op if not held). The file stays; its holder line is cleared."""
+    def release(self, *, clear_holder: bool = True) -> None:
+        """Give the lock up (no-op if not held). The file stays; its holder line is cleared unless
+        ``clear_holder`` is false (a writer letting go as a crash would: the next holder must recover)."""
         with self._mutex:
             fd, self._fd = self._fd, None
             if fd is None:
                 return
             try:
-                os.ftruncate(fd, 0)
+                if clear_holder:
+                    os.ftruncate(fd, 0)
             except OSError as e:  # the lock is still released below; the stale line is only informational
                 logger.warning("could not clear lock file %s: %s", self.path, e)
             finally:

@@ -994,7 +994,8 @@ class Log:
     def abandon(self) -> None:
         """Let go of the files and the partition lock without flushing, trimming or sealing anything, as
         a crash would: for a writer that learnt another writer took the partition over, whose files its
-        own idea of their sizes must no longer touch. Idempotent. Thread-safe.
+        own idea of their sizes must no longer touch. Like a dead writer's, its line stays in the lock
+        file, so the next writer does not take the partition for cleanly closed. Idempotent. Thread-safe.
         """
         with self.lock:
             if self._closed:
@@ -1004,7 +1005,7 @@ class Log:
                 self._segments.close_handlers()
             finally:
                 if self._file_lock is not None:
-                    self._file_lock.release()
+                    self._file_lock.release(clear_holder=False)
         self._log.warning("abandoned at log end offset %d, files left as a crash leaves them", self.log_end_offset)
 
     def __enter__(self) -> Log:

@@ -57,10 +57,12 @@ from indexer.errors import FencedError, LogLockedError, StorageError
 from indexer.file_names import (
     LOG_DIR_LOCK_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
+    PARTITION_LOCK_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
     partition_dir_name,
 )
+from indexer.lock import FileLock
 from indexer.log import Log
 from indexer.records.encoder import EncodedBatches
 from streaming.fence import DONE, FenceToken, PartitionFence
@@ -210,11 +212,12 @@ def write_pieces(plan: WritePlan, attempt: str, batches: Iterator[pa.RecordBatch
 
 
 def open_partition(
-    log_dir: str | Path, tp: TopicPartition, config: LogConfig, *, lock_wait_s: float = LOCK_WAIT_S
+    log_dir: str | Path, tp: TopicPartition, config: LogConfig, *, clean: bool = False, lock_wait_s: float = LOCK_WAIT_S
 ) -> Log:
     """Open one partition for writing without a :class:`LogManager` (which would own the whole log dir):
     its recovery point, log start offset and high watermark from the log dir's checkpoints; waits up to
-    ``lock_wait_s`` for its writer lock (an earlier attempt may still be letting go of it).
+    ``lock_wait_s`` for its writer lock (an earlier attempt may still be letting go of it). ``clean``:
+    the last writer closed it cleanly (see :func:`left_clean`), so the loader need not recover it.
 
     Raises:
         LogLockedError: the lock stayed taken.
@@ -238,11 +241,22 @@ def open_partition(
                 recovery_point=checkpointed(RECOVERY_POINT_CHECKPOINT_FILE) or 0,
                 log_start_offset=checkpointed(LOG_START_OFFSET_CHECKPOINT_FILE) or 0,
                 high_watermark=checkpointed(REPLICATION_OFFSET_CHECKPOINT_FILE),
+                had_clean_shutdown=clean,
             )
         except LogLockedError:
             if time.monotonic() >= deadline:
                 raise
             time.sleep(0.05)
+
+
+def left_clean(partition_dir: Path, fence: PartitionFence) -> bool:
+    """Whether the partition's last writer closed it: its lock file names no holder (a writer that died
+    or abandoned the partition leaves its line) and no attempt is mid-write by its fence. Then opening
+    it skips recovery, which would otherwise re-read its whole active segment at every micro-batch."""
+    if FileLock(partition_dir / PARTITION_LOCK_FILE).holder():
+        return False
+    token = fence.read()
+    return token is None or token.state == DONE
 
 
 def checkpoint_partition(log_dir: str | Path, name: str, updates: Mapping[TopicPartition, int]) -> None:
@@ -263,10 +277,16 @@ def write_partition(plan: WritePlan, partition: int, pieces: list[EncodedBatches
     start = plan.committed_ends[partition]
     rows = sum(int(piece.record_counts.sum()) for piece in pieces)
     token = FenceToken(plan.query_id, plan.batch_id, attempt, start)
-    log = open_partition(plan.log_dir, tp, plan.config)
-    fence = PartitionFence(log.directory, plan.sink_id)
+    fence = PartitionFence(Path(plan.log_dir) / partition_dir_name(*tp), plan.sink_id)
+    clean = left_clean(fence.path.parent, fence)
+    log = open_partition(plan.log_dir, tp, plan.config, clean=clean)
     abandon = False  # once this attempt claimed the partition, only its own success lets it close the log
     try:
+        current = fence.read()
+        if clean and current is not None and current.state != DONE:  # an attempt got in between: recover it
+            log.abandon()
+            log = open_partition(plan.log_dir, tp, plan.config)
+            current = fence.read()
         committed = SinkCommitLog(plan.log_dir, plan.sink_id).read()
         if committed.is_committed(plan.query_id, plan.batch_id):  # (a) a duplicate of a committed batch
             end = committed.end_offsets.get(tp, start)
@@ -278,7 +298,6 @@ def write_partition(plan: WritePlan, partition: int, pieces: list[EncodedBatches
                 f"batch {plan.batch_id} {start}: a later batch committed",
                 path=log.directory,
             )
-        current = fence.read()
         if current is not None and current.query_id == plan.query_id and current.batch_id > plan.batch_id:  # (b)
             raise FencedError(
                 f"{log.directory}: batch {current.batch_id} wrote the partition after batch "

@@ -25,6 +25,7 @@ from streaming.executor_writes import (
     _unpack,
     checkpoint_partition,
     encode_pieces,
+    left_clean,
     write_partition,
 )
 from streaming.fence import DONE, FenceToken, PartitionFence
@@ -131,13 +132,16 @@ def test_retry_after_an_attempt_died_half_way_removes_its_records_and_writes_onc
     assert len(pieces[1]) == 2
     with pytest.raises(RuntimeError):
         write_partition(plan, 1, _DiesAfter(pieces[1], 1), attempt="a")
-    assert PartitionFence(log_dir / "t-1", "t").read() == FenceToken("q", 0, "a", 0)  # claimed, never done
+    fence = PartitionFence(log_dir / "t-1", "t")
+    assert fence.read() == FenceToken("q", 0, "a", 0)  # claimed, never done
+    assert not left_clean(log_dir / "t-1", fence)  # its holder line stays: the retry's open recovers the log
     retry = write_partition(plan, 1, _pieces(plan, 0, 1000)[1], attempt="b")
     assert retry.wrote and retry.end == retry.rows
     stored = read_topic(log_dir, "t", up_to_high_watermark=False)
     assert [r.offset for r in stored] == list(range(retry.end))
     assert len({r.value for r in stored}) == retry.end
     assert check_indexes(log_dir, "t") > 0
+    assert left_clean(log_dir / "t-1", fence)  # closed: the next attempt's open skips recovery
 
 
 def test_zombie_attempt_that_lost_its_lock_is_fenced_and_neither_extends_nor_cuts_the_winner(
