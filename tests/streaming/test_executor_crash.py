@@ -42,6 +42,10 @@ def _driver(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
         str(tmp_path / "in"),
         "--config",
         "segment.bytes=65536",
+        "--config",  # several batches per partition and micro-batch, so appends add index entries
+        "batch.size=1024",
+        "--config",
+        "index.interval.bytes=512",
         *extra,
     ]
     return subprocess.Popen(
