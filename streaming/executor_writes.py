@@ -60,6 +60,7 @@ from indexer.file_names import (
     PARTITION_LOCK_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
+    TopicPartition,
     partition_dir_name,
 )
 from indexer.lock import FileLock
@@ -70,7 +71,6 @@ from streaming.micro_batch import TopicLayout, split_record_batch
 
 logger = logging.getLogger(__name__)
 
-TopicPartition = tuple[str, int]
 PIECES_DDL = "partition int, task int, seq int, rows long, meta binary, data binary"
 RESULTS_DDL = "partition int, start long, `end` long, rows long, attempt string, wrote boolean"
 PIECES_SCHEMA = pa.schema(
