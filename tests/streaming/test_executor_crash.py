@@ -17,9 +17,11 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from indexer.commit_log import SinkCommitLog
+from streaming.partitioner import partition_for_keys
 from tests.budget import scaled
 from tests.streaming.helpers import check_indexes, read_topic, write_json_inputs
 
@@ -72,8 +74,8 @@ def _check_exactly_once(log_dir: Path, rows: list[tuple[str, str]], batches: int
     for r in stored:
         assert r.key is not None and r.value is not None
         by_key[r.key].append((r.partition, r.offset, int(r.value.split(b":")[1])))
-    for key, seen in by_key.items():
-        assert len({partition for partition, _, _ in seen}) == 1, key
+    for key, seen in by_key.items():  # every key in the partition Kafka's partitioner picks for it
+        assert {partition for partition, _, _ in seen} == {int(partition_for_keys(pa.array([key]), 3)[0])}, key
         assert [seq for _, _, seq in sorted(seen)] == list(range(len(seen))), f"order of {key!r}"
     assert len(read_topic(log_dir, "crash", up_to_high_watermark=False)) == len(stored)  # no leftovers
     assert check_indexes(log_dir, "crash") > 0
