@@ -50,9 +50,10 @@ def aborted_batch_mask(
     # The aborted span of the same producer starting at or before each batch, if any.
     found = np.searchsorted(spans, keys, side="right") - 1
     at = np.maximum(found, 0)
-    return (
+    mask: np.ndarray = (
         (found >= 0)
         & (spans["producer_id"][at] == producer_ids)
         & (base_offsets <= lasts[at])
         & ((attributes & TRANSACTIONAL_FLAG_MASK) != 0)
     )
+    return mask
