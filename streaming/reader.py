@@ -325,6 +325,11 @@ def offsets_behind_latest(source_progress: Mapping[str, object]) -> dict[str, fl
             "minOffsetsBehindLatest": float(min(behind))}
 
 
+def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """A planned range; Spark hands ``InputPartition(None)`` to one task when nothing was planned."""
+    return read_range(partition) if isinstance(partition, RangeToRead) else iter(())
+
+
 class SeglogDataSource(DataSource):
     """``format("seglog")``: see the module docstring."""
 
@@ -374,9 +379,7 @@ class _BatchReader(DataSourceReader):
         return list(plan_tasks(options, ranges))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, RangeToRead):
-            raise TypeError(f"seglog source: unexpected input partition {partition!r}")
-        return read_range(partition)
+        return _read(partition)
 
 
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
@@ -467,9 +470,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return list(plan_tasks(self.options, ranges))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        if not isinstance(partition, RangeToRead):
-            raise TypeError(f"seglog source: unexpected input partition {partition!r}")
-        return read_range(partition)
+        return _read(partition)
 
 
 def register(spark: SparkSession) -> None:

@@ -222,10 +222,10 @@ def _first_spec(lower: Mapping[str, str], names: tuple[str, str, str]) -> Offset
         logger.info("seglog source: option %s takes precedence over %s", given[0], ", ".join(given[1:]))
     name = given[0]
     value = lower[name.lower()].strip()
-    if name.endswith("Timestamp"):
-        return OffsetSpec(SpecKind.TIMESTAMP, name, timestamp=_integer(name, value))
     if name.endswith("ByTimestamp"):
         return OffsetSpec(SpecKind.TIMESTAMPS, name, per_partition=_per_partition(name, value))
+    if name.endswith("Timestamp"):
+        return OffsetSpec(SpecKind.TIMESTAMP, name, timestamp=_integer(name, value))
     if value.lower() in ("earliest", "latest"):
         return OffsetSpec(SpecKind(value.lower()), name)
     spec = _per_partition(name, value)
