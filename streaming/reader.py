@@ -236,7 +236,9 @@ def data_loss(fail_on_data_loss: bool, log_dir: str, tp: TopicPartition, start: 
     if fail_on_data_loss:
         raise OffsetOutOfRangeError(
             f"{message}. If you don't want your query to fail on such cases, set the source option "
-            f"failOnDataLoss to false", offset=start, path=Path(log_dir)
+            f"failOnDataLoss to false",
+            offset=start,
+            path=Path(log_dir),
         )
     logger.warning("%s; skipped (failOnDataLoss=false)", message)
 
@@ -259,8 +261,16 @@ def plan_tasks(options: SourceOptions, ranges: list[OffsetRange]) -> list[RangeT
         ranges, min_partitions=options.min_partitions, max_records_per_partition=options.max_records_per_partition
     )
     return [
-        RangeToRead(options.log_dir, r.topic, r.partition, r.start, r.end, options.include_headers,
-                    options.isolation_level, options.fail_on_data_loss)
+        RangeToRead(
+            options.log_dir,
+            r.topic,
+            r.partition,
+            r.start,
+            r.end,
+            options.include_headers,
+            options.isolation_level,
+            options.fail_on_data_loss,
+        )
         for r in pieces
     ]
 
@@ -279,8 +289,9 @@ def read_range(piece: RangeToRead) -> Iterator[pa.RecordBatch]:
             data_loss(piece.fail_on_data_loss, piece.log_dir, tp, start, log.log_start_offset)
             start = log.log_start_offset
         while start < piece.end:
-            table = log.read_records(start, READ_STEP_RECORDS, max_offset=piece.end,
-                                     isolation_level=piece.isolation_level)
+            table = log.read_records(
+                start, READ_STEP_RECORDS, max_offset=piece.end, isolation_level=piece.isolation_level
+            )
             if table.num_rows == 0:
                 break
             yield _spark_batch(table, piece)
@@ -321,8 +332,11 @@ def offsets_behind_latest(source_progress: Mapping[str, object]) -> dict[str, fl
     behind = [max(0, offset - ends.get(tp, offset)) for tp, offset in from_json(json.loads(latest)).items()]
     if not behind:
         return {}
-    return {"avgOffsetsBehindLatest": sum(behind) / len(behind), "maxOffsetsBehindLatest": float(max(behind)),
-            "minOffsetsBehindLatest": float(min(behind))}
+    return {
+        "avgOffsetsBehindLatest": sum(behind) / len(behind),
+        "maxOffsetsBehindLatest": float(max(behind)),
+        "minOffsetsBehindLatest": float(min(behind)),
+    }
 
 
 def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
@@ -351,11 +365,16 @@ class SeglogDataSource(DataSource):
 class _BatchReader(DataSourceReader):
     def __init__(self, options: SourceOptions) -> None:
         starting = options.starting
-        if starting is not None and (starting.kind is SpecKind.LATEST or LATEST in starting.per_partition.values()
-                                     and starting.kind is SpecKind.OFFSETS):
+        if starting is not None and (
+            starting.kind is SpecKind.LATEST
+            or LATEST in starting.per_partition.values()
+            and starting.kind is SpecKind.OFFSETS
+        ):
             raise ConfigError(f"option {starting.option} cannot be latest (-1) in a batch query")
-        for name, value in (("maxOffsetsPerTrigger", options.max_offsets_per_trigger),
-                            ("minOffsetsPerTrigger", options.min_offsets_per_trigger)):
+        for name, value in (
+            ("maxOffsetsPerTrigger", options.max_offsets_per_trigger),
+            ("minOffsetsPerTrigger", options.min_offsets_per_trigger),
+        ):
             if value is not None:
                 logger.info("seglog source: option %s applies to streaming queries only; ignored", name)
         self.options = options
@@ -400,8 +419,9 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         with LogDirView(self.options) as view:
-            starts = resolve(view, self.options.starting or OffsetSpec(SpecKind.LATEST, "startingOffsets"),
-                             starting=True)
+            starts = resolve(
+                view, self.options.starting or OffsetSpec(SpecKind.LATEST, "startingOffsets"), starting=True
+            )
             check_in_range(view, starts, self.options.starting.option if self.options.starting else "")
         return to_json(starts)
 
@@ -427,8 +447,12 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if not isinstance(limit, ReadAllAvailable):
             backlog = sum(max(0, latest[tp] - begin[tp]) for tp in latest)
             minimum, now = self.options.min_offsets_per_trigger, int(time.time() * 1000)
-            if (minimum is not None and self._target is None and backlog < minimum
-                    and now - self._last_trigger_ms < self.options.max_trigger_delay_ms):
+            if (
+                minimum is not None
+                and self._target is None
+                and backlog < minimum
+                and now - self._last_trigger_ms < self.options.max_trigger_delay_ms
+            ):
                 return start
             self._last_trigger_ms = now
             if self.options.max_offsets_per_trigger is not None:
@@ -448,7 +472,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if offset > state.last:
                 raise OffsetOutOfRangeError(
                     f"{tp[0]}-{tp[1]} ends at {state.last}, before offset {offset} this query already read: "
-                    "the partition was truncated or recreated", offset=offset, path=Path(self.options.log_dir))
+                    "the partition was truncated or recreated",
+                    offset=offset,
+                    path=Path(self.options.log_dir),
+                )
             begin[tp] = max(offset, state.first)
         return begin
 
@@ -476,5 +503,3 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 def register(spark: SparkSession) -> None:
     """Make ``format("seglog")`` available in ``spark`` by hand (installing seglog does it already)."""
     spark.dataSource.register(SeglogDataSource)
-
-

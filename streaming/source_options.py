@@ -41,10 +41,24 @@ _REJECTED_KAFKA = {
     "interceptor.classes": "consumer interceptors are not supported",
 }
 _KNOWN = (
-    "path", "subscribe", "subscribePattern", "assign", "startingOffsets", "startingOffsetsByTimestamp",
-    "startingTimestamp", "startingOffsetsByTimestampStrategy", "endingOffsets", "endingOffsetsByTimestamp",
-    "endingTimestamp", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay", "failOnDataLoss",
-    "minPartitions", "maxRecordsPerPartition", "includeHeaders",
+    "path",
+    "subscribe",
+    "subscribePattern",
+    "assign",
+    "startingOffsets",
+    "startingOffsetsByTimestamp",
+    "startingTimestamp",
+    "startingOffsetsByTimestampStrategy",
+    "endingOffsets",
+    "endingOffsetsByTimestamp",
+    "endingTimestamp",
+    "maxOffsetsPerTrigger",
+    "minOffsetsPerTrigger",
+    "maxTriggerDelay",
+    "failOnDataLoss",
+    "minPartitions",
+    "maxRecordsPerPartition",
+    "includeHeaders",
 )
 
 
@@ -168,8 +182,8 @@ def _check_names(lower: Mapping[str, str]) -> IsolationLevel:
                     f"option kafka.isolation.level must be read_uncommitted or read_committed, got {lower[key]!r}"
                 ) from None
         elif key.startswith("kafka."):
-            if key[len("kafka."):] in _REJECTED_KAFKA:
-                raise ConfigError(f"option {key} is not supported: {_REJECTED_KAFKA[key[len('kafka.'):]]}")
+            if key[len("kafka.") :] in _REJECTED_KAFKA:
+                raise ConfigError(f"option {key} is not supported: {_REJECTED_KAFKA[key[len('kafka.') :]]}")
             logger.info("seglog source: option %s has no meaning without a broker; ignored", key)
         elif key in _IGNORED:
             logger.info("seglog source: option %s has no meaning without a broker; ignored", key)

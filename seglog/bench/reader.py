@@ -90,8 +90,13 @@ def make_inputs(work_dir: Path, workload: Workload, *, seed: int = 1) -> None:
     rng = np.random.default_rng(seed)
     kinds = np.array(["view", "click", "add_to_cart", "purchase"])
     step = 100_000
-    with SegmentLogSink(work_dir / "logs", topic=TOPIC, num_partitions=NUM_PARTITIONS, settings=Settings(),
-                        config={"compression.type": "lz4"}) as sink:
+    with SegmentLogSink(
+        work_dir / "logs",
+        topic=TOPIC,
+        num_partitions=NUM_PARTITIONS,
+        settings=Settings(),
+        config={"compression.type": "lz4"},
+    ) as sink:
         for batch_id, start in enumerate(range(0, workload.rows, step)):
             n = min(step, workload.rows - start)
             users = rng.integers(0, NUM_USERS, n)
@@ -100,15 +105,29 @@ def make_inputs(work_dir: Path, workload: Workload, *, seed: int = 1) -> None:
                 np.char.add(np.char.add('{"event_id":', ids.astype(str)), np.char.add(',"type":"', kinds[ids % 4])),
                 np.char.add('","payload":"', np.char.add(np.full(n, "x" * 150), '"}')),
             )
-            sink.write_batch(pa.table({
-                "key": pa.array(np.char.add("user-", users.astype(str)).astype(object), pa.string()).cast(pa.binary()),
-                "value": pa.array(values.astype(object), pa.string()).cast(pa.binary()),
-            }), batch_id, query_id="bench")
+            sink.write_batch(
+                pa.table(
+                    {
+                        "key": pa.array(np.char.add("user-", users.astype(str)).astype(object), pa.string()).cast(
+                            pa.binary()
+                        ),
+                        "value": pa.array(values.astype(object), pa.string()).cast(pa.binary()),
+                    }
+                ),
+                batch_id,
+                query_id="bench",
+            )
     parquet = work_dir / "parquet"
     parquet.mkdir(parents=True, exist_ok=True)
-    batches = [batch for p in range(NUM_PARTITIONS)
-               for batch in read_range(RangeToRead(str(work_dir / "logs"), TOPIC, p, 0, workload.rows, False,
-                                                   IsolationLevel.READ_UNCOMMITTED, True))]
+    batches = [
+        batch
+        for p in range(NUM_PARTITIONS)
+        for batch in read_range(
+            RangeToRead(
+                str(work_dir / "logs"), TOPIC, p, 0, workload.rows, False, IsolationLevel.READ_UNCOMMITTED, True
+            )
+        )
+    ]
     table = pa.Table.from_batches(batches)
     for f, start in enumerate(range(0, table.num_rows, workload.rows_per_file)):
         path = parquet / f"part-{f:05d}.parquet"
@@ -121,17 +140,26 @@ def run_query(
 ) -> tuple[float, int]:
     """Run one availableNow query of ``side`` into the no-op sink; returns (seconds, rows read)."""
     if side == SEGLOG:
-        df = (spark.readStream.format("seglog").option("subscribe", TOPIC).option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", workload.rows_per_trigger).load(str(work_dir / "logs")))
+        df = (
+            spark.readStream.format("seglog")
+            .option("subscribe", TOPIC)
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", workload.rows_per_trigger)
+            .load(str(work_dir / "logs"))
+        )
     else:
         schema = spark.read.parquet(str(work_dir / "parquet")).schema
-        df = (spark.readStream.schema(schema).option("maxFilesPerTrigger", FILES_PER_TRIGGER)
-              .parquet(str(work_dir / "parquet")))
+        df = (
+            spark.readStream.schema(schema)
+            .option("maxFilesPerTrigger", FILES_PER_TRIGGER)
+            .parquet(str(work_dir / "parquet"))
+        )
     gc.collect()
     spark.sparkContext._jvm.System.gc()  # type: ignore[union-attr]
     started = time.perf_counter()
-    query = (df.writeStream.format("noop").option("checkpointLocation", str(checkpoint))
-             .trigger(availableNow=True).start())
+    query = (
+        df.writeStream.format("noop").option("checkpointLocation", str(checkpoint)).trigger(availableNow=True).start()
+    )
     query.awaitTermination()
     elapsed = time.perf_counter() - started
     rows = sum(int(p["numInputRows"]) for p in query.recentProgress)
@@ -146,17 +174,25 @@ def compare(spark: SparkSession, work_dir: Path, workload: Workload) -> BenchRes
     times: dict[str, list[float]] = {SEGLOG: [], PARQUET: []}
     counted: dict[str, list[int]] = {SEGLOG: [], PARQUET: []}
     for r in range(workload.rounds):
-        for side in ((SEGLOG, PARQUET) if r % 2 == 0 else (PARQUET, SEGLOG)):
+        for side in (SEGLOG, PARQUET) if r % 2 == 0 else (PARQUET, SEGLOG):
             seconds, rows = run_query(spark, work_dir, workload, side, work_dir / f"round{r}-{side}")
             times[side].append(seconds)
             counted[side].append(rows)
             logger.info("round %d %s: %.2f s, %d rows", r, side, seconds, rows)
     rates = {side: workload.rows / statistics.median(seconds) for side, seconds in times.items()}
     return throughput_result(
-        "reader rows/s", "rows/s", rates[SEGLOG], "Spark Parquet file source (snappy)", rates[PARQUET], 1.0,
-        rows=workload.rows, rows_per_trigger=workload.rows_per_trigger, rounds=workload.rounds,
+        "reader rows/s",
+        "rows/s",
+        rates[SEGLOG],
+        "Spark Parquet file source (snappy)",
+        rates[PARQUET],
+        1.0,
+        rows=workload.rows,
+        rows_per_trigger=workload.rows_per_trigger,
+        rounds=workload.rounds,
         round_ratios=[p / s for s, p in zip(times[SEGLOG], times[PARQUET], strict=True)],
-        rows_counted=counted, **{f"{side}_seconds": seconds for side, seconds in times.items()},
+        rows_counted=counted,
+        **{f"{side}_seconds": seconds for side, seconds in times.items()},
     )
 
 
@@ -178,8 +214,14 @@ def executors_scaling(work_dir: Path, workload: Workload) -> BenchResult:
             spark.stop()
         rates[executors] = workload.rows / seconds
     return throughput_result(
-        "reader rows/s, 2 executors over 1", "rows/s", rates[2], "the same query on 1 executor", rates[1], None,
-        records_per_second_added_by_second_executor=rates[2] - rates[1], rows=workload.rows,
+        "reader rows/s, 2 executors over 1",
+        "rows/s",
+        rates[2],
+        "the same query on 1 executor",
+        rates[1],
+        None,
+        records_per_second_added_by_second_executor=rates[2] - rates[1],
+        rows=workload.rows,
     )
 
 

@@ -44,14 +44,32 @@ def write_transactional_partition(directory: Path) -> None:
     pieces = []
     for first, what, producer in LAYOUT:
         if isinstance(what, str):
-            pieces.append(encode_end_txn_marker_batch(base_offset=first, producer_id=producer, producer_epoch=0,
-                                                      coordinator_epoch=0, commit=what == "commit",
-                                                      timestamp_ms=1000 + first))
+            pieces.append(
+                encode_end_txn_marker_batch(
+                    base_offset=first,
+                    producer_id=producer,
+                    producer_epoch=0,
+                    coordinator_epoch=0,
+                    commit=what == "commit",
+                    timestamp_ms=1000 + first,
+                )
+            )
             continue
-        table = to_append_table({"value": [f"v{first + i}".encode() for i in range(what)],
-                                 "timestamp": [1000 + first + i for i in range(what)]}, now_ms=0)
-        encoded = encode_batches(table, first, producer_id=producer, producer_epoch=0 if producer >= 0 else -1,
-                                 base_sequence=0 if producer >= 0 else -1, is_transactional=producer >= 0)
+        table = to_append_table(
+            {
+                "value": [f"v{first + i}".encode() for i in range(what)],
+                "timestamp": [1000 + first + i for i in range(what)],
+            },
+            now_ms=0,
+        )
+        encoded = encode_batches(
+            table,
+            first,
+            producer_id=producer,
+            producer_epoch=0 if producer >= 0 else -1,
+            base_sequence=0 if producer >= 0 else -1,
+            is_transactional=producer >= 0,
+        )
         pieces.append(encoded.buffer.tobytes())
     log_file(directory, 0).write_bytes(b"".join(pieces))
     index = TransactionIndex(transaction_index_file(directory, 0), 0)
@@ -79,8 +97,9 @@ def test_read_committed_leaves_out_aborted_batches(tmp_path: Path) -> None:
         assert _offsets(log.read_records(8, max_offset=10, isolation_level=IsolationLevel.READ_COMMITTED)) == [8, 9]
 
 
-def _kafka_consumer_walk(base: np.ndarray, pids: np.ndarray, txn: np.ndarray, markers: np.ndarray,
-                         aborted: list[AbortedTxn]) -> np.ndarray:
+def _kafka_consumer_walk(
+    base: np.ndarray, pids: np.ndarray, txn: np.ndarray, markers: np.ndarray, aborted: list[AbortedTxn]
+) -> np.ndarray:
     """Kafka's ``CompletedFetch`` walk (aborted producer set fed by first offsets, ABORT markers remove)."""
     pending = sorted(aborted, key=lambda t: t.first_offset)
     active: set[int] = set()

@@ -31,16 +31,30 @@ def main(argv: list[str] | None = None) -> int:
     from streaming.sink import SegmentLogSink
 
     arm(args.kill_batch, args.kill_phase)
-    spark = (SparkSession.builder.master("local[2]").appName("seglog-pipeline")
-             .config("spark.ui.enabled", "false").config("spark.sql.shuffle.partitions", "2")
-             .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC").getOrCreate())
+    spark = (
+        SparkSession.builder.master("local[2]")
+        .appName("seglog-pipeline")
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .getOrCreate()
+    )
     spark.sparkContext.setLogLevel("ERROR")
-    source = (spark.readStream.format("seglog").option("subscribe", "src").option("startingOffsets", "earliest")
-              .option("maxOffsetsPerTrigger", args.max_offsets_per_trigger).load(args.log_dir))
+    source = (
+        spark.readStream.format("seglog")
+        .option("subscribe", "src")
+        .option("startingOffsets", "earliest")
+        .option("maxOffsetsPerTrigger", args.max_offsets_per_trigger)
+        .load(args.log_dir)
+    )
     transformed = source.select("key", F.upper(F.col("value").cast("string")).cast("binary").alias("value"))
     with SegmentLogSink(args.log_dir, topic="dst", num_partitions=3, checkpoint_location=args.checkpoint) as sink:
-        query = (transformed.writeStream.foreachBatch(sink).option("checkpointLocation", args.checkpoint)
-                 .trigger(availableNow=True).start())
+        query = (
+            transformed.writeStream.foreachBatch(sink)
+            .option("checkpointLocation", args.checkpoint)
+            .trigger(availableNow=True)
+            .start()
+        )
         query.awaitTermination()
     print(f"DONE rows={sink.rows_written}", flush=True)
     spark.stop()

@@ -39,12 +39,18 @@ def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("reader")
     headers = [[{"key": "h", "value": f"{i}".encode()}] if i % 3 == 0 else None for i in range(40)]
     with SegmentLogSink(root, topic="ev", num_partitions=2, settings=Settings()) as sink:
-        sink.write_batch(pa.table({"key": [f"k{i % 7}".encode() for i in range(40)],
-                                   "value": [f"v{i}".encode() for i in range(40)],
-                                   "timestamp": pa.array(range(1000, 1040), pa.int64()),
-                                   "headers": pa.array(headers, pa.list_(pa.struct([("key", pa.string()),
-                                                                                    ("value", pa.binary())])))}),
-                         0, query_id="q")
+        sink.write_batch(
+            pa.table(
+                {
+                    "key": [f"k{i % 7}".encode() for i in range(40)],
+                    "value": [f"v{i}".encode() for i in range(40)],
+                    "timestamp": pa.array(range(1000, 1040), pa.int64()),
+                    "headers": pa.array(headers, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+                }
+            ),
+            0,
+            query_id="q",
+        )
     with SegmentLogSink(root, topic="other", num_partitions=1, settings=Settings()) as sink:
         sink.write_batch(pa.table({"value": [f"o{i}".encode() for i in range(5)]}), 0, query_id="q")
     with Log.open(root / "ev-0", LogConfig()) as log:
@@ -70,13 +76,22 @@ def oracle(log_dir: Path, topic: str) -> list[tuple[str, int, int, bytes]]:
 def test_kafka_columns_committed_records_and_headers(spark: SparkSession, log_dir: Path) -> None:
     df = seglog(spark, subscribe="ev").load(str(log_dir))
     assert df.columns == KAFKA_COLUMNS  # no headers column unless includeHeaders=true, as Spark's source
-    assert [f.dataType.simpleString() for f in df.schema] == ["binary", "binary", "string", "int", "bigint",
-                                                              "timestamp", "int"]
+    assert [f.dataType.simpleString() for f in df.schema] == [
+        "binary",
+        "binary",
+        "string",
+        "int",
+        "bigint",
+        "timestamp",
+        "int",
+    ]
     assert rows(df) == oracle(log_dir, "ev") and len(rows(df)) == 40  # the uncommitted record is not there
     with_headers = seglog(spark, subscribe="ev", includeHeaders="true").load(str(log_dir))
     assert with_headers.columns == [*KAFKA_COLUMNS, "headers"]
-    expected = {(s.partition, s.offset): (s.key, s.timestamp, [(k, v) for k, v in s.headers] or None)
-                for s in read_topic(log_dir, "ev")}
+    expected = {
+        (s.partition, s.offset): (s.key, s.timestamp, [(k, v) for k, v in s.headers] or None)
+        for s in read_topic(log_dir, "ev")
+    }
     for r in with_headers.collect():
         key, timestamp, headers = expected[(r.partition, r.offset)]
         assert (r.key, round(r.timestamp.timestamp() * 1000), r.timestampType) == (key, timestamp, 0)
@@ -95,23 +110,34 @@ def test_offsets_and_timestamps_select_ranges(spark: SparkSession, log_dir: Path
     path = str(log_dir)
     everything = oracle(log_dir, "ev")
     ends = {p: sum(1 for r in everything if r[1] == p) for p in (0, 1)}
-    some = seglog(spark, subscribe="ev", startingOffsets=json.dumps({"ev": {"0": 2, "1": -2}}),
-                  endingOffsets=json.dumps({"ev": {"0": 4, "1": -1}})).load(path)
+    some = seglog(
+        spark,
+        subscribe="ev",
+        startingOffsets=json.dumps({"ev": {"0": 2, "1": -2}}),
+        endingOffsets=json.dumps({"ev": {"0": 4, "1": -1}}),
+    ).load(path)
     assert rows(some) == [r for r in everything if (r[1] == 0 and 2 <= r[2] < 4) or r[1] == 1]
     by_time = {(s.partition, s.offset): s.timestamp for s in read_topic(log_dir, "ev")}
 
     def since(ts: int, until: int | None = None) -> list[tuple[str, int, int, bytes]]:
         # Offsets from each partition's first record at or after ts (records are in time order here).
-        return [r for r in everything
-                if by_time[(r[1], r[2])] >= ts and (until is None or by_time[(r[1], r[2])] < until)]
+        return [
+            r for r in everything if by_time[(r[1], r[2])] >= ts and (until is None or by_time[(r[1], r[2])] < until)
+        ]
 
     assert rows(seglog(spark, subscribe="ev", startingTimestamp="1030").load(path)) == since(1030)
-    assert rows(seglog(spark, subscribe="ev", startingOffsetsByTimestamp=json.dumps({"ev": {"0": 1010, "1": 1020}}),
-                       startingOffsets="latest").load(path)) == \
-        [r for r in since(1010) if r[1] == 0] + [r for r in since(1020) if r[1] == 1]
+    assert rows(
+        seglog(
+            spark,
+            subscribe="ev",
+            startingOffsetsByTimestamp=json.dumps({"ev": {"0": 1010, "1": 1020}}),
+            startingOffsets="latest",
+        ).load(path)
+    ) == [r for r in since(1010) if r[1] == 0] + [r for r in since(1020) if r[1] == 1]
     assert rows(seglog(spark, subscribe="ev", endingTimestamp="1020").load(path)) == since(0, 1020)
-    assert rows(seglog(spark, subscribe="ev", endingOffsetsByTimestamp=json.dumps({"ev": {"0": 1005, "1": 9999}}))
-                .load(path)) == [r for r in since(0, 1005) if r[1] == 0] + [r for r in everything if r[1] == 1]
+    assert rows(
+        seglog(spark, subscribe="ev", endingOffsetsByTimestamp=json.dumps({"ev": {"0": 1005, "1": 9999}})).load(path)
+    ) == [r for r in since(0, 1005) if r[1] == 0] + [r for r in everything if r[1] == 1]
     # No record at or after the timestamp: Kafka's default strategy fails, "latest" starts at the end.
     with pytest.raises(Exception, match="has no record at or after timestamp 5000"):
         seglog(spark, subscribe="ev", startingTimestamp="5000").load(path).collect()
@@ -134,19 +160,27 @@ def test_min_partitions_and_max_records_per_partition_split_tasks(spark: SparkSe
     assert seglog(spark, subscribe="ev").load(str(log_dir)).rdd.getNumPartitions() == 2
 
 
-@pytest.mark.parametrize(("options", "path", "message"), [
-    ({"subscribe": "nope"}, "", r"subscribe=nope: nope not found in .* \(topics there: ev, other\)"),
-    ({"subscribePattern": "x.*"}, "", "no topic matches 'x.*'"),
-    ({"assign": '{"ev": [7]}'}, "", "ev-7 not found"),
-    ({"subscribe": "ev"}, "missing", "log directory .*missing does not exist"),
-    ({"subscribe": "ev"}, "ev-0", "is a partition directory; give the log directory that holds it"),
-    ({"subscribe": "ev", "startingOffsets": '{"ev": {"0": 1}}'}, "", "must name exactly the partitions .*ev-0, ev-1"),
-    ({"subscribe": "ev", "startingOffsets": '{"ev": {"0": 1}'}, "", "startingOffsets is not valid JSON"),
-    ({"subscribe": "ev", "subscribePattern": "e.*"}, "", "exactly one of the options"),
-    ({"subscribe": "ev", "maxOffsetPerTrigger": "5"}, "", "did you mean maxOffsetsPerTrigger"),
-])
-def test_bad_options_fail_at_load_on_the_driver(spark: SparkSession, log_dir: Path, options: dict[str, str],
-                                               path: str, message: str) -> None:
+@pytest.mark.parametrize(
+    ("options", "path", "message"),
+    [
+        ({"subscribe": "nope"}, "", r"subscribe=nope: nope not found in .* \(topics there: ev, other\)"),
+        ({"subscribePattern": "x.*"}, "", "no topic matches 'x.*'"),
+        ({"assign": '{"ev": [7]}'}, "", "ev-7 not found"),
+        ({"subscribe": "ev"}, "missing", "log directory .*missing does not exist"),
+        ({"subscribe": "ev"}, "ev-0", "is a partition directory; give the log directory that holds it"),
+        (
+            {"subscribe": "ev", "startingOffsets": '{"ev": {"0": 1}}'},
+            "",
+            "must name exactly the partitions .*ev-0, ev-1",
+        ),
+        ({"subscribe": "ev", "startingOffsets": '{"ev": {"0": 1}'}, "", "startingOffsets is not valid JSON"),
+        ({"subscribe": "ev", "subscribePattern": "e.*"}, "", "exactly one of the options"),
+        ({"subscribe": "ev", "maxOffsetPerTrigger": "5"}, "", "did you mean maxOffsetsPerTrigger"),
+    ],
+)
+def test_bad_options_fail_at_load_on_the_driver(
+    spark: SparkSession, log_dir: Path, options: dict[str, str], path: str, message: str
+) -> None:
     with pytest.raises(AnalysisException, match=message) as info:
         seglog(spark, **options).load(str(log_dir / path) if path else str(log_dir))
     assert "ConfigError" in str(info.value) and "AssertionError" not in str(info.value)
@@ -175,12 +209,19 @@ def test_real_broker_logs_read_in_place(spark: SparkSession, vectors_dir: Path) 
     decoding between each partition's log start and its checkpointed high watermark."""
     for log_dir in sorted(p for p in vectors_dir.iterdir() if p.is_dir()):
         got = {}
-        for r in seglog(spark, subscribePattern="[^_].*").load(str(log_dir)).select("topic", "partition", "offset",
-                                                                                  "value").collect():
+        for r in (
+            seglog(spark, subscribePattern="[^_].*")
+            .load(str(log_dir))
+            .select("topic", "partition", "offset", "value")
+            .collect()
+        ):
             got.setdefault((r.topic, r.partition), []).append((r.offset, r.value))
         with LogManager(log_dir, Settings(), read_only=True) as manager:
-            bounds = {tp: (log.log_start_offset, min(log.high_watermark, log.log_end_offset))
-                      for tp in manager.partitions() if (log := manager.get_log(*tp)) is not None}
+            bounds = {
+                tp: (log.log_start_offset, min(log.high_watermark, log.log_end_offset))
+                for tp in manager.partitions()
+                if (log := manager.get_log(*tp)) is not None
+            }
         for directory in sorted(p for p in log_dir.iterdir() if p.is_dir() and not p.name.startswith("_")):
             tp = parse_topic_partition_name(directory.name)
             first, last = bounds[tp]

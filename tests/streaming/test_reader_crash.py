@@ -16,8 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from indexer.commit_log import SinkCommitLog
 from indexer.config import Settings
-from streaming.commit_log import SinkCommitLog
 from streaming.sink import SegmentLogSink
 from tests.streaming.helpers import read_topic
 
@@ -32,10 +32,21 @@ def _driver(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
     env = {k: v for k, v in os.environ.items() if k != "PYSPARK_PYTHON"}
     env["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"  # an activated venv
     env["PYTHONPATH"] = str(REPO)
-    cmd = [sys.executable, "-m", "tests.streaming.pipeline_driver", "--log-dir", str(tmp_path / "logs"),
-           "--checkpoint", str(tmp_path / "checkpoint"), "--max-offsets-per-trigger", str(PER_TRIGGER), *extra]
-    return subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.streaming.pipeline_driver",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--checkpoint",
+        str(tmp_path / "checkpoint"),
+        "--max-offsets-per-trigger",
+        str(PER_TRIGGER),
+        *extra,
+    ]
+    return subprocess.Popen(
+        cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
 
 
 def _run(proc: subprocess.Popen[str]) -> tuple[str, str]:
@@ -51,10 +62,14 @@ def _run(proc: subprocess.Popen[str]) -> tuple[str, str]:
 
 def test_seglog_to_seglog_keeps_every_record_once_across_driver_sigkills(tmp_path: Path, test_budget: str) -> None:
     values = [f"k{(i * 7919) % KEYS}:{i:05d}" for i in range(ROWS)]
-    with SegmentLogSink(tmp_path / "logs", topic="src", num_partitions=3, settings=Settings(),
-                        sink_id="producer") as producer:
-        producer.write_batch(pa.table({"key": [v.split(":")[0].encode() for v in values],
-                                       "value": [v.encode() for v in values]}), 0, query_id="producer")
+    with SegmentLogSink(
+        tmp_path / "logs", topic="src", num_partitions=3, settings=Settings(), sink_id="producer"
+    ) as producer:
+        producer.write_batch(
+            pa.table({"key": [v.split(":")[0].encode() for v in values], "value": [v.encode() for v in values]}),
+            0,
+            query_id="producer",
+        )
     seed = int(os.environ.get("SEGLOG_CRASH_SEED", random.randrange(2**32)))
     print(f"SEGLOG_CRASH_SEED={seed}")
     rng = random.Random(seed)

@@ -24,13 +24,24 @@ from tests.streaming.helpers import read_topic
 pytestmark = pytest.mark.spark
 
 
-def append(log_dir: Path, topic: str, values: list[str], batch_id: int, *, partitions: int = 2,
-           config: dict[str, int] | None = None) -> None:
+def append(
+    log_dir: Path,
+    topic: str,
+    values: list[str],
+    batch_id: int,
+    *,
+    partitions: int = 2,
+    config: dict[str, int] | None = None,
+) -> None:
     """Commit ``values`` to ``topic`` as one sink micro-batch (what a producing pipeline does)."""
-    with SegmentLogSink(log_dir, topic=topic, num_partitions=partitions, settings=Settings(), config=config,
-                        sink_id=f"{topic}-producer") as sink:
-        sink.write_batch(pa.table({"key": [v.encode() for v in values], "value": [v.encode() for v in values]}),
-                         batch_id, query_id="producer")
+    with SegmentLogSink(
+        log_dir, topic=topic, num_partitions=partitions, settings=Settings(), config=config, sink_id=f"{topic}-producer"
+    ) as sink:
+        sink.write_batch(
+            pa.table({"key": [v.encode() for v in values], "value": [v.encode() for v in values]}),
+            batch_id,
+            query_id="producer",
+        )
 
 
 def stream(spark: SparkSession, log_dir: Path, **options: str) -> DataFrame:
@@ -60,15 +71,20 @@ class Batches:
         return sorted(v for rows in self.batches.values() for _, _, v in rows)
 
 
-def test_available_now_reads_everything_once_within_max_offsets_per_trigger(spark: SparkSession,
-                                                                             tmp_path: Path) -> None:
+def test_available_now_reads_everything_once_within_max_offsets_per_trigger(
+    spark: SparkSession, tmp_path: Path
+) -> None:
     log_dir = tmp_path / "logs"
     values = [f"v{i:03d}" for i in range(50)]
     append(log_dir, "ev", values, 0)
     sink = Batches()
-    query = (stream(spark, log_dir, subscribe="ev", startingOffsets="earliest", maxOffsetsPerTrigger="7")
-             .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt"))
-             .trigger(availableNow=True).start())
+    query = (
+        stream(spark, log_dir, subscribe="ev", startingOffsets="earliest", maxOffsetsPerTrigger="7")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination(120)
     assert sink.values() == sorted(v.encode() for v in values)  # everything, exactly once
     assert [len(b) for _, b in sorted(sink.batches.items())] == [7] * 7 + [1]  # the limit, per trigger
@@ -80,8 +96,13 @@ def test_available_now_reads_everything_once_within_max_offsets_per_trigger(spar
     assert offsets_behind_latest(progress[-1]["sources"][0])["maxOffsetsBehindLatest"] == 0
     # Restarted from its checkpoint, the query has nothing left to read.
     again = Batches()
-    rerun = (stream(spark, log_dir, subscribe="ev", startingOffsets="earliest").writeStream.foreachBatch(again)
-             .option("checkpointLocation", str(tmp_path / "ckpt")).trigger(availableNow=True).start())
+    rerun = (
+        stream(spark, log_dir, subscribe="ev", startingOffsets="earliest")
+        .writeStream.foreachBatch(again)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
     rerun.awaitTermination(120)
     assert again.values() == []
 
@@ -90,9 +111,13 @@ def test_running_query_waits_for_min_offsets_until_max_trigger_delay(spark: Spar
     log_dir = tmp_path / "logs"
     append(log_dir, "ev", ["old"], 0)  # before the query: not read (startingOffsets defaults to latest)
     sink = Batches()
-    query = (stream(spark, log_dir, subscribe="ev", minOffsetsPerTrigger="10", maxTriggerDelay="4s")
-             .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt"))
-             .trigger(processingTime="300 milliseconds").start())
+    query = (
+        stream(spark, log_dir, subscribe="ev", minOffsetsPerTrigger="10", maxTriggerDelay="4s")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
     try:
         deadline = time.monotonic() + 90
         while not query.recentProgress and time.monotonic() < deadline:  # the first trigger has run
@@ -113,7 +138,8 @@ def test_running_query_waits_for_min_offsets_until_max_trigger_delay(spark: Spar
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
 def test_fail_on_data_loss_when_retention_deletes_a_segment_under_the_query(
-        spark: SparkSession, tmp_path: Path, fail_on_data_loss: bool) -> None:
+    spark: SparkSession, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
     log_dir = tmp_path / "logs"
     small = {"segment.bytes": 400}
     for batch in range(8):  # one partition, ~one sink batch per segment
@@ -132,10 +158,20 @@ def test_fail_on_data_loss_when_retention_deletes_a_segment_under_the_query(
             deleted.append(log.log_start_offset)
 
     sink = Batches(retention)  # batch 0 holds offsets 0..4
-    query = (stream(spark, log_dir, subscribe="dl", startingOffsets="earliest", maxOffsetsPerTrigger="5",
-                    failOnDataLoss=str(fail_on_data_loss).lower())
-             .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ckpt"))
-             .trigger(availableNow=True).start())
+    query = (
+        stream(
+            spark,
+            log_dir,
+            subscribe="dl",
+            startingOffsets="earliest",
+            maxOffsetsPerTrigger="5",
+            failOnDataLoss=str(fail_on_data_loss).lower(),
+        )
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
     stored = read_topic(log_dir, "dl")  # what retention left, decoded by kafka-python
     if fail_on_data_loss:
         with pytest.raises(StreamingQueryException, match=r"offsets 5\.\.\d+ of dl-0 were deleted .*failOnDataLoss"):

@@ -27,7 +27,13 @@ print(source.__module__, source.__name__, sorted(names))
 
 
 def test_spark_lookup_registers_seglog(tmp_path: Path) -> None:
-    done = subprocess.run([sys.executable, "-c", SCAN], cwd=tmp_path, capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"})
+    done = subprocess.run(
+        [sys.executable, "-c", SCAN],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.split()[:2] == ["streaming.reader", "SeglogDataSource"]
