@@ -184,3 +184,28 @@ def test_fail_on_data_loss_when_retention_deletes_a_segment_under_the_query(
     assert start > 5
     expected = sorted([f"r0-{i}".encode() for i in range(5)] + [s.value for s in stored if s.offset >= start])
     assert sink.values() == expected  # batch 0, then everything retention left, once
+
+
+def test_running_query_picks_up_new_topics_of_its_pattern(spark: SparkSession, tmp_path: Path) -> None:
+    """As Kafka's pattern subscription: a topic created later is read from its earliest offset."""
+    log_dir = tmp_path / "logs"
+    append(log_dir, "t1", ["a"], 0)
+    sink = Batches()
+    query = (
+        stream(spark, log_dir, subscribePattern="t[0-9]", startingOffsets="earliest")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        append(log_dir, "t2", ["b", "c"], 0)
+        append(log_dir, "x9", ["not subscribed"], 0)
+        deadline = time.monotonic() + 60
+        while len(sink.values()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        query.processAllAvailable()
+        assert sink.values() == [b"a", b"b", b"c"]
+    finally:
+        query.stop()
