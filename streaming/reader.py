@@ -31,6 +31,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pyspark.sql.datasource import (
@@ -307,8 +308,8 @@ def _spark_batch(table: pa.Table, piece: RangeToRead) -> pa.RecordBatch:
     columns = [
         table.column("key").combine_chunks(),
         table.column("value").combine_chunks(),
-        pa.repeat(pa.scalar(piece.topic, pa.string()), n),
-        pa.repeat(pa.scalar(piece.partition, pa.int32()), n),
+        _repeated_string(piece.topic, n),
+        pa.array(np.full(n, piece.partition, np.int32)),
         table.column("offset").combine_chunks(),
         micros.view(pa.timestamp("us", tz="UTC")),
         table.column("timestampType").combine_chunks(),
@@ -318,6 +319,14 @@ def _spark_batch(table: pa.Table, piece: RangeToRead) -> pa.RecordBatch:
         columns.append(table.column("headers").combine_chunks())
         names = [*_NAMES, "headers"]
     return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def _repeated_string(text: str, n: int) -> pa.Array:
+    """``n`` copies of ``text`` as a string array, built from two numpy buffers (``pa.repeat`` of a
+    string scalar costs ~0.5 us per row, the largest part of a batch's conversion)."""
+    data = text.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(data)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
 
 
 def offsets_behind_latest(source_progress: Mapping[str, object]) -> dict[str, float]:
