@@ -10,7 +10,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from indexer.checkpoint import TopicPartition
+from indexer.file_names import TopicPartition
 
 
 @dataclass(frozen=True)

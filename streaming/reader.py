@@ -48,10 +48,9 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 
-from indexer.checkpoint import TopicPartition
 from indexer.config import Settings
 from indexer.errors import ConfigError, OffsetOutOfRangeError
-from indexer.file_names import parse_topic_partition_name
+from indexer.file_names import TopicPartition, parse_topic_partition_name
 from indexer.log_manager import LogManager
 from indexer.records.isolation import IsolationLevel
 from streaming.offset_ranges import OffsetRange, rate_limit, split_ranges

@@ -17,9 +17,8 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from indexer.checkpoint import TopicPartition
 from indexer.errors import ConfigError, SeglogError
-from indexer.file_names import validate_topic
+from indexer.file_names import TopicPartition, validate_topic
 from indexer.records.isolation import IsolationLevel
 
 logger = logging.getLogger(__name__)
