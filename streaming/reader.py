@@ -112,14 +112,17 @@ class LogDirView:
         try:
             for topic, partition in self.manager.partitions():
                 if options.subscription.wants(topic, partition):
-                    self.states[(topic, partition)] = self._state(topic, partition)
+                    state = self._state(topic, partition)
+                    if state is not None:  # None: deleted since the listing
+                        self.states[(topic, partition)] = state
         except BaseException:
             self.manager.close()
             raise
 
-    def _state(self, topic: str, partition: int) -> PartitionState:
+    def _state(self, topic: str, partition: int) -> PartitionState | None:
         log = self.manager.get_log(topic, partition)
-        assert log is not None  # listed by partitions() just now; a deleted one raises StorageError
+        if log is None:
+            return None
         last = min(log.high_watermark, log.log_end_offset)
         if self.options.isolation_level is IsolationLevel.READ_COMMITTED:
             last = min(last, log.last_stable_offset)
