@@ -15,11 +15,13 @@ help:
 	@echo "make bench      run the quick benchmarks"
 	@echo "make lint       ruff check, ruff format --check, mypy --strict (what CI runs)"
 
+# editable_mode=compat: a plain sys.path entry, so Spark's pkgutil scan finds the top-level module
+# pyspark_seglog (setuptools' default editable finder hides top-level modules from pkgutil.iter_modules).
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is needed for Spark: apt-get install -y openjdk-17-jre-headless"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[spark,test]"
+	$(BIN)/python -m pip install -q -e ".[spark,test]" --config-settings editable_mode=compat
 	rm -f $(VENV)/.installed-*
 	touch $(STAMP)
 

@@ -63,6 +63,7 @@ from indexer.records.columns import READ_SCHEMA, AppendInput, to_append_table
 from indexer.records.decoder import decode_records
 from indexer.records.encoder import EncodedBatches
 from indexer.records.framing import assign_offsets, whole_entries_length
+from indexer.records.isolation import IsolationLevel
 from indexer.retention import RetentionDecision, RetentionReason, plan_retention
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
@@ -600,11 +601,18 @@ class Log:
         return FetchDataInfo(end, b"")
 
     def read_records(
-        self, start_offset: int, max_records: int | None = None, *, max_offset: int | None = None
+        self,
+        start_offset: int,
+        max_records: int | None = None,
+        *,
+        max_offset: int | None = None,
+        isolation_level: IsolationLevel = IsolationLevel.READ_UNCOMMITTED,
     ) -> pa.Table:
         """Decoded records with offsets in ``[start_offset, max_offset)`` (default bound: the high
         watermark), at most ``max_records`` of them, as a :data:`~indexer.records.columns.READ_SCHEMA`
-        table in offset order. Control records are left out. Thread-safe without the lock.
+        table in offset order. Control records are left out. ``READ_COMMITTED`` reads stop at the last
+        stable offset and leave out the batches of aborted transactions (from the ``.txnindex``, see
+        :mod:`indexer.records.isolation`). Thread-safe without the lock.
 
         Raises:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
@@ -613,12 +621,16 @@ class Log:
         end = self._next_offset_metadata
         self._check_read_offset(start_offset, end)
         bound = self.high_watermark if max_offset is None else min(max_offset, end.message_offset)
+        aborted: list[AbortedTxn] = []
+        if isolation_level is IsolationLevel.READ_COMMITTED:
+            bound = min(bound, self.last_stable_offset)
+            aborted = self.collect_aborted_transactions(start_offset, bound) if start_offset < bound else []
         limit = None if max_records is None else max(0, max_records)
         tables: list[pa.Table] = []
         found = 0
         if start_offset < bound and limit != 0:
             for segment in self._segments.values(start_offset, bound):
-                found += self._read_segment_records(segment, start_offset, bound, limit, found, tables)
+                found += self._read_segment_records(segment, start_offset, bound, limit, found, tables, aborted)
                 if limit is not None and found >= limit:
                     break
         if not tables:
@@ -634,6 +646,7 @@ class Log:
         limit: int | None,
         found: int,
         out: list[pa.Table],
+        aborted: list[AbortedTxn],
     ) -> int:
         # Positioned reads only (no mmap): a concurrent truncation must never fault a reader.
         start = segment.translate_offset(max(start_offset, segment.base_offset))
@@ -661,6 +674,7 @@ class Log:
                 path=segment.log.path,
                 start_offset=start_offset,
                 max_offset=bound,
+                aborted=aborted,
             )
             if table.num_rows:
                 out.append(table)

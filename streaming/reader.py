@@ -1,185 +1,516 @@
-"""Read seglog partitions into Spark: a PySpark 4 Python data source named ``seglog``.
+"""``spark.read.format("seglog")`` and ``spark.readStream.format("seglog")``: Spark's Kafka source over a
+log directory (a PySpark 4.2 Python data source).
 
 ::
 
-    from streaming.reader import register
-    register(spark)
-    df = (spark.read.format("seglog").option("topic", "events")
-          .option("startingOffsets", "earliest").load("data/logs"))
+    df = spark.readStream.format("seglog").option("subscribe", "events").load("data/logs")
 
-Columns are those of Spark's Kafka source: ``key``, ``value`` (binary), ``topic``, ``partition``,
-``offset``, ``timestamp`` (timestamp), ``timestampType`` (int), ``headers``. Options, as in Spark's
-Kafka source (batch queries):
+Installing seglog registers the source in every SparkSession (the top-level module
+``pyspark_seglog``, see docs/reader.md); :func:`register` does it by hand. Columns and options are
+those of Spark's Kafka source (:mod:`streaming.source_options`); offsets in Spark's checkpoint are
+Kafka's JSON, ``{"events": {"0": 42}}``. Only committed records are read: below each partition's high
+watermark (``read_committed``: its last stable offset, without aborted transactions).
 
-* ``topic`` (required): the topic to read;
-* ``startingOffsets``: ``earliest`` (default), ``latest``, or JSON ``{"events": {"0": 23, "1": -2}}``
-  (-2 = earliest, -1 = latest);
-* ``startingTimestamp``: ms since the epoch; each partition starts at its first record with a
-  timestamp at or after it (Kafka's ListOffsets by timestamp), or at its end if there is none;
-* ``endingOffsets``: ``latest`` (default: the high watermark) or JSON as above (-1 = latest).
-
-Only records below each partition's high watermark are read (what the sink committed). One Spark
-partition per seglog partition; the log directory must be reachable from the executors (local
-Spark, or a shared filesystem). Partitions are opened read-only: no lock, no writes, safe beside a
-running writer.
+Where the work runs: every option is checked on the driver when the DataFrame is created (``load``),
+against the log directory (one clear :class:`~indexer.errors.SeglogError` line inside Spark's
+``AnalysisException``). Offsets are planned on the driver (the stream reader is a long-lived Python
+worker there; it keeps the ``Trigger.AvailableNow`` target and the ``maxTriggerDelay`` clock);
+records are read on the executors, one task per offset range, as Arrow record batches straight from
+the engine's decoder. The log directory must be reachable from the executors (local Spark, or a
+shared filesystem). Partitions are opened read-only: no lock, no writes, safe beside a running writer.
 """
 
 from __future__ import annotations
 
 import json
+import logging
+import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import TracebackType
 from typing import TYPE_CHECKING
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    ReadMinRows,
+    SupportsTriggerAvailableNow,
+)
 
-from indexer.config import load_settings
-from indexer.errors import ConfigError
-from indexer.file_names import validate_topic
+from indexer.config import Settings
+from indexer.errors import ConfigError, OffsetOutOfRangeError
+from indexer.file_names import TopicPartition, parse_topic_partition_name
 from indexer.log_manager import LogManager
+from indexer.records.isolation import IsolationLevel
+from streaming.offset_ranges import OffsetRange, rate_limit, split_ranges
+from streaming.source_options import (
+    EARLIEST,
+    LATEST,
+    OffsetSpec,
+    SourceOptions,
+    SpecKind,
+    parse_source_options,
+)
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
     from pyspark.sql.types import StructType
 
-EARLIEST = -2
-LATEST = -1
-READ_STEP_RECORDS = 100_000  # records per Arrow batch handed to Spark
+logger = logging.getLogger(__name__)
 
-SCHEMA = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, "
-    "timestampType int, headers array<struct<key: string, value: binary>>"
+READ_STEP_RECORDS = 100_000  # records per Arrow batch handed to Spark
+KAFKA_COLUMNS = (
+    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
 )
+HEADERS_COLUMN = "headers array<struct<key: string, value: binary>>"
+_NAMES = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+
+Offsets = dict[TopicPartition, int]
 
 
 @dataclass(frozen=True)
-class OffsetRange(InputPartition):
-    """One seglog partition's offsets ``[start, end)`` to read."""
+class PartitionState:
+    """What a partition offers a reader now: ``[first, last)`` = log start offset .. high watermark
+    (``read_committed``: last stable offset)."""
+
+    first: int
+    last: int
+
+
+@dataclass(frozen=True)
+class RangeToRead(InputPartition):
+    """One Spark task: a partition's offsets ``[start, end)`` and how to read them (pickled to executors)."""
 
     log_dir: str
     topic: str
     partition: int
     start: int
     end: int
+    include_headers: bool
+    isolation_level: IsolationLevel
+    fail_on_data_loss: bool
 
 
-def _offsets_option(options: Mapping[str, str], name: str, topic: str, default: int) -> dict[int, int] | int:
-    """``earliest``/``latest`` as a sentinel, or a JSON per-partition map for ``topic``."""
-    text = options.get(name)
-    if text is None:
-        return default
-    if text in ("earliest", "latest"):
-        return EARLIEST if text == "earliest" else LATEST
-    try:
-        doc = json.loads(text)
-        return {int(p): int(o) for p, o in doc[topic].items()}
-    except (ValueError, KeyError, TypeError, AttributeError) as e:
-        raise ConfigError(f"option {name} must be earliest, latest or JSON like "
-                          f'{{"{topic}": {{"0": 12}}}}, got {text!r}') from e
+class LogDirView:
+    """The subscribed partitions of a log directory, opened read-only (a context manager)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        self.options = options
+        self.manager = LogManager(options.log_dir, Settings(), read_only=True)
+        self.states: dict[TopicPartition, PartitionState] = {}
+        try:
+            for topic, partition in self.manager.partitions():
+                if options.subscription.wants(topic, partition):
+                    state = self._state(topic, partition)
+                    if state is not None:  # None: deleted since the listing
+                        self.states[(topic, partition)] = state
+        except BaseException:
+            self.manager.close()
+            raise
+
+    def _state(self, topic: str, partition: int) -> PartitionState | None:
+        log = self.manager.get_log(topic, partition)
+        if log is None:
+            return None
+        last = min(log.high_watermark, log.log_end_offset)
+        if self.options.isolation_level is IsolationLevel.READ_COMMITTED:
+            last = min(last, log.last_stable_offset)
+        return PartitionState(log.log_start_offset, max(last, log.log_start_offset))
+
+    def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int | None:
+        log = self.manager.get_log(*tp)
+        return None if log is None else log.offset_for_timestamp(timestamp)
+
+    def close(self) -> None:
+        self.manager.close()
+
+    def __enter__(self) -> LogDirView:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.close()
 
 
-def _resolve(spec: dict[int, int] | int, partition: int, fallback: int, first: int, last: int) -> int:
-    """One partition's offset from an offsets option; -2/-1 become ``first``/``last``."""
-    value = spec.get(partition, fallback) if isinstance(spec, dict) else spec
-    return first if value == EARLIEST else last if value == LATEST else value
+def check_options(options: Mapping[str, str]) -> SourceOptions:
+    """Parse the options and check them against the log directory (runs on the driver at ``load``).
 
-
-def plan_ranges(log_dir: str, options: Mapping[str, str]) -> list[OffsetRange]:
-    """The offset range of every partition of the ``topic`` option (runs on the driver)."""
-    topic = validate_topic(options.get("topic", ""))
-    starting = _offsets_option(options, "startingOffsets", topic, EARLIEST)
-    ending = _offsets_option(options, "endingOffsets", topic, LATEST)
-    timestamp = options.get("startingTimestamp")
-    ranges = []
-    manager = LogManager(log_dir, load_settings(), read_only=True)
-    try:
-        for name, partition in manager.partitions():
-            if name != topic:
-                continue
-            log = manager.get_log(topic, partition)
-            if log is None:
-                continue
-            first, last = log.log_start_offset, min(log.high_watermark, log.log_end_offset)
-            if timestamp is not None:
-                found = log.offset_for_timestamp(int(timestamp))
-                start = last if found is None else found
-            else:
-                start = _resolve(starting, partition, EARLIEST, first, last)
-            end = _resolve(ending, partition, LATEST, first, last)
-            if not first <= start <= end <= last:
+    Raises:
+        ConfigError: a bad option, a missing or wrong log directory, a topic or partition that is not
+            there, offsets naming other partitions than the subscription's.
+    """
+    parsed = parse_source_options(options)
+    path = Path(parsed.log_dir).absolute()
+    parsed = replace(parsed, log_dir=str(path))
+    if not path.is_dir():
+        raise ConfigError(f"log directory {path} {'is not a directory' if path.exists() else 'does not exist'}")
+    with LogDirView(parsed) as view:
+        present = view.manager.partitions()
+        if not present:
+            if any(p.suffix == ".log" for p in path.iterdir()) and _is_partition_name(path.name):
                 raise ConfigError(
-                    f"partition {topic}-{partition} holds committed offsets {first}..{last}; "
-                    f"cannot read {start}..{end}"
+                    f"{path} is a partition directory; give the log directory that holds it: {path.parent}"
                 )
-            ranges.append(OffsetRange(str(log_dir), topic, partition, start, end))
-    finally:
-        manager.close()
-    return ranges
+            raise ConfigError(f"{path} holds no topic partition (no <topic>-<partition> directory)")
+        topics = sorted({t for t, _ in present})
+        sub = parsed.subscription
+        missing = [t for t in sub.topics if t not in topics]
+        missing += [f"{t}-{p}" for t, p in sub.assigned if (t, p) not in present]
+        if missing or not view.states:
+            what = f"no topic matches {sub.pattern!r}" if not missing else f"{', '.join(missing)} not found"
+            raise ConfigError(f"{sub.describe()}: {what} in {path} (topics there: {', '.join(topics)})")
+        for spec in (parsed.starting, parsed.ending):
+            if spec is not None and spec.per_partition and set(spec.per_partition) != set(view.states):
+                raise ConfigError(
+                    f"option {spec.option} must name exactly the partitions of {sub.describe()}: "
+                    f"{', '.join(f'{t}-{p}' for t, p in sorted(view.states))}"
+                )
+    return parsed
 
 
-def read_range(piece: OffsetRange) -> Iterator[pa.RecordBatch]:
-    """The records of one range as Arrow batches of :data:`SCHEMA` (runs on an executor)."""
-    manager = LogManager(piece.log_dir, load_settings(), read_only=True)
+def _is_partition_name(name: str) -> bool:
     try:
-        log = manager.get_log(piece.topic, piece.partition)
+        parse_topic_partition_name(name)
+    except ValueError:
+        return False
+    return True
+
+
+def resolve(view: LogDirView, spec: OffsetSpec, *, starting: bool) -> Offsets:
+    """Each subscribed partition's offset by ``spec`` (Kafka's ListOffsets: -2 earliest, -1 latest,
+    timestamps to the first offset at or after them).
+
+    Raises:
+        ConfigError: ``startingOffsetsByTimestampStrategy=error`` and no record at or after a starting
+            timestamp.
+    """
+    found: Offsets = {}
+    for tp, state in view.states.items():
+        if spec.kind in (SpecKind.EARLIEST, SpecKind.LATEST):
+            found[tp] = state.first if spec.kind is SpecKind.EARLIEST else state.last
+        elif spec.kind is SpecKind.OFFSETS:
+            value = spec.per_partition[tp]
+            found[tp] = state.first if value == EARLIEST else state.last if value == LATEST else value
+        else:
+            ts = spec.timestamp if spec.kind is SpecKind.TIMESTAMP else spec.per_partition[tp]
+            offset = view.offset_for_timestamp(tp, ts)
+            if offset is None and starting and not view.options.timestamp_strategy_latest:
+                raise ConfigError(
+                    f"option {spec.option}: {tp[0]}-{tp[1]} has no record at or after timestamp {ts} "
+                    "(startingOffsetsByTimestampStrategy=latest starts such partitions at their end)"
+                )
+            found[tp] = state.last if offset is None else min(offset, state.last)
+    return found
+
+
+def check_in_range(view: LogDirView, offsets: Offsets, option: str) -> None:
+    """Offsets given explicitly must not lie beyond what is committed."""
+    for tp, offset in sorted(offsets.items()):
+        if offset > view.states[tp].last:
+            raise ConfigError(
+                f"option {option}: offset {offset} of {tp[0]}-{tp[1]} is beyond its committed records "
+                f"(they end at {view.states[tp].last})"
+            )
+
+
+def data_loss(fail_on_data_loss: bool, log_dir: str, tp: TopicPartition, start: int, first: int | None) -> None:
+    """Offsets ``start..first`` are gone (retention, a deleted partition): raise, or warn when
+    ``failOnDataLoss=false`` (the read then goes on from ``first``).
+
+    Raises:
+        OffsetOutOfRangeError: ``failOnDataLoss=true`` (the default).
+    """
+    name = f"{tp[0]}-{tp[1]}"
+    if first is None:
+        what = f"partition {name} is gone"
+    else:
+        what = f"offsets {start}..{first - 1} of {name} were deleted (the log now starts at {first})"
+    message = f"{what} before this query read them: some data may have been lost"
+    if fail_on_data_loss:
+        raise OffsetOutOfRangeError(
+            f"{message}. If you don't want your query to fail on such cases, set the source option "
+            f"failOnDataLoss to false",
+            offset=start,
+            path=Path(log_dir),
+        )
+    logger.warning("%s; skipped (failOnDataLoss=false)", message)
+
+
+def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
+    """Kafka's offsets JSON (topics, then partitions, in order: equal offsets give equal JSON)."""
+    doc: dict[str, dict[str, int]] = {}
+    for (topic, partition), offset in sorted(offsets.items()):
+        doc.setdefault(topic, {})[str(partition)] = offset
+    return doc
+
+
+def from_json(doc: Mapping[str, Mapping[str, int]]) -> Offsets:
+    return {(topic, int(p)): int(o) for topic, parts in doc.items() for p, o in parts.items()}
+
+
+def plan_tasks(options: SourceOptions, ranges: list[OffsetRange]) -> list[RangeToRead]:
+    """The ranges split by ``minPartitions``/``maxRecordsPerPartition``, as Spark tasks."""
+    pieces = split_ranges(
+        ranges, min_partitions=options.min_partitions, max_records_per_partition=options.max_records_per_partition
+    )
+    return [
+        RangeToRead(
+            options.log_dir,
+            r.topic,
+            r.partition,
+            r.start,
+            r.end,
+            options.include_headers,
+            options.isolation_level,
+            options.fail_on_data_loss,
+        )
+        for r in pieces
+    ]
+
+
+def read_range(piece: RangeToRead) -> Iterator[pa.RecordBatch]:
+    """The records of one task as Arrow batches of the source's columns (runs on an executor)."""
+    manager = LogManager(piece.log_dir, Settings(), read_only=True)
+    try:
+        tp = (piece.topic, piece.partition)
+        log = manager.get_log(*tp)
+        if log is None:
+            data_loss(piece.fail_on_data_loss, piece.log_dir, tp, piece.start, None)
+            return
         start = piece.start
-        while log is not None and start < piece.end:
-            table = log.read_records(start, READ_STEP_RECORDS, max_offset=piece.end)
+        if start < log.log_start_offset:
+            data_loss(piece.fail_on_data_loss, piece.log_dir, tp, start, log.log_start_offset)
+            start = log.log_start_offset
+        while start < piece.end:
+            table = log.read_records(
+                start, READ_STEP_RECORDS, max_offset=piece.end, isolation_level=piece.isolation_level
+            )
             if table.num_rows == 0:
                 break
-            n = table.num_rows
-            millis = pc.cast(table.column("timestamp"), pa.timestamp("ms"))
-            yield pa.RecordBatch.from_arrays(
-                [
-                    table.column("key").combine_chunks(),
-                    table.column("value").combine_chunks(),
-                    pa.repeat(pa.scalar(piece.topic, pa.string()), n),
-                    pa.repeat(pa.scalar(piece.partition, pa.int32()), n),
-                    table.column("offset").combine_chunks(),
-                    pc.cast(millis, pa.timestamp("us", tz="UTC")).combine_chunks(),
-                    table.column("timestampType").combine_chunks(),
-                    table.column("headers").combine_chunks(),
-                ],
-                names=["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"],
-            )
+            yield _spark_batch(table, piece)
             start = int(table.column("offset")[-1].as_py()) + 1
     finally:
         manager.close()
 
 
+def _spark_batch(table: pa.Table, piece: RangeToRead) -> pa.RecordBatch:
+    """A decoded READ_SCHEMA table as the Kafka source's columns (vectorised, no per-record work)."""
+    n = table.num_rows
+    micros = pc.multiply(table.column("timestamp").combine_chunks(), 1000)
+    columns = [
+        table.column("key").combine_chunks(),
+        table.column("value").combine_chunks(),
+        _repeated_string(piece.topic, n),
+        pa.array(np.full(n, piece.partition, np.int32)),
+        table.column("offset").combine_chunks(),
+        micros.view(pa.timestamp("us", tz="UTC")),
+        table.column("timestampType").combine_chunks(),
+    ]
+    names = _NAMES
+    if piece.include_headers:
+        columns.append(table.column("headers").combine_chunks())
+        names = [*_NAMES, "headers"]
+    return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def _repeated_string(text: str, n: int) -> pa.Array:
+    """``n`` copies of ``text`` as a string array, built from two numpy buffers (``pa.repeat`` of a
+    string scalar costs ~0.5 us per row, the largest part of a batch's conversion)."""
+    data = text.encode()
+    offsets = np.arange(n + 1, dtype=np.int32) * len(data)
+    return pa.Array.from_buffers(pa.string(), n, [None, pa.py_buffer(offsets), pa.py_buffer(data * n)])
+
+
+def offsets_behind_latest(source_progress: Mapping[str, object]) -> dict[str, float]:
+    """The Kafka source's ``min/max/avgOffsetsBehindLatest`` from one entry of a query progress's
+    ``sources`` (its ``latestOffset`` minus its ``endOffset``, per partition). Python data sources
+    cannot report custom metrics in PySpark 4.2, so the figures are derived from the offsets the
+    source does report; empty when the progress has no latest offset."""
+    latest, end = source_progress.get("latestOffset"), source_progress.get("endOffset")
+    if not isinstance(latest, str) or not isinstance(end, str) or latest == "null":
+        return {}
+    ends = from_json(json.loads(end))
+    behind = [max(0, offset - ends.get(tp, offset)) for tp, offset in from_json(json.loads(latest)).items()]
+    if not behind:
+        return {}
+    return {
+        "avgOffsetsBehindLatest": sum(behind) / len(behind),
+        "maxOffsetsBehindLatest": float(max(behind)),
+        "minOffsetsBehindLatest": float(min(behind)),
+    }
+
+
+def _read(partition: InputPartition) -> Iterator[pa.RecordBatch]:
+    """A planned range; Spark hands ``InputPartition(None)`` to one task when nothing was planned."""
+    return read_range(partition) if isinstance(partition, RangeToRead) else iter(())
+
+
 class SeglogDataSource(DataSource):
-    """``spark.read.format("seglog")``: see the module docstring."""
+    """``format("seglog")``: see the module docstring."""
 
     @classmethod
     def name(cls) -> str:
         return "seglog"
 
     def schema(self) -> str:
-        return SCHEMA
+        options = check_options(self.options)  # every option error surfaces here, at load()
+        return f"{KAFKA_COLUMNS}, {HEADERS_COLUMN}" if options.include_headers else KAFKA_COLUMNS
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _Reader(self.options)
+        return _BatchReader(check_options(self.options))
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _StreamReader(check_options(self.options))
 
 
-class _Reader(DataSourceReader):
-    def __init__(self, options: Mapping[str, str]) -> None:
-        path = options.get("path")
-        if not path:
-            raise ConfigError('the seglog source needs the log directory: .load("<log dir>")')
-        self.log_dir = str(Path(path).absolute())
+class _BatchReader(DataSourceReader):
+    def __init__(self, options: SourceOptions) -> None:
+        starting = options.starting
+        if starting is not None and (
+            starting.kind is SpecKind.LATEST
+            or LATEST in starting.per_partition.values()
+            and starting.kind is SpecKind.OFFSETS
+        ):
+            raise ConfigError(f"option {starting.option} cannot be latest (-1) in a batch query")
+        for name, value in (
+            ("maxOffsetsPerTrigger", options.max_offsets_per_trigger),
+            ("minOffsetsPerTrigger", options.min_offsets_per_trigger),
+        ):
+            if value is not None:
+                logger.info("seglog source: option %s applies to streaming queries only; ignored", name)
         self.options = options
 
     def partitions(self) -> list[InputPartition]:
-        return list(plan_ranges(self.log_dir, self.options))
+        options = self.options
+        with LogDirView(options) as view:
+            starts = resolve(view, options.starting or OffsetSpec(SpecKind.EARLIEST, "startingOffsets"), starting=True)
+            ends = resolve(view, options.ending or OffsetSpec(SpecKind.LATEST, "endingOffsets"), starting=False)
+            check_in_range(view, starts, options.starting.option if options.starting else "startingOffsets")
+            check_in_range(view, ends, options.ending.option if options.ending else "endingOffsets")
+            ranges = []
+            for tp, end in sorted(ends.items()):
+                start, first = starts[tp], view.states[tp].first
+                if start > end:
+                    raise ConfigError(f"{tp[0]}-{tp[1]}: the starting offset {start} is after the ending offset {end}")
+                if start < first:
+                    data_loss(options.fail_on_data_loss, options.log_dir, tp, start, first)
+                    start = min(first, end)
+                ranges.append(OffsetRange(tp[0], tp[1], start, end))
+        return list(plan_tasks(options, ranges))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
-        assert isinstance(partition, OffsetRange)  # the partitions() above
-        return read_range(partition)
+        return _read(partition)
+
+
+class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Runs in one long-lived Python worker on the driver for the whole query run (state is kept)."""
+
+    def __init__(self, options: SourceOptions) -> None:
+        if options.ending is not None:
+            raise ConfigError(f"option {options.ending.option} is for batch queries only (spark.read)")
+        self.options = options
+        self._target: dict[TopicPartition, PartitionState] | None = None  # Trigger.AvailableNow
+        self._states: dict[TopicPartition, PartitionState] | None = None  # of the last latestOffset
+        self._last_trigger_ms = 0  # Kafka's lastTriggerMillis: the first trigger never waits
+
+    def _snapshot(self) -> dict[TopicPartition, PartitionState]:
+        with LogDirView(self.options) as view:
+            self._states = view.states
+        return self._states
+
+    def initialOffset(self) -> dict[str, dict[str, int]]:
+        with LogDirView(self.options) as view:
+            starts = resolve(
+                view, self.options.starting or OffsetSpec(SpecKind.LATEST, "startingOffsets"), starting=True
+            )
+            check_in_range(view, starts, self.options.starting.option if self.options.starting else "")
+        return to_json(starts)
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        # Python's ReadLimit has no composite: any limit other than ReadAllAvailable means "apply the
+        # options" (max, min and maxTriggerDelay together), see latestOffset.
+        if self.options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(self.options.max_offsets_per_trigger)
+        if self.options.min_offsets_per_trigger is not None:
+            return ReadMinRows(self.options.min_offsets_per_trigger)
+        return ReadAllAvailable()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._target = self._snapshot()
+        target = to_json({tp: state.last for tp, state in self._target.items()})
+        logger.info("seglog source: Trigger.AvailableNow reads up to %s", target)
+
+    def latestOffset(self, start: dict[str, dict[str, int]], limit: ReadLimit) -> dict[str, dict[str, int]]:
+        states = self._target if self._target is not None else self._snapshot()
+        begin = self._begin(from_json(start), states)
+        latest = {tp: state.last for tp, state in states.items()}
+        ends = latest
+        if not isinstance(limit, ReadAllAvailable):
+            backlog = sum(max(0, latest[tp] - begin[tp]) for tp in latest)
+            minimum, now = self.options.min_offsets_per_trigger, int(time.time() * 1000)
+            if (
+                minimum is not None
+                and self._target is None
+                and backlog < minimum
+                and now - self._last_trigger_ms < self.options.max_trigger_delay_ms
+            ):
+                return start
+            self._last_trigger_ms = now
+            if self.options.max_offsets_per_trigger is not None:
+                ends = rate_limit(begin, latest, self.options.max_offsets_per_trigger)
+        return start if to_json(ends) == to_json(from_json(start)) else to_json(ends)
+
+    def _begin(self, starts: Offsets, states: Mapping[TopicPartition, PartitionState]) -> Offsets:
+        """Where each partition's next batch starts: new partitions at their earliest, offsets that
+        retention removed at the log start, a truncated partition at its end (data-loss rule)."""
+        for tp in sorted(set(starts) - set(states)):
+            data_loss(self.options.fail_on_data_loss, self.options.log_dir, tp, starts[tp], None)
+        begin: Offsets = {}
+        for tp, state in states.items():
+            if tp not in starts:
+                logger.info("seglog source: new partition %s-%d, read from offset %d", *tp, state.first)
+            offset = starts.get(tp, state.first)
+            if offset > state.last:
+                raise OffsetOutOfRangeError(
+                    f"{tp[0]}-{tp[1]} ends at {state.last}, before offset {offset} this query already read: "
+                    "the partition was truncated or recreated",
+                    offset=offset,
+                    path=Path(self.options.log_dir),
+                )
+            begin[tp] = max(offset, state.first)
+        return begin
+
+    def reportLatestOffset(self) -> dict[str, dict[str, int]] | None:
+        states = self._states if self._states is not None else self._snapshot()
+        return to_json({tp: state.last for tp, state in states.items()})
+
+    def partitions(self, start: dict[str, dict[str, int]], end: dict[str, dict[str, int]]) -> list[InputPartition]:
+        starts, ends = from_json(start), from_json(end)
+        states = self._states if self._states is not None else self._snapshot()
+        ranges = []
+        for tp, stop in sorted(ends.items()):
+            offset = starts.get(tp, states[tp].first if tp in states else stop)
+            first = states[tp].first if tp in states else None
+            if first is not None and offset < first:
+                data_loss(self.options.fail_on_data_loss, self.options.log_dir, tp, offset, first)
+                offset = min(first, stop)
+            ranges.append(OffsetRange(tp[0], tp[1], offset, stop))
+        return list(plan_tasks(self.options, ranges))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return _read(partition)
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``spark.read.format("seglog")`` available in this session."""
+    """Make ``format("seglog")`` available in ``spark`` by hand (installing seglog does it already)."""
     spark.dataSource.register(SeglogDataSource)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -48,6 +49,8 @@ from indexer.records.batch_header import (
     crc32c,
 )
 from indexer.records.columns import HEADER_TYPE, HEADERS_TYPE, READ_SCHEMA
+from indexer.records.isolation import aborted_batch_mask
+from indexer.transaction_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 
@@ -126,6 +129,7 @@ def decode_records(
     include_control: bool = False,
     start_offset: int | None = None,
     max_offset: int | None = None,
+    aborted: Sequence[AbortedTxn] = (),
 ) -> pa.Table:
     """Every record of the log entries in ``buf``, in file order, as a READ_SCHEMA table.
 
@@ -137,6 +141,8 @@ def decode_records(
         include_control: also return the records of control batches (transaction markers).
         start_offset: drop records with a smaller offset (reads start at batch boundaries).
         max_offset: drop records with this offset or a larger one.
+        aborted: aborted transactions whose batches are dropped (``read_committed``, see
+            :mod:`indexer.records.isolation`).
 
     Raises:
         CorruptRecordError: bad framing, size, magic, CRC or compressed stream.
@@ -148,7 +154,7 @@ def decode_records(
     magics = entries[:, K.COL_MAGIC]
     legacy = magics < MAGIC_V2
     if not legacy.any():
-        return _decode_v2(data, entries, context, verify_crc, include_control, start_offset, max_offset)
+        return _decode_v2(data, entries, context, verify_crc, include_control, start_offset, max_offset, aborted)
     pieces = []
     boundaries = np.flatnonzero(np.diff(legacy.astype(np.int8))) + 1
     for run in np.split(np.arange(entries.shape[0]), boundaries):
@@ -156,7 +162,7 @@ def decode_records(
             pieces.append(_decode_legacy(data, entries[run], context, verify_crc, start_offset, max_offset))
         else:
             pieces.append(
-                _decode_v2(data, entries[run], context, verify_crc, include_control, start_offset, max_offset)
+                _decode_v2(data, entries[run], context, verify_crc, include_control, start_offset, max_offset, aborted)
             )
     return pa.concat_tables(pieces)
 
@@ -277,11 +283,16 @@ def _decode_v2(
     include_control: bool,
     start_offset: int | None,
     max_offset: int | None,
+    aborted: Sequence[AbortedTxn],
 ) -> pa.Table:
     """Records of a run of v2 batches."""
     keep = np.ones(entries.shape[0], bool)
     if not include_control:
         keep &= (entries[:, K.COL_ATTRIBUTES] & CONTROL_FLAG_MASK) == 0
+    if aborted:
+        keep &= ~aborted_batch_mask(
+            entries[:, K.COL_BASE_OFFSET], entries[:, K.COL_PRODUCER_ID], entries[:, K.COL_ATTRIBUTES], aborted
+        )
     if start_offset is not None:
         keep &= entries[:, K.COL_BASE_OFFSET] + entries[:, K.COL_LAST_OFFSET_DELTA] >= start_offset
     if max_offset is not None:

@@ -3,6 +3,7 @@
 Suites (each in ``seglog/bench/<suite>.py``, imported only when chosen):
   engine        record encoding, append, offset-index lookups, page faults, recovery
   sink          the Spark foreachBatch sink against Spark's own file sink
+  reader        readStream.format("seglog") against Spark's Parquet file source
   maintenance   recovery of a whole log directory, one retention pass
 
 Each suite prints a table and, with ``--json FILE``, writes a list of objects with ``name``,
@@ -23,6 +24,7 @@ from seglog.cli import common_options, configure_logging, help_texts, load_comma
 SUITES: dict[str, str] = {
     "engine": "seglog.bench.engine",
     "sink": "seglog.bench.sink",
+    "reader": "seglog.bench.reader",
     "maintenance": "seglog.bench.maintenance",
 }
 

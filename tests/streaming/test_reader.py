@@ -1,61 +1,229 @@
-"""The `seglog` Spark data source reads what the sink committed, by offset and by time."""
+"""``spark.read.format("seglog")`` against Spark's Kafka-source contract (batch queries): columns, every
+option, errors raised at ``load`` on the driver, read_committed, and the real broker-written logs.
+
+The expected records come from kafka-python's decoder (tests/streaming/helpers.py), not from seglog's."""
 
 from __future__ import annotations
 
 import json
+import math
+import warnings
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from pyspark.sql import DataFrameReader, SparkSession
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 from indexer.config import LogConfig, Settings
-from indexer.errors import ConfigError
+from indexer.file_names import is_log_file, parse_topic_partition_name
 from indexer.log import Log
-from streaming.reader import plan_ranges, register
+from indexer.log_manager import LogManager
 from streaming.sink import SegmentLogSink
+from tests.indexer.test_read_committed import ALL_OFFSETS, COMMITTED_OFFSETS, write_transactional_partition
+from tests.streaming.helpers import read_topic
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.record.memory_records import MemoryRecords
 
 pytestmark = pytest.mark.spark
 
+KAFKA_COLUMNS = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
 
-@pytest.fixture()
-def log_dir(tmp_path: Path) -> Path:
-    """Topic "ev", 2 partitions: batch 0 (20 rows, timestamps 1000..1019) committed, batch 1 half-written."""
-    with SegmentLogSink(tmp_path, topic="ev", num_partitions=2, settings=Settings()) as sink:
-        sink.write_batch(pa.table({"key": [f"k{i % 5}".encode() for i in range(20)],
-                                   "value": [f"v{i}".encode() for i in range(20)],
-                                   "timestamp": pa.array(range(1000, 1020), pa.int64())}), 0, query_id="q")
-    with Log.open(tmp_path / "ev-0", LogConfig()) as log:
+
+@pytest.fixture(scope="module")
+def log_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Topic "ev": 2 partitions, 40 committed rows (timestamps 1000..1039, some with headers) and one
+    uncommitted record; topic "other": 1 partition, 5 rows."""
+    root = tmp_path_factory.mktemp("reader")
+    headers = [[{"key": "h", "value": f"{i}".encode()}] if i % 3 == 0 else None for i in range(40)]
+    with SegmentLogSink(root, topic="ev", num_partitions=2, settings=Settings()) as sink:
+        sink.write_batch(
+            pa.table(
+                {
+                    "key": [f"k{i % 7}".encode() for i in range(40)],
+                    "value": [f"v{i}".encode() for i in range(40)],
+                    "timestamp": pa.array(range(1000, 1040), pa.int64()),
+                    "headers": pa.array(headers, pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+                }
+            ),
+            0,
+            query_id="q",
+        )
+    with SegmentLogSink(root, topic="other", num_partitions=1, settings=Settings()) as sink:
+        sink.write_batch(pa.table({"value": [f"o{i}".encode() for i in range(5)]}), 0, query_id="q")
+    with Log.open(root / "ev-0", LogConfig()) as log:
         log.append({"value": [b"uncommitted"]})  # beyond the high watermark: must stay invisible
-    return tmp_path
+    return root
 
 
-def test_reads_committed_records_with_kafka_source_columns(spark: SparkSession, log_dir: Path) -> None:
-    register(spark)
-    df = spark.read.format("seglog").option("topic", "ev").load(str(log_dir))
-    assert df.columns == ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType", "headers"]
-    rows = df.orderBy("partition", "offset").collect()
-    assert sorted(r.value for r in rows) == sorted(f"v{i}".encode() for i in range(20))
-    assert {r.topic for r in rows} == {"ev"} and {r.timestampType for r in rows} == {0}
-    for partition in (0, 1):
-        offsets = [r.offset for r in rows if r.partition == partition]
-        assert offsets == list(range(len(offsets)))
-    first = min(rows, key=lambda r: int(r.value[1:]))
-    assert int(first.timestamp.timestamp() * 1000) == 1000
+def seglog(spark: SparkSession, **options: str) -> DataFrameReader:
+    reader = spark.read.format("seglog")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader
+
+
+def rows(df: DataFrame) -> list[tuple[str, int, int, bytes]]:
+    return sorted((r.topic, r.partition, r.offset, r.value) for r in df.collect())
+
+
+def oracle(log_dir: Path, topic: str) -> list[tuple[str, int, int, bytes]]:
+    return sorted((topic, s.partition, s.offset, s.value) for s in read_topic(log_dir, topic))
+
+
+def test_kafka_columns_committed_records_and_headers(spark: SparkSession, log_dir: Path) -> None:
+    df = seglog(spark, subscribe="ev").load(str(log_dir))
+    assert df.columns == KAFKA_COLUMNS  # no headers column unless includeHeaders=true, as Spark's source
+    assert [f.dataType.simpleString() for f in df.schema] == [
+        "binary",
+        "binary",
+        "string",
+        "int",
+        "bigint",
+        "timestamp",
+        "int",
+    ]
+    assert rows(df) == oracle(log_dir, "ev") and len(rows(df)) == 40  # the uncommitted record is not there
+    with_headers = seglog(spark, subscribe="ev", includeHeaders="true").load(str(log_dir))
+    assert with_headers.columns == [*KAFKA_COLUMNS, "headers"]
+    expected = {
+        (s.partition, s.offset): (s.key, s.timestamp, [(k, v) for k, v in s.headers] or None)
+        for s in read_topic(log_dir, "ev")
+    }
+    for r in with_headers.collect():
+        key, timestamp, headers = expected[(r.partition, r.offset)]
+        assert (r.key, round(r.timestamp.timestamp() * 1000), r.timestampType) == (key, timestamp, 0)
+        assert (None if r.headers is None else [(h.key, h.value) for h in r.headers]) == headers
+
+
+def test_subscribe_subscribe_pattern_and_assign(spark: SparkSession, log_dir: Path) -> None:
+    both = oracle(log_dir, "ev") + oracle(log_dir, "other")
+    assert rows(seglog(spark, subscribe="ev,other").load(str(log_dir))) == sorted(both)
+    assert rows(seglog(spark, subscribePattern="o.*").load(str(log_dir))) == oracle(log_dir, "other")
+    assigned = seglog(spark, assign=json.dumps({"ev": [1]})).load(str(log_dir))
+    assert rows(assigned) == [r for r in oracle(log_dir, "ev") if r[1] == 1]
 
 
 def test_offsets_and_timestamps_select_ranges(spark: SparkSession, log_dir: Path) -> None:
-    register(spark)
+    path = str(log_dir)
+    everything = oracle(log_dir, "ev")
+    ends = {p: sum(1 for r in everything if r[1] == p) for p in (0, 1)}
+    some = seglog(
+        spark,
+        subscribe="ev",
+        startingOffsets=json.dumps({"ev": {"0": 2, "1": -2}}),
+        endingOffsets=json.dumps({"ev": {"0": 4, "1": -1}}),
+    ).load(path)
+    assert rows(some) == [r for r in everything if (r[1] == 0 and 2 <= r[2] < 4) or r[1] == 1]
+    by_time = {(s.partition, s.offset): s.timestamp for s in read_topic(log_dir, "ev")}
 
-    def reader() -> DataFrameReader:  # options accumulate on a reader: a fresh one per read
-        return spark.read.format("seglog").option("topic", "ev")
+    def since(ts: int, until: int | None = None) -> list[tuple[str, int, int, bytes]]:
+        # Offsets from each partition's first record at or after ts (records are in time order here).
+        return [
+            r for r in everything if by_time[(r[1], r[2])] >= ts and (until is None or by_time[(r[1], r[2])] < until)
+        ]
 
-    some = reader().option("startingOffsets", json.dumps({"ev": {"0": 2, "1": -1}})) \
-        .option("endingOffsets", json.dumps({"ev": {"0": 4}})).load(str(log_dir)).collect()
-    assert sorted((r.partition, r.offset) for r in some) == [(0, 2), (0, 3)]
-    late = reader().option("startingTimestamp", "1015").load(str(log_dir)).collect()
-    assert sorted(int(r.value[1:]) for r in late) == list(range(15, 20))
-    with pytest.raises(Exception, match="cannot read 0..99"):
-        reader().option("endingOffsets", json.dumps({"ev": {"0": 99}})).load(str(log_dir)).collect()
-    with pytest.raises(ConfigError, match="startingOffsets must be"):
-        plan_ranges(str(log_dir), {"topic": "ev", "startingOffsets": "soon"})
+    assert rows(seglog(spark, subscribe="ev", startingTimestamp="1030").load(path)) == since(1030)
+    assert rows(
+        seglog(
+            spark,
+            subscribe="ev",
+            startingOffsetsByTimestamp=json.dumps({"ev": {"0": 1010, "1": 1020}}),
+            startingOffsets="latest",
+        ).load(path)
+    ) == [r for r in since(1010) if r[1] == 0] + [r for r in since(1020) if r[1] == 1]
+    assert rows(seglog(spark, subscribe="ev", endingTimestamp="1020").load(path)) == since(0, 1020)
+    assert rows(
+        seglog(spark, subscribe="ev", endingOffsetsByTimestamp=json.dumps({"ev": {"0": 1005, "1": 9999}})).load(path)
+    ) == [r for r in since(0, 1005) if r[1] == 0] + [r for r in everything if r[1] == 1]
+    # No record at or after the timestamp: Kafka's default strategy fails, "latest" starts at the end.
+    with pytest.raises(Exception, match="has no record at or after timestamp 5000"):
+        seglog(spark, subscribe="ev", startingTimestamp="5000").load(path).collect()
+    late = seglog(spark, subscribe="ev", startingTimestamp="5000", startingOffsetsByTimestampStrategy="latest")
+    assert rows(late.load(path)) == []
+    with pytest.raises(Exception, match=f"offset 99 of ev-0 is beyond its committed records .they end at {ends[0]}"):
+        seglog(spark, subscribe="ev", endingOffsets=json.dumps({"ev": {"0": 99, "1": -1}})).load(path).collect()
+    with pytest.raises(Exception, match="startingOffsets cannot be latest .-1. in a batch query"):
+        seglog(spark, subscribe="ev", startingOffsets="latest").load(path).collect()
+
+
+def test_min_partitions_and_max_records_per_partition_split_tasks(spark: SparkSession, log_dir: Path) -> None:
+    expected = oracle(log_dir, "ev")
+    sizes = [sum(1 for r in expected if r[1] == p) for p in (0, 1)]
+    split = seglog(spark, subscribe="ev", maxRecordsPerPartition="3").load(str(log_dir))
+    assert split.rdd.getNumPartitions() == sum(math.ceil(n / 3) for n in sizes)
+    assert rows(split) == expected
+    spread = seglog(spark, subscribe="ev", minPartitions="6").load(str(log_dir))
+    assert spread.rdd.getNumPartitions() >= 5 and rows(spread) == expected
+    assert seglog(spark, subscribe="ev").load(str(log_dir)).rdd.getNumPartitions() == 2
+
+
+@pytest.mark.parametrize(
+    ("options", "path", "message"),
+    [
+        ({"subscribe": "nope"}, "", r"subscribe=nope: nope not found in .* \(topics there: ev, other\)"),
+        ({"subscribePattern": "x.*"}, "", "no topic matches 'x.*'"),
+        ({"assign": '{"ev": [7]}'}, "", "ev-7 not found"),
+        ({"subscribe": "ev"}, "missing", "log directory .*missing does not exist"),
+        ({"subscribe": "ev"}, "ev-0", "is a partition directory; give the log directory that holds it"),
+        (
+            {"subscribe": "ev", "startingOffsets": '{"ev": {"0": 1}}'},
+            "",
+            "must name exactly the partitions .*ev-0, ev-1",
+        ),
+        ({"subscribe": "ev", "startingOffsets": '{"ev": {"0": 1}'}, "", "startingOffsets is not valid JSON"),
+        ({"subscribe": "ev", "subscribePattern": "e.*"}, "", "exactly one of the options"),
+        ({"subscribe": "ev", "maxOffsetPerTrigger": "5"}, "", "did you mean maxOffsetsPerTrigger"),
+    ],
+)
+def test_bad_options_fail_at_load_on_the_driver(
+    spark: SparkSession, log_dir: Path, options: dict[str, str], path: str, message: str
+) -> None:
+    with pytest.raises(AnalysisException, match=message) as info:
+        seglog(spark, **options).load(str(log_dir / path) if path else str(log_dir))
+    assert "ConfigError" in str(info.value) and "AssertionError" not in str(info.value)
+
+
+def test_read_committed_skips_aborted_transactions(spark: SparkSession, tmp_path: Path) -> None:
+    write_transactional_partition(tmp_path / "tx-0")
+    committed = seglog(spark, subscribe="tx", **{"kafka.isolation.level": "read_committed"}).load(str(tmp_path))
+    assert [r[2] for r in rows(committed)] == COMMITTED_OFFSETS
+    assert [r[2] for r in rows(seglog(spark, subscribe="tx").load(str(tmp_path)))] == ALL_OFFSETS
+
+
+def _kafka_python_records(directory: Path, first: int, last: int) -> list[tuple[int, bytes | None]]:
+    found = []
+    for segment in sorted(p for p in directory.iterdir() if is_log_file(p)):
+        records = MemoryRecords(segment.read_bytes())
+        while (batch := records.next_batch()) is not None:
+            if getattr(batch, "is_control_batch", False):
+                continue
+            found += [(r.offset, r.value) for r in batch if first <= r.offset < last]
+    return found
+
+
+def test_real_broker_logs_read_in_place(spark: SparkSession, vectors_dir: Path) -> None:
+    """Every non-internal topic of every broker-written directory, read by Spark, equals kafka-python's
+    decoding between each partition's log start and its checkpointed high watermark."""
+    for log_dir in sorted(p for p in vectors_dir.iterdir() if p.is_dir()):
+        got = {}
+        for r in (
+            seglog(spark, subscribePattern="[^_].*")
+            .load(str(log_dir))
+            .select("topic", "partition", "offset", "value")
+            .collect()
+        ):
+            got.setdefault((r.topic, r.partition), []).append((r.offset, r.value))
+        with LogManager(log_dir, Settings(), read_only=True) as manager:
+            bounds = {
+                tp: (log.log_start_offset, min(log.high_watermark, log.log_end_offset))
+                for tp in manager.partitions()
+                if (log := manager.get_log(*tp)) is not None
+            }
+        for directory in sorted(p for p in log_dir.iterdir() if p.is_dir() and not p.name.startswith("_")):
+            tp = parse_topic_partition_name(directory.name)
+            first, last = bounds[tp]
+            assert sorted(got.get(tp, [])) == _kafka_python_records(directory, first, last), (log_dir.name, tp)
+        assert got, log_dir.name

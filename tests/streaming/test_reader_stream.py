@@ -1,0 +1,211 @@
+"""``spark.readStream.format("seglog")`` against Spark's Kafka-source contract (streaming queries):
+``Trigger.AvailableNow`` with rate limits honoured per trigger, ``minOffsetsPerTrigger`` +
+``maxTriggerDelay``, records appended under a running query, offsets behind latest, and
+``failOnDataLoss`` both ways when retention deletes a segment under a running query."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyspark.errors import StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+
+from indexer.config import Settings
+from indexer.log_manager import LogManager
+from streaming.reader import offsets_behind_latest
+from streaming.sink import SegmentLogSink
+from tests.streaming.helpers import read_topic
+
+pytestmark = pytest.mark.spark
+
+
+def append(
+    log_dir: Path,
+    topic: str,
+    values: list[str],
+    batch_id: int,
+    *,
+    partitions: int = 2,
+    config: dict[str, int] | None = None,
+) -> None:
+    """Commit ``values`` to ``topic`` as one sink micro-batch (what a producing pipeline does)."""
+    with SegmentLogSink(
+        log_dir, topic=topic, num_partitions=partitions, settings=Settings(), config=config, sink_id=f"{topic}-producer"
+    ) as sink:
+        sink.write_batch(
+            pa.table({"key": [v.encode() for v in values], "value": [v.encode() for v in values]}),
+            batch_id,
+            query_id="producer",
+        )
+
+
+def stream(spark: SparkSession, log_dir: Path, **options: str) -> DataFrame:
+    reader = spark.readStream.format("seglog")
+    for key, value in options.items():
+        reader = reader.option(key, value)
+    return reader.load(str(log_dir))
+
+
+class Batches:
+    """A foreachBatch function keeping every micro-batch's values (runs on the driver)."""
+
+    def __init__(self, during: Callable[[int], None] | None = None) -> None:
+        self.batches: dict[int, list[tuple[int, int, bytes]]] = {}
+        self.times: dict[int, float] = {}
+        self.during = during
+
+    def __call__(self, df: DataFrame, batch_id: int) -> None:
+        rows = sorted((r.partition, r.offset, r.value) for r in df.collect())
+        if rows:  # a new query's batch 0 may be empty (from the initial offsets to the same offsets)
+            self.batches[batch_id] = rows
+            self.times[batch_id] = time.monotonic()
+        if self.during is not None:
+            self.during(batch_id)
+
+    def values(self) -> list[bytes]:
+        return sorted(v for rows in self.batches.values() for _, _, v in rows)
+
+
+def test_available_now_reads_everything_once_within_max_offsets_per_trigger(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    values = [f"v{i:03d}" for i in range(50)]
+    append(log_dir, "ev", values, 0)
+    sink = Batches()
+    query = (
+        stream(spark, log_dir, subscribe="ev", startingOffsets="earliest", maxOffsetsPerTrigger="7")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    assert sink.values() == sorted(v.encode() for v in values)  # everything, exactly once
+    assert [len(b) for _, b in sorted(sink.batches.items())] == [7] * 7 + [1]  # the limit, per trigger
+    progress = [p for p in query.recentProgress if p["numInputRows"]]
+    first = progress[0]["sources"][0]
+    behind = offsets_behind_latest(first)
+    assert behind["maxOffsetsBehindLatest"] > 0 and behind["minOffsetsBehindLatest"] >= 0
+    assert sum(json.loads(first["latestOffset"])["ev"].values()) == 50
+    assert offsets_behind_latest(progress[-1]["sources"][0])["maxOffsetsBehindLatest"] == 0
+    # Restarted from its checkpoint, the query has nothing left to read.
+    again = Batches()
+    rerun = (
+        stream(spark, log_dir, subscribe="ev", startingOffsets="earliest")
+        .writeStream.foreachBatch(again)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    rerun.awaitTermination(120)
+    assert again.values() == []
+
+
+def test_running_query_waits_for_min_offsets_until_max_trigger_delay(spark: SparkSession, tmp_path: Path) -> None:
+    log_dir = tmp_path / "logs"
+    append(log_dir, "ev", ["old"], 0)  # before the query: not read (startingOffsets defaults to latest)
+    sink = Batches()
+    started = time.monotonic()  # the source's delay clock starts at its first trigger, after this
+    query = (
+        stream(spark, log_dir, subscribe="ev", minOffsetsPerTrigger="10", maxTriggerDelay="6s")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="300 milliseconds")
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while not query.recentProgress and time.monotonic() < deadline:  # the first trigger has run
+            time.sleep(0.1)
+        append(log_dir, "ev", ["a", "b", "c"], 1)  # fewer than minOffsetsPerTrigger: waits for the delay
+        while not sink.batches and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sink.values() == [b"a", b"b", b"c"]
+        assert min(sink.times.values()) - started >= 5.9  # not before maxTriggerDelay
+        append(log_dir, "ev", [f"n{i:02d}" for i in range(12)], 2)  # enough: read at the next trigger
+        while len(sink.batches) < 2 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert sorted(v for _, _, v in sink.batches[max(sink.batches)]) == [f"n{i:02d}".encode() for i in range(12)]
+    finally:
+        query.stop()
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_fail_on_data_loss_when_retention_deletes_a_segment_under_the_query(
+    spark: SparkSession, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
+    log_dir = tmp_path / "logs"
+    small = {"segment.bytes": 400}
+    for batch in range(8):  # one partition, ~one sink batch per segment
+        append(log_dir, "dl", [f"r{batch}-{i}" for i in range(5)], batch, partitions=1, config=small)
+    deleted: list[int] = []
+
+    def retention(batch_id: int) -> None:
+        """While the first batch is being written, retention (retention.bytes) deletes the oldest segments."""
+        if deleted:
+            return
+        settings = Settings(overrides={**small, "retention.bytes": 1})
+        with LogManager(log_dir, settings) as manager:
+            log = manager.get_log("dl", 0)
+            assert log is not None
+            assert log.delete_old_segments() > 0
+            deleted.append(log.log_start_offset)
+
+    sink = Batches(retention)  # batch 0 holds offsets 0..4
+    query = (
+        stream(
+            spark,
+            log_dir,
+            subscribe="dl",
+            startingOffsets="earliest",
+            maxOffsetsPerTrigger="5",
+            failOnDataLoss=str(fail_on_data_loss).lower(),
+        )
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    stored = read_topic(log_dir, "dl")  # what retention left, decoded by kafka-python
+    if fail_on_data_loss:
+        with pytest.raises(StreamingQueryException, match=r"offsets 5\.\.\d+ of dl-0 were deleted .*failOnDataLoss"):
+            query.awaitTermination(120)
+        assert len(sink.batches) == 1
+        return
+    query.awaitTermination(120)
+    assert query.exception() is None
+    start = deleted[0]
+    assert start > 5
+    expected = sorted([f"r0-{i}".encode() for i in range(5)] + [s.value for s in stored if s.offset >= start])
+    assert sink.values() == expected  # batch 0, then everything retention left, once
+
+
+def test_running_query_picks_up_new_topics_of_its_pattern(spark: SparkSession, tmp_path: Path) -> None:
+    """As Kafka's pattern subscription: a topic created later is read from its earliest offset."""
+    log_dir = tmp_path / "logs"
+    append(log_dir, "t1", ["a"], 0)
+    sink = Batches()
+    query = (
+        stream(spark, log_dir, subscribePattern="t[0-9]", startingOffsets="earliest")
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .trigger(processingTime="200 milliseconds")
+        .start()
+    )
+    try:
+        query.processAllAvailable()
+        append(log_dir, "t2", ["b", "c"], 0)
+        append(log_dir, "x9", ["not subscribed"], 0)
+        deadline = time.monotonic() + 60
+        while len(sink.values()) < 3 and time.monotonic() < deadline:
+            time.sleep(0.1)
+        query.processAllAvailable()
+        assert sink.values() == [b"a", b"b", b"c"]
+    finally:
+        query.stop()

@@ -1,0 +1,145 @@
+"""The ``seglog`` source's options (Spark's Kafka source names) and its offset arithmetic, without Spark."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from indexer.errors import ConfigError
+from indexer.records.isolation import IsolationLevel
+from streaming.offset_ranges import OffsetRange, rate_limit, split_ranges
+from streaming.source_options import SpecKind, parse_source_options
+
+
+def parse(**options: str) -> object:
+    return parse_source_options({"path": "/logs", **options})
+
+
+def test_kafka_names_and_defaults() -> None:
+    o = parse_source_options(
+        {
+            "path": "/logs",
+            "subscribe": "a, b",
+            "STARTINGOFFSETS": '{"a": {"0": 5, "1": -2}}',
+            "maxOffsetsPerTrigger": "100",
+            "minOffsetsPerTrigger": "10",
+            "maxTriggerDelay": "30s",
+            "kafka.isolation.level": "read_committed",
+            "kafka.bootstrap.servers": "ignored:9092",
+            "groupIdPrefix": "x",
+            "includeHeaders": "true",
+            "failOnDataLoss": "false",
+        }
+    )
+    assert o.subscription.topics == ("a", "b")
+    assert o.starting is not None and o.starting.kind is SpecKind.OFFSETS
+    assert o.starting.per_partition == {("a", 0): 5, ("a", 1): -2}
+    assert (o.max_offsets_per_trigger, o.min_offsets_per_trigger, o.max_trigger_delay_ms) == (100, 10, 30_000)
+    assert o.isolation_level is IsolationLevel.READ_COMMITTED and o.include_headers and not o.fail_on_data_loss
+    d = parse_source_options({"path": "/logs", "assign": '{"a": [1, 0]}'})
+    assert d.subscription.assigned == (("a", 0), ("a", 1))
+    assert d.starting is None and d.ending is None and d.fail_on_data_loss and not d.include_headers
+    assert d.max_trigger_delay_ms == 15 * 60_000 and d.isolation_level is IsolationLevel.READ_UNCOMMITTED
+
+
+def test_timestamp_options_take_precedence_as_in_kafka() -> None:
+    o = parse_source_options(
+        {
+            "path": "/l",
+            "subscribePattern": "ev.*",
+            "startingOffsets": "earliest",
+            "startingOffsetsByTimestamp": '{"ev": {"0": 5}}',
+            "startingTimestamp": "77",
+            "endingOffsetsByTimestamp": '{"ev": {"0": 9}}',
+            "endingOffsets": "latest",
+        }
+    )
+    assert o.starting is not None and (o.starting.kind, o.starting.timestamp) == (SpecKind.TIMESTAMP, 77)
+    assert o.ending is not None and o.ending.kind is SpecKind.TIMESTAMPS
+    assert o.subscription.wants("events", 0) and not o.subscription.wants("xev", 0)  # whole-name match
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({}, "exactly one of the options subscribe, subscribePattern, assign .got none"),
+        ({"subscribe": "a", "assign": '{"a": [0]}'}, "got subscribe, assign"),
+        (
+            {"subscribe": "a", "startingOffset": "earliest"},
+            "unknown option 'startingoffset'.*did you mean startingOffsets",
+        ),
+        ({"subscribe": "a", "startingOffsets": "soon"}, "startingOffsets is not valid JSON"),
+        ({"subscribe": "a", "startingOffsets": '{"a": [1]}'}, "startingOffsets must be earliest, latest or JSON"),
+        ({"assign": "{bad"}, "assign is not valid JSON"),
+        ({"subscribe": "bad topic!"}, "option subscribe: .*"),
+        ({"subscribePattern": "(unclosed"}, "subscribePattern is not a valid pattern"),
+        ({"subscribe": "a", "endingOffsets": "earliest"}, "endingOffsets cannot be earliest"),
+        ({"subscribe": "a", "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger must be at least 1"),
+        ({"subscribe": "a", "maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "9"}, "is above maxOffsetsPerTrigger"),
+        ({"subscribe": "a", "maxTriggerDelay": "5m"}, "maxTriggerDelay needs minOffsetsPerTrigger"),
+        (
+            {"subscribe": "a", "minOffsetsPerTrigger": "5", "maxTriggerDelay": "soon"},
+            "maxTriggerDelay must be a duration",
+        ),
+        ({"subscribe": "a", "failOnDataLoss": "maybe"}, "failOnDataLoss must be true or false"),
+        ({"subscribe": "a", "kafka.isolation.level": "serializable"}, "read_uncommitted or read_committed"),
+        ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "set the source option 'startingOffsets'"),
+        ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "closest"}, "must be error or latest"),
+    ],
+)
+def test_bad_options_are_one_clear_line(options: dict[str, str], message: str) -> None:
+    with pytest.raises(ConfigError, match=message) as info:
+        parse(**options)
+    assert "\n" not in str(info.value)
+
+
+def test_missing_path() -> None:
+    with pytest.raises(ConfigError, match=r'\.load\("<log dir>"\)'):
+        parse_source_options({"subscribe": "a"})
+
+
+backlogs = st.dictionaries(
+    st.tuples(st.sampled_from("ab"), st.integers(0, 5)),
+    st.tuples(st.integers(0, 1000), st.integers(0, 5000)),
+    min_size=1,
+    max_size=8,
+)
+
+
+@given(backlogs, st.integers(1, 3000))
+def test_rate_limit_never_exceeds_the_limit_and_always_advances(
+    parts: dict[tuple[str, int], tuple[int, int]], limit: int
+) -> None:
+    start = {tp: s for tp, (s, _) in parts.items()}
+    latest = {tp: s + n for tp, (s, n) in parts.items()}
+    ends = rate_limit(start, latest, limit)
+    read = sum(ends[tp] - start[tp] for tp in parts)
+    backlog = sum(n for _, n in parts.values())
+    assert all(start[tp] <= ends[tp] <= latest[tp] for tp in parts)
+    assert read == min(limit, backlog)  # exactly the limit when there is more, everything otherwise
+    for tp, (_, n) in parts.items():  # proportional: within one offset of the exact share
+        assert abs((ends[tp] - start[tp]) - min(n, limit * n / backlog if backlog else 0)) < 1 + 1e-9
+
+
+@given(
+    st.lists(st.integers(0, 10_000), min_size=1, max_size=6),
+    st.none() | st.integers(1, 20),
+    st.none() | st.integers(1, 3000),
+)
+def test_split_ranges_cover_each_range_contiguously(
+    sizes: list[int], min_partitions: int | None, max_records: int | None
+) -> None:
+    ranges = [OffsetRange("t", p, 100 * p, 100 * p + size) for p, size in enumerate(sizes)]
+    pieces = split_ranges(ranges, min_partitions=min_partitions, max_records_per_partition=max_records)
+    for r in ranges:
+        mine = [p for p in pieces if p.partition == r.partition]
+        if r.size == 0:
+            assert not mine
+            continue
+        assert mine[0].start == r.start and mine[-1].end == r.end
+        assert all(a.end == b.start for a, b in zip(mine, mine[1:], strict=False)) and all(p.size > 0 for p in mine)
+        if max_records is not None and min_partitions is None:
+            assert all(p.size <= max_records for p in mine)
+    if min_partitions is not None and sum(sizes) >= min_partitions and len([s for s in sizes if s]) < min_partitions:
+        assert len(pieces) >= min(min_partitions, sum(sizes)) - len(sizes)  # roughly minPartitions, as Kafka's
