@@ -18,8 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.errors import ConfigError
-
-LONG_MAX = 2**63 - 1
+from indexer.limits import INT64_MAX
 
 # key -> (attribute, type, default, minimum, doc)
 _TOPIC_KEYS: dict[str, tuple[str, type, Any, int | None, str]] = {
@@ -34,8 +33,8 @@ _TOPIC_KEYS: dict[str, tuple[str, type, Any, int | None, str]] = {
     "retention.ms": ("retention_ms", int, 604800000, -1, "delete segments older than this (ms); -1 = never"),
     "retention.bytes": ("retention_bytes", int, -1, None, "delete oldest segments above this size; -1 = no limit"),
     "file.delete.delay.ms": ("file_delete_delay_ms", int, 60000, 0, "delay before .deleted files are removed (ms)"),
-    "flush.messages": ("flush_messages", int, LONG_MAX, 1, "fsync after this many unflushed records"),
-    "flush.ms": ("flush_ms", int, LONG_MAX, 0, "fsync when the last flush is older than this (ms)"),
+    "flush.messages": ("flush_messages", int, INT64_MAX, 1, "fsync after this many unflushed records"),
+    "flush.ms": ("flush_ms", int, INT64_MAX, 0, "fsync when the last flush is older than this (ms)"),
     "preallocate": ("preallocate", bool, False, None, "size new .log files to segment.bytes up front"),
     "compression.type": ("compression_type", str, "producer", None, "producer|none|gzip|snappy|lz4|zstd"),
 }
@@ -84,8 +83,8 @@ class LogConfig:
     retention_ms: int = 604800000
     retention_bytes: int = -1
     file_delete_delay_ms: int = 60000
-    flush_messages: int = LONG_MAX
-    flush_ms: int = LONG_MAX
+    flush_messages: int = INT64_MAX
+    flush_ms: int = INT64_MAX
     preallocate: bool = False
     compression_type: str = "producer"
 

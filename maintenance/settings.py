@@ -14,8 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from indexer.config import LONG_MAX, Settings
+from indexer.config import Settings
 from indexer.errors import ConfigError
+from indexer.limits import INT64_MAX
 
 # Periods at or above this many ms are treated as "never" (datetime.timedelta tops out near 2.7e9 years,
 # but APScheduler adds periods to datetimes, which overflow past year 9999).
@@ -28,7 +29,7 @@ _KEYS: dict[str, tuple[str, int, int, str]] = {
     "log.retention.check.interval.ms": (
         "retention_check_interval_ms", 300000, 1, "retention pass (time, size, log start offset)"),
     "log.flush.scheduler.interval.ms": (
-        "flush_scheduler_interval_ms", LONG_MAX, 1, "flush logs whose last flush is older than flush.ms"),
+        "flush_scheduler_interval_ms", INT64_MAX, 1, "flush logs whose last flush is older than flush.ms"),
     "log.flush.offset.checkpoint.interval.ms": (
         "flush_offset_checkpoint_interval_ms", 60000, 1, "write recovery-point-offset-checkpoint"),
     "log.flush.start.offset.checkpoint.interval.ms": (
@@ -50,7 +51,7 @@ class MaintenanceSettings:
 
     initial_task_delay_ms: int = 30000
     retention_check_interval_ms: int = 300000
-    flush_scheduler_interval_ms: int = LONG_MAX
+    flush_scheduler_interval_ms: int = INT64_MAX
     flush_offset_checkpoint_interval_ms: int = 60000
     flush_start_offset_checkpoint_interval_ms: int = 60000
     high_watermark_checkpoint_interval_ms: int = 5000

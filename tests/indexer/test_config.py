@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from indexer.config import LONG_MAX, LogConfig, load_settings, parse_overrides, topic_config_keys
+from indexer.config import LogConfig, load_settings, parse_overrides, topic_config_keys
 from indexer.errors import ConfigError
+from indexer.limits import INT64_MAX
 
 
 def test_defaults_are_kafkas() -> None:
@@ -15,7 +16,7 @@ def test_defaults_are_kafkas() -> None:
     assert c.index_interval_bytes == 4096
     assert c.max_message_bytes == 1048588
     assert c.retention_ms == 604800000 and c.retention_bytes == -1
-    assert c.flush_messages == LONG_MAX and c.flush_ms == LONG_MAX
+    assert c.flush_messages == INT64_MAX and c.flush_ms == INT64_MAX
     assert c.file_delete_delay_ms == 60000
     assert c.message_timestamp_type == "CreateTime"
 

@@ -6,15 +6,16 @@ from pathlib import Path
 
 import pytest
 
-from indexer.config import LONG_MAX, load_settings
+from indexer.config import load_settings
 from indexer.errors import ConfigError
+from indexer.limits import INT64_MAX
 from maintenance.settings import MaintenanceSettings, is_never, maintenance_keys
 
 
 def test_defaults_are_kafkas() -> None:
     s = MaintenanceSettings()
     assert s.retention_check_interval_ms == 300_000
-    assert s.flush_scheduler_interval_ms == LONG_MAX and is_never(s.flush_scheduler_interval_ms)
+    assert s.flush_scheduler_interval_ms == INT64_MAX and is_never(s.flush_scheduler_interval_ms)
     assert s.flush_offset_checkpoint_interval_ms == 60_000
     assert s.flush_start_offset_checkpoint_interval_ms == 60_000
     assert s.initial_task_delay_ms == 30_000
