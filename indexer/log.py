@@ -28,9 +28,9 @@ import errno
 import logging
 import os
 import threading
-from collections.abc import MutableMapping
+from collections.abc import Callable, MutableMapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import pyarrow as pa
 
@@ -55,7 +55,7 @@ from indexer.file_names import (
 )
 from indexer.lock import FileLock
 from indexer.log_loader import LogLoader
-from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata
+from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset
 from indexer.records.append_pipeline import AppendSummary, Fill, check_stored_as_is, plan_append
 from indexer.records.batch_header import LOG_OVERHEAD, SIZE_OFFSET
 from indexer.records.batch_limits import BatchLimits
@@ -75,6 +75,9 @@ logger = logging.getLogger(__name__)
 # double up to the maximum; a batch larger than the chunk is read whole.
 _FIRST_READ_CHUNK_BYTES = 64 * 1024
 _READ_CHUNK_BYTES = 4 * 1024 * 1024
+
+_T = TypeVar("_T")
+_P = ParamSpec("_P")
 
 
 class _PrefixAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
@@ -593,12 +596,41 @@ class Log:
                 max_position = bound.relative_position_in_segment
             else:
                 return FetchDataInfo(LogOffsetMetadata(start_offset, segment.base_offset, 0), b"")
-            fetched = segment.read(start_offset, max_bytes, max_position, min_one_message)
-            self._repair_index(segment)
+            held = segment
+            fetched = self._read_segment(held, LogSegment.read, start_offset, max_bytes, max_position, min_one_message)
             if fetched is not None:
                 return fetched
-            segment = self._segments.higher_segment(segment.base_offset)
+            segment = self._following_segment(held, start_offset)
         return FetchDataInfo(end, b"")
+
+    def _read_segment(
+        self, segment: LogSegment, read: Callable[Concatenate[LogSegment, _P], _T], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _T | None:
+        """``read(segment, *args)``, then the index repair it may call for; None when the read failed because
+        the segment's files were deleted after it left the log (retention, truncation): the caller
+        then asks :meth:`_following_segment`, which says whether the offsets are gone."""
+        try:
+            result = read(segment, *args, **kwargs)
+        except (StorageError, ValueError):  # closed file (StorageError) or index (ValueError)
+            if self._segments.get(segment.base_offset) is segment:
+                raise
+            self._log.debug("segment %d was deleted while it was read", segment.base_offset)
+            return None
+        self._repair_index(segment)
+        return result
+
+    def _following_segment(self, segment: LogSegment, start_offset: int) -> LogSegment | None:
+        """The segment to read after ``segment`` gave nothing for ``start_offset``: its successor, or,
+        when ``segment`` left the log meanwhile, the segment holding ``start_offset`` now.
+
+        A read never skips offsets: if retention removed the segment, the log start offset moved past
+        it first, so the fresh lookup raises OffsetOutOfRangeError (as Kafka does for an offset below
+        the log start offset) instead of walking on from whatever segment now comes first.
+        """
+        try:
+            return self._segments.next_segment(segment)
+        except LookupError:
+            return self._check_read_offset(start_offset, self._next_offset_metadata)
 
     def read_records(
         self,
@@ -619,7 +651,7 @@ class Log:
             CorruptRecordError: a batch read fails its CRC or does not parse.
         """
         end = self._next_offset_metadata
-        self._check_read_offset(start_offset, end)
+        segment: LogSegment | None = self._check_read_offset(start_offset, end)
         bound = self.high_watermark if max_offset is None else min(max_offset, end.message_offset)
         aborted: list[AbortedTxn] = []
         if isolation_level is IsolationLevel.READ_COMMITTED:
@@ -628,11 +660,17 @@ class Log:
         limit = None if max_records is None else max(0, max_records)
         tables: list[pa.Table] = []
         found = 0
-        if start_offset < bound and limit != 0:
-            for segment in self._segments.values(start_offset, bound):
-                found += self._read_segment_records(segment, start_offset, bound, limit, found, tables, aborted)
-                if limit is not None and found >= limit:
-                    break
+        while start_offset < bound and limit != 0 and segment is not None and segment.base_offset < bound:
+            held = segment
+            read = self._read_segment(held, self._read_segment_records, start_offset, bound, limit, found, aborted)
+            if read:
+                tables += read
+                found += sum(t.num_rows for t in read)
+            if limit is not None and found >= limit:
+                break
+            if found and self._segments.get(held.base_offset) is not held:
+                break  # it left the log as it was read: what was read is whole, the next read says what is gone
+            segment = self._following_segment(held, start_offset)
         if not tables:
             return READ_SCHEMA.empty_table()
         table = pa.concat_tables(tables)
@@ -645,14 +683,13 @@ class Log:
         bound: int,
         limit: int | None,
         found: int,
-        out: list[pa.Table],
         aborted: list[AbortedTxn],
-    ) -> int:
+    ) -> list[pa.Table]:
         # Positioned reads only (no mmap): a concurrent truncation must never fault a reader.
+        out: list[pa.Table] = []
         start = segment.translate_offset(max(start_offset, segment.base_offset))
-        self._repair_index(segment)
         if start is None:
-            return 0
+            return out
         position, end = start.position, segment.size
         read = 0
         chunk = min(_FIRST_READ_CHUNK_BYTES, _READ_CHUNK_BYTES)
@@ -684,7 +721,7 @@ class Log:
             if limit is not None and found + read >= limit:
                 break
             position += whole
-        return read
+        return out
 
     def _repair_index(self, segment: LogSegment) -> None:
         """Rebuild the indexes of ``segment`` after a read found a damaged entry in them (O(1) when
@@ -727,16 +764,28 @@ class Log:
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The earliest offset (from the log start offset, below the high watermark) whose record has
-        a timestamp ``>= timestamp``, or None (Kafka's ListOffsets by timestamp). Thread-safe."""
-        start = self._log_start_offset
-        hw = self.high_watermark
+        a timestamp ``>= timestamp``, or None (Kafka's ListOffsets by timestamp).
+
+        Thread-safe: never an offset below the log start offset, even when retention moves it while
+        the segments are searched (the search then starts again from the new one).
+        """
+        while True:
+            start = self._log_start_offset
+            found = self._offset_for_timestamp_from(timestamp, start, self.high_watermark)
+            if found is None or found >= self._log_start_offset:
+                return found
+
+    def _offset_for_timestamp_from(self, timestamp: int, start: int, hw: int) -> int | None:
+        def search(segment: LogSegment) -> TimestampAndOffset | None:
+            if segment.largest_timestamp < timestamp:
+                return None
+            return segment.find_offset_by_timestamp(timestamp, start)
+
         for segment in self._segments.values():
             if segment.base_offset >= hw:
                 break
-            if segment.largest_timestamp < timestamp:
-                continue
-            found = segment.find_offset_by_timestamp(timestamp, start)
-            self._repair_index(segment)
+            # A segment deleted meanwhile gives None: its offsets are below the new log start offset.
+            found = self._read_segment(segment, search)
             if found is not None:
                 return found.offset if found.offset < hw else None
         return None
@@ -767,15 +816,22 @@ class Log:
 
         Raises:
             CorruptIndexError: a ``.txnindex`` record has an unknown version.
+            OffsetOutOfRangeError: retention removed the segments being searched meanwhile.
         """
         aborted: list[AbortedTxn] = []
-        start = self._segments.floor_segment(start_offset)
-        if start is None:
-            return aborted
-        for segment in [start, *self._segments.higher_segments(start.base_offset)]:
+        segment = self._segments.floor_segment(start_offset)
+        while segment is not None:
             found = segment.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
             aborted.extend(found.aborted_transactions)
             if found.is_complete:
+                break
+            try:
+                segment = self._segments.next_segment(segment)
+            except LookupError:
+                # Removed meanwhile: the map's next segment may not be the one that followed it, and a
+                # marker skipped would pass aborted records as committed. Retention moved the log start
+                # offset first, so this raises OffsetOutOfRangeError; a truncation left nothing after it.
+                self._check_read_offset(start_offset, self._next_offset_metadata)
                 break
         return aborted
 
@@ -891,8 +947,8 @@ class Log:
             return decisions
 
     def _remove_and_delete_segments(self, segments: list[LogSegment], reason: str) -> None:
-        for segment in segments:
-            self._segments.remove(segment.base_offset)
+        # At once: a reader walking segment to segment never lands beyond one removed (LogSegments).
+        self._segments.remove_all([s.base_offset for s in segments])
         self._delete_segment_files(segments, reason)
 
     def _delete_segment_files(self, segments: list[LogSegment], reason: str) -> None:

@@ -259,10 +259,8 @@ class LogSegment:
         segment start by default), a warning names the file and entry, and the segment is marked
         (:attr:`index_damage`).
         """
-        if self._lazy_offset_index is None:
-            entry = OffsetPosition(self.base_offset, 0)
-        else:
-            entry = self.offset_index.lookup(offset)
+        index = self._index_for_read(self._lazy_offset_index)
+        entry = OffsetPosition(self.base_offset, 0) if index is None else index.lookup(offset)
         if entry.position == 0 or entry.position < starting_file_position:
             return entry, self.log.batches(max(entry.position, starting_file_position))
         batches = self.log.batches(entry.position)
@@ -289,9 +287,23 @@ class LogSegment:
         self.index_damage = what
 
     def _time_lookup(self, timestamp: int) -> TimestampOffset:
-        if self._lazy_time_index is None:
-            return TimestampOffset(-1, self.base_offset)
-        return self.time_index.lookup(timestamp)
+        index = self._index_for_read(self._lazy_time_index)
+        return TimestampOffset(-1, self.base_offset) if index is None else index.lookup(timestamp)
+
+    def _index_for_read(self, lazy: LazyIndex[IndexT] | None) -> IndexT | None:
+        """``lazy``'s index for a lookup, or None (the lookup then starts at the segment start) when a
+        read-only segment has none: the file was missing when the segment was opened, or its writer
+        (another process) deleted or renamed it since; the ``.log`` stays readable through its open
+        descriptor, so the reader still returns the records it holds."""
+        if lazy is None:
+            return None
+        try:
+            return lazy.get()
+        except StorageError as e:
+            if not self.read_only or e.errno != errno.ENOENT:
+                raise
+            logger.info("%s is gone (deleted by its writer?): reading %s from its start", lazy.path, self.log.path)
+            return None
 
     # -- sizes and timestamps ------------------------------------------------------------------
 

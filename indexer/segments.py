@@ -7,8 +7,10 @@ bisects it without a lock; if the writer removed a segment meanwhile, the reader
 which is harmless because removed segments are only renamed to ``.deleted`` and physically deleted
 after ``file.delete.delay.ms`` (the same weak consistency as Kafka's skip-list iteration).
 
-Mutations (``add``, ``remove``, ``clear``, ``close``) are not thread-safe: the caller holds the log
-lock. Lookups are thread-safe.
+Mutations (``add``, ``remove``, ``remove_all``, ``clear``, ``close``) are not thread-safe: the caller
+holds the log lock. Lookups are thread-safe. A mutation changes the dict before it replaces the list,
+so a reader that takes a segment's successor and *then* finds the segment still in the map
+(:meth:`next_segment`) knows the successor followed it: a read never jumps over a removed segment.
 """
 
 from __future__ import annotations
@@ -55,6 +57,18 @@ class LogSegments:
         if segment is not None:
             self._bases = [b for b in self._bases if b != base_offset]
         return segment
+
+    def remove_all(self, base_offsets: list[int]) -> None:
+        """Drop the segments with these base offsets from the map at once (files untouched).
+
+        Every segment leaves the dict before the list of bases is replaced, so a concurrent
+        :meth:`next_segment` from a segment that stays never answers a segment beyond one removed.
+        Not thread-safe: the caller holds the log lock.
+        """
+        removed = set(base_offsets)
+        for base in removed:
+            self._segments.pop(base, None)
+        self._bases = [b for b in self._bases if b not in removed]
 
     def clear(self) -> None:
         """Forget every segment (files untouched). Not thread-safe: the caller holds the log lock."""
@@ -157,6 +171,19 @@ class LogSegments:
         bases = self._bases
         i = bisect.bisect_right(bases, offset) - 1
         return self._segments.get(bases[i]) if i >= 0 else None
+
+    def next_segment(self, segment: LogSegment) -> LogSegment | None:
+        """The segment that follows ``segment``, or None when it is the last one.
+
+        Raises ``LookupError`` when ``segment`` is no longer in the map (removed or replaced): the
+        segment after its base offset is then not necessarily the one that followed it, and a reader
+        walking on would skip offsets. Membership is checked after the successor is taken; mutations
+        change the dict before the list of bases (see the module docstring).
+        """
+        following = self.higher_segment(segment.base_offset)
+        if self._segments.get(segment.base_offset) is not segment:
+            raise LookupError(f"segment {segment.base_offset} is no longer in {self.topic_partition}")
+        return following
 
     def lower_segment(self, offset: int) -> LogSegment | None:
         """The segment with the greatest base offset ``< offset``."""
