@@ -59,11 +59,21 @@ class IndexProblem:
         return self.message
 
 
+class LogChangedError(FileNotFoundError):
+    """The ``.log`` went away or changed size while it was checked (retention renamed it, a truncation
+    shrank it, an append grew it): the check says nothing; callers skip the segment this round."""
+
+
 def scan_headers(log_path: Path) -> BatchScan:
-    """Every batch header of ``log_path`` (a vectorised walk, CRCs not checked): what level 3 compares."""
+    """Every batch header of ``log_path`` (a vectorised walk, CRCs not checked): what level 3 compares.
+
+    Read with ``pread``, never mapped (``FileRecords.scan(mapped=False)``): the checks run without
+    the partition lock too (a partition another process writes, ``seglog dump`` of a live log), and a
+    writer truncating the file under a map would kill the checker with SIGBUS.
+    """
     records = FileRecords.open(log_path, mutable=False)
     try:
-        return records.scan(verify_crc=False)
+        return records.scan(verify_crc=False, mapped=False)
     finally:
         records.close_handlers()
 
@@ -243,32 +253,49 @@ def segment_index_problem(
     Both files must exist. ``next_base_offset``: the following segment's (None for the last one);
     ``against_log``: also compare every entry with a header walk of the ``.log`` (level 3).
 
-    The files are mapped: the caller holds the partition's lock, or checks only sealed segments
-    (a writer trims a segment before it seals it, and shrinks a sealed one only when truncating
-    below its active segment).
+    The ``.log`` is read with ``pread`` (:func:`scan_headers`), so the caller need not hold the
+    partition's lock; the index files are mapped, which is safe for sealed segments (a writer trims
+    a segment's indexes before it seals it). A ``.log`` that changes meanwhile voids the check.
 
     Raises:
-        FileNotFoundError: the ``.log`` went away meanwhile (retention renamed it); callers skip it.
+        LogChangedError: the ``.log`` went away or changed size meanwhile; callers skip the segment
+            (a ``FileNotFoundError``).
         StorageError: a file cannot be read.
     """
     log_path = directory / (filename_prefix_from_offset(base_offset) + LOG_FILE_SUFFIX)
-    log_size = os.stat(log_path).st_size
+    before = _log_identity(log_path)
+    log_size = before[1]
     offset_path = offset_index_file(directory, base_offset)
     time_path = time_index_file(directory, base_offset)
     for path in (offset_path, time_path):
         if not path.exists():
-            if not log_path.exists():
-                raise FileNotFoundError(log_path)
+            _check_unchanged(log_path, before)
             return IndexProblem(path, f"index file {path} is missing")
     try:
         scan = scan_headers(log_path) if against_log else None
-        return offset_index_problem(
+        problem = offset_index_problem(
             offset_path, base_offset, log_size=log_size, next_base_offset=next_base_offset, scan=scan
         ) or time_index_problem(time_path, base_offset, next_base_offset=next_base_offset, scan=scan)
     except StorageError as e:
-        if isinstance(e.__cause__, FileNotFoundError) and not log_path.exists():
-            raise FileNotFoundError(log_path) from e
+        if isinstance(e.__cause__, FileNotFoundError):
+            _check_unchanged(log_path, before)
         raise
+    _check_unchanged(log_path, before)
+    return problem
+
+
+def _log_identity(log_path: Path) -> tuple[int, int]:
+    """(inode, size) of ``log_path``; LogChangedError when it is gone."""
+    try:
+        st = os.stat(log_path)
+    except FileNotFoundError as e:
+        raise LogChangedError(f"{log_path} went away while it was checked") from e
+    return st.st_ino, st.st_size
+
+
+def _check_unchanged(log_path: Path, before: tuple[int, int]) -> None:
+    if _log_identity(log_path) != before:
+        raise LogChangedError(f"{log_path} changed while it was checked")
 
 
 def entry_batch_problem(batch: FileBatch | None, segment_base_offset: int, entry_offset: int) -> str | None:

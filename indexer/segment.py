@@ -618,9 +618,10 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """The offset after the segment's last complete batch (reads from the last index entry on)."""
-        last_indexed = self.base_offset if self._lazy_offset_index is None else self.offset_index.last_offset
+        index = self._index_for_read(self._lazy_offset_index)
+        last_indexed = self.base_offset if index is None else index.last_offset
         # From the (verified) position of the last entry: its offset may be damaged, its batch is not.
-        scan = self.log.scan(self._lookup_position(last_indexed).position, verify_crc=False)
+        scan = self._scan_headers(self._lookup_position(last_indexed).position)
         if len(scan.last_offsets) == 0:
             return self.base_offset
         return int(scan.last_offsets[-1]) + 1
@@ -752,13 +753,18 @@ class LogSegment:
             self._max_ts_and_offset = self._read_largest_timestamp()
         return truncated
 
+    def _scan_headers(self, position: int) -> BatchScan:
+        """The batch headers from ``position`` on (no CRC pass). A read-only segment is read with
+        ``pread``: its writer is another process, whose truncation would fault a map (SIGBUS)."""
+        return self.log.scan(position, verify_crc=False, mapped=not self.read_only)
+
     def _read_largest_timestamp(self) -> TimestampOffset:
         last_entry = self.time_index.last_entry
         return self._largest_timestamp_after(self._lookup_position(last_entry.offset).position, last_entry)
 
     def _largest_timestamp_after(self, position: int, floor: TimestampOffset) -> TimestampOffset:
         """The first batch from ``position`` with the largest max timestamp, if above ``floor``'s."""
-        scan = self.log.scan(position, verify_crc=False)
+        scan = self._scan_headers(position)
         if len(scan.max_timestamps):
             stamps = np.asarray(scan.max_timestamps)
             best = int(np.argmax(stamps))

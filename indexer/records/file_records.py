@@ -59,6 +59,7 @@ from indexer.records.batch_header import (
     NO_TIMESTAMP,
     NO_TIMESTAMP_TYPE,
     RECORD_BATCH_OVERHEAD,
+    SIZE_OFFSET,
     TIMESTAMP_TYPE_MASK,
     TRANSACTIONAL_FLAG_MASK,
     BatchHeader,
@@ -78,6 +79,8 @@ logger = logging.getLogger(__name__)
 
 MAX_FILE_SIZE = INT32_MAX  # positions are int32
 CRC_PARALLEL_MIN_BYTES = 64 << 20  # scans with at least this many bytes of batches check CRCs on two threads
+PREAD_SCAN_CHUNK_BYTES = 8 << 20  # scan(mapped=False) reads the file in chunks of this size
+_SCAN_COLUMNS = ("positions", "sizes", "base_offsets", "last_offsets", "max_timestamps", "magics", "attributes")
 _OFFSET_SIZE = struct.Struct(">qi")
 _LEGACY_FIELDS = struct.Struct(">IbBq")  # crc, magic, attributes, v1 timestamp
 
@@ -599,60 +602,109 @@ class FileRecords:
                 return LogOffsetPosition(last_offset, batch.position, batch.size_in_bytes)
         return None
 
-    def scan(self, start: int = 0, end: int | None = None, *, verify_crc: bool = True) -> BatchScan:
+    def scan(
+        self, start: int = 0, end: int | None = None, *, verify_crc: bool = True, mapped: bool = True
+    ) -> BatchScan:
         """Walk every entry header from ``start`` to ``end`` at once: the recovery hot path.
 
         A numba kernel reads the headers from a read-only map of the file, then a second compiled
         loop checks every v2 CRC-32C with the CPU's CRC instruction (legacy entries: CRC-32 in
         Python). The scan stops at the first problem and returns it in ``BatchScan.error`` rather
-        than raising, with everything valid before it. Caller holds the log lock: a truncation of
-        the file while it is mapped would fault (SIGBUS) on the vanished pages. Readers without the
-        lock (other processes) should walk with ``batches()``, which uses ``pread``.
+        than raising, with everything valid before it. Mapped, the caller holds the log lock: a
+        truncation of the file while it is mapped would fault (SIGBUS) on the vanished pages.
+
+        ``mapped=False`` is for readers without the lock (a partition another process writes): the
+        bytes are read with ``pread`` in chunks of :data:`PREAD_SCAN_CHUNK_BYTES`, each walked by the
+        same kernel, so a concurrent truncation cannot fault; the scan then ends where the bytes end
+        (as at a torn tail), and the caller compares sizes to tell that the file changed.
 
         Raises:
-            StorageError: the file cannot be mapped.
+            StorageError: the file cannot be mapped or read.
         """
         end = self._end(end)
         fd = self._check_open()
+        if not mapped:
+            return self._scan_read(fd, start, end, verify_crc)
         with storage_errors(self._path, "map"):
             end = min(end, os.fstat(fd).st_size)  # never map past the end of the file
             if end - start <= HEADER_SIZE_UP_TO_MAGIC:
                 return _empty_scan(start)
-            mapped = mmap.mmap(fd, end, prot=mmap.PROT_READ)
+            mapping = mmap.mmap(fd, end, prot=mmap.PROT_READ)
             if verify_crc:
                 # The CRC pass reads every byte: start reading the whole range ahead now, rather
                 # than page fault by page fault (helps when the file is not in the page cache).
                 aligned = start - start % mmap.PAGESIZE
-                mapped.madvise(mmap.MADV_WILLNEED, aligned, end - aligned)
+                mapping.madvise(mmap.MADV_WILLNEED, aligned, end - aligned)
         try:
-            return self._scan_mapped(mapped, start, end, verify_crc)
+            return self._scan_mapped(mapping, start, end, verify_crc)
         finally:
             # An unexpected exception escaping the kernel can still reference the map through its
             # traceback; then the map is released when that exception is collected.
             with contextlib.suppress(BufferError):
-                mapped.close()
+                mapping.close()
+
+    def _scan_read(self, fd: int, start: int, end: int, verify_crc: bool) -> BatchScan:
+        """``scan`` with ``pread``: chunk by chunk, each chunk ending where its last whole entry ends."""
+        parts: list[BatchScan] = []
+        position, chunk = start, PREAD_SCAN_CHUNK_BYTES
+        while end - position > HEADER_SIZE_UP_TO_MAGIC:
+            buf = np.empty(min(end - position, chunk), dtype=np.uint8)
+            with storage_errors(self._path, "read"):
+                got = os.preadv(fd, [buf.data], position)
+            if got < buf.size:  # the file shrank underneath us: its bytes end here
+                end, buf = position + got, buf[:got]
+            part, stop, status = self._scan_buffer(buf, position, position, position + buf.size, verify_crc)
+            parts.append(part)
+            if part.error is not None or position + got >= end or status not in (
+                _batch_scan.STOP_PARTIAL,
+                _batch_scan.STOP_END,
+            ):
+                break
+            # the chunk cut an entry: go on from its start; one larger than a chunk is read whole
+            chunk = PREAD_SCAN_CHUNK_BYTES
+            if stop == position:
+                chunk = LOG_OVERHEAD + int.from_bytes(buf[SIZE_OFFSET:LOG_OVERHEAD].tobytes(), "big", signed=True)
+            position = stop
+        if not parts:
+            return _empty_scan(start)
+        if len(parts) == 1:
+            return parts[0]
+        joined = {f: np.concatenate([getattr(p, f) for p in parts]) for f in _SCAN_COLUMNS}
+        return BatchScan(**joined, valid_bytes=parts[-1].valid_bytes, error=parts[-1].error)
 
     def _scan_mapped(self, mapped: mmap.mmap, start: int, end: int, verify_crc: bool) -> BatchScan:
         buf = np.frombuffer(mapped, dtype=np.uint8)
         try:
-            table, stop_position, status, detail = _batch_scan.scan_entries(buf, start, end)
-            columns = list(table)
-            error = self._stop_error(int(status), int(stop_position), int(detail))
-            count = len(columns[0])
-            failed = _first_bad_crc(buf, columns[0], columns[1], columns[5], columns[7]) if verify_crc else None
-            if failed is not None:
-                count, computed = failed
-                position = int(columns[0][count])
-                error = CorruptRecordError(
-                    f"Record is corrupt (stored crc = {int(columns[7][count])}, computed crc = {computed}) "
-                    f"in file {self._path} at position {position}",
-                    path=self._path,
-                    position=position,
-                    offset=int(columns[2][count]),
-                )
-            wrappers = _compressed_legacy_entries(buf, columns, count)
+            return self._scan_buffer(buf, 0, start, end, verify_crc)[0]
         finally:
             del buf  # the map cannot close while numpy holds it
+
+    def _scan_buffer(
+        self, buf: np.ndarray, origin: int, start: int, end: int, verify_crc: bool
+    ) -> tuple[BatchScan, int, int]:
+        """Scan the file bytes ``[start, end)`` held by ``buf`` from file position ``origin`` on.
+
+        Returns the scan (file positions), the file position where the walk stopped and why
+        (a ``_batch_scan.STOP_*`` code).
+        """
+        table, stop_position, status, detail = _batch_scan.scan_entries(buf, start - origin, end - origin)
+        columns = list(table)
+        stop = int(stop_position) + origin
+        error = self._stop_error(int(status), stop, int(detail))
+        count = len(columns[0])
+        failed = _first_bad_crc(buf, columns[0], columns[1], columns[5], columns[7]) if verify_crc else None
+        if failed is not None:
+            count, computed = failed
+            position = int(columns[0][count]) + origin
+            error = CorruptRecordError(
+                f"Record is corrupt (stored crc = {int(columns[7][count])}, computed crc = {computed}) "
+                f"in file {self._path} at position {position}",
+                path=self._path,
+                position=position,
+                offset=int(columns[2][count]),
+            )
+        wrappers = _compressed_legacy_entries(buf, columns, count)
+        columns[0] += origin
         legacy_error = self._fix_legacy_base_offsets(wrappers, columns)
         if legacy_error is not None:
             count, error = legacy_error
@@ -662,17 +714,10 @@ class FileRecords:
         valid_bytes = int(positions[-1] + sizes[-1]) if count else start
         if error is not None:
             logger.debug("Scan of %s stopped at position %d: %s", self._path, valid_bytes, error)
-        return BatchScan(
-            positions,
-            sizes,
-            base_offsets,
-            last_offsets,
-            max_timestamps,
-            magics,
-            attributes,
-            valid_bytes,
-            error,
+        scan = BatchScan(
+            positions, sizes, base_offsets, last_offsets, max_timestamps, magics, attributes, valid_bytes, error
         )
+        return scan, stop, int(status)
 
     def _stop_error(self, status: int, position: int, detail: int) -> CorruptRecordError | None:
         path = self._path

@@ -1,0 +1,188 @@
+"""Checks without the partition lock read the ``.log`` with ``pread``: a writer's truncation never kills them.
+
+The index job checks partitions another process writes (read-only, no lock), and ``seglog dump``
+reads live logs. Mapped, a ``.log`` truncated underneath the header walk faults with SIGBUS and
+the daemon dies; ``FileRecords.scan(mapped=False)`` reads chunks with ``pread`` and walks them with
+the same kernel. The crash tests run the check in a subprocess and assert its exit code.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import indexer.records.file_records as file_records
+from indexer.clock import MockClock
+from indexer.config import LogConfig
+from indexer.log import Log
+from indexer.records.file_records import BatchScan, FileRecords
+
+REPO = Path(__file__).resolve().parents[2]
+T0 = 1_700_000_000_000
+FIELDS = ("positions", "sizes", "base_offsets", "last_offsets", "max_timestamps", "magics", "attributes")
+
+
+def sealed_segment(directory: Path, records: int, value_size: int) -> int:
+    """A partition whose first segment is sealed; returns the second segment's base offset."""
+    config = LogConfig.from_mapping({"segment.bytes": 1 << 30, "batch.size": 16 * 1024})
+    with Log.open(directory, config, clock=MockClock(T0)) as log:
+        sizes = np.random.default_rng(7).integers(1, value_size, records)
+        log.append({"value": [b"x" * int(n) for n in sizes], "timestamp": [T0 + i for i in range(records)]})
+        return log.roll().base_offset
+
+
+def same_scan(a: BatchScan, b: BatchScan) -> bool:
+    return (
+        all(np.array_equal(getattr(a, f), getattr(b, f)) for f in FIELDS)
+        and a.valid_bytes == b.valid_bytes
+        and str(a.error) == str(b.error)
+    )
+
+
+@pytest.fixture(scope="module")
+def segment_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    directory = tmp_path_factory.mktemp("scan") / "t-0"
+    sealed_segment(directory, 3000, 4000)  # batches of 16 KiB, some records larger than a small chunk
+    return directory / "00000000000000000000.log"
+
+
+@settings(max_examples=25, deadline=None)
+@given(
+    chunk=st.integers(18, 300_000),
+    start_batch=st.integers(0, 20),
+    tail=st.sampled_from([b"", b"\x00" * 5, b"\x00" * 40, (10**6).to_bytes(12, "big") + b"\x00" * 60]),
+    verify_crc=st.booleans(),
+)
+def test_pread_scan_equals_the_mapped_scan(
+    segment_log: Path, tmp_path_factory: pytest.TempPathFactory, chunk: int, start_batch: int, tail: bytes,
+    verify_crc: bool,
+) -> None:
+    """Any chunk size (smaller than one batch too), any start, torn or garbage tails: the same arrays,
+    valid bytes and error as the mapped walk."""
+    path = tmp_path_factory.mktemp("tail") / "00000000000000000000.log"
+    path.write_bytes(segment_log.read_bytes() + tail)
+    original = file_records.PREAD_SCAN_CHUNK_BYTES
+    file_records.PREAD_SCAN_CHUNK_BYTES = chunk
+    try:
+        with FileRecords.open(path, mutable=False) as records:
+            mapped = records.scan(verify_crc=verify_crc)
+            start = int(mapped.positions[min(start_batch, len(mapped) - 1)])
+            assert same_scan(records.scan(verify_crc=verify_crc, mapped=False), mapped)
+            assert same_scan(
+                records.scan(start, verify_crc=verify_crc, mapped=False), records.scan(start, verify_crc=verify_crc)
+            )
+    finally:
+        file_records.PREAD_SCAN_CHUNK_BYTES = original
+
+
+def test_pread_scan_reports_a_corrupt_entry_as_the_mapped_scan(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    sealed_segment(directory, 500, 2000)
+    path = directory / "00000000000000000000.log"
+    with FileRecords.open(path, mutable=False) as records:
+        middle = int(records.scan(verify_crc=False).positions[5])
+    data = bytearray(path.read_bytes())
+    data[middle + 100] ^= 0xFF  # a bad CRC
+    data[middle + 8 : middle + 12] = (3).to_bytes(4, "big")  # and the next walk stops at a bad size
+    path.write_bytes(bytes(data))
+    with FileRecords.open(path, mutable=False) as records:
+        for verify in (True, False):
+            mapped, read = records.scan(verify_crc=verify), records.scan(verify_crc=verify, mapped=False)
+            assert mapped.error is not None and same_scan(read, mapped)
+
+
+def run_child(script: str, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script), *args],
+        cwd=REPO,
+        env={"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+TRUNCATE_DURING_THE_WALK = """
+    import os, sys
+    from pathlib import Path
+    from indexer import index_check
+    from indexer.records import _batch_scan
+
+    directory, following = Path(sys.argv[1]), int(sys.argv[2])
+    log_path = directory / "00000000000000000000.log"
+    kernel = _batch_scan.scan_entries
+
+    def truncating_kernel(buf, start, end):
+        os.truncate(log_path, 100)  # the writer truncates below its active segment, mid-check
+        return kernel(buf, start, end)
+
+    _batch_scan.scan_entries = truncating_kernel
+    try:
+        index_check.segment_index_problem(directory, 0, next_base_offset=following, against_log=True)
+        print("checked")
+    except FileNotFoundError as e:
+        print("skipped:", e)
+"""
+
+
+def test_a_truncation_during_the_header_walk_voids_the_check_without_a_crash(tmp_path: Path) -> None:
+    """Deterministic: the ``.log`` is cut to 100 bytes right before the kernel walks its bytes. A
+    mapped walk dies of SIGBUS here (exit code -7); the pread walk skips the segment this round."""
+    directory = tmp_path / "t-0"
+    following = sealed_segment(directory, 3000, 4000)
+    done = run_child(TRUNCATE_DURING_THE_WALK, str(directory), str(following))
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    assert done.stdout.startswith("skipped:") and "changed while it was checked" in done.stdout
+
+
+CONCURRENT_TRUNCATION = """
+    import json, os, sys, threading, time
+    from pathlib import Path
+    from indexer.config import LogConfig
+    from maintenance.metadata import index_problems, scan_partition
+
+    directory = Path(sys.argv[1])
+    log_path = directory / "00000000000000000000.log"
+    size = os.path.getsize(log_path)
+    stop = threading.Event()
+
+    def writer():  # another process's writer truncating its sealed segment, step by step, then deleting it
+        for k in range(1, 200):
+            if stop.is_set():
+                return
+            os.truncate(log_path, size - k * size // 200)
+            time.sleep(0.002)
+        os.unlink(log_path)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    outcomes = {"problem": 0, "clean or skipped": 0}  # skipped: the .log changed during the check
+    try:
+        while thread.is_alive():
+            meta = scan_partition(directory, LogConfig(), log_start_offset=0, high_watermark=0)
+            problems = index_problems(meta)
+            outcomes["problem" if problems else "clean or skipped"] += 1
+    finally:
+        stop.set()
+        thread.join()
+    print(json.dumps(outcomes))
+"""
+
+
+def test_the_index_check_beside_a_writer_truncating_its_log_never_crashes(tmp_path: Path) -> None:
+    """Real concurrency: the index job's check of a partition another process writes
+    (``maintenance.metadata.index_problems``) runs in a loop while the ``.log`` shrinks under it."""
+    directory = tmp_path / "t-0"
+    sealed_segment(directory, 6000, 4000)
+    done = run_child(CONCURRENT_TRUNCATION, str(directory))
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    outcomes = json.loads(done.stdout)
+    assert outcomes["problem"] > 0  # the index points past the shrunken log: reported, not crashed on
