@@ -57,20 +57,21 @@ def segment_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
 @settings(max_examples=25, deadline=None)
 @given(
     chunk=st.integers(18, 300_000),
+    hop=st.sampled_from([1, 15_000, file_records.PREAD_SCAN_HOP_MIN_BYTES]),
     start_batch=st.integers(0, 20),
     tail=st.sampled_from([b"", b"\x00" * 5, b"\x00" * 40, (10**6).to_bytes(12, "big") + b"\x00" * 60]),
     verify_crc=st.booleans(),
 )
 def test_pread_scan_equals_the_mapped_scan(
-    segment_log: Path, tmp_path_factory: pytest.TempPathFactory, chunk: int, start_batch: int, tail: bytes,
-    verify_crc: bool,
+    segment_log: Path, tmp_path_factory: pytest.TempPathFactory, chunk: int, hop: int, start_batch: int,
+    tail: bytes, verify_crc: bool,
 ) -> None:
-    """Any chunk size (smaller than one batch too), any start, torn or garbage tails: the same arrays,
-    valid bytes and error as the mapped walk."""
+    """Any chunk size (smaller than one batch too), header hops over batches of any size, any start,
+    torn or garbage tails: the same arrays, valid bytes and error as the mapped walk."""
     path = tmp_path_factory.mktemp("tail") / "00000000000000000000.log"
     path.write_bytes(segment_log.read_bytes() + tail)
-    original = file_records.PREAD_SCAN_CHUNK_BYTES
-    file_records.PREAD_SCAN_CHUNK_BYTES = chunk
+    original = file_records.PREAD_SCAN_CHUNK_BYTES, file_records.PREAD_SCAN_HOP_MIN_BYTES
+    file_records.PREAD_SCAN_CHUNK_BYTES, file_records.PREAD_SCAN_HOP_MIN_BYTES = chunk, hop
     try:
         with FileRecords.open(path, mutable=False) as records:
             mapped = records.scan(verify_crc=verify_crc)
@@ -80,7 +81,28 @@ def test_pread_scan_equals_the_mapped_scan(
                 records.scan(start, verify_crc=verify_crc, mapped=False), records.scan(start, verify_crc=verify_crc)
             )
     finally:
-        file_records.PREAD_SCAN_CHUNK_BYTES = original
+        file_records.PREAD_SCAN_CHUNK_BYTES, file_records.PREAD_SCAN_HOP_MIN_BYTES = original
+
+
+def test_large_batches_are_walked_header_to_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Without CRCs, batches of 256 KiB or more cost one 61-byte read each, not their bytes."""
+    directory = tmp_path / "t-0"
+    config = LogConfig.from_mapping({"batch.size": 1 << 20, "max.message.bytes": 2 << 20})
+    with Log.open(directory, config, clock=MockClock(T0)) as log:
+        log.append({"value": [b"y" * 4000] * 8000, "timestamp": [T0] * 8000})
+    path = directory / "00000000000000000000.log"
+    read: list[int] = []
+    preadv = file_records.os.preadv
+
+    def counting(fd: int, buffers: list, position: int) -> int:
+        got = preadv(fd, buffers, position)
+        read.append(got)
+        return got
+
+    monkeypatch.setattr(file_records.os, "preadv", counting)
+    with FileRecords.open(path, mutable=False) as records:
+        assert same_scan(records.scan(verify_crc=False, mapped=False), records.scan(verify_crc=False))
+    assert path.stat().st_size > 30 << 20 and sum(read) < 10 << 20
 
 
 def test_pread_scan_reports_a_corrupt_entry_as_the_mapped_scan(tmp_path: Path) -> None:
