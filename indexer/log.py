@@ -76,6 +76,9 @@ logger = logging.getLogger(__name__)
 _FIRST_READ_CHUNK_BYTES = 64 * 1024
 _READ_CHUNK_BYTES = 4 * 1024 * 1024
 
+# A read-only open lists the segments again when the writer removed one meanwhile, this many times at most.
+_READ_ONLY_OPEN_ATTEMPTS = 5
+
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
 
@@ -211,14 +214,25 @@ class Log:
 
     @staticmethod
     def _load_read_only(directory: Path, config: LogConfig, clock: Clock) -> tuple[LogSegments, int]:
-        segments = LogSegments(directory.name)
-        with storage_errors(directory, "list the partition directory"):
-            names = sorted(p.name for p in directory.iterdir() if is_log_file(p) and p.is_file())
-        for name in names:
-            base = offset_from_file_name(name)
-            segments.add(
-                LogSegment.open(directory, base, config, clock=clock, file_already_exists=True, read_only=True)
-            )
+        """Open the segments listed in ``directory``. A ``.log`` its writer renamed or deleted between
+        the listing and its opening (retention) makes the listing stale: it is taken again, so the
+        segments opened are ones the writer held together, never a set with a hole in it."""
+        for attempt in range(1, _READ_ONLY_OPEN_ATTEMPTS + 1):
+            segments = LogSegments(directory.name)
+            with storage_errors(directory, "list the partition directory"):
+                names = sorted(p.name for p in directory.iterdir() if is_log_file(p) and p.is_file())
+            try:
+                for name in names:
+                    base = offset_from_file_name(name)
+                    segments.add(
+                        LogSegment.open(directory, base, config, clock=clock, file_already_exists=True, read_only=True)
+                    )
+                break
+            except StorageError as e:
+                segments.close_handlers()
+                if e.errno != errno.ENOENT or attempt == _READ_ONLY_OPEN_ATTEMPTS:
+                    raise
+                logger.debug("%s: a segment went away while the partition was opened; listing it again", directory)
         if segments.is_empty():
             raise StorageError(f"{directory} holds no log segment to read", path=directory, errno=errno.ENOENT)
         return segments, segments.active_segment().read_next_offset()

@@ -206,3 +206,35 @@ def test_read_only_reader_beside_a_writer_whose_retention_deletes(tmp_path: Path
 
     steps = each_interleaving(tmp_path, read, delete_files=True, deleted_segments=2)
     assert steps >= 4 and len(outcomes) == steps + 1
+
+
+@pytest.mark.parametrize("delete_files", [False, True], ids=["renamed", "files-deleted"])
+def test_read_only_open_beside_a_writer_whose_retention_deletes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, delete_files: bool
+) -> None:
+    """Retention runs after the read-only open listed the directory, before it opened the first
+    segment: the open lists again and sees the log as the writer left it (no error, no hole)."""
+    clock = MockClock(T0 + 10**7)
+    writer = build_log(tmp_path / "t-0", clock)
+    try:
+        bases = [s.base_offset for s in writer.segments]
+        open_segment = LogSegment.open.__func__  # type: ignore[attr-defined]
+        delete = retention_to(writer, bases[2], delete_files=delete_files)
+        pending = [delete]
+
+        def racing_open(cls: type[LogSegment], *args: Any, **kwargs: Any) -> LogSegment:
+            if kwargs.get("read_only") and pending:
+                pending.pop()()
+            return open_segment(cls, *args, **kwargs)
+
+        monkeypatch.setattr(LogSegment, "open", classmethod(racing_open))
+        with Log.open(writer.directory, writer.config, read_only=True) as reader:
+            assert [s.base_offset for s in reader.segments] == bases[2:]
+            assert reader.log_start_offset == bases[2]
+            with pytest.raises(OffsetOutOfRangeError):
+                reader.read_records(bases[0])
+            offsets = reader.read_records(bases[2], max_records=40).column("offset").to_pylist()
+            assert offsets == list(range(bases[2], bases[2] + 40))
+        assert not pending
+    finally:
+        writer.close()

@@ -366,15 +366,16 @@ def test_planner_matches_engine_on_random_logs(log_dir: Path) -> None:
 def test_readers_and_appends_interleave_with_the_jobs(log_dir: Path, clock: MockClock) -> None:
     """In one process: a reader thread and an appender thread against roll, retention and index passes.
 
-    The reader always gets whole, contiguous offset ranges (or, once retention moved past its start,
-    OffsetOutOfRangeError); appends never fail; the jobs never report an error.
+    The reader always gets whole, contiguous offset ranges starting at the offset it asked for (or,
+    once retention moved past its start, OffsetOutOfRangeError); appends never fail; the jobs never
+    report an error. The mock clock runs far faster than the threads, and the delete delay is one
+    loop turn: segment files are deleted under reads in flight too (the deterministic interleavings
+    are in tests/indexer/test_log_read_races.py).
     """
     from indexer.errors import OffsetOutOfRangeError
 
-    # The mock clock runs far faster than the threads here: a delete delay of 40 loop turns keeps a read
-    # that started before a deletion from outliving its segment's files, as 60 s do in real time.
     log = committed_log(log_dir, clock, 10, retention_bytes=2500, retention_ms=-1, segment_ms=2_000,
-                        file_delete_delay_ms=20_000)
+                        file_delete_delay_ms=500)
     access = owned(log_dir, {("t", 0): log}, clock)
     stop = threading.Event()
     problems: list[BaseException] = []
