@@ -830,10 +830,13 @@ class Log:
 
         Raises:
             CorruptIndexError: a ``.txnindex`` record has an unknown version.
-            OffsetOutOfRangeError: retention removed the segments being searched meanwhile.
+            OffsetOutOfRangeError: ``start_offset`` is below the first segment, or retention removed the
+                segments being searched meanwhile.
         """
         aborted: list[AbortedTxn] = []
         segment = self._segments.floor_segment(start_offset)
+        if segment is None:  # below the first segment: gone to retention
+            self._check_read_offset(start_offset, self._next_offset_metadata)
         while segment is not None:
             found = segment.txn_index.collect_aborted_txns(start_offset, upper_bound_offset)
             aborted.extend(found.aborted_transactions)
