@@ -610,11 +610,12 @@ class Log:
                 max_position = bound.relative_position_in_segment
             else:
                 return FetchDataInfo(LogOffsetMetadata(start_offset, segment.base_offset, 0), b"")
-            held = segment
-            fetched = self._read_segment(held, LogSegment.read, start_offset, max_bytes, max_position, min_one_message)
+            fetched = self._read_segment(
+                segment, LogSegment.read, start_offset, max_bytes, max_position, min_one_message
+            )
             if fetched is not None:
                 return fetched
-            segment = self._following_segment(held, start_offset)
+            segment = self._following_segment(segment, start_offset)
         return FetchDataInfo(end, b"")
 
     def _read_segment(
@@ -675,16 +676,15 @@ class Log:
         tables: list[pa.Table] = []
         found = 0
         while start_offset < bound and limit != 0 and segment is not None and segment.base_offset < bound:
-            held = segment
-            read = self._read_segment(held, self._read_segment_records, start_offset, bound, limit, found, aborted)
+            read = self._read_segment(segment, self._read_segment_records, start_offset, bound, limit, found, aborted)
             if read:
                 tables += read
                 found += sum(t.num_rows for t in read)
             if limit is not None and found >= limit:
                 break
-            if found and self._segments.get(held.base_offset) is not held:
+            if found and self._segments.get(segment.base_offset) is not segment:
                 break  # it left the log as it was read: what was read is whole, the next read says what is gone
-            segment = self._following_segment(held, start_offset)
+            segment = self._following_segment(segment, start_offset)
         if not tables:
             return READ_SCHEMA.empty_table()
         table = pa.concat_tables(tables)
