@@ -37,10 +37,19 @@ _TOPIC_KEYS: dict[str, tuple[str, type, Any, int | None, str]] = {
     "flush.ms": ("flush_ms", int, INT64_MAX, 0, "fsync when the last flush is older than this (ms)"),
     "preallocate": ("preallocate", bool, False, None, "size new .log files to segment.bytes up front"),
     "compression.type": ("compression_type", str, "producer", None, "producer|none|gzip|snappy|lz4|zstd"),
+    "recovery.strategy": (
+        "recovery_strategy", str, "salvage", None,
+        "salvage (keep every intact batch after damage) or truncate (Kafka: cut at the first damage)",
+    ),
+    "quarantine.retention.ms": (
+        "quarantine_retention_ms", int, -1, -1,
+        "delete quarantined bytes (removed by recovery) this long after quarantine (ms); -1 = never",
+    ),
 }
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _COMPRESSION_TYPES = ("producer", "uncompressed", *_CODECS)
+RECOVERY_STRATEGIES = ("salvage", "truncate")
 
 DEFAULT_CONF_PATH = Path(__file__).resolve().parent.parent / "conf" / "seglog.toml"
 
@@ -87,6 +96,8 @@ class LogConfig:
     flush_ms: int = INT64_MAX
     preallocate: bool = False
     compression_type: str = "producer"
+    recovery_strategy: str = "salvage"
+    quarantine_retention_ms: int = -1
 
     def __post_init__(self) -> None:
         for key, (attr, _kind, _default, minimum, _doc) in _TOPIC_KEYS.items():
@@ -99,6 +110,10 @@ class LogConfig:
             )
         if self.compression_type not in _COMPRESSION_TYPES:
             raise ConfigError(f"compression.type must be one of {_COMPRESSION_TYPES}, got {self.compression_type!r}")
+        if self.recovery_strategy not in RECOVERY_STRATEGIES:
+            raise ConfigError(
+                f"recovery.strategy must be one of {RECOVERY_STRATEGIES}, got {self.recovery_strategy!r}"
+            )
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], *, source: str = "config") -> LogConfig:

@@ -3,8 +3,10 @@
 A partition directory is ``<topic>-<partition>``; a segment with base offset ``B`` is the set of
 files ``<B as 20 zero-padded digits>.log`` / ``.index`` / ``.timeindex`` / ``.txnindex``.
 Transient suffixes are appended after the normal one: ``.deleted`` (awaiting asynchronous
-deletion), ``.cleaned`` and ``.swap`` (multi-file replace in progress). No other module builds a
-file name.
+deletion), ``.cleaned`` and ``.swap`` (multi-file replace in progress). Bytes that recovery removes
+from a segment are kept in ``<B>.log.<position>.quarantine`` (``position``: where they were in
+that ``.log``; a second file for the same place gets ``.<n>`` before the suffix): the name ends
+in no segment suffix, so no loader ever takes it for a segment. No other module builds a file name.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ PRODUCER_SNAPSHOT_FILE_SUFFIX = ".snapshot"
 DELETED_FILE_SUFFIX = ".deleted"
 CLEANED_FILE_SUFFIX = ".cleaned"
 SWAP_FILE_SUFFIX = ".swap"
+QUARANTINE_FILE_SUFFIX = ".quarantine"
 
 # Files in a log directory (beside the partition directories).
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
@@ -30,6 +33,7 @@ LOG_START_OFFSET_CHECKPOINT_FILE = "log-start-offset-checkpoint"
 REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOG_DIR_LOCK_FILE = ".lock"
+DATA_LOSS_FILE = "seglog-accepted-data-loss.jsonl"  # what `seglog recover --accept-data-loss` accepted
 
 # Files in a partition directory.
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"
@@ -75,6 +79,28 @@ def transaction_index_file(directory: Path, base_offset: int, suffix: str = "") 
 
 def producer_snapshot_file(directory: Path, offset: int) -> Path:
     return directory / (filename_prefix_from_offset(offset) + PRODUCER_SNAPSHOT_FILE_SUFFIX)
+
+
+def quarantine_file(directory: Path, base_offset: int, position: int, copy: int = 0) -> Path:
+    """Where the bytes recovery removed at ``position`` of segment ``base_offset``'s ``.log`` are kept
+    (``copy`` > 0 when an earlier, different quarantine of the same place exists)."""
+    tail = f".{copy}" if copy else ""
+    return log_file(directory, base_offset, f".{position}{tail}{QUARANTINE_FILE_SUFFIX}")
+
+
+def is_quarantine_file(path: Path) -> bool:
+    return path.name.endswith(QUARANTINE_FILE_SUFFIX)
+
+
+def parse_quarantine_file_name(name: str) -> tuple[int, int]:
+    """``(segment base offset, position in its .log)`` of a quarantine file name."""
+    parts = name.split(".")
+    if len(parts) not in (4, 5) or parts[1] != LOG_FILE_SUFFIX[1:] or not name.endswith(QUARANTINE_FILE_SUFFIX):
+        raise ValueError(f"file name {name!r} is not a quarantine file name")
+    try:
+        return int(parts[0]), int(parts[2])
+    except ValueError:
+        raise ValueError(f"file name {name!r} is not a quarantine file name") from None
 
 
 def is_log_file(path: Path) -> bool:

@@ -73,7 +73,9 @@ from indexer.errors import (
 )
 from indexer.index_check import IndexProblem, offset_index_problem, time_index_problem, transaction_index_problem
 from indexer.limits import INT32_MAX, INT64_MAX
+from indexer.quarantine import quarantine_range, quarantine_whole_file
 from indexer.records.file_records import BatchScan, FileRecords
+from indexer.salvage import LostRange, SalvagePlan, plan_salvage, write_ranges
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 
@@ -95,6 +97,7 @@ class StepKind(enum.StrEnum):
     DELETE_ORPHANED_INDEX = "delete-orphaned-index"
     CREATE_EMPTY_TIME_INDEX = "create-empty-time-index"
     RECOVER_SEGMENT = "recover-segment"
+    SALVAGE_SEGMENT = "salvage-segment"
     DROP_SEGMENT_DATA = "drop-segment-data"
     DELETE_AFTER_CORRUPTION = "delete-segment-after-corruption"
     DELETE_BELOW_LOG_START = "delete-segment-below-log-start"
@@ -108,10 +111,12 @@ class StepKind(enum.StrEnum):
 class RecoveryStep:
     """One decision of the loader about one file or segment.
 
-    ``bytes_truncated``/``batches_dropped`` count what a recovery cut from the ``.log`` (batches
-    still framed after the first invalid byte; a torn trailing batch counts in bytes only);
-    ``segment_bytes`` is the size of a segment deleted as a whole. ``indexes_rebuilt`` is true for a
-    recovery, which rewrites both indexes.
+    ``bytes_truncated``/``batches_dropped`` count what a recovery removed from the ``.log``
+    (truncation: batches still framed after the first invalid byte, a torn trailing batch counting
+    in bytes only; salvage: every byte not in a kept batch, and the CRC-valid batches not kept because
+    their offsets do not fit); ``segment_bytes`` is the size of a segment deleted as a whole.
+    ``indexes_rebuilt`` is true for a recovery, which rewrites both indexes. ``lost_offsets`` are the
+    offset ranges the removed bytes held; ``quarantined`` the files keeping those bytes.
     """
 
     kind: StepKind
@@ -122,10 +127,14 @@ class RecoveryStep:
     batches_dropped: int = 0
     segment_bytes: int = 0
     indexes_rebuilt: bool = False
+    lost_offsets: tuple[LostRange, ...] = ()
+    quarantined: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out = asdict(self)
         out["kind"] = self.kind.value
+        out["lost_offsets"] = [r.to_dict() for r in self.lost_offsets]
+        out["quarantined"] = list(self.quarantined)
         return out
 
 
@@ -152,7 +161,7 @@ class RecoveryReport:
 
     @property
     def segments_recovered(self) -> int:
-        return len(self.of_kind(StepKind.RECOVER_SEGMENT))
+        return len(self.of_kind(StepKind.RECOVER_SEGMENT, StepKind.SALVAGE_SEGMENT))
 
     @property
     def bytes_truncated(self) -> int:
@@ -172,13 +181,38 @@ class RecoveryReport:
         """Whether any record bytes were (or would be) cut or deleted."""
         return bool(self.bytes_truncated or self.segments_deleted or self.of_kind(StepKind.DROP_SEGMENT_DATA))
 
+    @property
+    def lost_offsets(self) -> list[LostRange]:
+        """Every offset range recovery removed, merged, ascending. A range ending in None runs to the
+        old log end, which the files no longer say (the caller bounds it by what was committed)."""
+        return merge_lost_ranges([r for s in self.steps for r in s.lost_offsets])
+
+    @property
+    def quarantined(self) -> list[str]:
+        """The quarantine files holding every byte recovery removed."""
+        return [name for s in self.steps for name in s.quarantined]
+
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready view, for the recovery command."""
         out = {name: value for name, value in asdict(self).items() if name != "steps"}
-        for name in ("segments_recovered", "bytes_truncated", "batches_dropped", "data_lost"):
+        for name in ("segments_recovered", "bytes_truncated", "batches_dropped", "data_lost", "quarantined"):
             out[name] = getattr(self, name)
+        out["lost_offsets"] = [r.to_dict() for r in self.lost_offsets]
         out["steps"] = [s.to_dict() for s in self.steps]
         return out
+
+
+def merge_lost_ranges(ranges: Iterable[LostRange]) -> list[LostRange]:
+    """Sorted, with touching or overlapping ranges merged (an open end absorbs what follows)."""
+    out: list[LostRange] = []
+    for r in sorted(ranges, key=lambda r: r.first):
+        if out and (out[-1].end is None or r.first <= out[-1].end):
+            prev = out[-1]
+            end = None if prev.end is None or r.end is None else max(prev.end, r.end)
+            out[-1] = LostRange(prev.first, end)
+        else:
+            out.append(r)
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -246,6 +280,11 @@ class _Inspection:
         return len(self.scan) + self.batches_dropped
 
     @property
+    def damaged(self) -> bool:
+        """Whether recovery removes anything: the scan stopped early or the offsets go backwards."""
+        return self.scan.valid_bytes < self.size or self.offsets_out_of_order
+
+    @property
     def cause(self) -> str:
         """Why recovery cuts the file (when it does)."""
         return str(self.scan.error) if self.scan.error is not None else "a torn batch at the end"
@@ -299,6 +338,7 @@ class LogLoader:
         self.log_start_offset_checkpoint = log_start_offset
         self.had_clean_shutdown = had_clean_shutdown
         self.clock: Clock = clock if clock is not None else SystemClock()
+        self._salvage = config.recovery_strategy == "salvage"
         self._prefix = f"[LogLoader partition={self.directory.name}, dir={self.directory.parent}] "
         self._fix = True
         self._report = self._new_report(dry_run=False)
@@ -461,7 +501,7 @@ class LogLoader:
             max_swap_offset = max(max_swap_offset, offset if next_offset is None else next_offset)
             logger.info("%sfound %s from an interrupted swap, recoverable by renaming", self._prefix, name)
         for name in sorted(self._names):
-            if name.endswith(file_names.SWAP_FILE_SUFFIX):
+            if name.endswith(file_names.SWAP_FILE_SUFFIX) or file_names.is_quarantine_file(Path(name)):
                 continue
             offset = _offset_or_none(name)
             if offset is not None and min_swap_offset <= offset < max_swap_offset:
@@ -558,7 +598,7 @@ class LogLoader:
                     truncated = self._recovered[segment.base_offset]
                 else:
                     truncated = self._recover_segment(segment, reason="unflushed after an unclean shutdown")
-                if truncated > 0:
+                if truncated > 0 and not self._salvage:
                     why = f"segment {segment.base_offset} before it lost {truncated} bytes to corruption"
                     self._delete_segments(unflushed[i + 1 :], StepKind.DELETE_AFTER_CORRUPTION, why)
                     break
@@ -591,8 +631,9 @@ class LogLoader:
             return _inspect_records(records, base_offset, verify_crc=verify_crc)
 
     def _recover_segment(self, segment: _Segment, *, reason: str) -> int:
-        """Recover one segment (spec 4.7) or, when its offsets go backwards, drop its data; returns the
-        bytes it lost. Raises :class:`_SplitNeeded` for a segment whose offsets overflow."""
+        """Recover one segment (spec 4.7): salvage its intact batches, or (``recovery.strategy=truncate``)
+        cut it after its last valid batch and, when its offsets go backwards, drop its data; returns
+        the bytes it lost. Raises :class:`_SplitNeeded` for a segment whose offsets overflow."""
         log_path = file_names.log_file(self.directory, segment.base_offset)
         if isinstance(segment, LogSegment):
             return self._recover_open_segment(segment, log_path, reason)
@@ -601,9 +642,20 @@ class LogLoader:
             why = f"{reason}: planned split segment"
             self._record(StepKind.RECOVER_SEGMENT, log_path, why, segment.base_offset, indexes_rebuilt=True)
             return 0
-        inspection = self._inspect(self._source(log_path.name), segment.base_offset)
+        source = self._source(log_path.name)
+        inspection = self._inspect(source, segment.base_offset)
         if inspection.overflow_offset is not None:
             raise _SplitNeeded(segment, inspection.overflow_offset)
+        if self._salvage and inspection.damaged:
+            with FileRecords.open(source, mutable=False) as records:
+                plan = plan_salvage(records, segment.base_offset, self._next_base(segment.base_offset), inspection.scan)
+            segment.size = plan.kept_bytes
+            segment.next_offset = plan.next_offset or segment.base_offset
+            names = [
+                file_names.quarantine_file(self.directory, segment.base_offset, position, 0).name
+                for position, _ in plan.removed
+            ]
+            return self._record_salvage(segment, log_path, reason, plan, inspection, names)
         if inspection.offsets_out_of_order:
             return self._drop_segment_data(
                 segment, log_path, inspection.size, inspection.framed_batches, _OUT_OF_ORDER
@@ -612,44 +664,126 @@ class LogLoader:
         segment.size = valid_bytes
         segment.next_offset = inspection.valid_next_offset or segment.base_offset
         truncated = inspection.size - valid_bytes
+        names = [file_names.quarantine_file(self.directory, segment.base_offset, valid_bytes).name] if truncated else []
         return self._record_recovery(
-            segment, log_path, reason, truncated, inspection.batches_dropped, inspection.cause
+            segment, log_path, reason, truncated, inspection.batches_dropped, inspection.cause, names
         )
 
     def _recover_open_segment(self, segment: LogSegment, log_path: Path, reason: str) -> int:
         """The real recovery, reading the ``.log`` once: the CRC-checked scan a dry run makes decides
         (overflow, offsets out of order, what is cut) and ``LogSegment.recover`` rebuilds the
-        indexes from that same scan."""
+        indexes from that same scan. Every byte cut is quarantined first."""
         inspection = _inspect_records(segment.log, segment.base_offset)
         if inspection.overflow_offset is not None:
             raise _SplitNeeded(segment, inspection.overflow_offset)
         size, everything = inspection.size, inspection.framed_batches
+        if self._salvage and inspection.damaged:
+            return self._salvage_open_segment(segment, log_path, reason, inspection)
         if inspection.offsets_out_of_order:
             return self._drop_segment_data(segment, log_path, size, everything, _OUT_OF_ORDER)
+        valid_bytes = inspection.scan.valid_bytes
+        names = []
+        if valid_bytes < size:
+            names.append(quarantine_range(segment.log, segment.base_offset, valid_bytes, size - valid_bytes).name)
         try:
             truncated = segment.recover(inspection.scan)
         except (InvalidOffsetError, StorageError) as e:
             return self._drop_segment_data(segment, log_path, size, everything, str(e))
         self._next_offsets[segment.base_offset] = inspection.valid_next_offset or segment.base_offset
         return self._record_recovery(
-            segment, log_path, reason, truncated, inspection.batches_dropped, inspection.cause
+            segment, log_path, reason, truncated, inspection.batches_dropped, inspection.cause, names
         )
 
+    def _salvage_open_segment(self, segment: LogSegment, log_path: Path, reason: str, inspection: _Inspection) -> int:
+        """Keep every intact batch of a damaged segment (:mod:`indexer.salvage`), crash-safely.
+
+        The removed byte ranges are quarantined first. When only a tail goes the file is cut in
+        place; otherwise the kept batches are copied to ``<base>.log.cleaned`` (fsynced), renamed
+        ``.swap``, the old files renamed ``.deleted``, and the swap renamed into place (Kafka's
+        protocol, which loading completes or undoes after a crash), then the indexes are rebuilt."""
+        base = segment.base_offset
+        plan = plan_salvage(segment.log, base, self._next_base(base), inspection.scan)
+        names = [quarantine_range(segment.log, base, position, length).name for position, length in plan.removed]
+        if plan.tail_only:
+            segment.recover(plan.kept)
+        else:
+            cleaned = file_names.log_file(self.directory, base, file_names.CLEANED_FILE_SUFFIX)
+            swap = file_names.log_file(self.directory, base, file_names.SWAP_FILE_SUFFIX)
+            write_ranges(segment.log, _kept_runs(plan), cleaned)
+            with storage_errors(cleaned, "rename", target=swap):
+                os.replace(cleaned, swap)
+            self._fsync_directory()
+            modified = segment.last_modified
+            segment.change_file_suffixes("", file_names.DELETED_FILE_SUFFIX)
+            self._schedule_delete(segment)
+            with storage_errors(swap, "rename", target=log_path):
+                os.replace(swap, log_path)
+            self._fsync_directory()
+            segment = self._open_segment(base, file_already_exists=True)
+            self._segments[base] = segment
+            segment.recover()
+            segment.set_last_modified(modified)
+        self._next_offsets[base] = plan.next_offset or base
+        return self._record_salvage(segment, log_path, reason, plan, inspection, names)
+
+    def _record_salvage(
+        self,
+        segment: _Segment,
+        log_path: Path,
+        reason: str,
+        plan: SalvagePlan,
+        inspection: _Inspection,
+        quarantined: list[str],
+    ) -> int:
+        removed = plan.removed_bytes
+        dropped = len(inspection.scan) - len(plan.kept) if plan.tail_only else 0
+        detail = f"{reason}: rebuilt indexes"
+        if removed:
+            ranges = ", ".join(f"{n} bytes at {p}" for p, n in plan.removed)
+            lost = ", ".join(_range_text(r) for r in plan.lost) or "none"
+            detail += (
+                f"; kept {len(plan.kept)} intact batches, removed {ranges} ({inspection.cause}) into quarantine"
+                f" {', '.join(quarantined)}; offsets lost: {lost}"
+            )
+        kind = StepKind.RECOVER_SEGMENT if plan.tail_only else StepKind.SALVAGE_SEGMENT
+        self._record(
+            kind, log_path, detail, segment.base_offset, indexes_rebuilt=True, bytes_truncated=removed,
+            batches_dropped=max(dropped, 0), lost_offsets=tuple(plan.lost), quarantined=tuple(quarantined),
+        )
+        return removed
+
     def _record_recovery(
-        self, segment: _Segment, log_path: Path, reason: str, truncated: int, dropped: int, cause: str
+        self,
+        segment: _Segment,
+        log_path: Path,
+        reason: str,
+        truncated: int,
+        dropped: int,
+        cause: str,
+        quarantined: list[str],
     ) -> int:
         detail = f"{reason}: rebuilt indexes"
         if truncated:
-            detail += f", truncated {truncated} bytes at position {segment.size} ({cause})"
-        counts = {"bytes_truncated": truncated, "batches_dropped": dropped if truncated else 0}
+            detail += f", truncated {truncated} bytes at position {segment.size} ({cause}) into quarantine"
+        lost = (LostRange(self._read_next_offset(segment), self._next_base(segment.base_offset)),)
+        counts = {
+            "bytes_truncated": truncated,
+            "batches_dropped": dropped if truncated else 0,
+            "lost_offsets": lost if truncated else (),
+            "quarantined": tuple(quarantined),
+        }
         self._record(
             StepKind.RECOVER_SEGMENT, log_path, detail, segment.base_offset, indexes_rebuilt=True, **counts
         )
         return truncated
 
     def _drop_segment_data(self, segment: _Segment, log_path: Path, size: int, batches: int, why: str) -> int:
-        """Kafka's answer to ``InvalidOffsetException`` during recovery: truncate to the base offset."""
+        """Kafka's answer to ``InvalidOffsetException`` during recovery: truncate to the base offset
+        (the bytes are quarantined first)."""
+        name = file_names.quarantine_file(self.directory, segment.base_offset, 0).name
         if isinstance(segment, LogSegment):
+            if size:
+                name = quarantine_range(segment.log, segment.base_offset, 0, size).name
             segment.offset_index.reset()  # so truncate_to finds position 0 whatever the old index said
             segment.time_index.reset()
             segment.txn_index.reset()
@@ -660,25 +794,50 @@ class LogLoader:
         else:
             assert isinstance(segment, _PlannedSegment)
             segment.size, segment.next_offset = 0, segment.base_offset
-        counts = {"bytes_truncated": size, "batches_dropped": batches, "indexes_rebuilt": True}
-        detail = f"invalid offsets during recovery ({why}): the segment's data is deleted, the segment kept"
+        counts = {
+            "bytes_truncated": size, "batches_dropped": batches, "indexes_rebuilt": True,
+            "lost_offsets": (LostRange(segment.base_offset, self._next_base(segment.base_offset)),) if size else (),
+            "quarantined": (name,) if size else (),
+        }
+        detail = f"invalid offsets during recovery ({why}): the segment's data is quarantined, the segment kept"
         self._record(StepKind.DROP_SEGMENT_DATA, log_path, detail, segment.base_offset, **counts)
         return size
 
+    def _next_base(self, base_offset: int) -> int | None:
+        """The base offset of the segment after ``base_offset`` (None for the last one)."""
+        later = [
+            offset
+            for name in self._names
+            if name.endswith(file_names.LOG_FILE_SUFFIX)
+            and (offset := _offset_or_none(name)) is not None
+            and offset > base_offset
+        ]
+        return min(later) if later else None
+
     def _delete_segments(self, segments: Iterable[_Segment], kind: StepKind, why: str) -> None:
-        """Remove segments from the map and delete their files asynchronously (spec 4.10)."""
+        """Remove segments from the map: their ``.log`` goes to quarantine, their other files are
+        deleted asynchronously (spec 4.10)."""
         for segment in list(segments):
-            del self._segments[segment.base_offset]
-            self._next_offsets.pop(segment.base_offset, None)
-            log_path = file_names.log_file(self.directory, segment.base_offset)
-            detail = f"{segment.size} bytes, deleted: {why}"
-            self._record(kind, log_path, detail, segment.base_offset, segment_bytes=segment.size)
-            for name in _segment_file_names(self.directory, segment.base_offset):
+            base = segment.base_offset
+            next_base = self._next_base(base)
+            log_path = file_names.log_file(self.directory, base)
+            del self._segments[base]
+            self._next_offsets.pop(base, None)
+            quarantined = [file_names.quarantine_file(self.directory, base, 0).name] if segment.size else []
+            for name in _segment_file_names(self.directory, base):
                 self._names.discard(name)
             if isinstance(segment, LogSegment):
                 segment.change_file_suffixes("", file_names.DELETED_FILE_SUFFIX)
+                if segment.size:
+                    quarantined = [quarantine_whole_file(segment.log.path, base).name]
                 self._schedule_delete(segment)
-            snapshot = file_names.producer_snapshot_file(self.directory, segment.base_offset).name
+            lost = (LostRange(base, next_base),) if kind is StepKind.DELETE_AFTER_CORRUPTION and segment.size else ()
+            detail = f"{segment.size} bytes, deleted{' (the .log quarantined)' if segment.size else ''}: {why}"
+            self._record(
+                kind, log_path, detail, base, segment_bytes=segment.size, lost_offsets=lost,
+                quarantined=tuple(quarantined),
+            )
+            snapshot = file_names.producer_snapshot_file(self.directory, base).name
             if snapshot in self._names:
                 self._delete_file(snapshot, StepKind.DELETE_STRAY_SNAPSHOT, "snapshot of a deleted segment")
 
@@ -747,8 +906,10 @@ class LogLoader:
             new.set_last_modified(segment.last_modified)
         copied = sum(s.size for s in new_segments)
         if copied != segment.size:
+            kept = quarantine_range(segment.log, segment.base_offset, copied, segment.size - copied)
             logger.warning(
-                "%s%s: split copied %d of %d bytes (torn tail)", self._prefix, log_path, copied, segment.size
+                "%s%s: split copied %d of %d bytes; the torn tail is quarantined in %s",
+                self._prefix, log_path, copied, segment.size, kept.name,
             )
         for new in reversed(new_segments):
             new.change_file_suffixes(file_names.CLEANED_FILE_SUFFIX, file_names.SWAP_FILE_SUFFIX)
@@ -827,6 +988,23 @@ def _inspect_records(records: FileRecords, base_offset: int, *, verify_crc: bool
     overflow = int(last[bad[0]]) if bad.size else None
     out_of_order = bool(last.size > 1 and np.any(np.diff(last) <= 0))
     return _Inspection(scan, size, overflow, out_of_order, dropped)
+
+
+def _kept_runs(plan: SalvagePlan) -> list[tuple[int, int]]:
+    """The byte ranges ``(position, length)`` of the original file between the removed ones."""
+    runs = []
+    position = 0
+    for start, length in plan.removed:
+        if start > position:
+            runs.append((position, start - position))
+        position = start + length
+    if position < plan.size:
+        runs.append((position, plan.size - position))
+    return runs
+
+
+def _range_text(r: LostRange) -> str:
+    return f"{r.first}.." + ("(old end)" if r.end is None else str(r.end - 1))
 
 
 def _read_ahead(path: Path) -> None:

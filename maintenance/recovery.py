@@ -3,8 +3,9 @@
 For every partition directory (each under its writer lock, so a live writer's partitions are
 skipped, never touched) :class:`~indexer.log_loader.LogLoader` finishes or undoes interrupted
 operations (``.swap``, ``.cleaned``, ``.deleted`` files), recovers the segments - validating every
-batch, cutting a corrupted segment after its last valid batch and deleting the segments after it,
-rebuilding missing or corrupt indexes - and the partition is flushed and closed. Then the
+batch, salvaging every intact batch around damage (or, with ``recovery.strategy=truncate``,
+Kafka's cut at the first damage), quarantining every byte removed, rebuilding missing or corrupt
+indexes - and the partition is flushed and closed. Then the
 checkpoint files are rewritten from the recovered logs and, when every partition was recovered,
 the directory is marked cleanly shut down (``.kafka_cleanshutdown``), so the next open does not
 recover again.
@@ -14,9 +15,14 @@ recovery point, which Kafka's startup does not look for (spec 6.3), is found too
 ``from_recovery_point=True`` does exactly what a broker does at startup. A dry run makes the same
 decisions through :meth:`LogLoader.check` and changes nothing.
 
-"Committed data lost" compares each partition's recovered log end offset with the largest of its
-checkpointed recovery point, its checkpointed high watermark and any sink commit record
-(:mod:`maintenance.committed`): offsets below that which are gone after recovery were committed.
+Each partition's report names the offset ranges recovery removed, each marked committed or not:
+committed means below the largest of the partition's checkpointed recovery point, checkpointed
+high watermark and any sink commit record (:mod:`maintenance.committed`). A log that ends below
+that offset is missing committed records too, whoever removed them. ``accept_data_loss=True`` is
+the explicit way forward after such a loss: the loss is appended to the log directory's
+accepted-data-loss record (:mod:`indexer.data_loss`) and the partition's end is moved up to the
+committed offset (an empty segment there), so the lost offsets stay a gap, the sink starts again,
+and the next recovery reports nothing.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from tqdm import tqdm
 
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig, Settings
+from indexer.data_loss import record_accepted_loss
 from indexer.errors import CorruptRecordError, LogLockedError
 from indexer.file_names import (
     INDEX_FILE_SUFFIX,
@@ -44,8 +51,9 @@ from indexer.file_names import (
 )
 from indexer.lock import FileLock
 from indexer.log import Log
-from indexer.log_loader import LogLoader, RecoveryReport
+from indexer.log_loader import LogLoader, RecoveryReport, merge_lost_ranges
 from indexer.log_manager import write_clean_shutdown_marker
+from indexer.salvage import LostRange
 from maintenance.access import (
     CHECKPOINT_FILES,
     checkpoint_value,
@@ -79,19 +87,43 @@ class PartitionRecovery:
     segments_deleted: int = 0
     segment_bytes_deleted: int = 0
     indexes_rebuilt: int = 0
+    lost_offsets: list[dict[str, Any]] = field(default_factory=list)
+    quarantined: list[str] = field(default_factory=list)
+    accepted_data_loss: bool = False
     steps: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def committed_offsets_lost(self) -> int:
-        """Committed offsets the recovered log no longer holds (0 when nothing committed was lost)."""
-        if self.committed_offset is None or self.log_end_offset is None:
-            return 0
-        return max(0, self.committed_offset - self.log_end_offset)
+        """How many committed offsets the recovered log no longer holds (0 when none)."""
+        return sum(r["last"] - r["first"] + 1 for r in self.lost_offsets if r["committed"])
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
         d["committed_offsets_lost"] = self.committed_offsets_lost
         return d
+
+
+def lost_offset_ranges(ranges: list[LostRange], log_end_offset: int, committed: int | None) -> list[dict[str, Any]]:
+    """The offsets a partition lost, as ``{"first", "last", "committed"}`` ranges (``last``
+    inclusive; None: uncommitted records from ``first`` on, how many the files no longer say).
+
+    ``ranges`` are what recovery removed; a log that ends below ``committed`` lost the rest up to it.
+    A range crossing ``committed`` is split into its committed and uncommitted parts.
+    """
+    known = list(ranges)
+    if committed is not None and log_end_offset < committed:
+        known.append(LostRange(log_end_offset, committed))
+    bound = committed if committed is not None else 0
+    out: list[dict[str, Any]] = []
+    for r in merge_lost_ranges(known):
+        end = r.end if r.end is not None else max(bound, r.first)
+        if r.first < min(end, bound):
+            out.append({"first": r.first, "last": min(end, bound) - 1, "committed": True})
+        if end > max(r.first, bound):
+            out.append({"first": max(r.first, bound), "last": end - 1, "committed": False})
+        if r.end is None:
+            out.append({"first": max(end, r.first), "last": None, "committed": False})
+    return out
 
 
 @dataclass
@@ -111,7 +143,8 @@ class DirectoryRecovery:
 
     @property
     def committed_data_lost(self) -> bool:
-        return any(p.committed_offsets_lost > 0 for p in self.partitions)
+        """Committed records are gone and the loss was not accepted (``--accept-data-loss``)."""
+        return any(p.committed_offsets_lost > 0 and not p.accepted_data_loss for p in self.partitions)
 
     @property
     def failed(self) -> list[PartitionRecovery]:
@@ -181,8 +214,10 @@ def _rebuild_damaged_indexes(log: Log, path: Path, config: LogConfig) -> None:
             logger.warning("%s: %s", path.name, e)
 
 
-def _fill_from_report(result: PartitionRecovery, report: RecoveryReport) -> None:
+def _fill_from_report(result: PartitionRecovery, report: RecoveryReport, committed: int | None) -> None:
     result.log_end_offset = report.next_offset
+    result.lost_offsets = lost_offset_ranges(report.lost_offsets, report.next_offset, committed)
+    result.quarantined = report.quarantined
     result.segments_recovered = report.segments_recovered
     result.bytes_truncated = report.bytes_truncated
     result.batches_dropped = report.batches_dropped
@@ -200,11 +235,15 @@ def recover_partition(
     recovery_point: int,
     log_start_offset: int,
     high_watermark: int,
+    committed_offset: int | None = None,
+    accept_data_loss: bool = False,
     dry_run: bool,
     clock: Clock,
 ) -> tuple[PartitionRecovery, dict[str, int | None]]:
     """Recover (or check) one partition under its writer lock.
 
+    ``committed_offset`` is the partition's committed end (see the module docstring); with
+    ``accept_data_loss`` a loss of committed records is recorded and the log's end moved up to it.
     Returns the outcome and, after a real recovery, the partition's new checkpoint values
     (``recovery-point``, ``log-start-offset``, ``high-watermark``; empty for a dry run).
 
@@ -212,6 +251,7 @@ def recover_partition(
         LogLockedError: a live writer holds the partition.
     """
     result = PartitionRecovery(partition_name(tp), "checked" if dry_run else "recovered", _log_bytes(path))
+    result.committed_offset = committed_offset
     config = settings.log_config(tp[0])
     lock = FileLock(path / PARTITION_LOCK_FILE)
     lock.acquire(timeout=0)
@@ -221,8 +261,9 @@ def recover_partition(
             had_clean_shutdown=False, clock=clock,
         )
         if dry_run:
-            _fill_from_report(result, loader.check())
+            _fill_from_report(result, loader.check(), committed_offset)
             result.indexes_rebuilt = _dry_run_index_problems(path, settings, tp[0])
+            result.accepted_data_loss = accept_data_loss and result.committed_offsets_lost > 0
             return result, {}
         before = _index_digests(path)
         loaded = loader.load()
@@ -234,13 +275,40 @@ def recover_partition(
         )
         if recovery_point > 0:  # segments below it were loaded, not recovered: check every index entry
             _rebuild_damaged_indexes(log, path, config)
+        _fill_from_report(result, loaded.report, committed_offset)
+        if accept_data_loss and result.committed_offsets_lost > 0:
+            _accept_data_loss(tp, path.parent, log, result)
         log.close()  # flushes everything: the recovery point is now the log end offset
         values = {kind: checkpoint_value(log, kind) for kind in CHECKPOINT_FILES}
-        _fill_from_report(result, loaded.report)
         result.indexes_rebuilt = _segments_with_changed_indexes(before, _index_digests(path))
         return result, values
     finally:
         lock.release()
+
+
+def _accept_data_loss(tp: TopicPartition, log_dir: Path, log: Log, result: PartitionRecovery) -> None:
+    """Record the loss in the accepted-data-loss file, then make the committed offset the log's end
+    (an empty segment based there), so the lost offsets are a gap, never reused."""
+    committed = result.committed_offset
+    assert committed is not None
+    record_accepted_loss(log_dir, {
+        "accepted_at_ms": int(time.time() * 1000),
+        "command": "seglog recover --accept-data-loss",
+        "topic": tp[0],
+        "partition": tp[1],
+        "lost": [{"first": r["first"], "last": r["last"]} for r in result.lost_offsets if r["committed"]],
+        "committed_offset": committed,
+        "log_end_offset": log.log_end_offset,
+        "quarantined": result.quarantined,
+    })
+    if log.log_end_offset < committed:
+        log.roll(committed)
+        result.log_end_offset = committed
+    result.accepted_data_loss = True
+    logger.warning(
+        "%s: accepted the loss of %d committed offsets (recorded in the log directory); the log now ends at %d",
+        partition_name(tp), result.committed_offsets_lost, result.log_end_offset,
+    )
 
 
 def recover_log_dir(
@@ -249,6 +317,7 @@ def recover_log_dir(
     *,
     dry_run: bool = False,
     from_recovery_point: bool = False,
+    accept_data_loss: bool = False,
     progress: bool | None = None,
     clock: Clock | None = None,
 ) -> DirectoryRecovery:
@@ -273,15 +342,18 @@ def recover_log_dir(
         for tp, path in partitions:
             name = partition_name(tp)
             bar.set_postfix_str(name, refresh=False)
-            committed = [
+            known = [
                 v for v in (recovery_points.get(tp), high_watermarks.get(tp), sink_commits.get(tp)) if v is not None
             ]
+            committed = max(known) if known else None
             try:
                 result, values = recover_partition(
                     tp, path, settings,
                     recovery_point=recovery_points.get(tp, 0) if from_recovery_point else 0,
                     log_start_offset=start_offsets.get(tp, 0),
                     high_watermark=high_watermarks.get(tp, 0),
+                    committed_offset=committed,
+                    accept_data_loss=accept_data_loss,
                     dry_run=dry_run,
                     clock=clock,
                 )
@@ -291,12 +363,10 @@ def recover_log_dir(
             except Exception as e:
                 result, values = PartitionRecovery(name, "failed", sizes[tp], message=f"{type(e).__name__}: {e}"), {}
                 logger.error("%s: recovery failed", name, exc_info=True)
-            result.committed_offset = max(committed) if committed else None
-            if result.committed_offsets_lost:
-                logger.error(
-                    "%s: committed data lost: the log now ends at %d, below the committed offset %d",
-                    name, result.log_end_offset, result.committed_offset,
-                )
+            result.committed_offset = committed
+            if result.committed_offsets_lost and not result.accepted_data_loss:
+                lost = ", ".join(f"{r['first']}..{r['last']}" for r in result.lost_offsets if r["committed"])
+                logger.error("%s: committed data lost: offsets %s", name, lost)
             for kind, value in values.items():
                 new_values[kind][tp] = value
             outcome.partitions.append(result)

@@ -1,12 +1,17 @@
-"""``seglog recover --log-dir DIR [--dry-run]``: recover a log directory after a crash.
+"""``seglog recover --log-dir DIR [--dry-run] [--strategy salvage|truncate] [--accept-data-loss]``.
 
-Does what Kafka's log loader does after an unclean shutdown (finish or undo interrupted operations,
-validate every batch, cut a corrupted segment at its last valid batch and drop the segments after
-it, rebuild missing or corrupt indexes, repair the checkpoints) and marks the directory cleanly
-shut down. Partitions a live writer holds are skipped. Prints a per-partition report.
+Recovers a log directory after a crash or damage, as Kafka's log loader does after an unclean
+shutdown (finish or undo interrupted operations, validate every batch, rebuild missing or corrupt
+indexes, repair the checkpoints), and marks it cleanly shut down. Where a segment is damaged the
+default strategy, ``salvage``, keeps every intact batch before and after the damage and leaves an
+offset gap; ``truncate`` is Kafka's own answer (cut at the first damage, delete later segments).
+Either way every removed byte is kept in a quarantine file beside its segment (``seglog
+quarantine``). Partitions a live writer holds are skipped. Prints a per-partition report naming
+the offsets lost and whether they were committed.
 
 Exit status: 0 when all is well, 1 when a partition failed, 3 when committed data was lost
-(offsets below a partition's recovery point, high watermark or sink commit are gone).
+(offsets below a partition's recovery point, high watermark or sink commit are gone) and not
+accepted with ``--accept-data-loss``.
 """
 
 from __future__ import annotations
@@ -27,6 +32,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--from-recovery-point", action="store_true",
         help="validate only from each partition's checkpointed recovery point on, as a broker's startup does "
              "(default: validate every segment)",
+    )
+    parser.add_argument(
+        "--strategy", choices=("salvage", "truncate"), default=None,
+        help="what to do with a damaged segment: salvage keeps every intact batch around the damage (default); "
+             "truncate is Kafka's recovery: cut at the first damage and drop every later segment (sets "
+             "recovery.strategy)",
+    )
+    parser.add_argument(
+        "--accept-data-loss", action="store_true",
+        help="when committed records are lost for good, record the loss in DIR/seglog-accepted-data-loss.jsonl "
+             "and move each such partition's end up to its committed offset, so the sink can start again "
+             "(the lost offsets stay a gap)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -56,8 +73,20 @@ def _text(doc: dict[str, Any]) -> Iterator[str]:
     for p in doc["partitions"]:
         if p["message"]:
             yield f"  {p['partition']}: {p['message']}"
+        for r in p["lost_offsets"]:
+            what = "committed" if r["committed"] else "uncommitted"
+            span = f"{r['first']}..{r['last']}" if r["last"] is not None else f"{r['first']}.. (how many: unknown)"
+            yield f"  {p['partition']}: lost {what} offsets {span}"
+        if p["quarantined"]:
+            yield f"  {p['partition']}: removed bytes kept in quarantine: {', '.join(p['quarantined'])}"
+        if p["accepted_data_loss"]:
+            verb = "would be" if doc["dry_run"] else "is"
+            yield f"  {p['partition']}: the loss {verb} accepted and recorded; the log ends at {p['log_end_offset']}"
     if doc["committed_data_lost"]:
-        yield "COMMITTED DATA LOST: see the 'committed lost' column (offsets)"
+        yield (
+            "COMMITTED DATA LOST: the offsets above are gone (their bytes, if any, are in quarantine). To accept "
+            f"the loss and let writers go on: seglog recover --log-dir {doc['log_dir']} --accept-data-loss"
+        )
     elif doc["marked_clean"]:
         yield "no committed data lost; the directory is marked cleanly shut down"
     elif doc["dry_run"]:
@@ -72,9 +101,12 @@ def run(args: argparse.Namespace) -> int:
 
     if not args.log_dir.is_dir():
         raise FileNotFoundError(2, "log directory does not exist", str(args.log_dir))
+    if args.strategy is not None:
+        args.config = [*args.config, f"recovery.strategy={args.strategy}"]
     outcome = recover_log_dir(
         args.log_dir, settings_from_args(args), dry_run=args.dry_run,
-        from_recovery_point=args.from_recovery_point, progress=None if not args.no_progress else False,
+        from_recovery_point=args.from_recovery_point, accept_data_loss=args.accept_data_loss,
+        progress=None if not args.no_progress else False,
     )
     Output(json_mode=args.json).emit(outcome.to_json(), _text)
     return outcome.exit_status()

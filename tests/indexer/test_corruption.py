@@ -38,7 +38,10 @@ from indexer.records.decoder import decode_records
 from indexer.records.file_records import FileRecords
 from tests.budget import scaled
 
-CONFIG = LogConfig(segment_bytes=1500, index_interval_bytes=200, file_delete_delay_ms=0)
+# Kafka's truncation (recovery.strategy=truncate); salvage, the default, is tested in test_salvage.py.
+CONFIG = LogConfig(
+    segment_bytes=1500, index_interval_bytes=200, file_delete_delay_ms=0, recovery_strategy="truncate"
+)
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FEW = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 SLOW = settings(
@@ -109,7 +112,7 @@ def vector(vectors_dir: Path, tmp_path_factory: pytest.TempPathFactory, request:
     shutil.copytree(source, directory)
     for path in [directory, *directory.iterdir()]:
         path.chmod(0o755 if path.is_dir() else 0o644)
-    return describe(directory, LogConfig())
+    return describe(directory, LogConfig(recovery_strategy="truncate"))
 
 
 # -- damage ------------------------------------------------------------------------------------

@@ -3,6 +3,8 @@ and the loader on real broker-written partition directories."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import os
 import shutil
 from collections.abc import Callable
@@ -22,6 +24,7 @@ from indexer.records.encoder import encode_batches
 from indexer.records.file_records import BatchScan, FileRecords
 
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=200, file_delete_delay_ms=1000)
+TRUNCATE = dataclasses.replace(CONFIG, recovery_strategy="truncate")  # Kafka's recovery
 
 
 def write_log(directory: Path, appends: int = 30, rows: int = 4, config: LogConfig = CONFIG) -> int:
@@ -38,8 +41,10 @@ def snapshot(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
 
 
-def loader(directory: Path, clock: MockClock | None = None, **kwargs: object) -> LogLoader:
-    return LogLoader(directory, CONFIG, clock=clock or MockClock(), **kwargs)  # type: ignore[arg-type]
+def loader(
+    directory: Path, clock: MockClock | None = None, config: LogConfig = CONFIG, **kwargs: object
+) -> LogLoader:
+    return LogLoader(directory, config, clock=clock or MockClock(), **kwargs)  # type: ignore[arg-type]
 
 
 def load(directory: Path, clock: MockClock | None = None, **kwargs: object) -> LoadedLog:
@@ -121,7 +126,7 @@ def test_corruption_deletes_every_later_segment(tmp_path: Path) -> None:
     data[second + 70] ^= 0x01  # inside the second batch's records: its CRC fails
     victim.write_bytes(bytes(data))
     clock = MockClock()
-    loaded = load(directory, clock, recovery_point=0)
+    loaded = load(directory, clock, config=TRUNCATE, recovery_point=0)
     report = loaded.report
     [cut] = [s for s in report.of_kind(StepKind.RECOVER_SEGMENT) if s.bytes_truncated]
     assert cut.path == str(victim) and cut.bytes_truncated == len(data) - second
@@ -130,9 +135,39 @@ def test_corruption_deletes_every_later_segment(tmp_path: Path) -> None:
     assert deleted == logs[2:]
     assert loaded.next_offset == int(scan.last_offsets[0]) + 1
     assert loaded.segments.base_offsets() == [file_names.offset_from_file_name(p.name) for p in logs[:2]]
-    assert all(not p.exists() and Path(str(p) + ".deleted").exists() for p in deleted)
+    # Nothing is deleted without a copy: the cut bytes and every later .log are in quarantine.
+    assert (directory / f"{victim.name}.{second}.quarantine").read_bytes() == bytes(data[second:])
+    assert all(not p.exists() and (directory / f"{p.name}.0.quarantine").exists() for p in deleted)
+    assert [(r.first, r.end) for r in report.lost_offsets] == [(int(scan.last_offsets[0]) + 1, None)]
     clock.advance(CONFIG.file_delete_delay_ms)
     assert not any(directory.glob("*.deleted"))
+    assert report.data_lost
+    close(loaded)
+
+
+def test_salvage_keeps_every_intact_batch_after_the_damage(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    end = write_log(directory)
+    logs = segment_logs(directory)
+    victim = logs[1]
+    data = bytearray(victim.read_bytes())
+    scan = FileRecords.open(victim, mutable=False).scan()
+    second = int(scan.positions[1])
+    data[second + 70] ^= 0x01  # inside the second batch's records: its CRC fails
+    victim.write_bytes(bytes(data))
+    loaded = load(directory, MockClock(), recovery_point=0)
+    report = loaded.report
+    [salvaged] = report.of_kind(StepKind.SALVAGE_SEGMENT)
+    assert salvaged.path == str(victim) and salvaged.bytes_truncated == int(scan.sizes[1])
+    assert not report.segments_deleted and loaded.next_offset == end
+    assert [(r.first, r.end) for r in report.lost_offsets] == [
+        (int(scan.base_offsets[1]), int(scan.last_offsets[1]) + 1)
+    ]
+    quarantined = directory / f"{victim.name}.{second}.quarantine"
+    assert report.quarantined == [quarantined.name]
+    assert quarantined.read_bytes() == bytes(data[second : second + int(scan.sizes[1])])
+    kept = bytes(data[:second] + data[second + int(scan.sizes[1]) :])
+    assert victim.read_bytes() == kept and len(FileRecords.open(victim, mutable=False).scan()) == len(scan) - 1
     assert report.data_lost
     close(loaded)
 
@@ -383,11 +418,28 @@ def test_out_of_order_offsets_drop_the_segment_data(tmp_path: Path) -> None:
     directory.mkdir()
     (directory / f"{0:020d}.log").write_bytes(_raw_batches(10, 2) + _raw_batches(0, 2))
     (directory / f"{100:020d}.log").write_bytes(_raw_batches(100, 2))
-    loaded = load(directory, recovery_point=0)
+    loaded = load(directory, config=TRUNCATE, recovery_point=0)
     [dropped] = loaded.report.of_kind(StepKind.DROP_SEGMENT_DATA)
     assert dropped.base_offset == 0 and dropped.batches_dropped == 2
     assert [Path(s.path).name for s in loaded.report.segments_deleted] == [f"{100:020d}.log"]
     assert (loaded.next_offset, loaded.segments.base_offsets()) == (0, [0])
+    close(loaded)
+
+
+def test_salvage_keeps_the_longest_increasing_run_of_batches(tmp_path: Path) -> None:
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    first, second = _raw_batches(0, 2) + _raw_batches(2, 2), _raw_batches(1, 2)  # the last goes backwards
+    (directory / f"{0:020d}.log").write_bytes(first + second)
+    (directory / f"{100:020d}.log").write_bytes(_raw_batches(100, 2))
+    loaded = load(directory, recovery_point=0)
+    [salvaged] = [s for s in loaded.report.steps if s.bytes_truncated]
+    assert salvaged.kind == StepKind.RECOVER_SEGMENT  # only the end goes: cut in place, no rewrite
+    assert salvaged.bytes_truncated == len(second) and salvaged.batches_dropped == 1
+    assert not loaded.report.segments_deleted
+    assert (directory / f"{0:020d}.log").read_bytes() == first
+    assert (directory / f"{0:020d}.log.{len(first)}.quarantine").read_bytes() == second
+    assert loaded.segments.base_offsets() == [0, 100]
     close(loaded)
 
 

@@ -1,0 +1,75 @@
+"""The record of data loss a user accepted: ``<log dir>/seglog-accepted-data-loss.jsonl``.
+
+When recovery could not keep committed records (damage with no intact copy), seglog refuses to go
+on silently: ``seglog recover`` exits 3 and the sink will not start on a partition that ends below
+its committed offset. ``seglog recover --accept-data-loss`` is the explicit way forward (the spirit
+of Spark's ``failOnDataLoss=false``, but decided once, by a person, and written down): for each
+partition it appends one JSON line here, then moves the partition's end up to the committed offset
+so the lost offsets stay a gap and are never reused for other records. A line::
+
+    {"accepted_at_ms": 1700000000000, "command": "seglog recover --accept-data-loss",
+     "host": "node-1", "pid": 4242, "topic": "events", "partition": 0,
+     "lost": [{"first": 4661, "last": 9756}], "committed_offset": 9757,
+     "log_end_offset": 4661, "quarantined": ["00000000000000004096.log.2048.quarantine"]}
+
+The file is only ever appended to (and fsynced); nothing in seglog deletes it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from indexer import file_names
+from indexer.checkpoint import fsync_directory
+from indexer.errors import StorageError, storage_errors
+
+
+def data_loss_file(log_dir: str | os.PathLike[str]) -> Path:
+    """The path of the accepted-data-loss record of ``log_dir``."""
+    return Path(log_dir) / file_names.DATA_LOSS_FILE
+
+
+def record_accepted_loss(log_dir: str | os.PathLike[str], entry: Mapping[str, Any]) -> dict[str, Any]:
+    """Append one acceptance (``entry`` plus host and pid) as a JSON line, fsynced; returns the line.
+
+    Raises:
+        StorageError: the file cannot be written.
+    """
+    line = {**entry, "host": socket.gethostname(), "pid": os.getpid()}
+    path = data_loss_file(log_dir)
+    created = not path.exists()
+    with storage_errors(path, "append to"):
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line, sort_keys=True) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if created:
+            fsync_directory(path.parent)
+    return line
+
+
+def read_accepted_losses(log_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """Every acceptance recorded in ``log_dir``, oldest first (empty when there is none).
+
+    Raises:
+        StorageError: the file exists but cannot be read or a line is not JSON.
+    """
+    path = data_loss_file(log_dir)
+    if not path.exists():
+        return []
+    with storage_errors(path, "read"):
+        lines = path.read_text(encoding="utf-8").splitlines()
+    out = []
+    for number, text in enumerate(lines, 1):
+        if not text.strip():
+            continue
+        try:
+            out.append(json.loads(text))
+        except json.JSONDecodeError as e:
+            raise StorageError(f"{path} line {number} is not JSON: {e}", path=path) from e
+    return out
