@@ -51,6 +51,7 @@ repaired by loading again.
 
 from __future__ import annotations
 
+import bisect
 import enum
 import logging
 import os
@@ -266,8 +267,9 @@ class _Inspection:
 
     scan: BatchScan
     size: int
-    overflow_offset: int | None  # first valid batch whose offsets do not fit the segment
+    overflow_offset: int | None  # first valid batch whose offsets do not fit the segment (to split it)
     offsets_out_of_order: bool  # valid batches whose last offsets do not strictly increase
+    misfit: bool  # valid batches whose offsets do not belong to the segment (salvage: damaged)
     batches_dropped: int  # framed entries after the last valid batch
 
     @property
@@ -282,7 +284,7 @@ class _Inspection:
     @property
     def damaged(self) -> bool:
         """Whether recovery removes anything: the scan stopped early or the offsets go backwards."""
-        return self.scan.valid_bytes < self.size or self.offsets_out_of_order
+        return self.scan.valid_bytes < self.size or self.offsets_out_of_order or self.misfit
 
     @property
     def cause(self) -> str:
@@ -347,6 +349,7 @@ class LogLoader:
         self._recovered: dict[int, int] = {}  # base offset -> bytes truncated while loading
         self._next_offsets: dict[int, int] = {}  # base offset -> next offset of a segment recovered here
         self._virtual: dict[int, _PlannedSegment] = {}  # dry run: planned output of splits
+        self._bases: list[int] = []  # base offsets of the segments, for each segment's successor
         self._renamed: dict[str, str] = {}  # dry run: final name -> swap file holding it
 
     # -- entry points ---------------------------------------------------------------------------
@@ -398,6 +401,7 @@ class LogLoader:
         self._next_offsets = {}
         self._virtual = {}
         self._renamed = {}
+        self._bases = []
         with storage_errors(self.directory, "list the partition directory"):
             self._names = {e.name for e in os.scandir(self.directory) if e.is_file(follow_symlinks=False)}
         swap_files = self._remove_temp_files_and_collect_swap_files()
@@ -528,6 +532,10 @@ class LogLoader:
             if isinstance(segment, LogSegment):
                 segment.close_handlers()
         self._segments = {}
+        self._bases = sorted(
+            offset for name in self._names if name.endswith(file_names.LOG_FILE_SUFFIX)
+            and (offset := _offset_or_none(name)) is not None
+        )
         for name in sorted(self._names):
             path = self._path(name)
             if file_names.is_index_file(path):
@@ -585,6 +593,7 @@ class LogLoader:
 
     def _recover_log(self) -> tuple[int, int]:
         """Step 6 (Kafka ``recoverLog``): returns (recovery point, next offset)."""
+        self._bases = sorted(self._segments)
         if not self.had_clean_shutdown:
             bases = sorted(self._segments)
             floor = [b for b in bases if b <= self.recovery_point_checkpoint]
@@ -628,7 +637,9 @@ class LogLoader:
     def _inspect(self, path: Path, base_offset: int, *, verify_crc: bool = True) -> _Inspection:
         """Read-only scan of a ``.log``: what recovering it would keep and drop."""
         with FileRecords.open(path, mutable=False) as records:
-            return _inspect_records(records, base_offset, verify_crc=verify_crc)
+            return _inspect_records(
+                records, base_offset, self._next_base(base_offset), verify_crc=verify_crc, salvage=self._salvage
+            )
 
     def _recover_segment(self, segment: _Segment, *, reason: str) -> int:
         """Recover one segment (spec 4.7): salvage its intact batches, or (``recovery.strategy=truncate``)
@@ -673,7 +684,8 @@ class LogLoader:
         """The real recovery, reading the ``.log`` once: the CRC-checked scan a dry run makes decides
         (overflow, offsets out of order, what is cut) and ``LogSegment.recover`` rebuilds the
         indexes from that same scan. Every byte cut is quarantined first."""
-        inspection = _inspect_records(segment.log, segment.base_offset)
+        base = segment.base_offset
+        inspection = _inspect_records(segment.log, base, self._next_base(base), salvage=self._salvage)
         if inspection.overflow_offset is not None:
             raise _SplitNeeded(segment, inspection.overflow_offset)
         size, everything = inspection.size, inspection.framed_batches
@@ -804,15 +816,10 @@ class LogLoader:
         return size
 
     def _next_base(self, base_offset: int) -> int | None:
-        """The base offset of the segment after ``base_offset`` (None for the last one)."""
-        later = [
-            offset
-            for name in self._names
-            if name.endswith(file_names.LOG_FILE_SUFFIX)
-            and (offset := _offset_or_none(name)) is not None
-            and offset > base_offset
-        ]
-        return min(later) if later else None
+        """The base offset of the segment after ``base_offset`` (None for the last one), from the
+        segments the current step started with (a step restarts after a split)."""
+        i = bisect.bisect_right(self._bases, base_offset)
+        return self._bases[i] if i < len(self._bases) else None
 
     def _delete_segments(self, segments: Iterable[_Segment], kind: StepKind, why: str) -> None:
         """Remove segments from the map: their ``.log`` goes to quarantine, their other files are
@@ -974,9 +981,20 @@ _LOSSY_KINDS = frozenset(
 )
 
 
-def _inspect_records(records: FileRecords, base_offset: int, *, verify_crc: bool = True) -> _Inspection:
+def _inspect_records(
+    records: FileRecords,
+    base_offset: int,
+    next_base: int | None = None,
+    *,
+    verify_crc: bool = True,
+    salvage: bool = False,
+) -> _Inspection:
     """One scan of an unchanged ``.log`` (plus a header walk of what follows its first invalid byte):
-    what recovering it would keep and drop."""
+    what recovering it would keep and drop.
+
+    An overflow (offsets that do not fit relative to the base offset, KAFKA-6264) asks for a split;
+    when salvaging, only legacy (magic 0/1) batches can overflow: a v2 batch whose offsets do not fit
+    the segment, or reach the next segment's base, has a damaged base offset (outside the CRC)."""
     scan = records.scan(0, verify_crc=verify_crc)
     size = records.size_in_bytes()
     dropped = 0
@@ -984,10 +1002,14 @@ def _inspect_records(records: FileRecords, base_offset: int, *, verify_crc: bool
         dropped = len(records.scan(scan.valid_bytes, verify_crc=False))
     last = np.asarray(scan.last_offsets, dtype=np.int64)
     relative = last - base_offset
-    bad = np.flatnonzero((relative < 0) | (relative > INT32_MAX))
+    outside = (relative < 0) | (relative > INT32_MAX)
+    misfit = bool(np.any(outside) or (next_base is not None and last.size and np.any(last >= next_base)))
+    if salvage:
+        outside &= np.asarray(scan.magics) < 2
+    bad = np.flatnonzero(outside)
     overflow = int(last[bad[0]]) if bad.size else None
     out_of_order = bool(last.size > 1 and np.any(np.diff(last) <= 0))
-    return _Inspection(scan, size, overflow, out_of_order, dropped)
+    return _Inspection(scan, size, overflow, out_of_order, misfit, dropped)
 
 
 def _kept_runs(plan: SalvagePlan) -> list[tuple[int, int]]:

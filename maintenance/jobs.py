@@ -28,8 +28,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from indexer.errors import CorruptRecordError, SeglogError
-from indexer.file_names import TopicPartition
+from indexer.file_names import TopicPartition, partition_dirs
 from indexer.index_check import IndexProblem, segment_index_problem
+from indexer.quarantine import purge_quarantine
 from indexer.segment import first_batch_max_timestamp, roll_time_reached
 from maintenance.access import CHECKPOINT_FILES, LogAccess, checkpoint_value, partition_name
 from maintenance.access import write_checkpoint as merge_checkpoint
@@ -41,7 +42,8 @@ logger = logging.getLogger(__name__)
 
 
 def retention(access: LogAccess) -> JobReport:
-    """Delete segments past ``retention.ms``/``retention.bytes`` or below the log start offset.
+    """Delete segments past ``retention.ms``/``retention.bytes`` or below the log start offset, and
+    quarantine files (bytes recovery removed) older than ``quarantine.retention.ms`` (-1: never).
 
     The engine decides (:func:`indexer.retention.plan_retention`): ``Log.apply_retention`` renames
     deleted segments ``.deleted`` (removed ``file.delete.delay.ms`` later) and says which limit each
@@ -63,6 +65,13 @@ def retention(access: LogAccess) -> JobReport:
                     report.note(name, f"deleted segment {decision.base_offset} ({decision.reason} breached)")
                 if decisions:
                     report.count("segments_deleted", len(decisions))
+        for tp, path in partition_dirs(access.log_dir):
+            keep_ms = access.settings.log_config(tp[0]).quarantine_retention_ms
+            if keep_ms >= 0:
+                with report.partition(partition_name(tp)):
+                    purged = purge_quarantine(path, older_than_ms=keep_ms, now_ms=now)
+                    if purged:
+                        report.count("quarantine_files_deleted", len(purged))
     return report
 
 

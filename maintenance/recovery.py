@@ -105,10 +105,12 @@ class PartitionRecovery:
 
 def lost_offset_ranges(ranges: list[LostRange], log_end_offset: int, committed: int | None) -> list[dict[str, Any]]:
     """The offsets a partition lost, as ``{"first", "last", "committed"}`` ranges (``last``
-    inclusive; None: uncommitted records from ``first`` on, how many the files no longer say).
+    inclusive; None: records from ``first`` on, how many the files no longer say).
 
     ``ranges`` are what recovery removed; a log that ends below ``committed`` lost the rest up to it.
-    A range crossing ``committed`` is split into its committed and uncommitted parts.
+    A range crossing ``committed`` is split into its committed and uncommitted parts. A removed end
+    of the log is bounded by ``committed``: what lay beyond it was never committed, and how many
+    offsets it held is unknown (its bytes are in quarantine).
     """
     known = list(ranges)
     if committed is not None and log_end_offset < committed:
@@ -121,8 +123,8 @@ def lost_offset_ranges(ranges: list[LostRange], log_end_offset: int, committed: 
             out.append({"first": r.first, "last": min(end, bound) - 1, "committed": True})
         if end > max(r.first, bound):
             out.append({"first": max(r.first, bound), "last": end - 1, "committed": False})
-        if r.end is None:
-            out.append({"first": max(end, r.first), "last": None, "committed": False})
+        if r.end is None and committed is None:
+            out.append({"first": r.first, "last": None, "committed": False})
     return out
 
 

@@ -55,6 +55,7 @@ COMMANDS: dict[str, Command] = {
     "run": Command("seglog.commands.run", "run the Spark streaming job that feeds the logs"),
     "maintain": Command("seglog.commands.maintain", "run the maintenance daemon (retention, flush, checkpoints)"),
     "recover": Command("seglog.commands.recover", "recover a log directory after a crash (Kafka's log loading)"),
+    "quarantine": Command("seglog.commands.quarantine", "list or purge the bytes recovery removed (quarantine)"),
     "bench": Command("seglog.commands.bench", "run a benchmark suite (engine, sink, maintenance)"),
 }
 

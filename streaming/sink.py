@@ -467,7 +467,9 @@ class SegmentLogSink:
             if leo < end:
                 raise StorageError(
                     f"partition {tp[0]}-{tp[1]} in {self.log_dir} ends at offset {leo}, below the sink's committed "
-                    f"end offset {end}: committed records are missing",
+                    f"end offset {end}: committed records (offsets {leo}..{end - 1}) are missing. If they cannot be "
+                    f"restored, accept the loss with `seglog recover --log-dir {self.log_dir} --accept-data-loss` "
+                    "(it records what was lost and lets the sink go on; see docs/recovery.md)",
                     path=self.log_dir,
                 )
             if leo > end:

@@ -4,7 +4,8 @@ For each ``<topic>-<partition>`` directory: log start offset, log end offset, hi
 (from ``replication-offset-checkpoint``), recovery point (from
 ``recovery-point-offset-checkpoint``), size, and per segment its base offset, last offset, size,
 batch and record counts, the timestamps of its first record and its largest one, and how many
-entries its index files hold. Counts come from one vectorised walk over the batch headers of each
+entries its index files hold, and the quarantine files holding bytes recovery removed (``seglog
+quarantine``). Counts come from one vectorised walk over the batch headers of each
 ``.log`` (no record is decoded; ``records`` counts the offsets the batches cover, which is the
 number of records unless compaction removed some). A partition that cannot be opened is listed
 with its error instead of stopping the command.
@@ -32,6 +33,7 @@ from indexer.errors import SeglogError
 from indexer.file_names import RECOVERY_POINT_CHECKPOINT_FILE
 from indexer.log_manager import LogManager
 from indexer.offset_index import OffsetIndex
+from indexer.quarantine import list_quarantine
 from indexer.records.batch_header import NO_TIMESTAMP
 from indexer.time_index import TimeIndex
 from seglog.cli import add_log_config_arguments, settings_from_args
@@ -109,6 +111,7 @@ def describe_partition(topic: str, partition: int, log: Any) -> dict[str, Any]:
         "size_bytes": sum(s["size_bytes"] for s in segments),
         "num_segments": len(segments),
         "segments": segments,
+        "quarantine": [q.to_dict() for q in list_quarantine(Path(log.directory))],
     }
 
 
@@ -187,4 +190,10 @@ def render_text(description: dict[str, Any]) -> list[str]:
         headers = ("base offset", "last offset", "bytes", "batches", "records", "first timestamp",
                    "max timestamp", "index", "timeindex", "invalid bytes")
         lines += format_table(headers, rows, indent="  ")
+        if p["quarantine"]:
+            size = sum(q["size"] for q in p["quarantine"])
+            lines.append(
+                f"  quarantine: {len(p['quarantine'])} files, {size} bytes removed by recovery "
+                f"({', '.join(Path(q['path']).name for q in p['quarantine'])}; see `seglog quarantine list`)"
+            )
     return lines

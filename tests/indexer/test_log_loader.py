@@ -4,7 +4,6 @@ and the loader on real broker-written partition directories."""
 from __future__ import annotations
 
 import dataclasses
-
 import os
 import shutil
 from collections.abc import Callable

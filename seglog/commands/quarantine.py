@@ -1,0 +1,94 @@
+"""``seglog quarantine list|purge``: the bytes recovery removed from damaged segments.
+
+Recovery never deletes record bytes without a copy: damaged ranges, torn tails and anything a
+truncation cut are kept beside their segment in ``<base>.log.<position>.quarantine`` files (the
+position is where the bytes sat in that ``.log``). ``list`` shows them per partition; ``purge``
+deletes them, all of them (``--all``) or those older than ``--older-than-ms``, optionally for one
+topic or partition. The maintenance service purges them itself once they are older than the
+topic's ``quarantine.retention.ms`` (default -1: never). A quarantine file holds the raw bytes:
+``seglog dump`` reads it, and the intact batches in it can be inspected there.
+
+examples:
+  seglog quarantine list --log-dir data/logs
+  seglog quarantine purge --log-dir data/logs --topic events --older-than-ms 604800000
+  seglog quarantine purge --log-dir data/logs --all --dry-run
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``seglog quarantine``."""
+    actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="list the quarantine files of every partition")
+    purge = actions.add_parser("purge", help="delete quarantine files (say which: --all or --older-than-ms)")
+    for sub in (listing, purge):
+        sub.add_argument("--log-dir", required=True, type=Path, metavar="DIR", help="the log directory")
+        sub.add_argument("--topic", metavar="T", help="only this topic's partitions")
+        sub.add_argument("--partition", type=int, metavar="P", help="only this partition (with --topic)")
+        sub.add_argument("--json", action="store_true", help="print one JSON document")
+    which = purge.add_mutually_exclusive_group(required=True)
+    which.add_argument("--all", action="store_true", help="delete every quarantine file selected")
+    which.add_argument(
+        "--older-than-ms", type=int, metavar="MS", help="delete only files last modified more than MS ms ago"
+    )
+    purge.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
+
+
+def _selected(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    from maintenance.access import partition_dirs, partition_name
+
+    if args.partition is not None and args.topic is None:
+        raise ValueError("--partition needs --topic")
+    return [
+        (partition_name(tp), path)
+        for tp, path in partition_dirs(args.log_dir)
+        if (args.topic is None or tp[0] == args.topic) and (args.partition is None or tp[1] == args.partition)
+    ]
+
+
+def _text(doc: dict[str, Any]) -> Iterator[str]:
+    from seglog.output import format_table
+
+    files = [f for p in doc["partitions"] for f in p["files"]]
+    verb = {"list": "", "purge": "deleted: ", "purge-dry-run": "would delete: "}[doc["action"]]
+    yield f"{verb}{len(files)} quarantine files, {sum(f['size'] for f in files)} bytes in {doc['log_dir']}"
+    rows = [
+        (p["partition"], Path(f["path"]).name, f["base_offset"], f["position"], f["size"],
+         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(f["modified_ms"] / 1000)))
+        for p in doc["partitions"]
+        for f in p["files"]
+    ]
+    if rows:
+        yield from format_table(
+            ("partition", "file", "segment", "position", "bytes", "quarantined at"), rows, indent="  "
+        )
+
+
+def run(args: argparse.Namespace) -> int:
+    """List or purge; print what was found or deleted."""
+    from indexer.quarantine import list_quarantine, purge_quarantine
+    from seglog.output import Output
+
+    if not args.log_dir.is_dir():
+        raise FileNotFoundError(2, "log directory does not exist", str(args.log_dir))
+    partitions = []
+    now_ms = int(time.time() * 1000)
+    for name, path in _selected(args):
+        if args.action == "purge" and not args.dry_run:
+            files = purge_quarantine(path, older_than_ms=args.older_than_ms, now_ms=now_ms)
+        else:
+            files = list_quarantine(path)
+            if args.action == "purge" and args.older_than_ms is not None:
+                files = [f for f in files if now_ms - f.modified_ms > args.older_than_ms]
+        if files:
+            partitions.append({"partition": name, "files": [f.to_dict() for f in files]})
+    action = args.action + ("-dry-run" if args.action == "purge" and args.dry_run else "")
+    Output(json_mode=args.json).emit({"log_dir": str(args.log_dir), "action": action, "partitions": partitions}, _text)
+    return 0

@@ -1,0 +1,350 @@
+"""Salvage through ``seglog recover``: random damage anywhere in a multi-segment log.
+
+A model knows every batch the log held. Random damage (bit flips, zeroed ranges, garbage) hits
+random places; a batch is damaged when a byte of it changed, except in its partition leader epoch
+(bytes 12-15: neither covered by the CRC nor used by anyone). After ``seglog recover``:
+
+* every batch that is not damaged is kept, byte for byte and in order; nothing else is in a ``.log``,
+  and every ``.log`` byte is a CRC-valid batch;
+* the quarantine files hold exactly the removed bytes: per segment, the byte ranges of the damaged
+  file outside the kept batches, each in the file named after its position;
+* the report's lost offsets are exactly the damaged batches' offsets, merged into ranges, all
+  committed (the high watermark was the log end), and the exit status says so (3);
+* ``seglog read`` returns exactly the kept records, and a second ``seglog recover`` finds nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from indexer import file_names
+from indexer.clock import MockClock
+from indexer.data_loss import read_accepted_losses
+from indexer.errors import StorageError
+from indexer.log_manager import LogManager
+from indexer.records.file_records import FileRecords
+from maintenance.recovery import EXIT_COMMITTED_DATA_LOST
+from seglog.cli import main
+from tests.budget import scaled
+from tests.maintenance.conftest import REPO, settings_for, small_config
+
+TOPIC = "t"
+PARTITION_DIR = f"{TOPIC}-0"
+EPOCH = range(12, 16)  # partitionLeaderEpoch: outside the CRC, read by nobody
+
+
+@dataclass(frozen=True)
+class Batch:
+    segment: str  # .log file name
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    raw: bytes
+
+
+@dataclass(frozen=True)
+class Template:
+    log_dir: Path
+    segments: list[str]
+    batches: list[Batch]
+    values: dict[int, bytes]  # offset -> value
+    sizes: dict[str, int]  # segment -> .log size
+
+
+def _batches(partition: Path) -> list[Batch]:
+    out = []
+    for path in sorted(partition.glob("*.log")):
+        with FileRecords.open(path, mutable=False) as records:
+            scan = records.scan()
+            assert scan.error is None and scan.valid_bytes == records.size_in_bytes(), path
+            for p, s, b, last in zip(
+                scan.positions.tolist(), scan.sizes.tolist(), scan.base_offsets.tolist(), scan.last_offsets.tolist(),
+                strict=True,
+            ):
+                out.append(Batch(path.name, p, s, b, last, records.read(p, s)))
+    return out
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    """One partition of ~6 segments of batches of 1-5 records, every offset committed."""
+    log_dir = tmp_path_factory.mktemp("salvage") / "logs"
+    rng = np.random.default_rng(11)
+    values: dict[int, bytes] = {}
+    settings = settings_for(small_config(segment_bytes=2000))
+    with LogManager(log_dir, settings, clock=MockClock(1_700_000_000_000)) as manager:
+        log = manager.get_or_create_log(TOPIC, 0)
+        for _ in range(48):
+            rows = [bytes(rng.integers(0, 256, int(rng.integers(10, 120)), dtype=np.uint8)) for _ in
+                    range(int(rng.integers(1, 6)))]
+            info = log.append({"value": rows})
+            values.update(zip(range(info.first_offset, info.last_offset + 1), rows, strict=True))
+        log.update_high_watermark(log.log_end_offset)
+    partition = log_dir / PARTITION_DIR
+    segments = sorted(p.name for p in partition.glob("*.log"))
+    assert len(segments) >= 4
+    sizes = {name: (partition / name).stat().st_size for name in segments}
+    return Template(log_dir, segments, _batches(partition), values, sizes)
+
+
+@st.composite
+def damages(draw: st.DrawFn, template: Template) -> list[tuple[str, int, bytes]]:
+    """1-3 damages: ``(segment, position, new bytes)``."""
+    out = []
+    for _ in range(draw(st.integers(1, 3))):
+        segment = draw(st.sampled_from(template.segments))
+        size = template.sizes[segment]
+        length = draw(st.integers(1, 64))
+        position = draw(st.integers(0, size - 1))
+        length = min(length, size - position)
+        kind = draw(st.sampled_from(["bitflip", "zero", "garbage"]))
+        if kind == "garbage":
+            data = draw(st.binary(min_size=length, max_size=length))
+        elif kind == "zero":
+            data = bytes(length)
+        else:  # the same bit flipped in every byte of the range
+            data = bytes([1 << draw(st.integers(0, 7))]) * length
+        out.append((kind + ":" + segment, position, data))
+    return out
+
+
+def _apply(partition: Path, damage: list[tuple[str, int, bytes]]) -> dict[str, bytes]:
+    """Damage the files; return each segment's damaged bytes."""
+    damaged: dict[str, bytes] = {}
+    for tag, position, data in damage:
+        kind, segment = tag.split(":")
+        path = partition / segment
+        raw = bytearray(path.read_bytes())
+        for i, b in enumerate(data):
+            raw[position + i] = raw[position + i] ^ b if kind == "bitflip" else b
+        path.write_bytes(bytes(raw))
+    for path in partition.glob("*.log"):
+        damaged[path.name] = path.read_bytes()
+    return damaged
+
+
+def _is_damaged(batch: Batch, now: bytes) -> bool:
+    changed = np.flatnonzero(
+        np.frombuffer(batch.raw, dtype=np.uint8) != np.frombuffer(now[batch.position : batch.position + batch.size],
+                                                                   dtype=np.uint8)
+    )
+    return bool(np.any(~np.isin(changed, EPOCH)))
+
+
+def _ranges(offsets: list[int]) -> list[dict[str, object]]:
+    out: list[dict[str, object]] = []
+    for o in offsets:
+        if out and out[-1]["last"] == o - 1:
+            out[-1]["last"] = o
+        else:
+            out.append({"first": o, "last": o, "committed": True})
+    return out
+
+
+def _removed(batches: list[Batch], size: int) -> list[tuple[int, int]]:
+    out, position = [], 0
+    for b in batches:
+        if b.position > position:
+            out.append((position, b.position - position))
+        position = b.position + b.size
+    if position < size:
+        out.append((position, size - position))
+    return out
+
+
+def _recover(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, dict[str, object]]:
+    status = main(["recover", "--log-dir", str(log_dir), "--json", "--no-progress"])
+    return status, json.loads(capsys.readouterr().out)
+
+
+@settings(
+    max_examples=scaled(30, ci=15, soak=1000),
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+)
+@given(data=st.data())
+def test_salvage_keeps_every_undamaged_batch(
+    template: Template,
+    tmp_path_factory: pytest.TempPathFactory,
+    capsys: pytest.CaptureFixture[str],
+    data: st.DataObject,
+) -> None:
+    log_dir = tmp_path_factory.mktemp("trial") / "logs"
+    shutil.copytree(template.log_dir, log_dir)
+    partition = log_dir / PARTITION_DIR
+    damaged = _apply(partition, data.draw(damages(template)))
+    intact = [b for b in template.batches if not _is_damaged(b, damaged[b.segment])]
+    lost = [o for b in template.batches if b not in intact for o in range(b.base_offset, b.last_offset + 1)]
+
+    status, report = _recover(log_dir, capsys)
+
+    [result] = report["partitions"]  # type: ignore[index]
+    assert result["lost_offsets"] == _ranges(lost), result["steps"]
+    assert status == (EXIT_COMMITTED_DATA_LOST if lost else 0)
+    after = _batches(partition)  # every .log byte a CRC-valid batch
+    # byte for byte as on disk before recovery (a flipped leader epoch is no damage)
+    assert [(b.segment, b.raw) for b in after] == [
+        (b.segment, damaged[b.segment][b.position : b.position + b.size]) for b in intact
+    ]
+    expected_quarantine = {}
+    for segment in template.segments:
+        kept = [b for b in intact if b.segment == segment]
+        raw = damaged[segment]
+        if raw != b"".join(b.raw for b in kept):
+            for position, length in _removed(kept, len(raw)):
+                expected_quarantine[f"{segment}.{position}{file_names.QUARANTINE_FILE_SUFFIX}"] = raw[
+                    position : position + length
+                ]
+    found = {p.name: p.read_bytes() for p in partition.iterdir() if file_names.is_quarantine_file(p)}
+    assert found == expected_quarantine
+    assert sorted(result["quarantined"]) == sorted(expected_quarantine)  # type: ignore[index]
+
+    assert main(["read", "--log-dir", str(log_dir), "--topic", TOPIC, "--partition", "0", "--from-beginning",
+                 "--encoding", "base64"]) == 0
+    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    expected = [o for b in intact for o in range(b.base_offset, b.last_offset + 1)]
+    assert [r["offset"] for r in records] == expected
+    assert all(base64.b64decode(r["value"]) == template.values[r["offset"]] for r in records)
+
+    status, again = _recover(log_dir, capsys)
+    assert status == 0 and again["partitions"][0]["lost_offsets"] == []  # type: ignore[index]
+    assert {p.name: p.read_bytes() for p in partition.iterdir() if file_names.is_quarantine_file(p)} == found
+
+
+# -- SIGKILL during salvage ---------------------------------------------------------------------
+
+SEGLOG = [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
+
+
+def _state(partition: Path) -> dict[str, bytes]:
+    """Every ``.log`` and quarantine file (``.deleted`` leftovers await their delayed deletion)."""
+    return {
+        p.name: p.read_bytes()
+        for p in partition.iterdir()
+        if p.name.endswith(file_names.LOG_FILE_SUFFIX) or file_names.is_quarantine_file(p)
+    }
+
+
+@pytest.fixture(scope="module")
+def damaged_big(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Eight ~1 MB segments, each damaged in the middle of a batch (every one needs a rewrite)."""
+    log_dir = tmp_path_factory.mktemp("crash") / "logs"
+    rng = np.random.default_rng(5)
+    config = small_config(segment_bytes=1 << 20, index_interval_bytes=4096, segment_index_bytes=1 << 16)
+    with LogManager(log_dir, settings_for(config), clock=MockClock(1_700_000_000_000)) as manager:
+        log = manager.get_or_create_log(TOPIC, 0)
+        for _ in range(160):
+            log.append({"value": [bytes(rng.integers(0, 256, 100, dtype=np.uint8)) for _ in range(500)]})
+        log.update_high_watermark(log.log_end_offset)
+    for batch_index, path in enumerate(sorted((log_dir / PARTITION_DIR).glob("*.log"))):
+        with FileRecords.open(path, mutable=False) as records:
+            scan = records.scan()
+        raw = bytearray(path.read_bytes())
+        middle = int(scan.positions[len(scan) // 2]) + 100 + batch_index
+        raw[middle : middle + 16] = bytes(b ^ 0xFF for b in raw[middle : middle + 16])
+        path.write_bytes(bytes(raw))
+    return log_dir
+
+
+@pytest.mark.slow
+def test_sigkill_during_salvage_then_rerun_gives_the_same_result(
+    damaged_big: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    reference = tmp_path / "reference" / "logs"
+    shutil.copytree(damaged_big, reference)
+    assert main(["recover", "--log-dir", str(reference), "--no-progress"]) == EXIT_COMMITTED_DATA_LOST
+    capsys.readouterr()
+    expected = _state(reference / PARTITION_DIR)
+    segments = len(list((damaged_big / PARTITION_DIR).glob("*.log")))
+    assert sum(file_names.is_quarantine_file(Path(name)) for name in expected) == segments
+    rng = random.Random(3)
+    interrupted = 0
+    for trial in range(scaled(4, ci=3, soak=40)):
+        log_dir = tmp_path / f"trial-{trial}" / "logs"
+        shutil.copytree(damaged_big, log_dir)
+        salvaged_before_kill = rng.randrange(segments)
+        proc = subprocess.Popen([*SEGLOG, "-v", "recover", "--log-dir", str(log_dir), "--no-progress"],
+                                cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        assert proc.stderr is not None
+        seen = 0
+        for line in proc.stderr:
+            if "salvage-segment" in line:
+                seen += 1
+                if seen > salvaged_before_kill:
+                    break
+        time.sleep(rng.uniform(0, 0.05))
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        interrupted += _state(log_dir / PARTITION_DIR) != expected
+        assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) in (0, EXIT_COMMITTED_DATA_LOST)
+        capsys.readouterr()
+        partition = log_dir / PARTITION_DIR
+        assert _state(partition) == expected, (trial, salvaged_before_kill)
+        assert not [p for p in partition.iterdir() if p.name.endswith((".cleaned", ".swap", ".tmp"))]
+    assert interrupted  # the kills landed before the end of the salvage
+
+
+# -- accepting committed data loss (issue 10, item 3) -------------------------------------------
+
+
+def test_accept_data_loss_records_it_and_lets_the_sink_start(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from streaming.commit_log import SinkCommit, SinkCommitLog
+    from streaming.sink import SegmentLogSink
+
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, settings_for(small_config(segment_bytes=2000)), clock=MockClock()) as manager:
+        log = manager.get_or_create_log(TOPIC, 0)
+        for i in range(20):
+            log.append({"value": [f"v{i}-{j}".encode() for j in range(4)]})
+        end = log.log_end_offset
+        log.update_high_watermark(end)
+    SinkCommitLog(log_dir, "events").write(SinkCommit("events", "query-1", 7, {(TOPIC, 0): end}))
+    last = sorted((log_dir / PARTITION_DIR).glob("*.log"))[-1]
+    raw = bytearray(last.read_bytes())
+    raw[-30:] = bytes(30)  # the end of the last committed batch is gone
+    last.write_bytes(bytes(raw))
+
+    assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == EXIT_COMMITTED_DATA_LOST
+    out = capsys.readouterr().out
+    assert "lost committed offsets" in out and "--accept-data-loss" in out
+    settings = settings_for(small_config(segment_bytes=2000))
+    row = pa.table({"value": [b"after"]})
+    with pytest.raises(StorageError, match=rf"below the sink's committed end offset {end}.*--accept-data-loss"):
+        with SegmentLogSink(log_dir, topic=TOPIC, num_partitions=1, settings=settings, sink_id="events") as sink:
+            sink.write_batch(row, 8, query_id="query-1")
+
+    assert main(["recover", "--log-dir", str(log_dir), "--accept-data-loss", "--json", "--no-progress"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    [accepted] = read_accepted_losses(log_dir)
+    [lost] = [r for r in report["partitions"][0]["lost_offsets"] if r["committed"]]
+    assert accepted["lost"] == [{"first": lost["first"], "last": end - 1}]
+    assert (accepted["topic"], accepted["partition"], accepted["committed_offset"]) == (TOPIC, 0, end)
+    assert accepted["command"] == "seglog recover --accept-data-loss" and accepted["accepted_at_ms"] > 0
+    assert report["partitions"][0]["accepted_data_loss"] is True
+
+    # The lost offsets stay a gap: the sink starts and writes after them, the read skips them.
+    with SegmentLogSink(log_dir, topic=TOPIC, num_partitions=1, settings=settings, sink_id="events") as sink:
+        sink.write_batch(row, 8, query_id="query-1")
+    assert main(["read", "--log-dir", str(log_dir), "--topic", TOPIC, "--partition", "0", "--from-beginning"]) == 0
+    offsets = [json.loads(line)["offset"] for line in capsys.readouterr().out.splitlines()]
+    assert offsets == [*range(lost["first"]), end]
+    assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == 0  # nothing left to report
+    assert len(read_accepted_losses(log_dir)) == 1
