@@ -11,10 +11,13 @@
    offset index is recovered; a missing time index is created empty; the transaction index is
    checked;
 6. unless the shutdown was clean, every segment from the one holding the recovery point on is
-   recovered (CRC-checked, cut after its last valid batch, indexes rebuilt); the first segment that
-   loses bytes ends the recovery and every later segment is deleted; a log whose end lies below the
-   checkpointed log start offset is emptied; an empty directory gets an empty segment at the log
-   start offset;
+   recovered (CRC-checked, indexes rebuilt). A damaged segment is salvaged (``recovery.strategy=
+   salvage``, :mod:`indexer.salvage`): its intact batches are kept, before and after the damage,
+   rewritten through ``.cleaned``/``.swap`` when bytes in the middle go; or, with ``truncate``
+   (Kafka), it is cut after its last valid batch, and the first segment that loses bytes ends the
+   recovery and every later segment is deleted. Every removed byte is quarantined first
+   (:mod:`indexer.quarantine`). A log whose end lies below the checkpointed log start offset is
+   emptied; an empty directory gets an empty segment at the log start offset;
 7. the leader-epoch checkpoint is truncated to the recovered range, stray producer snapshots are
    deleted, the active segment's indexes get their full preallocated size back.
 
@@ -36,10 +39,11 @@ not-yet-written output of a split to be valid.
 Beyond Kafka (listed in docs/design.md): an existing offset or time index that fails the engine's
 index validation (:mod:`indexer.index_check` levels 1 and 2: Kafka's sanity check, a size that is
 a whole number of entries, entries that increase and do not point past the end of the ``.log``) is
-rebuilt (Kafka only rebuilds missing offset indexes since KAFKA-7283); a
-segment whose valid batches' last offsets do not strictly increase loses its data as a whole (Kafka
-does so only when such a batch lands in the index); a segment recovered during loading is not
-recovered again in step 6, and bytes it lost count as corruption there. Not done (seglog keeps
+rebuilt (Kafka only rebuilds missing offset indexes since KAFKA-7283); damage is salvaged and
+removed bytes quarantined (above); with ``truncate``, a segment whose valid batches' last offsets
+do not strictly increase loses its data as a whole (Kafka does so only when such a batch lands in
+the index); a segment recovered during loading is not recovered again in step 6, and
+(``truncate``) bytes it lost count as corruption there. Not done (seglog keeps
 no producer state or leader-epoch cache): producer snapshots are never written, and epochs are not
 re-assigned from the recovered batches; existing snapshots and epoch checkpoints are trimmed as
 Kafka trims them.
