@@ -348,3 +348,24 @@ def test_accept_data_loss_records_it_and_lets_the_sink_start(
     assert offsets == [*range(lost["first"]), end]
     assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == 0  # nothing left to report
     assert len(read_accepted_losses(log_dir)) == 1
+
+
+def test_opening_a_log_after_a_crash_salvages_too(template: Template, tmp_path: Path) -> None:
+    """The loader behind ``LogManager``/``Log.open`` (the sink, the daemon) salvages as well."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template.log_dir, log_dir)
+    victim = template.batches[len(template.batches) // 2]
+    path = log_dir / PARTITION_DIR / victim.segment
+    raw = bytearray(path.read_bytes())
+    raw[victim.position + 40] ^= 0xFF
+    path.write_bytes(bytes(raw))
+    (log_dir / file_names.CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)  # a crash, and no recovery point:
+    (log_dir / file_names.RECOVERY_POINT_CHECKPOINT_FILE).unlink()  # every segment is re-read
+    with LogManager(log_dir, settings_for(small_config()), clock=MockClock()) as manager:
+        log = manager.get_or_create_log(TOPIC, 0)
+        read = log.read_records(0, max_offset=log.log_end_offset)
+    assert log.log_end_offset == template.batches[-1].last_offset + 1
+    expected = [o for b in template.batches if b != victim for o in range(b.base_offset, b.last_offset + 1)]
+    assert read.column("offset").to_pylist() == expected
+    quarantined = log_dir / PARTITION_DIR / f"{victim.segment}.{victim.position}{file_names.QUARANTINE_FILE_SUFFIX}"
+    assert quarantined.read_bytes() == bytes(raw[victim.position : victim.position + victim.size])
