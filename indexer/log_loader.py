@@ -996,9 +996,10 @@ def _inspect_records(
     """One scan of an unchanged ``.log`` (plus a header walk of what follows its first invalid byte):
     what recovering it would keep and drop.
 
-    An overflow (offsets that do not fit relative to the base offset, KAFKA-6264) asks for a split;
-    when salvaging, only legacy (magic 0/1) batches can overflow: a v2 batch whose offsets do not fit
-    the segment, or reach the next segment's base, has a damaged base offset (outside the CRC)."""
+    An overflow (offsets that do not fit relative to the base offset, KAFKA-6264) asks for a split.
+    When salvaging, a v2 batch that does not fit the segment (or reaches the next segment's base)
+    and whose offsets continue neither neighbour's is no overflow but a damaged base offset (a field
+    outside the CRC): salvage removes it."""
     scan = records.scan(0, verify_crc=verify_crc)
     size = records.size_in_bytes()
     dropped = 0
@@ -1008,8 +1009,14 @@ def _inspect_records(
     relative = last - base_offset
     outside = (relative < 0) | (relative > INT32_MAX)
     misfit = bool(np.any(outside) or (next_base is not None and last.size and np.any(last >= next_base)))
-    if salvage:
-        outside &= np.asarray(scan.magics) < 2
+    if salvage and outside.any():
+        # A run of batches with consecutive offsets is data written that way (KAFKA-6264); a lone
+        # v2 batch whose offsets continue neither neighbour's has a damaged base offset.
+        base = np.asarray(scan.base_offsets, dtype=np.int64)
+        chained = np.zeros(len(last), dtype=bool)
+        chained[1:] |= base[1:] == last[:-1] + 1
+        chained[:-1] |= last[:-1] + 1 == base[1:]
+        outside &= (np.asarray(scan.magics) < 2) | chained
     bad = np.flatnonzero(outside)
     overflow = int(last[bad[0]]) if bad.size else None
     out_of_order = bool(last.size > 1 and np.any(np.diff(last) <= 0))
