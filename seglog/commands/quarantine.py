@@ -42,7 +42,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _selected(args: argparse.Namespace) -> list[tuple[str, Path]]:
-    from maintenance.access import partition_dirs, partition_name
+    from indexer.file_names import partition_dirs
+    from maintenance.access import partition_name
 
     if args.partition is not None and args.topic is None:
         raise ValueError("--partition needs --topic")

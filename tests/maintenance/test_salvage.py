@@ -34,6 +34,7 @@ from hypothesis import strategies as st
 
 from indexer import file_names
 from indexer.clock import MockClock
+from indexer.commit_log import SinkCommit, SinkCommitLog
 from indexer.data_loss import read_accepted_losses
 from indexer.errors import StorageError
 from indexer.log_manager import LogManager
@@ -306,7 +307,6 @@ def test_sigkill_during_salvage_then_rerun_gives_the_same_result(
 def test_accept_data_loss_records_it_and_lets_the_sink_start(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    from streaming.commit_log import SinkCommit, SinkCommitLog
     from streaming.sink import SegmentLogSink
 
     log_dir = tmp_path / "logs"
