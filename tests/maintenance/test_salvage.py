@@ -9,7 +9,8 @@ random places; a batch is damaged when a byte of it changed, except in its parti
 * the quarantine files hold exactly the removed bytes: per segment, the byte ranges of the damaged
   file outside the kept batches, each in the file named after its position;
 * the report's lost offsets are exactly the damaged batches' offsets, merged into ranges, all
-  committed (the high watermark was the log end), and the exit status says so (3);
+  committed (the high watermark was the log end), and the exit status says so (3); the dry run
+  reported the same offsets and quarantine files and wrote nothing;
 * ``seglog read`` returns exactly the kept records, and a second ``seglog recover`` finds nothing.
 """
 
@@ -193,10 +194,17 @@ def test_salvage_keeps_every_undamaged_batch(
     intact = [b for b in template.batches if not _is_damaged(b, damaged[b.segment])]
     lost = [o for b in template.batches if b not in intact for o in range(b.base_offset, b.last_offset + 1)]
 
+    before = {p.name: p.read_bytes() for p in partition.iterdir()}
+    assert main(["recover", "--log-dir", str(log_dir), "--dry-run", "--json", "--no-progress"]) in (0, 3)
+    planned = json.loads(capsys.readouterr().out)["partitions"][0]
+    assert {p.name: p.read_bytes() for p in partition.iterdir()} == before  # a dry run writes nothing
+
     status, report = _recover(log_dir, capsys)
 
     [result] = report["partitions"]  # type: ignore[index]
     assert result["lost_offsets"] == _ranges(lost), result["steps"]
+    assert planned["lost_offsets"] == result["lost_offsets"]
+    assert sorted(planned["quarantined"]) == sorted(result["quarantined"])
     assert status == (EXIT_COMMITTED_DATA_LOST if lost else 0)
     after = _batches(partition)  # every .log byte a CRC-valid batch
     # byte for byte as on disk before recovery (a flipped leader epoch is no damage)
