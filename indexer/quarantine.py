@@ -137,7 +137,7 @@ def list_quarantine(partition_dir: Path) -> list[QuarantineFile]:
 
 
 def purge_quarantine(partition_dir: Path, *, older_than_ms: int | None = None, now_ms: int = 0) -> list[QuarantineFile]:
-    """Delete the partition's quarantine files (only those modified more than ``older_than_ms``
+    """Delete the partition's quarantine files (only those modified at least ``older_than_ms``
     before ``now_ms`` when given); returns what was deleted.
 
     Raises:
@@ -145,7 +145,7 @@ def purge_quarantine(partition_dir: Path, *, older_than_ms: int | None = None, n
     """
     deleted = []
     for q in list_quarantine(partition_dir):
-        if older_than_ms is not None and now_ms - q.modified_ms <= older_than_ms:
+        if older_than_ms is not None and now_ms - q.modified_ms < older_than_ms:
             continue
         with storage_errors(q.path, "delete"):
             q.path.unlink(missing_ok=True)

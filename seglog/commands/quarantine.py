@@ -5,8 +5,8 @@ truncation cut are kept beside their segment in ``<base>.log.<position>.quaranti
 position is where the bytes sat in that ``.log``). ``list`` shows them per partition; ``purge``
 deletes them, all of them (``--all``) or those older than ``--older-than-ms``, optionally for one
 topic or partition. The maintenance service purges them itself once they are older than the
-topic's ``quarantine.retention.ms`` (default -1: never). A quarantine file holds the raw bytes:
-``seglog dump`` reads it, and the intact batches in it can be inspected there.
+topic's ``quarantine.retention.ms`` (default -1: never). A quarantine file holds exactly the raw
+bytes removed, nothing added.
 
 examples:
   seglog quarantine list --log-dir data/logs
@@ -36,7 +36,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     which = purge.add_mutually_exclusive_group(required=True)
     which.add_argument("--all", action="store_true", help="delete every quarantine file selected")
     which.add_argument(
-        "--older-than-ms", type=int, metavar="MS", help="delete only files last modified more than MS ms ago"
+        "--older-than-ms", type=int, metavar="MS", help="delete only files last modified at least MS ms ago"
     )
     purge.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
 
@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
         else:
             files = list_quarantine(path)
             if args.action == "purge" and args.older_than_ms is not None:
-                files = [f for f in files if now_ms - f.modified_ms > args.older_than_ms]
+                files = [f for f in files if now_ms - f.modified_ms >= args.older_than_ms]
         if files:
             partitions.append({"partition": name, "files": [f.to_dict() for f in files]})
     action = args.action + ("-dry-run" if args.action == "purge" and args.dry_run else "")

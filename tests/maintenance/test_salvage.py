@@ -377,3 +377,41 @@ def test_opening_a_log_after_a_crash_salvages_too(template: Template, tmp_path: 
     assert read.column("offset").to_pylist() == expected
     quarantined = log_dir / PARTITION_DIR / f"{victim.segment}.{victim.position}{file_names.QUARANTINE_FILE_SUFFIX}"
     assert quarantined.read_bytes() == bytes(raw[victim.position : victim.position + victim.size])
+
+
+def test_quarantine_is_removed_only_by_purge_or_after_quarantine_retention(
+    template: Template, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template.log_dir, log_dir)
+    partition = log_dir / PARTITION_DIR
+    _apply(partition, [("zero:" + template.segments[1], 70, bytes(20)), ("zero:" + template.segments[3], 9, bytes(4))])
+    assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == EXIT_COMMITTED_DATA_LOST
+    capsys.readouterr()
+    quarantined = sorted(p.name for p in partition.iterdir() if file_names.is_quarantine_file(p))
+    assert len(quarantined) == 2
+
+    assert main(["describe", "--log-dir", str(log_dir), "--json"]) == 0
+    described = json.loads(capsys.readouterr().out)["partitions"][0]["quarantine"]
+    assert sorted(Path(q["path"]).name for q in described) == quarantined
+    assert main(["quarantine", "list", "--log-dir", str(log_dir), "--json"]) == 0
+    listed = json.loads(capsys.readouterr().out)["partitions"][0]["files"]
+    assert sorted(Path(q["path"]).name for q in listed) == quarantined
+
+    # The retention job keeps them by default (quarantine.retention.ms = -1), deletes them when due.
+    assert main(["maintain", "--log-dir", str(log_dir), "--once", "retention"]) == 0
+    assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--all", "--dry-run"]) == 0
+    assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--older-than-ms", "3600000"]) == 0
+    capsys.readouterr()
+    assert sorted(p.name for p in partition.iterdir() if file_names.is_quarantine_file(p)) == quarantined
+    assert main(["maintain", "--log-dir", str(log_dir), "--once", "retention", "--json",
+                 "--config", "quarantine.retention.ms=0"]) == 0
+    assert not [p for p in partition.iterdir() if file_names.is_quarantine_file(p)]
+
+    shutil.rmtree(log_dir)  # and once more, purged by hand
+    shutil.copytree(template.log_dir, log_dir)
+    _apply(partition, [("zero:" + template.segments[1], 70, bytes(20))])
+    assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == EXIT_COMMITTED_DATA_LOST
+    assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--topic", TOPIC, "--all"]) == 0
+    assert "deleted: 1 quarantine files" in capsys.readouterr().out
+    assert not [p for p in partition.iterdir() if file_names.is_quarantine_file(p)]
