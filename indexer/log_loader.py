@@ -443,7 +443,7 @@ class LogLoader:
     ) -> None:
         step = RecoveryStep(kind, str(path), detail, base_offset, **counts)
         self._report.steps.append(step)
-        log = logger.warning if step.kind in _LOSSY_KINDS else logger.info
+        log = logger.warning if step.kind in _LOSSY_KINDS or step.quarantined else logger.info
         log("%s%s%s: %s", self._prefix, "" if self._fix else "[dry run] ", step.kind.value, step.detail)
 
     def _open_segment(self, base_offset: int, **kwargs: Any) -> LogSegment:
