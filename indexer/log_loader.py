@@ -293,7 +293,11 @@ class _Inspection:
     @property
     def cause(self) -> str:
         """Why recovery cuts the file (when it does)."""
-        return str(self.scan.error) if self.scan.error is not None else "a torn batch at the end"
+        if self.scan.error is not None:
+            return str(self.scan.error)
+        if self.scan.valid_bytes < self.size:
+            return "a torn batch at the end"
+        return "batches whose offsets collide or do not fit the segment (a damaged base offset)"
 
 
 class _SplitNeeded(Exception):
@@ -1008,11 +1012,15 @@ def _inspect_records(
     last = np.asarray(scan.last_offsets, dtype=np.int64)
     relative = last - base_offset
     outside = (relative < 0) | (relative > INT32_MAX)
-    misfit = bool(np.any(outside) or (next_base is not None and last.size and np.any(last >= next_base)))
+    base = np.asarray(scan.base_offsets, dtype=np.int64)
+    misfit = bool(
+        np.any(outside)
+        or (next_base is not None and last.size and np.any(last >= next_base))
+        or (base.size and (base[0] < base_offset or np.any(base[1:] <= last[:-1])))  # overlapping batches
+    )
     if salvage and outside.any():
         # A run of batches with consecutive offsets is data written that way (KAFKA-6264); a lone
         # v2 batch whose offsets continue neither neighbour's has a damaged base offset.
-        base = np.asarray(scan.base_offsets, dtype=np.int64)
         chained = np.zeros(len(last), dtype=bool)
         chained[1:] |= base[1:] == last[:-1] + 1
         chained[:-1] |= last[:-1] + 1 == base[1:]

@@ -15,8 +15,9 @@ recovery keeps every *intact* batch, before and after the damage:
    base, past ``base + Int.MAX``, at or past the next segment's base) are dropped; so is a batch
    whose base offset (a field the CRC does not cover) was damaged in place, recognised because its
    offsets contradict both byte-adjacent neighbours while exactly its record count is missing
-   between them; of the rest, the longest chain with strictly increasing offsets is kept (a damaged
-   base offset elsewhere must not push out the intact batches after it).
+   between them, or because they collide with a byte-adjacent batch that, unlike it, continues the
+   offsets of its other neighbour; of the rest, the longest chain with strictly increasing offsets
+   is kept (a damaged base offset elsewhere must not push out the intact batches after it).
 
 Everything not kept is a removed byte range; each becomes an offset gap (readers tolerate gaps,
 as after Kafka's compaction) whose exact bounds come from the kept batches on either side (or the
@@ -257,6 +258,13 @@ def _intact(valid: BatchScan, base_offset: int, next_base: int | None, size: int
     known = (before != np.iinfo(np.int64).min) & (after != np.iinfo(np.int64).min)
     misplaced = known & (base != before + 1) & (after - before - 1 == last - base + 1)
     keep &= ~misplaced
+    # Two byte-adjacent batches whose offsets collide: when only one of them continues the offsets
+    # of its other neighbour, the other one's base offset is the damaged one.
+    anchored_before = base == before + 1
+    anchored_after = last + 1 == after
+    collide = np.flatnonzero(adjacent & (base[1:] <= last[:-1]))
+    keep[collide[anchored_after[collide + 1] & ~anchored_before[collide]]] = False
+    keep[collide[anchored_before[collide] & ~anchored_after[collide + 1]] + 1] = False
     candidates = np.flatnonzero(keep)
     if candidates.size > 1 and np.any(base[candidates[1:]] <= last[candidates[:-1]]):
         chain = longest_increasing_chain(base[candidates], last[candidates])
