@@ -4,10 +4,11 @@ For each ``<topic>-<partition>`` directory: log start offset, log end offset, hi
 (from ``replication-offset-checkpoint``), recovery point (from
 ``recovery-point-offset-checkpoint``), size, and per segment its base offset, last offset, size,
 batch and record counts, the timestamps of its first record and its largest one, and how many
-entries its index files hold, and the quarantine files holding bytes recovery removed (``seglog
-quarantine``). Counts come from one vectorised walk over the batch headers of each
-``.log`` (no record is decoded; ``records`` counts the offsets the batches cover, which is the
-number of records unless compaction removed some). A partition that cannot be opened is listed
+entries its index files hold; the quarantine files holding bytes recovery removed (``seglog
+quarantine``) and the committed data losses accepted with ``seglog recover --accept-data-loss``.
+Counts come from one vectorised walk over the batch headers of each ``.log`` (no record is
+decoded; ``records`` counts the offsets the batches cover, which is the number of records unless
+compaction removed some). A partition that cannot be opened is listed
 with its error instead of stopping the command.
 
 Everything is opened read-only (no lock, nothing written): this works while a writer runs and on
@@ -29,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from indexer.checkpoint import OffsetCheckpointFile
+from indexer.data_loss import read_accepted_losses
 from indexer.errors import SeglogError
 from indexer.file_names import RECOVERY_POINT_CHECKPOINT_FILE
 from indexer.log_manager import LogManager
@@ -63,6 +65,7 @@ def describe_log_dir(log_dir: Path, settings: Any) -> dict[str, Any]:
     """Plain data describing every partition of ``log_dir`` (opened read-only)."""
     manager = LogManager(log_dir, settings, read_only=True)
     recovery_points = _checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT_FILE)
+    accepted = read_accepted_losses(log_dir)
     partitions: list[dict[str, Any]] = []
     try:
         for topic, partition in sorted(manager.partitions()):
@@ -72,6 +75,9 @@ def describe_log_dir(log_dir: Path, settings: Any) -> dict[str, Any]:
                     raise SeglogError(f"partition {topic}-{partition} disappeared while describing {log_dir}")
                 one = describe_partition(topic, partition, log)
                 one["recovery_point"] = recovery_points.get((topic, partition), one["recovery_point"])
+                one["accepted_data_loss"] = [
+                    a for a in accepted if (a.get("topic"), a.get("partition")) == (topic, partition)
+                ]
                 partitions.append(one)
             except SeglogError as e:
                 logger.warning("cannot describe %s-%d: %s", topic, partition, e)
@@ -196,4 +202,8 @@ def render_text(description: dict[str, Any]) -> list[str]:
                 f"  quarantine: {len(p['quarantine'])} files, {size} bytes removed by recovery "
                 f"({', '.join(Path(q['path']).name for q in p['quarantine'])}; see `seglog quarantine list`)"
             )
+        for a in p["accepted_data_loss"]:
+            lost = ", ".join(f"{r['first']}..{r['last']}" for r in a.get("lost", []))
+            when = _time(a.get("accepted_at_ms"))
+            lines.append(f"  accepted data loss: offsets {lost} at {when} ({a.get('command')})")
     return lines

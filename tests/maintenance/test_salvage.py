@@ -376,6 +376,9 @@ def test_accept_data_loss_records_it_and_lets_the_sink_start(
     assert offsets == [*range(lost["first"]), end]
     assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == 0  # nothing left to report
     assert len(read_accepted_losses(log_dir)) == 1
+    capsys.readouterr()
+    assert main(["describe", "--log-dir", str(log_dir), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["partitions"][0]["accepted_data_loss"] == [accepted]
 
 
 def test_opening_a_log_after_a_crash_salvages_too(template: Template, tmp_path: Path) -> None:
