@@ -19,6 +19,7 @@ help:
 # pyspark_seglog (setuptools' default editable finder hides top-level modules from pkgutil.iter_modules).
 $(STAMP): pyproject.toml
 	@command -v java >/dev/null || { echo "Java 17 is needed for Spark: apt-get install -y openjdk-17-jre-headless"; exit 1; }
+	@command -v kcat >/dev/null || { apt-get update -q && apt-get install -y -q kcat; } || { echo "kcat is needed by the serve tests: apt-get install -y kcat"; exit 1; }
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[spark,test]" --config-settings editable_mode=compat

@@ -1,0 +1,85 @@
+"""Serve a log directory over Kafka's protocol, read-only: any Kafka consumer can read it.
+
+Kafka consumers (Java, librdkafka/kcat/confluent-kafka, kafka-python, ...) connect with
+``bootstrap.servers=HOST:PORT`` and consume what the writer committed (up to each partition's high
+watermark, from ``replication-offset-checkpoint``), with consumer groups whose committed offsets are
+kept in ``group-offsets-checkpoint`` in the log directory (or ``--group-offsets-dir``). It runs
+beside a live writer (``seglog run``, the sink) and the maintenance daemon and takes none of their
+locks; new commits, rolls and retention are picked up as they happen. Produce and topic changes are
+refused with Kafka's authorization errors.
+
+WARNING: there is no authentication and no TLS. It binds to 127.0.0.1 by default; bind elsewhere
+(``--bind 0.0.0.0:9092``) only on a network where everyone may read every topic. Details:
+docs/serve.md.
+
+examples:
+  seglog serve --log-dir data/logs
+  seglog serve --log-dir data/logs --bind 127.0.0.1:19092 -v
+  kcat -b 127.0.0.1:9092 -C -t events -o beginning -e
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import signal
+from pathlib import Path
+
+from seglog.cli import add_log_config_arguments, non_negative_int, positive_int, settings_from_args
+
+
+def _bind(text: str) -> tuple[str, int]:
+    """argparse type: ``HOST:PORT`` (``[::1]:9092`` for IPv6)."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    return host.strip("[]") or "127.0.0.1", int(port)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``seglog serve``."""
+    parser.add_argument("--log-dir", required=True, metavar="DIR", help="the log directory to serve")
+    parser.add_argument("--bind", type=_bind, default=("127.0.0.1", 9092), metavar="HOST:PORT",
+                        help="where to listen (default 127.0.0.1:9092; no authentication, see the warning)")
+    parser.add_argument("--advertised-host", metavar="HOST",
+                        help="host name given to clients in metadata (default: the bound host)")
+    parser.add_argument("--group-offsets-dir", metavar="DIR",
+                        help="where group offsets are kept (default: the log directory; use this when it "
+                             "is not writable)")
+    parser.add_argument("--group-initial-rebalance-delay-ms", type=non_negative_int, default=3000, metavar="MS",
+                        help="group.initial.rebalance.delay.ms: how long a new group waits for more members")
+    parser.add_argument("--socket-request-max-bytes", type=positive_int, default=1024 * 1024, metavar="N",
+                        help="socket.request.max.bytes: larger requests close their connection")
+    parser.add_argument("--poll-ms", type=positive_int, default=10, metavar="MS",
+                        help="how often the writer's checkpoints are checked for new commits")
+    add_log_config_arguments(parser)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM."""
+    from seglog.serve.server import ServeOptions, serve_forever
+
+    log_dir = Path(args.log_dir)
+    if not log_dir.is_dir():
+        raise FileNotFoundError(f"log directory {log_dir} does not exist")
+    host, port = args.bind
+    options = ServeOptions(
+        host=host,
+        port=port,
+        advertised_host=args.advertised_host,
+        group_offsets_dir=Path(args.group_offsets_dir) if args.group_offsets_dir else None,
+        max_request_bytes=args.socket_request_max_bytes,
+        group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
+        poll_ms=args.poll_ms,
+    )
+    settings = settings_from_args(args)
+
+    async def main() -> None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await serve_forever(log_dir, settings, options, stop)
+
+    asyncio.run(main())
+    return 0

@@ -1,0 +1,177 @@
+"""Fetch and ListOffsets over the catalog's read-only logs (Kafka's ``ReplicaManager.fetchMessages``
+and ``handleListOffsetRequest``, for a single replica).
+
+Fetch sends the stored batch bytes as ``Log.read`` returns them, never re-encoded: whole batches
+from the one holding the fetch offset, up to the partition's and the response's byte limits (the
+first partition with data gets at least one whole batch, as in Kafka), never past the high watermark
+(``read_uncommitted``) or the last stable offset (``read_committed``, which also carries the aborted
+transactions of the range from the ``.txnindex`` files). A fetch that found fewer than ``min.bytes``
+waits up to ``max.wait.ms`` for the catalog to report a change (a commit, a roll, retention) and
+looks again. Fetch sessions (KIP-227) are not kept: every response has session id 0, which tells the
+client to send full fetches (the protocol's way for a broker to decline a session).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from typing import Any
+
+from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+
+from indexer.errors import OffsetOutOfRangeError, SeglogError
+from indexer.log import Log
+from seglog.serve import protocol
+from seglog.serve.catalog import Catalog
+
+logger = logging.getLogger(__name__)
+
+READ_COMMITTED = 1
+EARLIEST_TIMESTAMP = -2
+LATEST_TIMESTAMP = -1
+MAX_TIMESTAMP = -3
+EARLIEST_LOCAL_TIMESTAMP = -4
+_PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
+_ABORTED_TRANSACTION = _PartitionData.AbortedTransaction
+_NO_TOPIC_ID = uuid.UUID(int=0)
+
+
+def _partition_error(index: int, error_code: int) -> Any:
+    return _PartitionData(partition_index=index, error_code=error_code, high_watermark=-1, last_stable_offset=-1,
+                          log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1, records=b"")
+
+
+def _read_partition(catalog: Catalog, topic: str, part: Any, budget: int, first: bool, committed: bool) -> Any:
+    """One partition's answer; ``budget`` is what the response may still carry."""
+    index = part.partition
+    for attempt in (0, 1):
+        log = catalog.log(topic, index) if attempt == 0 else catalog.reopen(topic, index)
+        if log is None:
+            return _partition_error(index, protocol.UNKNOWN_TOPIC_OR_PARTITION)
+        try:
+            return _read(log, part, budget, first, committed)
+        except OffsetOutOfRangeError:
+            return _partition_error(index, protocol.OFFSET_OUT_OF_RANGE)
+        except SeglogError as e:  # a segment went away under the log (retention): open it again, once
+            if attempt == 1:
+                logger.warning("fetch of %s-%d at offset %d failed: %s", topic, index, part.fetch_offset, e)
+                return _partition_error(index, protocol.KAFKA_STORAGE_ERROR)
+    raise AssertionError("unreachable")
+
+
+def _read(log: Log, part: Any, budget: int, first: bool, committed: bool) -> Any:
+    bound = log.last_stable_offset if committed else log.high_watermark
+    max_bytes = max(0, min(part.partition_max_bytes, budget))
+    info = log.read(part.fetch_offset, max_bytes, max_offset=bound, min_one_message=first)
+    aborted = None
+    if committed:
+        txns = log.collect_aborted_transactions(part.fetch_offset, bound) if info.records else []
+        aborted = [_ABORTED_TRANSACTION(producer_id=t.producer_id, first_offset=t.first_offset) for t in txns]
+    return _PartitionData(
+        partition_index=part.partition,
+        error_code=protocol.NONE,
+        high_watermark=log.high_watermark,
+        last_stable_offset=log.last_stable_offset,
+        log_start_offset=log.log_start_offset,
+        aborted_transactions=aborted,
+        preferred_read_replica=-1,
+        records=info.records,
+    )
+
+
+def _fetch_once(catalog: Catalog, request: Any, version: int) -> tuple[Any, int, bool]:
+    """The response as things stand, the record bytes it carries, and whether a partition has an error."""
+    committed = request.isolation_level == READ_COMMITTED
+    budget = request.max_bytes if version >= 3 else 2**31 - 1
+    total = 0
+    errors = False
+    topics = []
+    for fetch_topic in request.topics:
+        name = fetch_topic.topic
+        known = True
+        if version >= 13:
+            name = catalog.topic_by_id(fetch_topic.topic_id) or ""
+            known = bool(name)
+        partitions = []
+        for part in fetch_topic.partitions:
+            if not known:
+                data = _partition_error(part.partition, protocol.UNKNOWN_TOPIC_ID)
+            else:
+                data = _read_partition(catalog, name, part, budget - total, total == 0, committed)
+            errors |= data.error_code != protocol.NONE
+            total += len(data.records)
+            partitions.append(data)
+        topics.append(FetchResponse.FetchableTopicResponse(
+            topic=name or "", topic_id=fetch_topic.topic_id if version >= 13 else _NO_TOPIC_ID, partitions=partitions
+        ))
+    response = FetchResponse(version=version, throttle_time_ms=0, error_code=protocol.NONE, session_id=0,
+                             responses=topics)
+    return response, total, errors
+
+
+async def fetch(catalog: Catalog, request: Any, version: int) -> Any:
+    """Answer a Fetch request, waiting up to ``max_wait_ms`` for ``min_bytes`` of records."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + max(0, request.max_wait_ms) / 1000
+    while True:
+        response, total, errors = _fetch_once(catalog, request, version)
+        remaining = deadline - loop.time()
+        if total >= request.min_bytes or errors or remaining <= 0 or total > 0 and request.min_bytes <= 0:
+            return response
+        await catalog.wait_for_change(remaining)
+
+
+def _timestamp_of(log: Log, offset: int) -> int:
+    table = log.read_records(offset, 1)
+    return int(table.column("timestamp")[0].as_py()) if table.num_rows else -1
+
+
+def _max_timestamp(log: Log) -> tuple[int, int]:
+    """(timestamp, offset) of the committed record with the largest timestamp (ListOffsets -3)."""
+    best = (-1, -1)
+    for segment in log.segments.values():
+        if segment.base_offset >= log.high_watermark:
+            break
+        timestamp, offset = segment.max_timestamp_so_far, segment.offset_of_max_timestamp_so_far
+        if timestamp > best[0] and offset < log.high_watermark:
+            best = (timestamp, offset)
+    return best
+
+
+def _list_offset(log: Log, timestamp: int, committed: bool) -> tuple[int, int]:
+    """(timestamp, offset) answering a ListOffsets partition query; (-1, -1) when nothing matches."""
+    if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
+        return -1, log.log_start_offset
+    if timestamp == LATEST_TIMESTAMP:
+        return -1, log.last_stable_offset if committed else log.high_watermark
+    if timestamp == MAX_TIMESTAMP:
+        return _max_timestamp(log)
+    if timestamp < 0:
+        return -1, -1
+    offset = log.offset_for_timestamp(timestamp)
+    return (-1, -1) if offset is None else (_timestamp_of(log, offset), offset)
+
+
+def list_offsets(catalog: Catalog, request: Any, version: int) -> Any:
+    """Answer a ListOffsets request (earliest, latest, max timestamp, or by timestamp)."""
+    committed = request.isolation_level == READ_COMMITTED if version >= 2 else False
+    topics = []
+    for topic in request.topics:
+        partitions = []
+        for part in topic.partitions:
+            answer = ListOffsetsResponse.ListOffsetsTopicResponse.ListOffsetsPartitionResponse
+            error, timestamp, offset = protocol.NONE, -1, -1
+            log = catalog.log(topic.name, part.partition_index)
+            if log is None:
+                error = protocol.UNKNOWN_TOPIC_OR_PARTITION
+            else:
+                try:
+                    timestamp, offset = _list_offset(log, part.timestamp, committed)
+                except SeglogError as e:
+                    logger.warning("ListOffsets of %s-%d failed: %s", topic.name, part.partition_index, e)
+                    error = protocol.KAFKA_STORAGE_ERROR
+            partitions.append(answer(partition_index=part.partition_index, error_code=error, timestamp=timestamp,
+                                     offset=offset, leader_epoch=-1))
+        topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
+    return ListOffsetsResponse(version=version, throttle_time_ms=0, topics=topics)

@@ -1,0 +1,115 @@
+"""Committed consumer-group offsets, kept durably in one checkpoint file of the log directory.
+
+A broker keeps them in the ``__consumer_offsets`` topic; ``seglog serve`` never writes a log, so it
+keeps them in ``group-offsets-checkpoint`` (in the log directory unless told otherwise), written the
+way Kafka writes its checkpoint files (:class:`indexer.checkpoint.CheckpointFile`: a version line, a
+count line, one entry per line; replaced atomically through ``.tmp``, fsync, rename and a directory
+fsync), so a crash leaves the previous or the new file, never a mix. An entry line is a JSON object
+(``group``, ``topic``, ``partition``, ``offset``, ``leader_epoch``, ``metadata``): group ids and
+metadata are free text, which Kafka's space-separated lines could not hold.
+
+An OffsetCommit is answered only after its file is on disk. Writes run in a worker thread, one at a
+time (an ``asyncio.Lock``), so the event loop keeps serving while the file is fsynced.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import NamedTuple
+
+from indexer.checkpoint import CheckpointFile, TopicPartition
+
+GROUP_OFFSETS_FILE = "group-offsets-checkpoint"
+CURRENT_VERSION = 0
+
+
+class CommittedOffset(NamedTuple):
+    """A group's committed position in one partition."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str = ""
+
+
+class _Entry(NamedTuple):
+    group: str
+    topic: str
+    partition: int
+    committed: CommittedOffset
+
+
+def _to_line(entry: _Entry) -> str:
+    return json.dumps(
+        {
+            "group": entry.group,
+            "topic": entry.topic,
+            "partition": entry.partition,
+            "offset": entry.committed.offset,
+            "leader_epoch": entry.committed.leader_epoch,
+            "metadata": entry.committed.metadata,
+        },
+        sort_keys=True,
+    )
+
+
+def _from_line(line: str) -> _Entry | None:
+    try:
+        obj = json.loads(line)
+        committed = CommittedOffset(int(obj["offset"]), int(obj["leader_epoch"]), str(obj["metadata"]))
+        return _Entry(str(obj["group"]), str(obj["topic"]), int(obj["partition"]), committed)
+    except (ValueError, KeyError, TypeError):
+        return None  # CheckpointFile reports the malformed line
+
+
+class GroupOffsets:
+    """Every group's committed offsets: read at start, replaced atomically on each commit.
+
+    Raises (constructor): StorageError naming the file if it exists but cannot be read or parsed.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self._file: CheckpointFile[_Entry] = CheckpointFile(
+            Path(directory) / GROUP_OFFSETS_FILE, version=CURRENT_VERSION, to_line=_to_line, from_line=_from_line
+        )
+        self._offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
+        for entry in self._file.read_entries():
+            self._offsets.setdefault(entry.group, {})[(entry.topic, entry.partition)] = entry.committed
+        self._write_lock: asyncio.Lock | None = None
+
+    @property
+    def path(self) -> Path:
+        return self._file.path
+
+    def groups(self) -> list[str]:
+        """Groups with committed offsets."""
+        return sorted(self._offsets)
+
+    def get(self, group: str) -> dict[TopicPartition, CommittedOffset]:
+        """The group's committed offsets (a copy)."""
+        return dict(self._offsets.get(group, {}))
+
+    async def commit(self, group: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
+        """Store ``offsets`` for ``group``; returns once the file holding them is durable.
+
+        Raises:
+            StorageError: the write failed; the previous offsets stay in force (file and memory).
+        """
+        if self._write_lock is None:
+            self._write_lock = asyncio.Lock()
+        async with self._write_lock:
+            updated = {g: dict(tps) for g, tps in self._offsets.items()}
+            updated.setdefault(group, {}).update(offsets)
+            await asyncio.to_thread(self._file.write_entries, self._entries(updated))
+            self._offsets = updated
+
+    @staticmethod
+    def _entries(offsets: Mapping[str, Mapping[TopicPartition, CommittedOffset]]) -> Iterable[_Entry]:
+        return [
+            _Entry(group, topic, partition, committed)
+            for group in sorted(offsets)
+            for (topic, partition), committed in sorted(offsets[group].items())
+        ]

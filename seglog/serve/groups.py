@@ -1,0 +1,352 @@
+"""The group coordinator: Kafka's classic consumer-group protocol (``GroupCoordinator``), one node.
+
+States, as in Kafka's ``GroupMetadata``::
+
+    Empty --join--> PreparingRebalance --all members joined / rebalance timeout--> CompletingRebalance
+    CompletingRebalance --leader's SyncGroup--> Stable
+    Stable / CompletingRebalance --join of a new or changed member, leave, session expiry--> PreparingRebalance
+    any --last member gone--> Empty
+
+A rebalance completes when every known member has sent JoinGroup again, or when the longest
+rebalance timeout of the members passes (members that did not rejoin are removed); the first
+rebalance of an empty group waits ``group.initial.rebalance.delay.ms`` more for other members, each
+new member extending the wait up to the rebalance timeout. Completing it bumps the generation,
+keeps the leader if it rejoined (else the first member), picks the first protocol of the leader's
+list that every member supports, and answers every pending JoinGroup (the leader gets the members'
+metadata). The leader's SyncGroup hands every member its assignment. A member that sends nothing
+(heartbeat, join, sync, commit) for its session timeout is removed, which starts a rebalance.
+
+Differences from Kafka, for one node without a log: group metadata (members, generation) lives in
+memory only, so after a restart members get UNKNOWN_MEMBER_ID and rejoin, resuming from the
+committed offsets (:mod:`seglog.serve.group_offsets`), which do survive; a new member gets its id at
+once (the v4+ ``MEMBER_ID_REQUIRED`` round trip is skipped, which clients accept); static membership
+(``group.instance.id``) is treated as dynamic membership.
+
+Everything runs on the event loop thread; waiting requests (JoinGroup, SyncGroup) are futures.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import logging
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+from indexer.checkpoint import TopicPartition
+from seglog.serve import protocol
+from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
+
+logger = logging.getLogger(__name__)
+
+# Kafka's broker defaults: group.min.session.timeout.ms, group.max.session.timeout.ms.
+MIN_SESSION_TIMEOUT_MS = 6000
+MAX_SESSION_TIMEOUT_MS = 1_800_000
+_SWEEP_S = 0.1  # how often session expiry and rebalance deadlines are checked
+
+
+class GroupState(enum.Enum):
+    EMPTY = "Empty"
+    PREPARING_REBALANCE = "PreparingRebalance"
+    COMPLETING_REBALANCE = "CompletingRebalance"
+    STABLE = "Stable"
+
+
+@dataclass(frozen=True, slots=True)
+class JoinResult:
+    """What a JoinGroup response carries."""
+
+    error_code: int
+    generation_id: int = -1
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str = ""
+    member_id: str = ""
+    members: tuple[tuple[str, bytes], ...] = ()  # (member id, metadata), for the leader only
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    """What a SyncGroup response carries."""
+
+    error_code: int
+    assignment: bytes = b""
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+
+
+@dataclass
+class Member:
+    member_id: str
+    client_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    protocol_type: str
+    protocols: list[tuple[str, bytes]]
+    deadline: float = 0.0
+    assignment: bytes = b""
+    join: asyncio.Future[JoinResult] | None = None
+    sync: asyncio.Future[SyncResult] | None = None
+
+    def supports(self, name: str) -> bool:
+        return any(p == name for p, _ in self.protocols)
+
+
+@dataclass
+class Group:
+    group_id: str
+    state: GroupState = GroupState.EMPTY
+    generation: int = 0
+    protocol_type: str | None = None
+    protocol_name: str | None = None
+    leader: str | None = None
+    members: dict[str, Member] = field(default_factory=dict)
+    rebalance_deadline: float = 0.0
+    join_delay_until: float = 0.0
+
+
+class GroupCoordinator:
+    """Every consumer group of the server, and their committed offsets."""
+
+    def __init__(self, offsets: GroupOffsets, *, initial_rebalance_delay_ms: int = 3000) -> None:
+        self.offsets = offsets
+        self.initial_rebalance_delay_s = initial_rebalance_delay_ms / 1000
+        self._groups: dict[str, Group] = {}
+
+    @staticmethod
+    def _now() -> float:
+        return asyncio.get_running_loop().time()
+
+    def group(self, group_id: str) -> Group | None:
+        """The group's in-memory state, if it has members or had some since the server started."""
+        return self._groups.get(group_id)
+
+    # -- membership ------------------------------------------------------------------------------
+
+    async def join(
+        self,
+        group_id: str,
+        member_id: str,
+        client_id: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+    ) -> JoinResult:
+        """JoinGroup: wait for the rebalance this join starts or joins, then answer."""
+        if not group_id:
+            return JoinResult(protocol.INVALID_GROUP_ID, member_id=member_id)
+        if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
+            return JoinResult(protocol.INVALID_SESSION_TIMEOUT, member_id=member_id)
+        group = self._groups.setdefault(group_id, Group(group_id))
+        if member_id and member_id not in group.members:
+            return JoinResult(protocol.UNKNOWN_MEMBER_ID, member_id=member_id)
+        others = [m for m in group.members.values() if m.member_id != member_id]
+        if not protocols or others and (
+            protocol_type != group.protocol_type
+            or not any(all(o.supports(name) for o in others) for name, _ in protocols)
+        ):
+            return JoinResult(protocol.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        now = self._now()
+        rebalance_timeout_ms = rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms
+        existing = group.members.get(member_id)
+        if (
+            existing is not None
+            and group.state is GroupState.STABLE
+            and member_id != group.leader
+            and existing.protocols == protocols
+        ):
+            existing.deadline = now + session_timeout_ms / 1000
+            return self._join_result(group, existing)
+        if existing is None:
+            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
+            logger.info("group %s: member %s joins", group_id, member_id)
+        member = Member(member_id, client_id, session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols)
+        if existing is not None:
+            member.assignment = existing.assignment
+        member.deadline = now + session_timeout_ms / 1000
+        member.join = asyncio.get_running_loop().create_future()
+        if existing is not None and existing.join is not None and not existing.join.done():
+            existing.join.set_result(JoinResult(protocol.UNKNOWN_MEMBER_ID, member_id=member_id))  # superseded
+        group.members[member_id] = member
+        group.protocol_type = protocol_type
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            self._prepare_rebalance(group, now, f"member {member_id} joined")
+        elif now < group.join_delay_until:  # still gathering the first members: wait a bit longer for more
+            group.join_delay_until = min(now + self.initial_rebalance_delay_s, group.rebalance_deadline)
+        group.rebalance_deadline = max(group.rebalance_deadline, now + rebalance_timeout_ms / 1000)
+        self._maybe_complete_join(group, now)
+        return await member.join
+
+    def _prepare_rebalance(self, group: Group, now: float, reason: str) -> None:
+        logger.info("group %s: rebalancing (generation %d, %s)", group.group_id, group.generation, reason)
+        if group.state is GroupState.COMPLETING_REBALANCE:
+            for member in group.members.values():
+                if member.sync is not None and not member.sync.done():
+                    member.sync.set_result(SyncResult(protocol.REBALANCE_IN_PROGRESS))
+        was_empty = group.state is GroupState.EMPTY
+        group.state = GroupState.PREPARING_REBALANCE
+        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
+        group.rebalance_deadline = now + timeout
+        delay_until = min(now + self.initial_rebalance_delay_s, group.rebalance_deadline)
+        group.join_delay_until = delay_until if was_empty else now
+
+    def _maybe_complete_join(self, group: Group, now: float) -> None:
+        if group.state is not GroupState.PREPARING_REBALANCE:
+            return
+        all_joined = all(m.join is not None and not m.join.done() for m in group.members.values())
+        if (all_joined and now >= group.join_delay_until) or now >= group.rebalance_deadline:
+            self._complete_join(group, now)
+
+    def _complete_join(self, group: Group, now: float) -> None:
+        for member in [m for m in group.members.values() if m.join is None or m.join.done()]:
+            logger.info("group %s: member %s did not rejoin in time: removed", group.group_id, member.member_id)
+            del group.members[member.member_id]
+        group.generation += 1
+        if not group.members:
+            group.state, group.leader, group.protocol_name = GroupState.EMPTY, None, None
+            logger.info("group %s: empty at generation %d", group.group_id, group.generation)
+            return
+        if group.leader not in group.members:
+            group.leader = next(iter(group.members))
+        leader = group.members[group.leader]
+        group.protocol_name = next(
+            name for name, _ in leader.protocols if all(m.supports(name) for m in group.members.values())
+        )
+        group.state = GroupState.COMPLETING_REBALANCE
+        logger.info("group %s: generation %d with %d members, leader %s, protocol %s", group.group_id,
+                    group.generation, len(group.members), group.leader, group.protocol_name)
+        for member in group.members.values():
+            member.deadline = now + member.session_timeout_ms / 1000
+            member.assignment = b""
+            assert member.join is not None
+            member.join.set_result(self._join_result(group, member))
+            member.join = None
+
+    def _join_result(self, group: Group, member: Member) -> JoinResult:
+        members: tuple[tuple[str, bytes], ...] = ()
+        if member.member_id == group.leader:
+            members = tuple(
+                (m.member_id, next(meta for name, meta in m.protocols if name == group.protocol_name))
+                for m in group.members.values()
+            )
+        return JoinResult(protocol.NONE, group.generation, group.protocol_type, group.protocol_name,
+                          group.leader or "", member.member_id, members)
+
+    def _member(self, group_id: str, member_id: str, generation: int) -> tuple[Group | None, Member | None, int]:
+        """Look a member up as SyncGroup/Heartbeat/OffsetCommit do; the error code if it is not current."""
+        group = self._groups.get(group_id)
+        member = group.members.get(member_id) if group is not None else None
+        if group is None or member is None:
+            return group, None, protocol.UNKNOWN_MEMBER_ID
+        member.deadline = self._now() + member.session_timeout_ms / 1000
+        if generation != group.generation:
+            return group, member, protocol.ILLEGAL_GENERATION
+        return group, member, protocol.NONE
+
+    async def sync(self, group_id: str, member_id: str, generation: int,
+                   assignments: Mapping[str, bytes]) -> SyncResult:
+        """SyncGroup: the leader's call hands out the assignments; the others wait for it."""
+        group, member, error = self._member(group_id, member_id, generation)
+        if error != protocol.NONE or group is None or member is None:
+            return SyncResult(error)
+        if group.state is GroupState.PREPARING_REBALANCE:
+            return SyncResult(protocol.REBALANCE_IN_PROGRESS)
+        if group.state is GroupState.STABLE:
+            return SyncResult(protocol.NONE, member.assignment, group.protocol_type, group.protocol_name)
+        member.sync = asyncio.get_running_loop().create_future()
+        if member_id == group.leader:
+            for m in group.members.values():
+                m.assignment = bytes(assignments.get(m.member_id, b""))
+            group.state = GroupState.STABLE
+            logger.info("group %s: generation %d stable", group.group_id, group.generation)
+            for m in group.members.values():
+                if m.sync is not None and not m.sync.done():
+                    m.sync.set_result(SyncResult(protocol.NONE, m.assignment, group.protocol_type, group.protocol_name))
+                m.sync = None
+            return SyncResult(protocol.NONE, member.assignment, group.protocol_type, group.protocol_name)
+        return await member.sync
+
+    def heartbeat(self, group_id: str, member_id: str, generation: int) -> int:
+        """Heartbeat: keeps the member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""
+        group, _member, error = self._member(group_id, member_id, generation)
+        if error != protocol.NONE or group is None:
+            return error
+        return protocol.REBALANCE_IN_PROGRESS if group.state is GroupState.PREPARING_REBALANCE else protocol.NONE
+
+    def leave(self, group_id: str, member_ids: list[str]) -> list[int]:
+        """LeaveGroup: remove each member (its error code each); the rest of the group rebalances."""
+        group = self._groups.get(group_id)
+        errors = []
+        for member_id in member_ids:
+            member = group.members.pop(member_id, None) if group is not None else None
+            if member is None:
+                errors.append(protocol.UNKNOWN_MEMBER_ID)
+                continue
+            assert group is not None
+            logger.info("group %s: member %s left", group_id, member_id)
+            self._member_gone(group, member)
+            errors.append(protocol.NONE)
+        return errors
+
+    def _member_gone(self, group: Group, member: Member) -> None:
+        if member.join is not None and not member.join.done():
+            member.join.set_result(JoinResult(protocol.UNKNOWN_MEMBER_ID))
+        if member.sync is not None and not member.sync.done():
+            member.sync.set_result(SyncResult(protocol.UNKNOWN_MEMBER_ID))
+        now = self._now()
+        if not group.members:
+            if group.state is not GroupState.EMPTY:
+                group.generation += 1
+            group.state, group.leader, group.protocol_name = GroupState.EMPTY, None, None
+        elif group.state is GroupState.PREPARING_REBALANCE:
+            self._maybe_complete_join(group, now)
+        else:
+            self._prepare_rebalance(group, now, f"member {member.member_id} left")
+
+    async def expire_sessions(self) -> None:
+        """Remove members whose session expired and finish rebalances that timed out, until cancelled."""
+        while True:
+            await asyncio.sleep(_SWEEP_S)
+            now = self._now()
+            for group in list(self._groups.values()):
+                for member in list(group.members.values()):
+                    waiting = member.join is not None and not member.join.done()
+                    if not waiting and now > member.deadline and member.member_id in group.members:
+                        logger.info("group %s: member %s session expired", group.group_id, member.member_id)
+                        del group.members[member.member_id]
+                        self._member_gone(group, member)
+                self._maybe_complete_join(group, now)
+
+    # -- offsets ---------------------------------------------------------------------------------
+
+    async def commit_offsets(self, group_id: str, member_id: str, generation: int,
+                             offsets: Mapping[TopicPartition, CommittedOffset]) -> int:
+        """OffsetCommit for the partitions given (already checked to exist); one error code for all.
+
+        Raises:
+            StorageError: the offsets file could not be written.
+        """
+        if not group_id:
+            return protocol.INVALID_GROUP_ID
+        group = self._groups.get(group_id)
+        if generation < 0 and not member_id:
+            if group is not None and group.members:  # a standalone commit into a live group
+                return protocol.UNKNOWN_MEMBER_ID
+        else:
+            group, _member, error = self._member(group_id, member_id, generation)
+            if error != protocol.NONE or group is None:
+                return error
+            if group.state is not GroupState.STABLE:
+                return protocol.REBALANCE_IN_PROGRESS
+        await self.offsets.commit(group_id, offsets)
+        return protocol.NONE
+
+    def fetch_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
+        """The group's committed offsets."""
+        return self.offsets.get(group_id)
+
+    def run(self) -> asyncio.Task[None]:
+        """Start the session sweeper (cancel the task to stop it)."""
+        return asyncio.get_running_loop().create_task(self.expire_sessions(), name="group-sessions")

@@ -1,0 +1,187 @@
+"""Kafka's wire framing for a server: size-prefixed frames, request headers, the API table, errors.
+
+Message schemas come from kafka-python (>= 3.0), whose ``kafka.protocol`` classes are generated from
+Apache Kafka's own JSON message definitions (``clients/src/main/resources/common/message``), every
+version of every API, flexible (compact/tagged) encodings included. We use them for every request
+and response rather than hand-written encoders: they are the client library's own, well tested
+against real brokers, and follow Kafka's definitions field by field. Nothing is hand-written here
+but the 8 bytes every request starts with (API key, version, correlation id), which we must read
+before knowing which class decodes the rest.
+
+A frame is ``int32 size`` + ``size`` bytes. A request is a request header (v1, or v2 = v1 + tagged
+fields when the API version is flexible) and a body; a response is a response header (correlation
+id, + tagged fields when flexible; always v0 for ApiVersions) and a body.
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+import kafka.errors as kafka_errors
+from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
+from kafka.protocol.consumer import (
+    FetchRequest,
+    FetchResponse,
+    HeartbeatRequest,
+    HeartbeatResponse,
+    JoinGroupRequest,
+    JoinGroupResponse,
+    LeaveGroupRequest,
+    LeaveGroupResponse,
+    ListOffsetsRequest,
+    ListOffsetsResponse,
+    OffsetCommitRequest,
+    OffsetCommitResponse,
+    OffsetFetchRequest,
+    OffsetFetchResponse,
+    SyncGroupRequest,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import (
+    ApiVersionsRequest,
+    ApiVersionsResponse,
+    FindCoordinatorRequest,
+    FindCoordinatorResponse,
+    MetadataRequest,
+    MetadataResponse,
+)
+from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+
+from indexer.errors import SeglogError
+
+FRAME_HEADER = struct.Struct(">i")
+REQUEST_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
+
+# Kafka's error codes, by kafka-python's names (kafka.errors), so no number is written here.
+NONE: int = kafka_errors.NoError.errno
+OFFSET_OUT_OF_RANGE: int = kafka_errors.OffsetOutOfRangeError.errno
+UNKNOWN_TOPIC_OR_PARTITION: int = kafka_errors.UnknownTopicOrPartitionError.errno
+UNKNOWN_TOPIC_ID: int = kafka_errors.UnknownTopicIdError.errno
+KAFKA_STORAGE_ERROR: int = kafka_errors.KafkaStorageError.errno
+CORRUPT_MESSAGE: int = kafka_errors.CorruptRecordError.errno
+ILLEGAL_GENERATION: int = kafka_errors.IllegalGenerationError.errno
+INCONSISTENT_GROUP_PROTOCOL: int = kafka_errors.InconsistentGroupProtocolError.errno
+INVALID_GROUP_ID: int = kafka_errors.InvalidGroupIdError.errno
+UNKNOWN_MEMBER_ID: int = kafka_errors.UnknownMemberIdError.errno
+INVALID_SESSION_TIMEOUT: int = kafka_errors.InvalidSessionTimeoutError.errno
+REBALANCE_IN_PROGRESS: int = kafka_errors.RebalanceInProgressError.errno
+TOPIC_AUTHORIZATION_FAILED: int = kafka_errors.TopicAuthorizationFailedError.errno
+CLUSTER_AUTHORIZATION_FAILED: int = kafka_errors.ClusterAuthorizationFailedError.errno
+UNSUPPORTED_VERSION: int = kafka_errors.UnsupportedVersionError.errno
+INVALID_REQUEST: int = kafka_errors.InvalidRequestError.errno
+COORDINATOR_NOT_AVAILABLE: int = kafka_errors.CoordinatorNotAvailableError.errno
+
+READ_ONLY_MESSAGE = "seglog serve is read-only: writes and topic changes are refused"
+
+
+@dataclass(frozen=True, slots=True)
+class Api:
+    """One API this server answers: its schema classes and the versions it accepts."""
+
+    name: str
+    request: Any
+    response: Any
+    min_version: int
+    max_version: int
+
+
+def _api(name: str, request: Any, response: Any) -> tuple[int, Api]:
+    # kafka-python lets every class decode from v0; the lower bound of Kafka's definition (validVersions,
+    # e.g. Fetch 4+, the versions a Kafka 4 broker still accepts) is what we advertise and accept.
+    low, high = (int(v) for v in request.json["validVersions"].split("-"))
+    return int(request.API_KEY), Api(name, request, response, low, high)
+
+
+# Every API we answer, at every version Kafka 4 defines. Writes are listed so that clients learn they
+# are refused (with Kafka's authorization errors) instead of guessing from a closed connection.
+APIS: dict[int, Api] = dict(
+    [
+        _api("ApiVersions", ApiVersionsRequest, ApiVersionsResponse),
+        _api("Metadata", MetadataRequest, MetadataResponse),
+        _api("ListOffsets", ListOffsetsRequest, ListOffsetsResponse),
+        _api("Fetch", FetchRequest, FetchResponse),
+        _api("FindCoordinator", FindCoordinatorRequest, FindCoordinatorResponse),
+        _api("JoinGroup", JoinGroupRequest, JoinGroupResponse),
+        _api("SyncGroup", SyncGroupRequest, SyncGroupResponse),
+        _api("Heartbeat", HeartbeatRequest, HeartbeatResponse),
+        _api("LeaveGroup", LeaveGroupRequest, LeaveGroupResponse),
+        _api("OffsetCommit", OffsetCommitRequest, OffsetCommitResponse),
+        _api("OffsetFetch", OffsetFetchRequest, OffsetFetchResponse),
+        _api("Produce", ProduceRequest, ProduceResponse),
+        _api("CreateTopics", CreateTopicsRequest, CreateTopicsResponse),
+        _api("DeleteTopics", DeleteTopicsRequest, DeleteTopicsResponse),
+        _api("InitProducerId", InitProducerIdRequest, InitProducerIdResponse),
+    ]
+)
+API_VERSIONS_KEY = int(ApiVersionsRequest.API_KEY)
+
+
+class ProtocolError(SeglogError):
+    """A request that cannot be answered (malformed, unknown API or version): the connection is closed."""
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A decoded request: its API, version, correlation id, client id and body."""
+
+    api: Api
+    version: int
+    correlation_id: int
+    client_id: str | None
+    body: Any
+
+
+def peek_header(frame: bytes) -> tuple[int, int, int]:
+    """API key, API version and correlation id of a request frame (its first 8 bytes).
+
+    Raises:
+        ProtocolError: the frame is shorter than that.
+    """
+    if len(frame) < REQUEST_PREFIX.size:
+        raise ProtocolError(f"request of {len(frame)} bytes is shorter than a request header")
+    key, version, correlation_id = REQUEST_PREFIX.unpack_from(frame)
+    return int(key), int(version), int(correlation_id)
+
+
+def decode_request(frame: bytes) -> Request:
+    """Decode a request frame (without its size prefix).
+
+    Raises:
+        ProtocolError: unknown API key, a version outside the API's range (except ApiVersions, whose
+            caller answers UNSUPPORTED_VERSION as Kafka does), or bytes that do not parse.
+    """
+    key, version, correlation_id = peek_header(frame)
+    api = APIS.get(key)
+    if api is None:
+        raise ProtocolError(f"unknown API key {key} (correlation id {correlation_id})")
+    if not api.min_version <= version <= api.max_version:
+        raise ProtocolError(
+            f"{api.name} version {version} is not supported (versions {api.min_version}-{api.max_version})"
+        )
+    try:
+        body = api.request.decode(frame, version=version, header=True)
+    except Exception as e:  # kafka-python raises ValueError/struct.error/IndexError/... on bad bytes
+        raise ProtocolError(f"malformed {api.name} v{version} request: {type(e).__name__}: {e}") from e
+    return Request(api, version, correlation_id, body.header.client_id, body)
+
+
+def encode_response(response: Any, version: int, correlation_id: int) -> bytes:
+    """A framed response (size prefix, response header, body) at ``version``."""
+    response.API_VERSION = version
+    response.with_header(correlation_id=correlation_id)
+    return bytes(response.encode(header=True, framed=True))
+
+
+def api_versions_response(version: int, error_code: int = NONE) -> Any:
+    """The ApiVersions answer: every API of :data:`APIS` with its version range.
+
+    Kafka answers a too-new ApiVersions request at v0 with UNSUPPORTED_VERSION and the same list, so
+    the client can retry at a version both know.
+    """
+    keys = [
+        ApiVersionsResponse.ApiVersion(api_key=key, min_version=api.min_version, max_version=api.max_version)
+        for key, api in sorted(APIS.items())
+    ]
+    return ApiVersionsResponse(version=version, error_code=error_code, api_keys=keys, throttle_time_ms=0)

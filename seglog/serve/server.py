@@ -1,0 +1,389 @@
+"""The asyncio server: connections, request dispatch, and the small APIs (metadata, coordinator, refusals).
+
+Why asyncio: a Kafka consumer keeps its connections open and mostly waits (a Fetch long-polls for
+``max.wait.ms``, a JoinGroup waits for the rest of its group), so the server holds many idle
+connections and few busy ones. One event loop thread holds them all cheaply, and the state they
+share (the catalog's logs, the groups) is touched by that thread only, without locks. The work per
+request is small: a Fetch is one ``pread`` per partition from the page cache and an encode of the
+response around the stored bytes (no decoding, no record loop); only the fsync of committed group
+offsets leaves the loop, to a worker thread.
+
+Per connection, requests are answered one at a time and in order, as a broker does (it mutes a
+channel until its response is sent). A connection is closed, and only that one, when a frame is
+larger than ``max_request_bytes`` (Kafka's ``socket.request.max.bytes``) or negative, when a request
+does not parse or names an unknown API or an unsupported version (ApiVersions is answered with
+UNSUPPORTED_VERSION, as Kafka does), when it is idle for ``connections_max_idle_ms``, or when a
+response cannot be sent within ``send_timeout_ms`` (a client that stopped reading).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import kafka.errors as kafka_errors
+from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse
+from kafka.protocol.consumer import (
+    HeartbeatResponse,
+    JoinGroupResponse,
+    LeaveGroupResponse,
+    OffsetCommitResponse,
+    OffsetFetchResponse,
+    SyncGroupResponse,
+)
+from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
+from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
+
+from indexer.config import Settings
+from indexer.errors import StorageError
+from seglog.serve import fetch, protocol
+from seglog.serve.catalog import INTERNAL_TOPICS, Catalog
+from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
+from seglog.serve.groups import GroupCoordinator
+
+logger = logging.getLogger(__name__)
+
+NODE_ID = 0
+CLUSTER_ID = "seglog"
+
+
+@dataclass(frozen=True, slots=True)
+class ServeOptions:
+    """How ``seglog serve`` runs (Kafka's broker setting names where one exists)."""
+
+    host: str = "127.0.0.1"
+    port: int = 9092
+    advertised_host: str | None = None  # what Metadata names (default: host, or the hostname for 0.0.0.0)
+    group_offsets_dir: Path | None = None  # default: the log directory
+    max_request_bytes: int = 1024 * 1024  # socket.request.max.bytes (a read-only server gets small requests)
+    connections_max_idle_ms: int = 600_000  # connections.max.idle.ms
+    send_timeout_ms: int = 30_000
+    group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
+    poll_ms: int = 10  # how often the writer's checkpoints are looked at
+    rescan_ms: int = 500  # how often the directory is listed for new partitions
+
+
+class Server:
+    """A read-only Kafka endpoint over one log directory. Use :meth:`start`, then :meth:`close`."""
+
+    def __init__(self, log_dir: str | Path, settings: Settings, options: ServeOptions) -> None:
+        self.options = options
+        self.catalog = Catalog(log_dir, settings, poll_ms=options.poll_ms, rescan_ms=options.rescan_ms)
+        self.groups = GroupCoordinator(
+            GroupOffsets(options.group_offsets_dir or log_dir),
+            initial_rebalance_delay_ms=options.group_initial_rebalance_delay_ms,
+        )
+        self._server: asyncio.Server | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._connections: set[asyncio.Task[None]] = set()
+        self.port = options.port
+        self.advertised_host = options.advertised_host or (
+            socket.gethostname() if options.host in ("0.0.0.0", "::", "") else options.host
+        )
+
+    async def start(self) -> None:
+        """Bind and start serving (``port`` 0 picks a free port, then in :attr:`port`)."""
+        self._server = await asyncio.start_server(self._connection, self.options.host, self.options.port)
+        self.port = int(self._server.sockets[0].getsockname()[1])
+        loop = asyncio.get_running_loop()
+        self._tasks = [loop.create_task(self.catalog.follow(), name="catalog"), self.groups.run()]
+        logger.info("serving %s on %s:%d (read-only, no authentication)", self.catalog.log_dir,
+                    self.options.host, self.port)
+
+    async def close(self) -> None:
+        """Stop accepting, close every connection, stop the background tasks, close the logs."""
+        if self._server is not None:
+            self._server.close()
+        for task in [*self._tasks, *self._connections]:
+            task.cancel()
+        for task in [*self._tasks, *self._connections]:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        if self._server is not None:
+            await self._server.wait_closed()
+        self.catalog.close()
+
+    # -- connections -----------------------------------------------------------------------------
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        peer = writer.get_extra_info("peername")
+        sock = writer.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        idle_s = self.options.connections_max_idle_ms / 1000
+        try:
+            while True:
+                head = await asyncio.wait_for(reader.readexactly(protocol.FRAME_HEADER.size), idle_s)
+                (size,) = protocol.FRAME_HEADER.unpack(head)
+                if not 0 <= size <= self.options.max_request_bytes:
+                    logger.warning("%s: request of %d bytes (limit %d): closing", peer, size,
+                                   self.options.max_request_bytes)
+                    return
+                frame = await asyncio.wait_for(reader.readexactly(size), idle_s)
+                response = await self._handle(frame)
+                if response is not None:
+                    writer.write(response)
+                    await asyncio.wait_for(writer.drain(), self.options.send_timeout_ms / 1000)
+        except protocol.ProtocolError as e:
+            logger.warning("%s: %s: closing", peer, e)
+        except TimeoutError:
+            logger.info("%s: idle or not reading: closing", peer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        except Exception:  # a bug in one request's handling must not stop the server
+            logger.exception("%s: request failed: closing", peer)
+        finally:
+            self._connections.discard(task)
+            writer.close()
+
+    async def _handle(self, frame: bytes) -> bytes | None:
+        key, version, correlation_id = protocol.peek_header(frame)
+        if key == protocol.API_VERSIONS_KEY:
+            api = protocol.APIS[key]
+            if not api.min_version <= version <= api.max_version:
+                response = protocol.api_versions_response(0, protocol.UNSUPPORTED_VERSION)
+                return protocol.encode_response(response, 0, correlation_id)
+        request = protocol.decode_request(frame)
+        logger.debug("%s v%d from %s (correlation id %d)", request.api.name, request.version, request.client_id,
+                     correlation_id)
+        handler = getattr(self, f"_{request.api.name}")
+        answer = handler(request)
+        if asyncio.iscoroutine(answer):
+            answer = await answer
+        if answer is None:
+            return None
+        return protocol.encode_response(answer, request.version, correlation_id)
+
+    # -- cluster ---------------------------------------------------------------------------------
+
+    def _ApiVersions(self, request: protocol.Request) -> Any:
+        return protocol.api_versions_response(request.version)
+
+    def _Metadata(self, request: protocol.Request) -> Any:
+        body, version = request.body, request.version
+        topics = self.catalog.topics()
+        if body.topics is None or (version == 0 and not body.topics):
+            wanted = [(name, None) for name in topics]
+        else:
+            wanted = [
+                (t.name if t.name is not None else (self.catalog.topic_by_id(t.topic_id) or ""), t.topic_id)
+                for t in body.topics
+            ]
+        partition = MetadataResponse.MetadataResponseTopic.MetadataResponsePartition
+        answers = []
+        for name, asked_id in wanted:
+            if name not in topics:
+                error = protocol.UNKNOWN_TOPIC_ID if version >= 10 and asked_id and not name else (
+                    protocol.UNKNOWN_TOPIC_OR_PARTITION)
+                answers.append(MetadataResponse.MetadataResponseTopic(
+                    error_code=error, name=name, is_internal=False, partitions=[]))
+                continue
+            parts = [
+                partition(error_code=protocol.NONE, partition_index=p, leader_id=NODE_ID, leader_epoch=-1,
+                          replica_nodes=[NODE_ID], isr_nodes=[NODE_ID], offline_replicas=[])
+                for p in topics[name]
+            ]
+            answers.append(MetadataResponse.MetadataResponseTopic(
+                error_code=protocol.NONE, name=name, topic_id=self.catalog.topic_id(name),
+                is_internal=name in INTERNAL_TOPICS, partitions=parts))
+        broker = MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host=self.advertised_host, port=self.port,
+                                                         rack=None)
+        return MetadataResponse(version=version, throttle_time_ms=0, brokers=[broker], cluster_id=CLUSTER_ID,
+                                controller_id=NODE_ID, topics=answers, error_code=protocol.NONE)
+
+    def _FindCoordinator(self, request: protocol.Request) -> Any:
+        body, version = request.body, request.version
+        # Key type 0 is a consumer group; transactions (1) and share groups (2) are writes we do not serve.
+        error = protocol.NONE if body.key_type == 0 else protocol.COORDINATOR_NOT_AVAILABLE
+        message = None if error == protocol.NONE else protocol.READ_ONLY_MESSAGE
+        if version < 4:
+            return FindCoordinatorResponse(version=version, throttle_time_ms=0, error_code=error,
+                                           error_message=message, node_id=NODE_ID, host=self.advertised_host,
+                                           port=self.port)
+        coordinators = [
+            FindCoordinatorResponse.Coordinator(key=key, node_id=NODE_ID, host=self.advertised_host, port=self.port,
+                                                error_code=error, error_message=message)
+            for key in body.coordinator_keys
+        ]
+        return FindCoordinatorResponse(version=version, throttle_time_ms=0, coordinators=coordinators)
+
+    # -- consumption -----------------------------------------------------------------------------
+
+    async def _Fetch(self, request: protocol.Request) -> Any:
+        return await fetch.fetch(self.catalog, request.body, request.version)
+
+    def _ListOffsets(self, request: protocol.Request) -> Any:
+        return fetch.list_offsets(self.catalog, request.body, request.version)
+
+    # -- groups ----------------------------------------------------------------------------------
+
+    async def _JoinGroup(self, request: protocol.Request) -> Any:
+        body = request.body
+        result = await self.groups.join(
+            body.group_id,
+            body.member_id,
+            request.client_id or "",
+            body.session_timeout_ms,
+            body.rebalance_timeout_ms if request.version >= 1 else body.session_timeout_ms,
+            body.protocol_type,
+            [(p.name, bytes(p.metadata)) for p in body.protocols],
+        )
+        members = [JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=None, metadata=meta)
+                   for m, meta in result.members]
+        return JoinGroupResponse(version=request.version, throttle_time_ms=0, error_code=result.error_code,
+                                 generation_id=result.generation_id, protocol_type=result.protocol_type,
+                                 protocol_name=result.protocol_name or ("" if request.version < 7 else None),
+                                 leader=result.leader, skip_assignment=False, member_id=result.member_id,
+                                 members=members)
+
+    async def _SyncGroup(self, request: protocol.Request) -> Any:
+        body = request.body
+        assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
+        result = await self.groups.sync(body.group_id, body.member_id, body.generation_id, assignments)
+        return SyncGroupResponse(version=request.version, throttle_time_ms=0, error_code=result.error_code,
+                                 protocol_type=result.protocol_type, protocol_name=result.protocol_name,
+                                 assignment=result.assignment)
+
+    def _Heartbeat(self, request: protocol.Request) -> Any:
+        body = request.body
+        error = self.groups.heartbeat(body.group_id, body.member_id, body.generation_id)
+        return HeartbeatResponse(version=request.version, throttle_time_ms=0, error_code=error)
+
+    def _LeaveGroup(self, request: protocol.Request) -> Any:
+        body = request.body
+        ids = [body.member_id] if request.version < 3 else [m.member_id for m in body.members]
+        errors = self.groups.leave(body.group_id, ids)
+        members = [LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=None, error_code=e)
+                   for m, e in zip(ids, errors, strict=True)]
+        top = errors[0] if request.version < 3 else protocol.NONE
+        return LeaveGroupResponse(version=request.version, throttle_time_ms=0, error_code=top, members=members)
+
+    async def _OffsetCommit(self, request: protocol.Request) -> Any:
+        body, version = request.body, request.version
+        topics = self.catalog.topics()
+        valid: dict[tuple[str, int], CommittedOffset] = {}
+        codes: dict[tuple[str, int], int] = {}
+        for topic in body.topics:
+            name = topic.name if version < 10 else (self.catalog.topic_by_id(topic.topic_id) or "")
+            for p in topic.partitions:
+                tp = (name, p.partition_index)
+                if p.partition_index not in topics.get(name, []):
+                    codes[tp] = protocol.UNKNOWN_TOPIC_OR_PARTITION
+                else:
+                    epoch = p.committed_leader_epoch if version >= 6 else -1
+                    valid[tp] = CommittedOffset(p.committed_offset, epoch, p.committed_metadata or "")
+        if valid:
+            try:
+                error = await self.groups.commit_offsets(body.group_id, body.member_id,
+                                                         body.generation_id_or_member_epoch, valid)
+            except StorageError as e:
+                logger.error("cannot store offsets of group %s: %s", body.group_id, e)
+                error = protocol.KAFKA_STORAGE_ERROR
+            codes.update({tp: error for tp in valid})
+        answer = OffsetCommitResponse.OffsetCommitResponseTopic
+        return OffsetCommitResponse(version=version, throttle_time_ms=0, topics=[
+            answer(name=t.name, topic_id=t.topic_id if version >= 10 else None, partitions=[
+                answer.OffsetCommitResponsePartition(
+                    partition_index=p.partition_index,
+                    error_code=codes[(t.name if version < 10 else self.catalog.topic_by_id(t.topic_id) or "",
+                                      p.partition_index)])
+                for p in t.partitions])
+            for t in body.topics])
+
+    def _OffsetFetch(self, request: protocol.Request) -> Any:
+        body, version = request.body, request.version
+        if version < 8:
+            topics = self._offsets_of(body.group_id, body.topics, version, OffsetFetchResponse.OffsetFetchResponseTopic)
+            return OffsetFetchResponse(version=version, throttle_time_ms=0, topics=topics, error_code=protocol.NONE)
+        group_answer = OffsetFetchResponse.OffsetFetchResponseGroup
+        groups = [
+            group_answer(group_id=g.group_id, error_code=protocol.NONE,
+                         topics=self._offsets_of(g.group_id, g.topics, version, group_answer.OffsetFetchResponseTopics))
+            for g in body.groups
+        ]
+        return OffsetFetchResponse(version=version, throttle_time_ms=0, groups=groups)
+
+    def _offsets_of(self, group_id: str, asked: list[Any] | None, version: int, topic_class: Any) -> list[Any]:
+        committed = self.groups.fetch_offsets(group_id)
+        ids: dict[str, Any] = {}
+        if asked is None:  # every partition the group committed
+            wanted: dict[str, list[int]] = {}
+            for topic, partition in sorted(committed):
+                wanted.setdefault(topic, []).append(partition)
+            ids = {topic: self.catalog.topic_id(topic) for topic in wanted}
+        else:
+            wanted = {}
+            for t in asked:
+                name = t.name if version < 10 else (self.catalog.topic_by_id(t.topic_id) or "")
+                wanted[name] = list(t.partition_indexes)
+                ids[name] = t.topic_id if version >= 10 else None
+        partition_class = topic_class.OffsetFetchResponsePartition if version < 8 else (
+            topic_class.OffsetFetchResponsePartitions)
+        answers = []
+        for name, partitions in wanted.items():
+            rows = []
+            for p in partitions:
+                c = committed.get((name, p), CommittedOffset(-1))
+                rows.append(partition_class(partition_index=p, committed_offset=c.offset,
+                                            committed_leader_epoch=c.leader_epoch, metadata=c.metadata,
+                                            error_code=protocol.NONE))
+            answers.append(topic_class(name=name, topic_id=ids.get(name), partitions=rows))
+        return answers
+
+    # -- refused writes --------------------------------------------------------------------------
+
+    def _Produce(self, request: protocol.Request) -> Any:
+        body, version = request.body, request.version
+        if body.acks == 0:  # the producer expects no answer
+            return None
+        topic_class = ProduceResponse.TopicProduceResponse
+        return ProduceResponse(version=version, throttle_time_ms=0, responses=[
+            topic_class(name=t.name, topic_id=getattr(t, "topic_id", None), partition_responses=[
+                topic_class.PartitionProduceResponse(
+                    index=p.index, error_code=protocol.TOPIC_AUTHORIZATION_FAILED, base_offset=-1,
+                    log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
+                    error_message=protocol.READ_ONLY_MESSAGE)
+                for p in t.partition_data])
+            for t in body.topic_data])
+
+    def _CreateTopics(self, request: protocol.Request) -> Any:
+        result = CreateTopicsResponse.CreatableTopicResult
+        return CreateTopicsResponse(version=request.version, throttle_time_ms=0, topics=[
+            result(name=t.name, error_code=protocol.TOPIC_AUTHORIZATION_FAILED,
+                   error_message=protocol.READ_ONLY_MESSAGE, num_partitions=-1, replication_factor=-1, configs=None)
+            for t in request.body.topics])
+
+    def _DeleteTopics(self, request: protocol.Request) -> Any:
+        body, version = request.body, request.version
+        names = list(body.topic_names) if version < 6 else [t.name for t in body.topics]
+        result = DeleteTopicsResponse.DeletableTopicResult
+        return DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=[
+            result(name=name, error_code=protocol.TOPIC_AUTHORIZATION_FAILED,
+                   error_message=protocol.READ_ONLY_MESSAGE)
+            for name in names])
+
+    def _InitProducerId(self, request: protocol.Request) -> Any:
+        transactional = request.body.transactional_id is not None
+        error = (kafka_errors.TransactionalIdAuthorizationFailedError.errno if transactional
+                 else protocol.CLUSTER_AUTHORIZATION_FAILED)
+        return InitProducerIdResponse(version=request.version, throttle_time_ms=0, error_code=error,
+                                      producer_id=-1, producer_epoch=-1)
+
+
+async def serve_forever(log_dir: str | Path, settings: Settings, options: ServeOptions,
+                        stop: asyncio.Event) -> None:
+    """Run a :class:`Server` until ``stop`` is set."""
+    server = Server(log_dir, settings, options)
+    await server.start()
+    try:
+        await stop.wait()
+    finally:
+        await server.close()
