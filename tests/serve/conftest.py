@@ -1,0 +1,71 @@
+"""Fixtures of the ``seglog serve`` tests: a real server process on a free loopback port."""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+SEGLOG = [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
+_SERVING = re.compile(r"serving .* on 127\.0\.0\.1:(\d+) ")
+
+
+class ServeProcess:
+    """``seglog serve`` in a subprocess; ``bootstrap`` is its ``host:port``."""
+
+    def __init__(self, log_dir: Path, stderr_path: Path, *extra: str) -> None:
+        self.log_dir = log_dir
+        self.stderr_path = stderr_path
+        self._stderr = open(stderr_path, "w")  # noqa: SIM115 - closed in stop()
+        self.proc = subprocess.Popen(
+            [*SEGLOG, "serve", "--log-dir", str(log_dir), "--bind", "127.0.0.1:0", "-v",
+             "--group-initial-rebalance-delay-ms", "200", *extra],
+            stdout=subprocess.DEVNULL, stderr=self._stderr,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            found = _SERVING.search(stderr_path.read_text())
+            if found:
+                self.port = int(found.group(1))
+                self.bootstrap = f"127.0.0.1:{self.port}"
+                return
+            if self.proc.poll() is not None:
+                break
+            time.sleep(0.05)
+        self.stop()
+        raise AssertionError(f"seglog serve did not start:\n{stderr_path.read_text()}")
+
+    def log_text(self) -> str:
+        return self.stderr_path.read_text()
+
+    def stop(self, sig: int = signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+            try:
+                self.proc.wait(20)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self._stderr.close()
+        return self.proc.returncode
+
+
+@pytest.fixture
+def serve(tmp_path: Path) -> Iterator[Callable[..., ServeProcess]]:
+    """Start servers with ``serve(log_dir, *extra_args)``; all are stopped at the end."""
+    started: list[ServeProcess] = []
+
+    def start(log_dir: Path, *extra: str) -> ServeProcess:
+        server = ServeProcess(log_dir, tmp_path / f"serve-{len(started)}.stderr", *extra)
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        server.stop()
