@@ -9,7 +9,8 @@ Lifecycle, as in Kafka (spec section 1.1):
 * A *new* file (opened writable and missing) is pre-allocated, sparse and zero-filled, to
   ``round_down(max_index_size, entry_size)`` bytes and starts with 0 entries.
 * An *existing* file is assumed to be fully valid: every complete slot counts as an entry, so an
-  un-trimmed index left by a crash has trailing all-zero entries until recovery rewrites it.
+  un-trimmed index left by a crash has trailing all-zero entries until recovery rewrites it. Opened
+  read-only (a reader beside a live writer), only the slots before the zero-filled tail are mapped.
 * ``trim_to_valid_size()`` (segment roll, ``close()``, end of recovery) shrinks the file to
   ``entries * entry_size``; ``reset()`` empties it and grows it back to ``max_index_size``.
 
@@ -154,10 +155,33 @@ class AbstractIndex(IndexFile):
                         raise ValueError(f"Invalid max index size: {self._max_index_size} for new index file {path}")
                     os.ftruncate(fd, round_down_to_multiple(self._max_index_size, self.ENTRY_SIZE))
                 self._length = os.fstat(fd).st_size
+                if not self._writable:
+                    self._length = self._written_length(fd, self._length)
                 self._mm, self._words = self._map(fd, self._length, self._writable)
             finally:
                 os.close(fd)
         return newly_created
+
+    def _written_length(self, fd: int, size: int) -> int:
+        """The bytes of the file before its zero-filled pre-allocated tail, found by binary search.
+
+        A read-only reader beside a live writer maps only these: the writer trims the file to its
+        entries on roll, and a mapped page wholly past the new end would fault (SIGBUS) on access.
+        Entries after the first are never all zero (their keys increase), and an all-zero first entry
+        (the base offset at position 0, or timestamp 0) tells a search nothing it would not assume
+        without it, so the first all-zero slot is where the entries worth mapping end.
+        """
+        if size % self.ENTRY_SIZE:  # not a writer's pre-allocated file: keep it whole for sanity_check
+            return size
+        slots = size // self.ENTRY_SIZE
+        low, high = 0, slots  # the first all-zero slot lies in [low, high]; high = none
+        while low < high:
+            mid = (low + high) // 2
+            if any(os.pread(fd, self.ENTRY_SIZE, mid * self.ENTRY_SIZE)):
+                low = mid + 1
+            else:
+                high = mid
+        return high * self.ENTRY_SIZE
 
     @staticmethod
     def _map(fd: int, length: int, writable: bool) -> tuple[mmap.mmap | None, np.ndarray]:

@@ -56,7 +56,7 @@ COMMANDS: dict[str, Command] = {
     "maintain": Command("seglog.commands.maintain", "run the maintenance daemon (retention, flush, checkpoints)"),
     "recover": Command("seglog.commands.recover", "recover a log directory after a crash (Kafka's log loading)"),
     "quarantine": Command("seglog.commands.quarantine", "list or purge the bytes recovery removed (quarantine)"),
-    "serve": Command("seglog.commands.serve", "serve a log directory read-only over Kafka's protocol (consumers, groups)"),
+    "serve": Command("seglog.commands.serve", "serve a log directory read-only over the Kafka protocol"),
     "bench": Command("seglog.commands.bench", "run a benchmark suite (engine, sink, maintenance)"),
 }
 

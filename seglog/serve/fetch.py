@@ -51,7 +51,8 @@ def _read_partition(catalog: Catalog, topic: str, part: Any, budget: int, first:
             return _partition_error(index, protocol.UNKNOWN_TOPIC_OR_PARTITION)
         try:
             return _read(log, part, budget, first, committed)
-        except OffsetOutOfRangeError:
+        except OffsetOutOfRangeError as e:
+            logger.info("fetch of %s-%d: %s", topic, index, e)
             return _partition_error(index, protocol.OFFSET_OUT_OF_RANGE)
         except SeglogError as e:  # a segment went away under the log (retention): open it again, once
             if attempt == 1:

@@ -188,7 +188,7 @@ def test_read_only_open_of_unwritable_file_in_unwritable_dir(tmp_path: Path) -> 
                 with pytest.raises(ValueError, match="read-only"):
                     mutate()
         with TimeIndex(untrimmed, 10, 12 * 8, writable=False) as tidx:
-            assert tidx.entries == 8  # trailing zero slots counted, nothing trimmed on close
+            assert tidx.entries == 1  # the zero-filled tail is not mapped, nothing trimmed on close
         assert not (directory / "00000000000000000099.index").exists()
         with pytest.raises(StorageError):
             OffsetIndex(directory / "00000000000000000099.index", 99, 80, writable=False)
@@ -430,3 +430,18 @@ def test_search_tree_floor_split_over_threads(monkeypatch: pytest.MonkeyPatch) -
     slots = np.searchsorted(keys, targets, side="right") - 1
     assert found_keys.tolist() == np.where(slots >= 0, keys[slots], -1).tolist()
     assert found_values.tolist() == np.where(slots >= 0, keys[slots] * 2, -2).tolist()
+
+
+def test_read_only_reader_survives_the_writer_trimming_on_roll(tmp_path: Path) -> None:
+    """A reader maps only the written entries of a live writer's pre-allocated index, so the trim
+    on roll cannot leave it a mapping past the end of the file (SIGBUS on the next lookup)."""
+    path = tmp_path / "00000000000000000000.index"
+    writer = OffsetIndex(path, 0, 8 * 4096)
+    for i in range(1, 100):
+        writer.append(i * 10, i * 1000)
+    with OffsetIndex(path, 0, writable=False) as reader:
+        assert reader.entries == 99
+        writer.trim_to_valid_size()  # the roll: the file shrinks to 99 entries
+        assert reader.lookup(505) == OffsetPosition(500, 50000)
+        assert reader.lookup(10**6) == OffsetPosition(990, 99000)
+    writer.close()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-SEGLOG = [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
+SEGLOG = [sys.executable, "-X", "faulthandler", "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
 _SERVING = re.compile(r"serving .* on 127\.0\.0\.1:(\d+) ")
 
 
