@@ -11,7 +11,6 @@ from pathlib import Path
 
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
-from seglog.serve.group_offsets import GROUP_OFFSETS_FILE
 from tests.serve.conftest import ServeProcess
 
 with warnings.catch_warnings():
@@ -76,7 +75,7 @@ def test_group_rebalances_on_leave_and_resumes_after_restart(serve: Callable[...
         consumer.close()
 
     server.stop()
-    assert (log_dir / GROUP_OFFSETS_FILE).exists()
+    assert (log_dir / "group-offsets-checkpoint").exists()
     _write(log_dir, RECORDS, 10)
     server = serve(log_dir)
     resumed = _consumer(server.bootstrap)

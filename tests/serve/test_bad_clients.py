@@ -1,0 +1,148 @@
+"""Bad clients on raw sockets: ``seglog serve`` answers with Kafka's error codes or closes that one
+connection, and keeps serving everyone else. Writes are refused with authorization errors."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+import warnings
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from indexer.config import load_settings
+from indexer.log_manager import LogManager
+from tests.serve.conftest import ServeProcess
+
+with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+    from kafka.protocol.consumer import FetchRequest
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
+    from kafka.protocol.producer import ProduceRequest, ProduceResponse
+
+    from seglog.serve import protocol
+
+
+@pytest.fixture
+def server(serve: Callable[..., ServeProcess], tmp_path: Path) -> Iterator[ServeProcess]:
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings()) as manager:
+        log = manager.get_or_create_log("t", 0)
+        log.append({"value": [b"x" * 1000] * 2000})
+        log.update_high_watermark(log.log_end_offset)
+    yield serve(log_dir, "--socket-request-max-bytes", "65536")
+
+
+def _connect(server: ServeProcess) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", server.port), timeout=10)
+    return sock
+
+
+def _request(message: object, version: int, correlation_id: int = 1) -> bytes:
+    message.API_VERSION = version  # type: ignore[attr-defined]
+    message.with_header(correlation_id=correlation_id, client_id="raw")  # type: ignore[attr-defined]
+    return bytes(message.encode(header=True, framed=True))  # type: ignore[attr-defined]
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    head = _read_exactly(sock, 4)
+    return _read_exactly(sock, struct.unpack(">i", head)[0])
+
+
+def _read_exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        if not chunk:
+            raise ConnectionError("closed")
+        data += chunk
+    return data
+
+
+def _closed(sock: socket.socket) -> bool:
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+
+
+def _still_serves(server: ServeProcess) -> None:
+    with _connect(server) as sock:
+        sock.sendall(_request(MetadataRequest(version=12, topics=None), 12, 7))
+        response = MetadataResponse.decode(_read_frame(sock), version=12, header=True)
+        assert response.header.correlation_id == 7
+        assert [t.name for t in response.topics] == ["t"]
+
+
+@pytest.mark.parametrize("frame", [
+    b"\x00\x00\x00\x03abc",  # shorter than a request header
+    struct.pack(">ihhi", 8, 999, 0, 1),  # unknown API key
+    struct.pack(">ihhi", 8, 1, 99, 1),  # Fetch version 99
+    struct.pack(">ihhi", 12, 3, 12, 1) + b"\xff\xff\xff\xff",  # Metadata whose body does not parse
+    struct.pack(">i", 10_000_000),  # larger than socket.request.max.bytes
+    struct.pack(">i", -5),  # negative size
+], ids=["short", "unknown-api", "unknown-version", "malformed", "oversized", "negative"])
+def test_bad_frame_closes_only_that_connection(server: ServeProcess, frame: bytes) -> None:
+    with _connect(server) as bystander, _connect(server) as bad:
+        bad.sendall(frame)
+        assert _closed(bad)
+        bystander.sendall(_request(MetadataRequest(version=1, topics=None), 1, 3))
+        assert MetadataResponse.decode(_read_frame(bystander), version=1, header=True).header.correlation_id == 3
+    _still_serves(server)
+
+
+def test_api_versions_of_a_newer_client_is_answered_unsupported_at_v0(server: ServeProcess) -> None:
+    with _connect(server) as sock:
+        sock.sendall(struct.pack(">ihhi", 10, protocol.API_VERSIONS_KEY, 99, 5) + b"\xff\xff")
+        response = ApiVersionsResponse.decode(_read_frame(sock), version=0, header=True)
+        assert response.header.correlation_id == 5
+        assert response.error_code == protocol.UNSUPPORTED_VERSION
+        assert {k.api_key for k in response.api_keys} == set(protocol.APIS)
+        sock.sendall(_request(ApiVersionsRequest(version=3, client_software_name="raw",
+                                                 client_software_version="1"), 3, 6))
+        assert ApiVersionsResponse.decode(_read_frame(sock), version=3, header=True).error_code == protocol.NONE
+
+
+def test_client_that_never_reads_does_not_stop_the_others(server: ServeProcess) -> None:
+    fetch = FetchRequest(version=11, max_wait_ms=0, min_bytes=0, max_bytes=50_000_000, isolation_level=0,
+                         topics=[FetchRequest.FetchTopic(topic="t", partitions=[
+                             FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0,
+                                                                     partition_max_bytes=50_000_000)])])
+    stuck = _connect(server)
+    stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    frame = _request(fetch, 11, 1)
+    stuck.setblocking(False)
+    sent = 0
+    for _ in range(50):  # pipelined fetches of ~2 MB each, never read
+        try:
+            stuck.send(frame)
+            sent += 1
+        except BlockingIOError:
+            break
+    time.sleep(0.5)
+    for _ in range(3):
+        _still_serves(server)
+    stuck.close()
+    assert sent > 0
+
+
+def test_writes_are_refused_with_authorization_errors(server: ServeProcess) -> None:
+    produce = ProduceRequest(version=9, transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
+        ProduceRequest.TopicProduceData(name="t", partition_data=[
+            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=b"")])])
+    create = CreateTopicsRequest(version=5, topics=[CreateTopicsRequest.CreatableTopic(
+        name="new", num_partitions=1, replication_factor=1, assignments=[], configs=[])], timeout_ms=1000,
+        validate_only=False)
+    with _connect(server) as sock:
+        sock.sendall(_request(produce, 9, 1))
+        answer = ProduceResponse.decode(_read_frame(sock), version=9, header=True)
+        part = answer.responses[0].partition_responses[0]
+        assert part.error_code == protocol.TOPIC_AUTHORIZATION_FAILED
+        assert part.error_message == protocol.READ_ONLY_MESSAGE
+        sock.sendall(_request(create, 5, 2))
+        topic = CreateTopicsResponse.decode(_read_frame(sock), version=5, header=True).topics[0]
+        assert (topic.name, topic.error_code) == ("new", protocol.TOPIC_AUTHORIZATION_FAILED)
+    assert not (server.log_dir / "new-0").exists()
