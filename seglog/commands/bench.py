@@ -5,6 +5,7 @@ Suites (each in ``seglog/bench/<suite>.py``, imported only when chosen):
   sink          the Spark foreachBatch sink against Spark's own file sink
   reader        readStream.format("seglog") against Spark's Parquet file source
   maintenance   recovery of a whole log directory, one retention pass
+  serve         consumers through `seglog serve` vs sendfile of the files; commit-to-receipt latency
 
 Each suite prints a table and, with ``--json FILE``, writes a list of objects with ``name``,
 ``unit``, ``value``, ``baseline``, ``baseline_value``, ``ratio``, ``goal`` (see
@@ -26,6 +27,7 @@ SUITES: dict[str, str] = {
     "sink": "seglog.bench.sink",
     "reader": "seglog.bench.reader",
     "maintenance": "seglog.bench.maintenance",
+    "serve": "seglog.bench.serve",
 }
 
 

@@ -1,0 +1,237 @@
+"""`seglog bench serve`: consumers reading through `seglog serve`, against the physical limit.
+
+Figures (the server runs as a `seglog serve` subprocess on a free loopback port; each consumer and the
+baseline run side by side in this process):
+
+* consume MB/s with confluent-kafka (librdkafka) and with kafka-python: one partition of 1 KiB
+  records, 256 MiB (``--quick`` 64 MiB) of `.log` bytes, from the beginning to the end, vs
+  `sendfile` of the same `.log` files to a loopback socket drained by a thread (the bytes a
+  broker would send, with no protocol: the physical limit). Goal: confluent-kafka >= 0.5x.
+* end-to-end latency, p50 and p99: from a commit (`update_high_watermark`, then the checkpoint the
+  server follows) of one record to its receipt by a confluent-kafka consumer tailing the partition
+  (500 commits, ``--quick`` 100, 20 ms apart). Baseline: the server's checkpoint poll interval.
+
+examples:
+  seglog bench serve --quick
+  seglog bench serve --json bench-serve.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from indexer.config import load_settings
+from indexer.log_manager import LogManager
+from seglog.bench.report import BenchResult, add_suite_arguments, latency_result, percentiles, publish, timed
+from seglog.bench.report import throughput_result as throughput
+
+logger = logging.getLogger(__name__)
+
+MiB = 1024 * 1024
+RECORD_BYTES = 1024
+APPEND_RECORDS = 50_000
+POLL_MS = 10
+_SERVING = re.compile(r"serving .* on 127\.0\.0\.1:(\d+) ")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Options of ``seglog bench serve``."""
+    add_suite_arguments(parser, quick="64 MiB to consume, 100 latency samples",
+                        scratch="scratch directory (default: a temporary directory, removed afterwards)")
+
+
+class _Server:
+    """`seglog serve` in a subprocess."""
+
+    def __init__(self, log_dir: Path) -> None:
+        self._stderr = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())", "serve",
+             "--log-dir", str(log_dir), "--bind", "127.0.0.1:0", "-v", "--poll-ms", str(POLL_MS)],
+            stdout=subprocess.DEVNULL, stderr=self._stderr,
+        )
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            self._stderr.seek(0)
+            found = _SERVING.search(self._stderr.read().decode(errors="replace"))
+            if found:
+                self.bootstrap = f"127.0.0.1:{found.group(1)}"
+                return
+            time.sleep(0.05)
+        self.close()
+        raise RuntimeError("seglog serve did not start")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(30)
+        self._stderr.close()
+
+
+def _write(log_dir: Path, total_bytes: int) -> int:
+    """One partition of ``total_bytes`` of 1 KiB records; returns the record count."""
+    rng = np.random.default_rng(7)
+    values = [rng.bytes(RECORD_BYTES) for _ in range(256)]
+    records = 0
+    with LogManager(log_dir, load_settings()) as manager:
+        log = manager.get_or_create_log("bench", 0)
+        while log.size_in_bytes < total_bytes:
+            log.append({"value": [values[i % 256] for i in range(APPEND_RECORDS)]})
+            records += APPEND_RECORDS
+        log.update_high_watermark(log.log_end_offset)
+        manager.checkpoint_high_watermarks()
+    return records
+
+
+def _sendfile_baseline(paths: list[Path]) -> float:
+    """Seconds to sendfile every file to a loopback socket drained by a thread."""
+    server = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(server.getsockname())
+    peer, _ = server.accept()
+
+    def drain() -> None:
+        buf = bytearray(4 * MiB)
+        while peer.recv_into(buf):
+            pass
+
+    reader = threading.Thread(target=drain)
+    reader.start()
+    start = time.perf_counter()
+    for path in paths:
+        with path.open("rb") as f:
+            offset, size = 0, os.fstat(f.fileno()).st_size
+            while offset < size:
+                offset += os.sendfile(client.fileno(), f.fileno(), offset, size - offset)
+    client.close()
+    reader.join()
+    elapsed = time.perf_counter() - start
+    peer.close()
+    server.close()
+    return elapsed
+
+
+def _confluent(bootstrap: str, records: int) -> None:
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
+                                         "enable.auto.commit": False, "fetch.max.bytes": 64 * MiB,
+                                         "max.partition.fetch.bytes": 16 * MiB})
+    consumer.assign([confluent_kafka.TopicPartition("bench", 0, confluent_kafka.OFFSET_BEGINNING)])
+    got = 0
+    while got < records:
+        got += sum(1 for m in consumer.consume(10_000, 1.0) if not m.error())
+    consumer.close()
+
+
+def _kafka_python(bootstrap: str, records: int) -> None:
+    from kafka import KafkaConsumer, TopicPartition
+
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
+                             max_partition_fetch_bytes=16 * MiB, fetch_max_bytes=64 * MiB)
+    consumer.assign([TopicPartition("bench", 0)])
+    got = 0
+    while got < records:
+        got += sum(len(v) for v in consumer.poll(timeout_ms=1000, max_records=100_000).values())
+    consumer.close()
+
+
+def bench_throughput(log_dir: Path, total_bytes: int) -> list[BenchResult]:
+    records = _write(log_dir, total_bytes)
+    paths = sorted((log_dir / "bench-0").glob("*.log"))
+    size = sum(p.stat().st_size for p in paths)
+    baseline_s = _sendfile_baseline(paths)
+    server = _Server(log_dir)
+    try:
+        confluent_s, _ = timed(lambda: _confluent(server.bootstrap, records))
+        kafka_python_s, _ = timed(lambda: _kafka_python(server.bootstrap, records))
+    finally:
+        server.close()
+    limit = size / MiB / baseline_s
+    return [
+        throughput("consume via seglog serve (confluent-kafka)", "MB/s", size / MiB / confluent_s,
+                   "sendfile of the .log files", limit, 0.5, bytes=size, records=records),
+        throughput("consume via seglog serve (kafka-python)", "MB/s", size / MiB / kafka_python_s,
+                   "sendfile of the .log files", limit, None, bytes=size, records=records),
+    ]
+
+
+def bench_latency(log_dir: Path, samples: int) -> list[BenchResult]:
+    import confluent_kafka
+
+    with LogManager(log_dir, load_settings()) as manager:
+        log = manager.get_or_create_log("tail", 0)
+        log.append({"value": [b"start"]})
+        log.update_high_watermark(log.log_end_offset)
+        manager.checkpoint_high_watermarks()
+        server = _Server(log_dir)
+        received: dict[int, float] = {}
+        stop = threading.Event()
+
+        def consume() -> None:
+            consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap, "group.id": "tail",
+                                                 "enable.auto.commit": False, "fetch.wait.max.ms": 500,
+                                                 "fetch.error.backoff.ms": 0})
+            consumer.assign([confluent_kafka.TopicPartition("tail", 0, 1)])
+            while not stop.is_set():
+                m = consumer.poll(0.05)
+                if m is not None and not m.error():
+                    received[m.offset()] = time.perf_counter()
+            consumer.close()
+
+        reader = threading.Thread(target=consume)
+        reader.start()
+        committed: dict[int, float] = {}
+        try:
+            time.sleep(2.0)  # the consumer connects and starts polling
+            for _ in range(samples):
+                offset = log.append({"value": [b"x" * 100]}).first_offset
+                committed[offset] = time.perf_counter()
+                log.update_high_watermark(log.log_end_offset)
+                manager.checkpoint_high_watermarks()
+                time.sleep(0.02)
+            deadline = time.monotonic() + 10
+            while len(received) < samples and time.monotonic() < deadline:
+                time.sleep(0.05)
+        finally:
+            stop.set()
+            reader.join()
+            server.close()
+    latencies = [(received[o] - t) * 1000 for o, t in committed.items() if o in received]
+    p = percentiles(latencies)
+    return [
+        latency_result(f"commit to consumer receipt {q}", "ms", p[q], "checkpoint poll interval", POLL_MS,
+                       None, samples=len(latencies), lost=samples - len(latencies), **p)
+        for q in ("p50", "p99")
+    ]
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the figures, print the table, write the JSON; 0 even when a goal is missed."""
+    if args.scale <= 0:
+        raise ValueError(f"--scale must be > 0, got {args.scale}")
+    total = int((64 if args.quick else 256) * MiB * args.scale)
+    samples = max(10, int((100 if args.quick else 500) * min(1.0, args.scale)))
+    scratch = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="seglog-bench-serve-"))
+    scratch.mkdir(parents=True, exist_ok=True)
+    try:
+        results = bench_throughput(scratch / "throughput", total) + bench_latency(scratch / "latency", samples)
+    finally:
+        shutil.rmtree(scratch / "throughput", ignore_errors=True)
+        shutil.rmtree(scratch / "latency", ignore_errors=True)
+        if not args.dir:
+            shutil.rmtree(scratch, ignore_errors=True)
+    publish(results, json_path=args.json, suite="serve", quick=args.quick)
+    return 0
