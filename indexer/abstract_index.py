@@ -10,7 +10,8 @@ Lifecycle, as in Kafka (spec section 1.1):
   ``round_down(max_index_size, entry_size)`` bytes and starts with 0 entries.
 * An *existing* file is assumed to be fully valid: every complete slot counts as an entry, so an
   un-trimmed index left by a crash has trailing all-zero entries until recovery rewrites it. Opened
-  read-only (a reader beside a live writer), only the slots before the zero-filled tail are mapped.
+  read-only (a reader beside a live writer), only the slots before the zero-filled tail are mapped,
+  unless ``whole_file=True`` (validators, which must see a damaged file as it is).
 * ``trim_to_valid_size()`` (segment roll, ``close()``, end of recovery) shrinks the file to
   ``entries * entry_size``; ``reset()`` empties it and grows it back to ``max_index_size``.
 
@@ -107,12 +108,15 @@ class AbstractIndex(IndexFile):
         base_offset: int,
         max_index_size: int = -1,
         writable: bool = True,
+        *,
+        whole_file: bool = False,
     ) -> None:
         self._lock = threading.RLock()
         self._path = Path(path)
         self._base_offset = int(base_offset)
         self._max_index_size = int(max_index_size)
         self._writable = bool(writable)
+        self._whole_file = bool(whole_file)
         self._mm: mmap.mmap | None = None
         self._words: np.ndarray | None = None
         # Bumped (after the entry count changes) by every truncation: the entries below the count
@@ -155,7 +159,7 @@ class AbstractIndex(IndexFile):
                         raise ValueError(f"Invalid max index size: {self._max_index_size} for new index file {path}")
                     os.ftruncate(fd, round_down_to_multiple(self._max_index_size, self.ENTRY_SIZE))
                 self._length = os.fstat(fd).st_size
-                if not self._writable:
+                if not self._writable and not self._whole_file:
                     self._length = self._written_length(fd, self._length)
                 self._mm, self._words = self._map(fd, self._length, self._writable)
             finally:

@@ -146,7 +146,7 @@ def offset_index_problem(
         StorageError: the file cannot be read (a missing file: ``FileNotFoundError`` as its cause).
     """
     limit = _NO_LIMIT if next_base_offset is None else next_base_offset
-    with OffsetIndex(path, base_offset, -1, writable=False) as index:
+    with OffsetIndex(path, base_offset, -1, writable=False, whole_file=True) as index:
         try:
             index.sanity_check()
         except CorruptIndexError as e:
@@ -191,7 +191,7 @@ def time_index_problem(
         StorageError: the file cannot be read (a missing file: ``FileNotFoundError`` as its cause).
     """
     limit = _NO_LIMIT if next_base_offset is None else next_base_offset
-    with TimeIndex(path, base_offset, -1, writable=False) as index:
+    with TimeIndex(path, base_offset, -1, writable=False, whole_file=True) as index:
         try:
             index.sanity_check()
         except CorruptIndexError as e:

@@ -29,9 +29,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer import file_names
-from indexer.checkpoint import OffsetCheckpointFile, TopicPartition
+from indexer.checkpoint import OffsetCheckpointFile
 from indexer.config import Settings
 from indexer.errors import SeglogError
+from indexer.file_names import TopicPartition
 from indexer.log import Log
 from indexer.log_manager import LogManager
 

@@ -21,7 +21,8 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
-from indexer.checkpoint import CheckpointFile, TopicPartition
+from indexer.checkpoint import CheckpointFile
+from indexer.file_names import TopicPartition
 
 GROUP_OFFSETS_FILE = "group-offsets-checkpoint"
 CURRENT_VERSION = 0

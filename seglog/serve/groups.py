@@ -34,7 +34,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from indexer.checkpoint import TopicPartition
+from indexer.file_names import TopicPartition
 from seglog.serve import protocol
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
 

@@ -187,8 +187,10 @@ def test_read_only_open_of_unwritable_file_in_unwritable_dir(tmp_path: Path) -> 
             ):
                 with pytest.raises(ValueError, match="read-only"):
                     mutate()
+        with TimeIndex(untrimmed, 10, 12 * 8, writable=False, whole_file=True) as tidx:
+            assert tidx.entries == 8  # trailing zero slots counted, nothing trimmed on close
         with TimeIndex(untrimmed, 10, 12 * 8, writable=False) as tidx:
-            assert tidx.entries == 1  # the zero-filled tail is not mapped, nothing trimmed on close
+            assert tidx.entries == 1  # a reader maps only the slots before the zero tail
         assert not (directory / "00000000000000000099.index").exists()
         with pytest.raises(StorageError):
             OffsetIndex(directory / "00000000000000000099.index", 99, 80, writable=False)

@@ -185,7 +185,7 @@ def test_crashed_untrimmed_time_index_fails_sanity_check(tmp_path: Path) -> None
     idx = TimeIndex(path, 0, 12 * 10)
     idx.maybe_append(1700000000000, 3)
     idx.close_handler()  # crash: 9 trailing zero slots
-    with TimeIndex(path, 0) as crashed:  # writable, as recovery opens it (read-only maps only written slots)
+    with TimeIndex(path, 0, writable=False, whole_file=True) as crashed:
         assert crashed.entries == 10
         assert crashed.last_entry == TimestampOffset(0, 0)
         with pytest.raises(CorruptIndexError, match="last timestamp is 0"):
