@@ -167,11 +167,13 @@ def decode_request(frame: bytes) -> Request:
     return Request(api, version, correlation_id, body.header.client_id, body)
 
 
-def encode_response(response: Any, version: int, correlation_id: int) -> bytes:
-    """A framed response (size prefix, response header, body) at ``version``."""
+def encode_response(response: Any, version: int, correlation_id: int) -> bytearray:
+    """A framed response (size prefix, response header, body) at ``version`` (kafka-python's buffer, not
+    copied again: a Fetch response carries megabytes)."""
     response.API_VERSION = version
     response.with_header(correlation_id=correlation_id)
-    return bytes(response.encode(header=True, framed=True))
+    encoded: bytearray = response.encode(header=True, framed=True)
+    return encoded
 
 
 def api_versions_response(version: int, error_code: int = NONE) -> Any:
