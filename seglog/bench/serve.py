@@ -49,8 +49,11 @@ _SERVING = re.compile(r"serving .* on 127\.0\.0\.1:(\d+) ")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog bench serve``."""
-    add_suite_arguments(parser, quick="64 MiB to consume, 100 latency samples",
-                        scratch="scratch directory (default: a temporary directory, removed afterwards)")
+    add_suite_arguments(
+        parser,
+        quick="64 MiB to consume, 100 latency samples",
+        scratch="scratch directory (default: a temporary directory, removed afterwards)",
+    )
 
 
 class _Server:
@@ -59,9 +62,21 @@ class _Server:
     def __init__(self, log_dir: Path) -> None:
         self._stderr = tempfile.TemporaryFile()
         self.proc = subprocess.Popen(
-            [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())", "serve",
-             "--log-dir", str(log_dir), "--bind", "127.0.0.1:0", "-v", "--poll-ms", str(POLL_MS)],
-            stdout=subprocess.DEVNULL, stderr=self._stderr,
+            [
+                sys.executable,
+                "-c",
+                "import sys; from seglog.cli import main; sys.exit(main())",
+                "serve",
+                "--log-dir",
+                str(log_dir),
+                "--bind",
+                "127.0.0.1:0",
+                "-v",
+                "--poll-ms",
+                str(POLL_MS),
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and self.proc.poll() is None:
@@ -126,9 +141,15 @@ def _sendfile_baseline(paths: list[Path]) -> float:
 def _confluent(bootstrap: str, records: int) -> None:
     import confluent_kafka
 
-    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench",
-                                         "enable.auto.commit": False, "fetch.max.bytes": 64 * MiB,
-                                         "max.partition.fetch.bytes": 16 * MiB})
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "bench",
+            "enable.auto.commit": False,
+            "fetch.max.bytes": 64 * MiB,
+            "max.partition.fetch.bytes": 16 * MiB,
+        }
+    )
     consumer.assign([confluent_kafka.TopicPartition("bench", 0, confluent_kafka.OFFSET_BEGINNING)])
     got = 0
     while got < records:
@@ -139,8 +160,13 @@ def _confluent(bootstrap: str, records: int) -> None:
 def _kafka_python(bootstrap: str, records: int) -> None:
     from kafka import KafkaConsumer, TopicPartition
 
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, auto_offset_reset="earliest", enable_auto_commit=False,
-                             max_partition_fetch_bytes=16 * MiB, fetch_max_bytes=64 * MiB)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        max_partition_fetch_bytes=16 * MiB,
+        fetch_max_bytes=64 * MiB,
+    )
     consumer.assign([TopicPartition("bench", 0)])
     got = 0
     while got < records:
@@ -161,10 +187,26 @@ def bench_throughput(log_dir: Path, total_bytes: int) -> list[BenchResult]:
         server.close()
     limit = size / MiB / baseline_s
     return [
-        throughput("consume via seglog serve (confluent-kafka)", "MB/s", size / MiB / confluent_s,
-                   "sendfile of the .log files", limit, 0.5, bytes=size, records=records),
-        throughput("consume via seglog serve (kafka-python)", "MB/s", size / MiB / kafka_python_s,
-                   "sendfile of the .log files", limit, None, bytes=size, records=records),
+        throughput(
+            "consume via seglog serve (confluent-kafka)",
+            "MB/s",
+            size / MiB / confluent_s,
+            "sendfile of the .log files",
+            limit,
+            0.5,
+            bytes=size,
+            records=records,
+        ),
+        throughput(
+            "consume via seglog serve (kafka-python)",
+            "MB/s",
+            size / MiB / kafka_python_s,
+            "sendfile of the .log files",
+            limit,
+            None,
+            bytes=size,
+            records=records,
+        ),
     ]
 
 
@@ -181,9 +223,15 @@ def bench_latency(log_dir: Path, samples: int) -> list[BenchResult]:
         stop = threading.Event()
 
         def consume() -> None:
-            consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap, "group.id": "tail",
-                                                 "enable.auto.commit": False, "fetch.wait.max.ms": 500,
-                                                 "fetch.error.backoff.ms": 0})
+            consumer = confluent_kafka.Consumer(
+                {
+                    "bootstrap.servers": server.bootstrap,
+                    "group.id": "tail",
+                    "enable.auto.commit": False,
+                    "fetch.wait.max.ms": 500,
+                    "fetch.error.backoff.ms": 0,
+                }
+            )
             consumer.assign([confluent_kafka.TopicPartition("tail", 0, 1)])
             while not stop.is_set():
                 m = consumer.poll(0.05)
@@ -213,8 +261,18 @@ def bench_latency(log_dir: Path, samples: int) -> list[BenchResult]:
     latencies = [(received[o] - t) * 1000 for o, t in committed.items() if o in received]
     p = percentiles(latencies)
     return [
-        latency_result(f"commit to consumer receipt {q}", "ms", p[q], "checkpoint poll interval", POLL_MS,
-                       None, "ratio>=", samples=len(latencies), lost=samples - len(latencies), **p)
+        latency_result(
+            f"commit to consumer receipt {q}",
+            "ms",
+            p[q],
+            "checkpoint poll interval",
+            POLL_MS,
+            None,
+            "ratio>=",
+            samples=len(latencies),
+            lost=samples - len(latencies),
+            **p,
+        )
         for q in ("p50", "p99")
     ]
 

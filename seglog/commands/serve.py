@@ -39,19 +39,42 @@ def _bind(text: str) -> tuple[str, int]:
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog serve``."""
     parser.add_argument("--log-dir", required=True, metavar="DIR", help="the log directory to serve")
-    parser.add_argument("--bind", type=_bind, default=("127.0.0.1", 9092), metavar="HOST:PORT",
-                        help="where to listen (default 127.0.0.1:9092; no authentication, see the warning)")
-    parser.add_argument("--advertised-host", metavar="HOST",
-                        help="host name given to clients in metadata (default: the bound host)")
-    parser.add_argument("--group-offsets-dir", metavar="DIR",
-                        help="where group offsets are kept (default: the log directory; use this when it "
-                             "is not writable)")
-    parser.add_argument("--group-initial-rebalance-delay-ms", type=non_negative_int, default=3000, metavar="MS",
-                        help="group.initial.rebalance.delay.ms: how long a new group waits for more members")
-    parser.add_argument("--socket-request-max-bytes", type=positive_int, default=1024 * 1024, metavar="N",
-                        help="socket.request.max.bytes: larger requests close their connection")
-    parser.add_argument("--poll-ms", type=positive_int, default=10, metavar="MS",
-                        help="how often the writer's checkpoints are checked for new commits")
+    parser.add_argument(
+        "--bind",
+        type=_bind,
+        default=("127.0.0.1", 9092),
+        metavar="HOST:PORT",
+        help="where to listen (default 127.0.0.1:9092; no authentication, see the warning)",
+    )
+    parser.add_argument(
+        "--advertised-host", metavar="HOST", help="host name given to clients in metadata (default: the bound host)"
+    )
+    parser.add_argument(
+        "--group-offsets-dir",
+        metavar="DIR",
+        help="where group offsets are kept (default: the log directory; use this when it is not writable)",
+    )
+    parser.add_argument(
+        "--group-initial-rebalance-delay-ms",
+        type=non_negative_int,
+        default=3000,
+        metavar="MS",
+        help="group.initial.rebalance.delay.ms: how long a new group waits for more members",
+    )
+    parser.add_argument(
+        "--socket-request-max-bytes",
+        type=positive_int,
+        default=1024 * 1024,
+        metavar="N",
+        help="socket.request.max.bytes: larger requests close their connection",
+    )
+    parser.add_argument(
+        "--poll-ms",
+        type=positive_int,
+        default=10,
+        metavar="MS",
+        help="how often the writer's checkpoints are checked for new commits",
+    )
     add_log_config_arguments(parser)
 
 

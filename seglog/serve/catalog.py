@@ -88,8 +88,9 @@ class _Checkpoints:
 class Catalog:
     """The topics and partitions of ``log_dir``, with read-only logs that follow the writer."""
 
-    def __init__(self, log_dir: str | os.PathLike[str], settings: Settings, *, poll_ms: int = 10,
-                 rescan_ms: int = 500) -> None:
+    def __init__(
+        self, log_dir: str | os.PathLike[str], settings: Settings, *, poll_ms: int = 10, rescan_ms: int = 500
+    ) -> None:
         self.log_dir = Path(log_dir)
         self.settings = settings
         self.poll_s = poll_ms / 1000
@@ -237,8 +238,14 @@ class Catalog:
         entry.dir_stat, entry.offsets = dir_stat, (high_watermark, log_start_offset)
         if old is not None:
             old.close()
-        logger.debug("%s-%d: offsets %d..%d, high watermark %d", tp[0], tp[1], log.log_start_offset,
-                     log.log_end_offset, log.high_watermark)
+        logger.debug(
+            "%s-%d: offsets %d..%d, high watermark %d",
+            tp[0],
+            tp[1],
+            log.log_start_offset,
+            log.log_end_offset,
+            log.high_watermark,
+        )
         return True
 
     def close(self) -> None:

@@ -38,8 +38,16 @@ _NO_TOPIC_ID = uuid.UUID(int=0)
 
 
 def _partition_error(index: int, error_code: int) -> Any:
-    return _PartitionData(partition_index=index, error_code=error_code, high_watermark=-1, last_stable_offset=-1,
-                          log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1, records=b"")
+    return _PartitionData(
+        partition_index=index,
+        error_code=error_code,
+        high_watermark=-1,
+        last_stable_offset=-1,
+        log_start_offset=-1,
+        aborted_transactions=None,
+        preferred_read_replica=-1,
+        records=b"",
+    )
 
 
 def _read_partition(catalog: Catalog, topic: str, part: Any, budget: int, first: bool, committed: bool) -> Any:
@@ -103,11 +111,16 @@ def _fetch_once(catalog: Catalog, request: Any, version: int) -> tuple[Any, int,
             errors |= data.error_code != protocol.NONE
             total += len(data.records)
             partitions.append(data)
-        topics.append(FetchResponse.FetchableTopicResponse(
-            topic=name or "", topic_id=fetch_topic.topic_id if version >= 13 else _NO_TOPIC_ID, partitions=partitions
-        ))
-    response = FetchResponse(version=version, throttle_time_ms=0, error_code=protocol.NONE, session_id=0,
-                             responses=topics)
+        topics.append(
+            FetchResponse.FetchableTopicResponse(
+                topic=name or "",
+                topic_id=fetch_topic.topic_id if version >= 13 else _NO_TOPIC_ID,
+                partitions=partitions,
+            )
+        )
+    response = FetchResponse(
+        version=version, throttle_time_ms=0, error_code=protocol.NONE, session_id=0, responses=topics
+    )
     return response, total, errors
 
 
@@ -172,7 +185,14 @@ def list_offsets(catalog: Catalog, request: Any, version: int) -> Any:
                 except SeglogError as e:
                     logger.warning("ListOffsets of %s-%d failed: %s", topic.name, part.partition_index, e)
                     error = protocol.KAFKA_STORAGE_ERROR
-            partitions.append(answer(partition_index=part.partition_index, error_code=error, timestamp=timestamp,
-                                     offset=offset, leader_epoch=-1))
+            partitions.append(
+                answer(
+                    partition_index=part.partition_index,
+                    error_code=error,
+                    timestamp=timestamp,
+                    offset=offset,
+                    leader_epoch=-1,
+                )
+            )
         topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
     return ListOffsetsResponse(version=version, throttle_time_ms=0, topics=topics)

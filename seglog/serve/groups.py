@@ -143,9 +143,13 @@ class GroupCoordinator:
         if member_id and member_id not in group.members:
             return JoinResult(protocol.UNKNOWN_MEMBER_ID, member_id=member_id)
         others = [m for m in group.members.values() if m.member_id != member_id]
-        if not protocols or others and (
-            protocol_type != group.protocol_type
-            or not any(all(o.supports(name) for o in others) for name, _ in protocols)
+        if (
+            not protocols
+            or others
+            and (
+                protocol_type != group.protocol_type
+                or not any(all(o.supports(name) for o in others) for name, _ in protocols)
+            )
         ):
             return JoinResult(protocol.INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
         now = self._now()
@@ -215,8 +219,14 @@ class GroupCoordinator:
             name for name, _ in leader.protocols if all(m.supports(name) for m in group.members.values())
         )
         group.state = GroupState.COMPLETING_REBALANCE
-        logger.info("group %s: generation %d with %d members, leader %s, protocol %s", group.group_id,
-                    group.generation, len(group.members), group.leader, group.protocol_name)
+        logger.info(
+            "group %s: generation %d with %d members, leader %s, protocol %s",
+            group.group_id,
+            group.generation,
+            len(group.members),
+            group.leader,
+            group.protocol_name,
+        )
         for member in group.members.values():
             member.deadline = now + member.session_timeout_ms / 1000
             member.assignment = b""
@@ -231,8 +241,15 @@ class GroupCoordinator:
                 (m.member_id, next(meta for name, meta in m.protocols if name == group.protocol_name))
                 for m in group.members.values()
             )
-        return JoinResult(protocol.NONE, group.generation, group.protocol_type, group.protocol_name,
-                          group.leader or "", member.member_id, members)
+        return JoinResult(
+            protocol.NONE,
+            group.generation,
+            group.protocol_type,
+            group.protocol_name,
+            group.leader or "",
+            member.member_id,
+            members,
+        )
 
     def _member(self, group_id: str, member_id: str, generation: int) -> tuple[Group | None, Member | None, int]:
         """Look a member up as SyncGroup/Heartbeat/OffsetCommit do; the error code if it is not current."""
@@ -245,8 +262,9 @@ class GroupCoordinator:
             return group, member, protocol.ILLEGAL_GENERATION
         return group, member, protocol.NONE
 
-    async def sync(self, group_id: str, member_id: str, generation: int,
-                   assignments: Mapping[str, bytes]) -> SyncResult:
+    async def sync(
+        self, group_id: str, member_id: str, generation: int, assignments: Mapping[str, bytes]
+    ) -> SyncResult:
         """SyncGroup: the leader's call hands out the assignments; the others wait for it."""
         group, member, error = self._member(group_id, member_id, generation)
         if error != protocol.NONE or group is None or member is None:
@@ -321,8 +339,9 @@ class GroupCoordinator:
 
     # -- offsets ---------------------------------------------------------------------------------
 
-    async def commit_offsets(self, group_id: str, member_id: str, generation: int,
-                             offsets: Mapping[TopicPartition, CommittedOffset]) -> int:
+    async def commit_offsets(
+        self, group_id: str, member_id: str, generation: int, offsets: Mapping[TopicPartition, CommittedOffset]
+    ) -> int:
         """OffsetCommit for the partitions given (already checked to exist); one error code for all.
 
         Raises:

@@ -93,8 +93,9 @@ class Server:
         self.port = int(self._server.sockets[0].getsockname()[1])
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self.catalog.follow(), name="catalog"), self.groups.run()]
-        logger.info("serving %s on %s:%d (read-only, no authentication)", self.catalog.log_dir,
-                    self.options.host, self.port)
+        logger.info(
+            "serving %s on %s:%d (read-only, no authentication)", self.catalog.log_dir, self.options.host, self.port
+        )
 
     async def close(self) -> None:
         """Stop accepting, close every connection, stop the background tasks, close the logs."""
@@ -128,8 +129,9 @@ class Server:
                 head = await asyncio.wait_for(reader.readexactly(protocol.FRAME_HEADER.size), idle_s)
                 (size,) = protocol.FRAME_HEADER.unpack(head)
                 if not 0 <= size <= self.options.max_request_bytes:
-                    logger.warning("%s: request of %d bytes (limit %d): closing", peer, size,
-                                   self.options.max_request_bytes)
+                    logger.warning(
+                        "%s: request of %d bytes (limit %d): closing", peer, size, self.options.max_request_bytes
+                    )
                     return
                 frame = await asyncio.wait_for(reader.readexactly(size), idle_s)
                 response = await self._handle(frame)
@@ -165,8 +167,9 @@ class Server:
                 response = protocol.api_versions_response(0, protocol.UNSUPPORTED_VERSION)
                 return protocol.encode_response(response, 0, correlation_id)
         request = protocol.decode_request(frame)
-        logger.debug("%s v%d from %s (correlation id %d)", request.api.name, request.version, request.client_id,
-                     correlation_id)
+        logger.debug(
+            "%s v%d from %s (correlation id %d)", request.api.name, request.version, request.client_id, correlation_id
+        )
         handler = getattr(self, f"_{request.api.name}")
         answer = handler(request)
         if asyncio.iscoroutine(answer):
@@ -194,23 +197,50 @@ class Server:
         answers = []
         for name, asked_id in wanted:
             if name not in topics:
-                error = protocol.UNKNOWN_TOPIC_ID if version >= 10 and asked_id and not name else (
-                    protocol.UNKNOWN_TOPIC_OR_PARTITION)
-                answers.append(MetadataResponse.MetadataResponseTopic(
-                    error_code=error, name=name, is_internal=False, partitions=[]))
+                error = (
+                    protocol.UNKNOWN_TOPIC_ID
+                    if version >= 10 and asked_id and not name
+                    else (protocol.UNKNOWN_TOPIC_OR_PARTITION)
+                )
+                answers.append(
+                    MetadataResponse.MetadataResponseTopic(
+                        error_code=error, name=name, is_internal=False, partitions=[]
+                    )
+                )
                 continue
             parts = [
-                partition(error_code=protocol.NONE, partition_index=p, leader_id=NODE_ID, leader_epoch=-1,
-                          replica_nodes=[NODE_ID], isr_nodes=[NODE_ID], offline_replicas=[])
+                partition(
+                    error_code=protocol.NONE,
+                    partition_index=p,
+                    leader_id=NODE_ID,
+                    leader_epoch=-1,
+                    replica_nodes=[NODE_ID],
+                    isr_nodes=[NODE_ID],
+                    offline_replicas=[],
+                )
                 for p in topics[name]
             ]
-            answers.append(MetadataResponse.MetadataResponseTopic(
-                error_code=protocol.NONE, name=name, topic_id=self.catalog.topic_id(name),
-                is_internal=name in INTERNAL_TOPICS, partitions=parts))
-        broker = MetadataResponse.MetadataResponseBroker(node_id=NODE_ID, host=self.advertised_host, port=self.port,
-                                                         rack=None)
-        return MetadataResponse(version=version, throttle_time_ms=0, brokers=[broker], cluster_id=CLUSTER_ID,
-                                controller_id=NODE_ID, topics=answers, error_code=protocol.NONE)
+            answers.append(
+                MetadataResponse.MetadataResponseTopic(
+                    error_code=protocol.NONE,
+                    name=name,
+                    topic_id=self.catalog.topic_id(name),
+                    is_internal=name in INTERNAL_TOPICS,
+                    partitions=parts,
+                )
+            )
+        broker = MetadataResponse.MetadataResponseBroker(
+            node_id=NODE_ID, host=self.advertised_host, port=self.port, rack=None
+        )
+        return MetadataResponse(
+            version=version,
+            throttle_time_ms=0,
+            brokers=[broker],
+            cluster_id=CLUSTER_ID,
+            controller_id=NODE_ID,
+            topics=answers,
+            error_code=protocol.NONE,
+        )
 
     def _FindCoordinator(self, request: protocol.Request) -> Any:
         body, version = request.body, request.version
@@ -218,12 +248,24 @@ class Server:
         error = protocol.NONE if body.key_type == 0 else protocol.COORDINATOR_NOT_AVAILABLE
         message = None if error == protocol.NONE else protocol.READ_ONLY_MESSAGE
         if version < 4:
-            return FindCoordinatorResponse(version=version, throttle_time_ms=0, error_code=error,
-                                           error_message=message, node_id=NODE_ID, host=self.advertised_host,
-                                           port=self.port)
+            return FindCoordinatorResponse(
+                version=version,
+                throttle_time_ms=0,
+                error_code=error,
+                error_message=message,
+                node_id=NODE_ID,
+                host=self.advertised_host,
+                port=self.port,
+            )
         coordinators = [
-            FindCoordinatorResponse.Coordinator(key=key, node_id=NODE_ID, host=self.advertised_host, port=self.port,
-                                                error_code=error, error_message=message)
+            FindCoordinatorResponse.Coordinator(
+                key=key,
+                node_id=NODE_ID,
+                host=self.advertised_host,
+                port=self.port,
+                error_code=error,
+                error_message=message,
+            )
             for key in body.coordinator_keys
         ]
         return FindCoordinatorResponse(version=version, throttle_time_ms=0, coordinators=coordinators)
@@ -249,21 +291,35 @@ class Server:
             body.protocol_type,
             [(p.name, bytes(p.metadata)) for p in body.protocols],
         )
-        members = [JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=None, metadata=meta)
-                   for m, meta in result.members]
-        return JoinGroupResponse(version=request.version, throttle_time_ms=0, error_code=result.error_code,
-                                 generation_id=result.generation_id, protocol_type=result.protocol_type,
-                                 protocol_name=result.protocol_name or ("" if request.version < 7 else None),
-                                 leader=result.leader, skip_assignment=False, member_id=result.member_id,
-                                 members=members)
+        members = [
+            JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=None, metadata=meta)
+            for m, meta in result.members
+        ]
+        return JoinGroupResponse(
+            version=request.version,
+            throttle_time_ms=0,
+            error_code=result.error_code,
+            generation_id=result.generation_id,
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name or ("" if request.version < 7 else None),
+            leader=result.leader,
+            skip_assignment=False,
+            member_id=result.member_id,
+            members=members,
+        )
 
     async def _SyncGroup(self, request: protocol.Request) -> Any:
         body = request.body
         assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
         result = await self.groups.sync(body.group_id, body.member_id, body.generation_id, assignments)
-        return SyncGroupResponse(version=request.version, throttle_time_ms=0, error_code=result.error_code,
-                                 protocol_type=result.protocol_type, protocol_name=result.protocol_name,
-                                 assignment=result.assignment)
+        return SyncGroupResponse(
+            version=request.version,
+            throttle_time_ms=0,
+            error_code=result.error_code,
+            protocol_type=result.protocol_type,
+            protocol_name=result.protocol_name,
+            assignment=result.assignment,
+        )
 
     def _Heartbeat(self, request: protocol.Request) -> Any:
         body = request.body
@@ -274,8 +330,10 @@ class Server:
         body = request.body
         ids = [body.member_id] if request.version < 3 else [m.member_id for m in body.members]
         errors = self.groups.leave(body.group_id, ids)
-        members = [LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=None, error_code=e)
-                   for m, e in zip(ids, errors, strict=True)]
+        members = [
+            LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=None, error_code=e)
+            for m, e in zip(ids, errors, strict=True)
+        ]
         top = errors[0] if request.version < 3 else protocol.NONE
         return LeaveGroupResponse(version=request.version, throttle_time_ms=0, error_code=top, members=members)
 
@@ -295,21 +353,37 @@ class Server:
                     valid[tp] = CommittedOffset(p.committed_offset, epoch, p.committed_metadata or "")
         if valid:
             try:
-                error = await self.groups.commit_offsets(body.group_id, body.member_id,
-                                                         body.generation_id_or_member_epoch, valid)
+                error = await self.groups.commit_offsets(
+                    body.group_id, body.member_id, body.generation_id_or_member_epoch, valid
+                )
             except StorageError as e:
                 logger.error("cannot store offsets of group %s: %s", body.group_id, e)
                 error = protocol.KAFKA_STORAGE_ERROR
             codes.update({tp: error for tp in valid})
         answer = OffsetCommitResponse.OffsetCommitResponseTopic
-        return OffsetCommitResponse(version=version, throttle_time_ms=0, topics=[
-            answer(name=t.name, topic_id=t.topic_id if version >= 10 else None, partitions=[
-                answer.OffsetCommitResponsePartition(
-                    partition_index=p.partition_index,
-                    error_code=codes[(t.name if version < 10 else self.catalog.topic_by_id(t.topic_id) or "",
-                                      p.partition_index)])
-                for p in t.partitions])
-            for t in body.topics])
+        return OffsetCommitResponse(
+            version=version,
+            throttle_time_ms=0,
+            topics=[
+                answer(
+                    name=t.name,
+                    topic_id=t.topic_id if version >= 10 else None,
+                    partitions=[
+                        answer.OffsetCommitResponsePartition(
+                            partition_index=p.partition_index,
+                            error_code=codes[
+                                (
+                                    t.name if version < 10 else self.catalog.topic_by_id(t.topic_id) or "",
+                                    p.partition_index,
+                                )
+                            ],
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in body.topics
+            ],
+        )
 
     def _OffsetFetch(self, request: protocol.Request) -> Any:
         body, version = request.body, request.version
@@ -318,8 +392,11 @@ class Server:
             return OffsetFetchResponse(version=version, throttle_time_ms=0, topics=topics, error_code=protocol.NONE)
         group_answer = OffsetFetchResponse.OffsetFetchResponseGroup
         groups = [
-            group_answer(group_id=g.group_id, error_code=protocol.NONE,
-                         topics=self._offsets_of(g.group_id, g.topics, version, group_answer.OffsetFetchResponseTopics))
+            group_answer(
+                group_id=g.group_id,
+                error_code=protocol.NONE,
+                topics=self._offsets_of(g.group_id, g.topics, version, group_answer.OffsetFetchResponseTopics),
+            )
             for g in body.groups
         ]
         return OffsetFetchResponse(version=version, throttle_time_ms=0, groups=groups)
@@ -338,16 +415,23 @@ class Server:
                 name = t.name if version < 10 else (self.catalog.topic_by_id(t.topic_id) or "")
                 wanted[name] = list(t.partition_indexes)
                 ids[name] = t.topic_id if version >= 10 else None
-        partition_class = topic_class.OffsetFetchResponsePartition if version < 8 else (
-            topic_class.OffsetFetchResponsePartitions)
+        partition_class = (
+            topic_class.OffsetFetchResponsePartition if version < 8 else (topic_class.OffsetFetchResponsePartitions)
+        )
         answers = []
         for name, partitions in wanted.items():
             rows = []
             for p in partitions:
                 c = committed.get((name, p), CommittedOffset(-1))
-                rows.append(partition_class(partition_index=p, committed_offset=c.offset,
-                                            committed_leader_epoch=c.leader_epoch, metadata=c.metadata,
-                                            error_code=protocol.NONE))
+                rows.append(
+                    partition_class(
+                        partition_index=p,
+                        committed_offset=c.offset,
+                        committed_leader_epoch=c.leader_epoch,
+                        metadata=c.metadata,
+                        error_code=protocol.NONE,
+                    )
+                )
             answers.append(topic_class(name=name, topic_id=ids.get(name), partitions=rows))
         return answers
 
@@ -358,41 +442,76 @@ class Server:
         if body.acks == 0:  # the producer expects no answer
             return None
         topic_class = ProduceResponse.TopicProduceResponse
-        return ProduceResponse(version=version, throttle_time_ms=0, responses=[
-            topic_class(name=t.name, topic_id=getattr(t, "topic_id", None), partition_responses=[
-                topic_class.PartitionProduceResponse(
-                    index=p.index, error_code=protocol.TOPIC_AUTHORIZATION_FAILED, base_offset=-1,
-                    log_append_time_ms=-1, log_start_offset=-1, record_errors=[],
-                    error_message=protocol.READ_ONLY_MESSAGE)
-                for p in t.partition_data])
-            for t in body.topic_data])
+        return ProduceResponse(
+            version=version,
+            throttle_time_ms=0,
+            responses=[
+                topic_class(
+                    name=t.name,
+                    topic_id=getattr(t, "topic_id", None),
+                    partition_responses=[
+                        topic_class.PartitionProduceResponse(
+                            index=p.index,
+                            error_code=protocol.TOPIC_AUTHORIZATION_FAILED,
+                            base_offset=-1,
+                            log_append_time_ms=-1,
+                            log_start_offset=-1,
+                            record_errors=[],
+                            error_message=protocol.READ_ONLY_MESSAGE,
+                        )
+                        for p in t.partition_data
+                    ],
+                )
+                for t in body.topic_data
+            ],
+        )
 
     def _CreateTopics(self, request: protocol.Request) -> Any:
         result = CreateTopicsResponse.CreatableTopicResult
-        return CreateTopicsResponse(version=request.version, throttle_time_ms=0, topics=[
-            result(name=t.name, error_code=protocol.TOPIC_AUTHORIZATION_FAILED,
-                   error_message=protocol.READ_ONLY_MESSAGE, num_partitions=-1, replication_factor=-1, configs=None)
-            for t in request.body.topics])
+        return CreateTopicsResponse(
+            version=request.version,
+            throttle_time_ms=0,
+            topics=[
+                result(
+                    name=t.name,
+                    error_code=protocol.TOPIC_AUTHORIZATION_FAILED,
+                    error_message=protocol.READ_ONLY_MESSAGE,
+                    num_partitions=-1,
+                    replication_factor=-1,
+                    configs=None,
+                )
+                for t in request.body.topics
+            ],
+        )
 
     def _DeleteTopics(self, request: protocol.Request) -> Any:
         body, version = request.body, request.version
         names = list(body.topic_names) if version < 6 else [t.name for t in body.topics]
         result = DeleteTopicsResponse.DeletableTopicResult
-        return DeleteTopicsResponse(version=version, throttle_time_ms=0, responses=[
-            result(name=name, error_code=protocol.TOPIC_AUTHORIZATION_FAILED,
-                   error_message=protocol.READ_ONLY_MESSAGE)
-            for name in names])
+        return DeleteTopicsResponse(
+            version=version,
+            throttle_time_ms=0,
+            responses=[
+                result(
+                    name=name, error_code=protocol.TOPIC_AUTHORIZATION_FAILED, error_message=protocol.READ_ONLY_MESSAGE
+                )
+                for name in names
+            ],
+        )
 
     def _InitProducerId(self, request: protocol.Request) -> Any:
         transactional = request.body.transactional_id is not None
-        error = (kafka_errors.TransactionalIdAuthorizationFailedError.errno if transactional
-                 else protocol.CLUSTER_AUTHORIZATION_FAILED)
-        return InitProducerIdResponse(version=request.version, throttle_time_ms=0, error_code=error,
-                                      producer_id=-1, producer_epoch=-1)
+        error = (
+            kafka_errors.TransactionalIdAuthorizationFailedError.errno
+            if transactional
+            else protocol.CLUSTER_AUTHORIZATION_FAILED
+        )
+        return InitProducerIdResponse(
+            version=request.version, throttle_time_ms=0, error_code=error, producer_id=-1, producer_epoch=-1
+        )
 
 
-async def serve_forever(log_dir: str | Path, settings: Settings, options: ServeOptions,
-                        stop: asyncio.Event) -> None:
+async def serve_forever(log_dir: str | Path, settings: Settings, options: ServeOptions, stop: asyncio.Event) -> None:
     """Run a :class:`Server` until ``stop`` is set."""
     server = Server(log_dir, settings, options)
     await server.start()

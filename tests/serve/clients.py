@@ -52,13 +52,25 @@ class _Until:
         return now < self.deadline and (self.linger_until is None or now < self.linger_until)
 
 
-def kafka_python(bootstrap: str, expected: int, *, assign: list[tuple[str, int]] | None = None,
-                 topics: list[str] | None = None, group: str | None = None, committed: bool = False,
-                 timeout_s: float = 60, linger_s: float = 1.0) -> Received:
+def kafka_python(
+    bootstrap: str,
+    expected: int,
+    *,
+    assign: list[tuple[str, int]] | None = None,
+    topics: list[str] | None = None,
+    group: str | None = None,
+    committed: bool = False,
+    timeout_s: float = 60,
+    linger_s: float = 1.0,
+) -> Received:
     """kafka-python's KafkaConsumer: assigned partitions, or subscribed in ``group``."""
     consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, group_id=group, auto_offset_reset="earliest", enable_auto_commit=False,
-        isolation_level="read_committed" if committed else "read_uncommitted", fetch_max_wait_ms=100,
+        bootstrap_servers=bootstrap,
+        group_id=group,
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        isolation_level="read_committed" if committed else "read_uncommitted",
+        fetch_max_wait_ms=100,
     )
     if assign is not None:
         consumer.assign([TopicPartition(t, p) for t, p in assign])
@@ -70,9 +82,18 @@ def kafka_python(bootstrap: str, expected: int, *, assign: list[tuple[str, int]]
         while until.more(out):
             for batch in consumer.poll(timeout_ms=200).values():
                 for m in batch:
-                    _add(out, m.topic, m.partition,
-                         Record(m.offset, m.key, m.value, tuple((k, bytes(v)) for k, v in m.headers),
-                                -1 if m.timestamp is None else m.timestamp))
+                    _add(
+                        out,
+                        m.topic,
+                        m.partition,
+                        Record(
+                            m.offset,
+                            m.key,
+                            m.value,
+                            tuple((k, bytes(v)) for k, v in m.headers),
+                            -1 if m.timestamp is None else m.timestamp,
+                        ),
+                    )
         if group is not None:
             consumer.commit()
     finally:
@@ -80,13 +101,28 @@ def kafka_python(bootstrap: str, expected: int, *, assign: list[tuple[str, int]]
     return out
 
 
-def confluent(bootstrap: str, expected: int, *, assign: list[tuple[str, int]] | None = None,
-              topics: list[str] | None = None, group: str = "confluent", committed: bool = False,
-              timeout_s: float = 60, linger_s: float = 1.0, extra: Mapping[str, object] | None = None) -> Received:
+def confluent(
+    bootstrap: str,
+    expected: int,
+    *,
+    assign: list[tuple[str, int]] | None = None,
+    topics: list[str] | None = None,
+    group: str = "confluent",
+    committed: bool = False,
+    timeout_s: float = 60,
+    linger_s: float = 1.0,
+    extra: Mapping[str, object] | None = None,
+) -> Received:
     """confluent-kafka's Consumer (librdkafka): assigned partitions from the beginning, or subscribed."""
-    conf = {"bootstrap.servers": bootstrap, "group.id": group, "auto.offset.reset": "earliest",
-            "enable.auto.commit": False, "fetch.wait.max.ms": 100,
-            "isolation.level": "read_committed" if committed else "read_uncommitted", **(extra or {})}
+    conf = {
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "enable.auto.commit": False,
+        "fetch.wait.max.ms": 100,
+        "isolation.level": "read_committed" if committed else "read_uncommitted",
+        **(extra or {}),
+    }
     consumer = confluent_kafka.Consumer(conf)
     if assign is not None:
         consumer.assign([confluent_kafka.TopicPartition(t, p, confluent_kafka.OFFSET_BEGINNING) for t, p in assign])
@@ -114,24 +150,42 @@ def confluent(bootstrap: str, expected: int, *, assign: list[tuple[str, int]] | 
     return out
 
 
-def kcat(bootstrap: str, expected: int, topics: list[str], *, group: str | None = None, committed: bool = False,
-         timeout_s: float = 60) -> Received:
+def kcat(
+    bootstrap: str,
+    expected: int,
+    topics: list[str],
+    *,
+    group: str | None = None,
+    committed: bool = False,
+    timeout_s: float = 60,
+) -> Received:
     """``kcat -C -e`` (every partition of one topic, from the beginning to the end) or ``kcat -G group -e``
-(until every assigned partition is at its end); ``expected`` is not needed: kcat stops by itself.
+    (until every assigned partition is at its end); ``expected`` is not needed: kcat stops by itself.
 
-    Each record is printed as a text line with the key and value lengths (-1 for null) followed by the
-    raw bytes, so binary data and null versus empty survive; headers come as kcat's ``n=v`` CSV.
+        Each record is printed as a text line with the key and value lengths (-1 for null) followed by the
+        raw bytes, so binary data and null versus empty survive; headers come as kcat's ``n=v`` CSV.
     """
     fmt = r"@@ %t %p %o %T %K %S %h\n%k%s\n"
-    args = ["kcat", "-b", bootstrap, "-q", "-u", "-f", fmt, "-o", "beginning",
-            "-X", "fetch.wait.max.ms=100",
-            "-X", f"isolation.level={'read_committed' if committed else 'read_uncommitted'}"]
+    args = [
+        "kcat",
+        "-b",
+        bootstrap,
+        "-q",
+        "-u",
+        "-f",
+        fmt,
+        "-o",
+        "beginning",
+        "-X",
+        "fetch.wait.max.ms=100",
+        "-X",
+        f"isolation.level={'read_committed' if committed else 'read_uncommitted'}",
+    ]
     if group is None:
         assert len(topics) == 1
         args += ["-C", "-e", "-t", topics[0]]
     else:
-        args += ["-e", "-G", group, *topics, "-X", "enable.auto.commit=true",
-                 "-X", "auto.commit.interval.ms=100"]
+        args += ["-e", "-G", group, *topics, "-X", "enable.auto.commit=true", "-X", "auto.commit.interval.ms=100"]
     proc = subprocess.run(args, capture_output=True, timeout=timeout_s, check=False)
     if proc.returncode != 0:
         raise AssertionError(f"kcat failed ({proc.returncode}): {proc.stderr.decode(errors='replace')}")
@@ -140,13 +194,13 @@ def kcat(bootstrap: str, expected: int, topics: list[str], *, group: str | None 
     while pos < len(data):
         end = data.index(b"\n", pos)
         fields = data[pos:end].decode().split(" ", 7)
-        assert fields[0] == "@@", data[pos:pos + 100]
+        assert fields[0] == "@@", data[pos : pos + 100]
         topic, partition, offset, ts, klen, vlen = fields[1], *map(int, fields[2:7])
         csv = fields[7] if len(fields) > 7 else ""
         pos = end + 1
-        key = None if klen < 0 else data[pos:pos + klen]
+        key = None if klen < 0 else data[pos : pos + klen]
         pos += max(klen, 0)
-        value = None if vlen < 0 else data[pos:pos + vlen]
+        value = None if vlen < 0 else data[pos : pos + vlen]
         pos += max(vlen, 0) + 1
         headers = tuple((n, v.encode()) for n, _, v in (h.partition("=") for h in csv.split(",") if h))
         # kcat prints 0 for a record without a timestamp (magic v0); no test record has timestamp 0.

@@ -24,9 +24,20 @@ class ServeProcess:
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "w")  # noqa: SIM115 - closed in stop()
         self.proc = subprocess.Popen(
-            [*SEGLOG, "serve", "--log-dir", str(log_dir), "--bind", "127.0.0.1:0", "-v",
-             "--group-initial-rebalance-delay-ms", "200", *extra],
-            stdout=subprocess.DEVNULL, stderr=self._stderr,
+            [
+                *SEGLOG,
+                "serve",
+                "--log-dir",
+                str(log_dir),
+                "--bind",
+                "127.0.0.1:0",
+                "-v",
+                "--group-initial-rebalance-delay-ms",
+                "200",
+                *extra,
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=self._stderr,
         )
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:

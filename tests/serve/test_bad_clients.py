@@ -77,14 +77,18 @@ def _still_serves(server: ServeProcess) -> None:
         assert [t.name for t in response.topics] == ["t"]
 
 
-@pytest.mark.parametrize("frame", [
-    b"\x00\x00\x00\x03abc",  # shorter than a request header
-    struct.pack(">ihhi", 8, 999, 0, 1),  # unknown API key
-    struct.pack(">ihhi", 8, 1, 99, 1),  # Fetch version 99
-    struct.pack(">ihhi", 12, 3, 12, 1) + b"\xff\xff\xff\xff",  # Metadata whose body does not parse
-    struct.pack(">i", 10_000_000),  # larger than socket.request.max.bytes
-    struct.pack(">i", -5),  # negative size
-], ids=["short", "unknown-api", "unknown-version", "malformed", "oversized", "negative"])
+@pytest.mark.parametrize(
+    "frame",
+    [
+        b"\x00\x00\x00\x03abc",  # shorter than a request header
+        struct.pack(">ihhi", 8, 999, 0, 1),  # unknown API key
+        struct.pack(">ihhi", 8, 1, 99, 1),  # Fetch version 99
+        struct.pack(">ihhi", 12, 3, 12, 1) + b"\xff\xff\xff\xff",  # Metadata whose body does not parse
+        struct.pack(">i", 10_000_000),  # larger than socket.request.max.bytes
+        struct.pack(">i", -5),  # negative size
+    ],
+    ids=["short", "unknown-api", "unknown-version", "malformed", "oversized", "negative"],
+)
 def test_bad_frame_closes_only_that_connection(server: ServeProcess, frame: bytes) -> None:
     with _connect(server) as bystander, _connect(server) as bad:
         bad.sendall(frame)
@@ -101,16 +105,28 @@ def test_api_versions_of_a_newer_client_is_answered_unsupported_at_v0(server: Se
         assert response.header.correlation_id == 5
         assert response.error_code == protocol.UNSUPPORTED_VERSION
         assert {k.api_key for k in response.api_keys} == set(protocol.APIS)
-        sock.sendall(_request(ApiVersionsRequest(version=3, client_software_name="raw",
-                                                 client_software_version="1"), 3, 6))
+        sock.sendall(
+            _request(ApiVersionsRequest(version=3, client_software_name="raw", client_software_version="1"), 3, 6)
+        )
         assert ApiVersionsResponse.decode(_read_frame(sock), version=3, header=True).error_code == protocol.NONE
 
 
 def test_client_that_never_reads_does_not_stop_the_others(server: ServeProcess) -> None:
-    fetch = FetchRequest(version=11, max_wait_ms=0, min_bytes=0, max_bytes=50_000_000, isolation_level=0,
-                         topics=[FetchRequest.FetchTopic(topic="t", partitions=[
-                             FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0,
-                                                                     partition_max_bytes=50_000_000)])])
+    fetch = FetchRequest(
+        version=11,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=50_000_000,
+        isolation_level=0,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic="t",
+                partitions=[
+                    FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=50_000_000)
+                ],
+            )
+        ],
+    )
     stuck = _connect(server)
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     frame = _request(fetch, 11, 1)
@@ -130,12 +146,27 @@ def test_client_that_never_reads_does_not_stop_the_others(server: ServeProcess) 
 
 
 def test_writes_are_refused_with_authorization_errors(server: ServeProcess) -> None:
-    produce = ProduceRequest(version=9, transactional_id=None, acks=-1, timeout_ms=1000, topic_data=[
-        ProduceRequest.TopicProduceData(name="t", partition_data=[
-            ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=b"")])])
-    create = CreateTopicsRequest(version=5, topics=[CreateTopicsRequest.CreatableTopic(
-        name="new", num_partitions=1, replication_factor=1, assignments=[], configs=[])], timeout_ms=1000,
-        validate_only=False)
+    produce = ProduceRequest(
+        version=9,
+        transactional_id=None,
+        acks=-1,
+        timeout_ms=1000,
+        topic_data=[
+            ProduceRequest.TopicProduceData(
+                name="t", partition_data=[ProduceRequest.TopicProduceData.PartitionProduceData(index=0, records=b"")]
+            )
+        ],
+    )
+    create = CreateTopicsRequest(
+        version=5,
+        topics=[
+            CreateTopicsRequest.CreatableTopic(
+                name="new", num_partitions=1, replication_factor=1, assignments=[], configs=[]
+            )
+        ],
+        timeout_ms=1000,
+        validate_only=False,
+    )
     with _connect(server) as sock:
         sock.sendall(_request(produce, 9, 1))
         answer = ProduceResponse.decode(_read_frame(sock), version=9, header=True)

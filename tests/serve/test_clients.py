@@ -65,8 +65,7 @@ def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[
     return log_dir, expected
 
 
-def _check(received: clients.Received, expected: dict[tuple[str, int], list[Record]], *,
-           headers: bool = True) -> None:
+def _check(received: clients.Received, expected: dict[tuple[str, int], list[Record]], *, headers: bool = True) -> None:
     assert set(received) == set(expected)
     for tp, records in expected.items():
         got = received[tp]

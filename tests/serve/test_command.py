@@ -23,7 +23,8 @@ def test_missing_log_dir_is_one_line(tmp_path: Path) -> None:
     result = _run("serve", "--log-dir", str(tmp_path / "nope"), "--bind", "127.0.0.1:0")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"seglog: FileNotFoundError: log directory {tmp_path / 'nope'} does not exist"]
+        f"seglog: FileNotFoundError: log directory {tmp_path / 'nope'} does not exist"
+    ]
 
 
 def test_port_in_use_is_one_line(tmp_path: Path) -> None:
@@ -48,8 +49,11 @@ def test_bench_serve_writes_the_figures(tmp_path: Path) -> None:
         assert main(["bench", "serve", "--quick", "--scale", "0.05", "--json", str(out), "--dir", str(tmp_path)]) == 0
     rows = json.loads(out.read_text())
     assert [r["name"] for r in rows] == [
-        "consume via seglog serve (confluent-kafka)", "consume via seglog serve (kafka-python)",
-        "commit to consumer receipt p50", "commit to consumer receipt p99"]
+        "consume via seglog serve (confluent-kafka)",
+        "consume via seglog serve (kafka-python)",
+        "commit to consumer receipt p50",
+        "commit to consumer receipt p99",
+    ]
     for row in rows:
         assert row["suite"] == "serve" and row["value"] > 0 and row["baseline_value"] > 0
     assert rows[0]["goal"] == 0.5

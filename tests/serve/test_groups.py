@@ -30,15 +30,25 @@ def _write(log_dir: Path, start: int, count: int) -> None:
 
 
 def _consumer(bootstrap: str) -> KafkaConsumer:
-    consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id="grp", auto_offset_reset="earliest",
-                             enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=300,
-                             fetch_max_wait_ms=100)
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap,
+        group_id="grp",
+        auto_offset_reset="earliest",
+        enable_auto_commit=False,
+        session_timeout_ms=6000,
+        heartbeat_interval_ms=300,
+        fetch_max_wait_ms=100,
+    )
     consumer.subscribe([TOPIC])
     return consumer
 
 
-def _poll_until(consumers: list[KafkaConsumer], done: Callable[[], bool], seen: dict[TopicPartition, list[int]],
-                timeout_s: float = 60) -> None:
+def _poll_until(
+    consumers: list[KafkaConsumer],
+    done: Callable[[], bool],
+    seen: dict[TopicPartition, list[int]],
+    timeout_s: float = 60,
+) -> None:
     deadline = time.monotonic() + timeout_s
     while not done():
         assert time.monotonic() < deadline, [c.assignment() for c in consumers]
@@ -54,17 +64,20 @@ def _split(consumers: list[KafkaConsumer]) -> bool:
     return all(assigned) and len(every) == len(set(every)) == PARTITIONS
 
 
-def test_group_rebalances_on_leave_and_resumes_after_restart(serve: Callable[..., ServeProcess],
-                                                             tmp_path: Path) -> None:
+def test_group_rebalances_on_leave_and_resumes_after_restart(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
     log_dir = tmp_path / "logs"
     _write(log_dir, 0, RECORDS)
     server = serve(log_dir)
     consumers = [_consumer(server.bootstrap) for _ in range(3)]
     seen: dict[TopicPartition, list[int]] = {}
-    _poll_until(consumers, lambda: _split(consumers)
-                and sum(len(set(v)) for v in seen.values()) == PARTITIONS * RECORDS, seen)
+    _poll_until(
+        consumers, lambda: _split(consumers) and sum(len(set(v)) for v in seen.values()) == PARTITIONS * RECORDS, seen
+    )
     assert {tp: sorted(set(v)) for tp, v in seen.items()} == {
-        TopicPartition(TOPIC, p): list(range(RECORDS)) for p in range(PARTITIONS)}
+        TopicPartition(TOPIC, p): list(range(RECORDS)) for p in range(PARTITIONS)
+    }
     for consumer in consumers:
         consumer.commit()
 

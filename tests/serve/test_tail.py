@@ -32,15 +32,23 @@ def test_tailing_consumer_sees_each_commit_once_across_rolls_and_retention(
     serve: Callable[..., ServeProcess], tmp_path: Path
 ) -> None:
     log_dir, commits_path, go = tmp_path / "logs", tmp_path / "commits", tmp_path / "go"
-    writer = subprocess.Popen([sys.executable, str(WRITER), str(log_dir), str(BATCHES), str(commits_path), str(go)],
-                              env={"PYTHONPATH": str(Path(__file__).parents[2]), "PATH": "/usr/bin:/bin"})
+    writer = subprocess.Popen(
+        [sys.executable, str(WRITER), str(log_dir), str(BATCHES), str(commits_path), str(go)],
+        env={"PYTHONPATH": str(Path(__file__).parents[2]), "PATH": "/usr/bin:/bin"},
+    )
     try:
         deadline = time.monotonic() + 60
         while not (commits_path.exists() and commits_path.read_text()) and time.monotonic() < deadline:
             time.sleep(0.05)
         server = serve(log_dir)
-        consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap, "group.id": "tail",
-                                             "fetch.wait.max.ms": 500, "enable.auto.commit": False})
+        consumer = confluent_kafka.Consumer(
+            {
+                "bootstrap.servers": server.bootstrap,
+                "group.id": "tail",
+                "fetch.wait.max.ms": 500,
+                "enable.auto.commit": False,
+            }
+        )
         consumer.assign([confluent_kafka.TopicPartition("tail", 0, confluent_kafka.OFFSET_BEGINNING)])
         received: list[tuple[int, bytes, float]] = []  # offset, value, receipt time
         errors: list[str] = []
@@ -72,8 +80,10 @@ def test_tailing_consumer_sees_each_commit_once_across_rolls_and_retention(
         assert at >= float(commits[str(batch)]), f"batch {batch} received before it was committed"
     # Rolls and retention happened under the server.
     segments = sorted((log_dir / "tail-0").glob("*.log"))
-    log_start = max(offset_from_file_name(segments[0].name),
-                    OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT_FILE).read().get(("tail", 0), 0))
+    log_start = max(
+        offset_from_file_name(segments[0].name),
+        OffsetCheckpointFile(log_dir / LOG_START_OFFSET_CHECKPOINT_FILE).read().get(("tail", 0), 0),
+    )
     assert log_start > 0 and len(segments) >= 2
 
     tp = TopicPartition("tail", 0)

@@ -100,17 +100,20 @@ def _consumers(committed: bool) -> dict[str, Callable[[str, Expected], clients.R
         return received
 
     return {
-        "kafka-python": lambda b, e: clients.kafka_python(b, sum(map(len, e.values())), assign=sorted(e),
-                                                           committed=committed, linger_s=0.5),
-        "confluent": lambda b, e: clients.confluent(b, sum(map(len, e.values())), assign=sorted(e),
-                                                    committed=committed, linger_s=0.5),
+        "kafka-python": lambda b, e: clients.kafka_python(
+            b, sum(map(len, e.values())), assign=sorted(e), committed=committed, linger_s=0.5
+        ),
+        "confluent": lambda b, e: clients.confluent(
+            b, sum(map(len, e.values())), assign=sorted(e), committed=committed, linger_s=0.5
+        ),
         "kcat": kcat,
     }
 
 
 @pytest.mark.parametrize("consumer", ["kafka-python", "confluent", "kcat"])
-def test_broker_written_vectors(serve: Callable[..., ServeProcess], vectors_dir: Path, tmp_path: Path,
-                                consumer: str) -> None:
+def test_broker_written_vectors(
+    serve: Callable[..., ServeProcess], vectors_dir: Path, tmp_path: Path, consumer: str
+) -> None:
     for vector, (names, committed) in VECTORS.items():
         expected = decode_files(vectors_dir / vector, names)
         server = serve(vectors_dir / vector, "--group-offsets-dir", str(tmp_path))

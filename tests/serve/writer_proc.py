@@ -24,13 +24,18 @@ UNCOMMITTED_S = 0.03
 
 def main() -> None:
     log_dir, batches, commits_path, go = Path(sys.argv[1]), int(sys.argv[2]), Path(sys.argv[3]), Path(sys.argv[4])
-    settings = load_settings(overrides={"segment.bytes": "4096", "retention.bytes": "12288",
-                                        "file.delete.delay.ms": "0"})
+    settings = load_settings(
+        overrides={"segment.bytes": "4096", "retention.bytes": "12288", "file.delete.delay.ms": "0"}
+    )
     with LogManager(log_dir, settings) as manager, commits_path.open("w") as commits:
         log = manager.get_or_create_log("tail", 0)
         for batch in range(batches + 1):
-            log.append({"key": [b"b%d" % batch] * RECORDS_PER_BATCH,
-                        "value": [b"batch %d record %d " % (batch, i) * 4 for i in range(RECORDS_PER_BATCH)]})
+            log.append(
+                {
+                    "key": [b"b%d" % batch] * RECORDS_PER_BATCH,
+                    "value": [b"batch %d record %d " % (batch, i) * 4 for i in range(RECORDS_PER_BATCH)],
+                }
+            )
             log.flush()
             if batch == batches:
                 break  # the last batch stays uncommitted
