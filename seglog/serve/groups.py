@@ -170,7 +170,8 @@ class GroupCoordinator:
         if existing is not None:
             member.assignment = existing.assignment
         member.deadline = now + session_timeout_ms / 1000
-        member.join = asyncio.get_running_loop().create_future()
+        joined: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
+        member.join = joined
         if existing is not None and existing.join is not None and not existing.join.done():
             existing.join.set_result(JoinResult(protocol.UNKNOWN_MEMBER_ID, member_id=member_id))  # superseded
         group.members[member_id] = member
@@ -180,8 +181,8 @@ class GroupCoordinator:
         elif now < group.join_delay_until:  # still gathering the first members: wait a bit longer for more
             group.join_delay_until = min(now + self.initial_rebalance_delay_s, group.rebalance_deadline)
         group.rebalance_deadline = max(group.rebalance_deadline, now + rebalance_timeout_ms / 1000)
-        self._maybe_complete_join(group, now)
-        return await member.join
+        self._maybe_complete_join(group, now)  # may answer at once (then member.join is None again)
+        return await joined
 
     def _prepare_rebalance(self, group: Group, now: float, reason: str) -> None:
         logger.info("group %s: rebalancing (generation %d, %s)", group.group_id, group.generation, reason)

@@ -80,3 +80,5 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., ServeProcess]]:
     yield start
     for server in started:
         server.stop()
+    for server in started:  # a handler that raised is a bug, whatever the client did
+        assert "request failed" not in server.log_text(), server.log_text()

@@ -4,6 +4,8 @@ committed offsets (kept in the log directory)."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 import warnings
 from collections.abc import Callable
@@ -99,3 +101,44 @@ def test_group_rebalances_on_leave_and_resumes_after_restart(
         after.setdefault(tp, []).extend(r.offset for r in records)
     resumed.close()
     assert after == {TopicPartition(TOPIC, p): list(range(RECORDS, RECORDS + 10)) for p in range(PARTITIONS)}
+
+
+def test_member_killed_without_leaving_is_expired_and_its_partitions_move(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    """A kcat -G member killed with SIGKILL sends no LeaveGroup: its session expires (6 s) and the
+    remaining kafka-python member gets every partition."""
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    kcat = subprocess.Popen(
+        [
+            "kcat",
+            "-b",
+            server.bootstrap,
+            "-G",
+            "grp",
+            TOPIC,
+            "-q",
+            "-X",
+            "session.timeout.ms=6000",
+            "-X",
+            "heartbeat.interval.ms=500",
+            "-o",
+            "beginning",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        consumer = _consumer(server.bootstrap)
+        seen: dict[TopicPartition, list[int]] = {}
+        _poll_until([consumer], lambda: 0 < len(consumer.assignment()) < PARTITIONS, seen)
+        kcat.send_signal(signal.SIGKILL)
+        kcat.wait(10)
+        _poll_until([consumer], lambda: len(consumer.assignment()) == PARTITIONS, seen, timeout_s=40)
+        consumer.close()
+    finally:
+        if kcat.poll() is None:
+            kcat.kill()
+    assert "session expired" in server.log_text()
