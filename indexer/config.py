@@ -1,16 +1,23 @@
 """Topic configuration with Kafka's key names and defaults (Kafka's ``LogConfig``).
 
-Layering, lowest first: the built-in defaults below (Kafka's), ``conf/seglog.toml`` (or the file
-named by ``--conf`` / ``$SEGLOG_CONF``), that file's ``[topics."<name>"]`` table for the topic,
-then ``--config KEY=VALUE`` overrides. Unknown keys and out-of-range values raise
-:class:`~indexer.errors.ConfigError` naming the key and where it came from.
+Layering, lowest first: the built-in defaults below (Kafka's); the settings files, merged table by
+table and key by key in this order: the packaged ``conf/seglog.toml``, the file named by
+``$SEGLOG_CONF``, the file named by ``--conf``; the merged ``[topics."<name>"]`` table for the
+topic; then ``--config KEY=VALUE`` overrides. Unknown keys and out-of-range values raise
+:class:`~indexer.errors.ConfigError` naming the key and the file it came from.
+
+The packaged file is the repository's ``conf/seglog.toml``: found beside the packages in a source
+checkout or an editable install, and under ``<prefix>/share/seglog/`` in a wheel install
+(``[tool.setuptools.data-files]`` in ``pyproject.toml``). It is the one home of the defaults.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import random
+import sys
 import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -19,6 +26,8 @@ from typing import Any
 
 from indexer.errors import ConfigError
 from indexer.limits import INT64_MAX
+
+logger = logging.getLogger(__name__)
 
 # key -> (attribute, type, default, minimum, doc)
 _TOPIC_KEYS: dict[str, tuple[str, type, Any, int | None, str]] = {
@@ -51,7 +60,18 @@ _CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _COMPRESSION_TYPES = ("producer", "uncompressed", *_CODECS)
 RECOVERY_STRATEGIES = ("salvage", "truncate")
 
-DEFAULT_CONF_PATH = Path(__file__).resolve().parent.parent / "conf" / "seglog.toml"
+CONF_ENV = "SEGLOG_CONF"
+# Where the packaged conf/seglog.toml is, first match wins: a source checkout or an editable install,
+# then a wheel install (pyproject's data-files put it under <prefix>/share/seglog/).
+PACKAGED_CONF_PATHS = (
+    Path(__file__).resolve().parent.parent / "conf" / "seglog.toml",
+    Path(sys.prefix) / "share" / "seglog" / "seglog.toml",
+)
+
+
+def packaged_conf_path() -> Path | None:
+    """The packaged ``conf/seglog.toml`` (see :data:`PACKAGED_CONF_PATHS`), None if not installed."""
+    return next((p for p in PACKAGED_CONF_PATHS if p.is_file()), None)
 
 
 def _coerce(key: str, kind: type, value: Any, source: str) -> Any:
@@ -193,6 +213,7 @@ class Settings:
     sections: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     overrides: Mapping[str, Any] = field(default_factory=dict)
     source: str = "built-in defaults"
+    files: tuple[str, ...] = ()  # the settings files read, in the order they were merged
 
     def log_config(self, topic: str | None = None) -> LogConfig:
         """The effective :class:`LogConfig` for ``topic``: defaults, file, topic table, overrides."""
@@ -206,35 +227,61 @@ class Settings:
         return self.sections.get(name, {})
 
 
-def load_settings(path: str | os.PathLike[str] | None = None, overrides: Mapping[str, Any] | None = None) -> Settings:
-    """Read settings from ``path`` (default ``$SEGLOG_CONF`` or ``conf/seglog.toml``).
+def load_settings(
+    path: str | os.PathLike[str] | None = None,
+    overrides: Mapping[str, Any] | None = None,
+    *,
+    section_overrides: Mapping[str, Mapping[str, Any]] | None = None,
+) -> Settings:
+    """The settings files merged in order (packaged ``conf/seglog.toml``, ``$SEGLOG_CONF``, ``path``),
+    then ``overrides`` (topic keys, the CLI's ``--config``) and ``section_overrides`` (keys of other
+    sections such as ``[maintenance]``, also from ``--config``).
 
     The file's ``[topic]`` table holds topic defaults, ``[topics."<name>"]`` per-topic
-    overrides; every other table is a named section. A missing default file means Kafka's defaults.
+    overrides; every other table is a named section. A later file replaces single keys of an
+    earlier one. ``$SEGLOG_CONF`` and ``path`` must exist; without any file, Kafka's defaults apply.
+    Which files were read is logged at INFO (``seglog -v``) and kept in :attr:`Settings.files`.
     """
-    explicit = path is not None or "SEGLOG_CONF" in os.environ
-    conf_path = Path(path if path is not None else os.environ.get("SEGLOG_CONF", DEFAULT_CONF_PATH))
-    overrides = dict(overrides or {})
-    if not conf_path.exists():
-        if explicit:
-            raise ConfigError(f"configuration file {conf_path} does not exist")
-        settings = Settings(overrides=overrides)
-        settings.log_config()  # validate the overrides now, not at first use
-        return settings
-    try:
-        data = tomllib.loads(conf_path.read_text(encoding="utf-8"))
-    except (OSError, tomllib.TOMLDecodeError) as e:
-        raise ConfigError(f"cannot read configuration file {conf_path}: {e}") from e
-    topic_defaults = data.pop("topic", {})
-    topics = data.pop("topics", {})
+    files: list[Path] = []
+    packaged = packaged_conf_path()
+    if packaged is not None:
+        files.append(packaged)
+    for named, what in ((os.environ.get(CONF_ENV), f"${CONF_ENV}"), (path, "--conf")):
+        if named is None or named == "":
+            continue
+        named_path = Path(named)
+        if not named_path.is_file():
+            raise ConfigError(f"configuration file {named_path} ({what}) does not exist")
+        files.append(named_path)
+    topic_defaults: dict[str, Any] = {}
+    topics: dict[str, dict[str, Any]] = {}
+    sections: dict[str, dict[str, Any]] = {}
+    for conf_path in files:
+        try:
+            data = tomllib.loads(conf_path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+            raise ConfigError(f"cannot read configuration file {conf_path}: {e}") from e
+        file_topics = data.pop("topics", {})
+        file_defaults = data.pop("topic", {})
+        # Validate each file on its own, so an error names the file that holds the bad key.
+        LogConfig().with_overrides(file_defaults, source=f"{conf_path} [topic]")
+        for name, table in file_topics.items():
+            LogConfig().with_overrides(table, source=f'{conf_path} [topics."{name}"]')
+            topics.setdefault(name, {}).update(table)
+        topic_defaults.update(file_defaults)
+        for name, table in data.items():
+            if isinstance(table, dict):
+                sections.setdefault(name, {}).update(table)
+    for name, table in (section_overrides or {}).items():
+        sections.setdefault(name, {}).update(table)
     settings = Settings(
         topic_defaults=topic_defaults,
         topics=topics,
-        sections={k: v for k, v in data.items() if isinstance(v, dict)},
-        overrides=overrides,
-        source=str(conf_path),
+        sections=sections,
+        overrides=dict(overrides or {}),
+        source=" + ".join(str(f) for f in files) or "built-in defaults",
+        files=tuple(str(f) for f in files),
     )
-    settings.log_config()
-    for name in topics:
-        settings.log_config(name)
+    logger.info("settings: %s", " then ".join(settings.files) or "no file, Kafka's defaults")
+    settings.log_config()  # validate the overrides now, not at first use
     return settings

@@ -22,7 +22,11 @@ message, so a log line alone says which file and where::
     ├── RecordTooLargeError               one record larger than max.message.bytes
     ├── RecordBatchTooLargeError          one append larger than segment.bytes
     ├── InvalidTopicError                 topic name breaks Kafka's rules
-    ├── UnknownTopicOrPartitionError      a partition outside the topic's partitions
+    ├── UnknownTopicOrPartitionError      a topic or partition that does not exist
+    ├── InvalidPartitionsError            a partition count other than the topic's
+    ├── TopicExistsError                  creating a topic that exists
+    ├── LogDirectoryNotFoundError         a log directory that does not exist
+    ├── NotALogDirectoryError             a partition (or other) directory given as a log directory
     ├── SchemaError                       input columns of the wrong name or type
     └── ConfigError                       unknown config key or invalid value
 """
@@ -180,3 +184,28 @@ class ConfigError(SeglogError, ValueError):
 class FencedError(StorageError):
     """A writer found that a newer writer of the same partition took over (its fencing token is gone):
     it stops before touching the partition again (a stale Spark task attempt, a zombie executor)."""
+
+
+class InvalidPartitionsError(SeglogError, ValueError):
+    """A partition count other than the topic's recorded one, or one that would shrink it (Kafka's
+    ``InvalidPartitionsException``)."""
+
+
+class TopicExistsError(SeglogError, ValueError):
+    """Creating a topic that already exists (Kafka's ``TopicExistsException``)."""
+
+
+class LogDirectoryNotFoundError(SeglogError):
+    """A log directory that does not exist, where one must (a reader, describe, recover, maintain)."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None):
+        super().__init__(message)
+        self.path = None if path is None else os.fspath(path)
+
+
+class NotALogDirectoryError(SeglogError, ValueError):
+    """A directory given as a log directory that is a partition directory (or holds segment files)."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None):
+        super().__init__(message)
+        self.path = None if path is None else os.fspath(path)

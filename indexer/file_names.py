@@ -34,6 +34,7 @@ REPLICATION_OFFSET_CHECKPOINT_FILE = "replication-offset-checkpoint"
 CLEAN_SHUTDOWN_FILE = ".kafka_cleanshutdown"
 LOG_DIR_LOCK_FILE = ".lock"
 DATA_LOSS_FILE = "seglog-accepted-data-loss.jsonl"  # what `seglog recover --accept-data-loss` accepted
+TOPICS_FILE = "seglog-topics.json"  # each topic's partition count (indexer.topics)
 
 # Files in a partition directory.
 LEADER_EPOCH_CHECKPOINT_FILE = "leader-epoch-checkpoint"

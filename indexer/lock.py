@@ -88,6 +88,27 @@ class FileLock:
                 os.close(fd)
         logger.debug("released lock %s", self.path)
 
+    def probe(self) -> None:
+        """Raise :class:`LogLockedError` if someone holds the lock; write and create nothing.
+
+        For read-only callers (a dry run, a read-only file system): the file is opened read-only and
+        only a shared lock is tried (and dropped at once); a missing file means nobody holds it.
+        """
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise StorageError(f"cannot open lock file {self.path}: {e.strerror}", path=self.path, errno=e.errno) from e
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except OSError as e:
+            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                raise StorageError(f"cannot lock {self.path}: {e.strerror}", path=self.path, errno=e.errno) from e
+            raise LogLockedError(f"{self.what} is locked by {self._describe_holder()}", path=self.path) from None
+        finally:
+            os.close(fd)  # drops the shared lock, if taken
+
     def holder(self) -> str:
         """The holder line currently in the lock file ("" if none or unreadable)."""
         try:

@@ -37,11 +37,21 @@ import threading
 from pathlib import Path
 from types import TracebackType
 
-from indexer import file_names
+from indexer import file_names, topics
 from indexer.checkpoint import OffsetCheckpointFile, fsync_directory, update_checkpoint
 from indexer.clock import Clock, SystemClock
 from indexer.config import Settings
-from indexer.errors import LogLockedError, SeglogError, StorageError, storage_errors
+from indexer.errors import (
+    InvalidPartitionsError,
+    LogDirectoryNotFoundError,
+    LogLockedError,
+    NotALogDirectoryError,
+    SeglogError,
+    StorageError,
+    TopicExistsError,
+    UnknownTopicOrPartitionError,
+    storage_errors,
+)
 from indexer.file_names import TopicPartition
 from indexer.lock import FileLock
 from indexer.log import Log
@@ -49,6 +59,49 @@ from indexer.log import Log
 logger = logging.getLogger(__name__)
 
 CLEAN_SHUTDOWN_CONTENT = b'{"version":0,"brokerEpoch":0}'
+DEFAULT_NUM_PARTITIONS = 1  # Kafka's num.partitions broker default
+
+# Files only a partition directory holds: finding one in a "log directory" means the user passed a
+# partition directory (or a copy of one).
+_PARTITION_FILE_SUFFIXES = (
+    file_names.LOG_FILE_SUFFIX, file_names.INDEX_FILE_SUFFIX, file_names.TIME_INDEX_FILE_SUFFIX,
+)
+_PARTITION_FILES = (
+    file_names.PARTITION_LOCK_FILE, file_names.LEADER_EPOCH_CHECKPOINT_FILE, file_names.PARTITION_METADATA_FILE,
+)
+
+
+def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -> Path:
+    """``log_dir`` as a :class:`Path` if it can be a log directory; the one test every layer uses.
+
+    Raises:
+        LogDirectoryNotFoundError: ``must_exist`` and there is no such directory.
+        NotALogDirectoryError: it is a file, or a partition directory (it holds segment, index or
+            partition files): the message says which directory to pass instead.
+    """
+    path = Path(log_dir)
+    if not path.exists():
+        if must_exist:
+            raise LogDirectoryNotFoundError(f"log directory {path} does not exist", path=path)
+        return path
+    if not path.is_dir():
+        raise NotALogDirectoryError(f"{path} is a file, not a log directory", path=path)
+    try:
+        names = os.listdir(path)
+    except OSError as e:
+        raise StorageError(f"cannot list log directory {path}: {e.strerror}", path=path, errno=e.errno) from e
+    if any(n.endswith(_PARTITION_FILE_SUFFIXES) or n in _PARTITION_FILES for n in names):
+        parent = path.absolute().parent
+        try:
+            topic, partition = file_names.parse_topic_partition_name(path.absolute().name)
+            what, hint = f"the directory of partition {partition} of topic {topic!r}", (
+                f" --topic {topic} --partition {partition}")
+        except ValueError:
+            what, hint = "a partition directory (it holds segment files)", ""
+        raise NotALogDirectoryError(
+            f"{path} is {what}, not a log directory: pass --log-dir {parent}{hint}", path=path
+        )
+    return path
 
 
 def write_clean_shutdown_marker(log_dir: Path) -> None:
@@ -89,7 +142,7 @@ class LogManager:
         clock: Clock | None = None,
         read_only: bool = False,
     ) -> None:
-        self.log_dir = Path(log_dir)
+        self.log_dir = check_log_dir(log_dir, must_exist=False)
         self.settings = settings
         self.clock: Clock = clock if clock is not None else SystemClock()
         self.read_only = read_only
@@ -135,9 +188,18 @@ class LogManager:
 
         Raises:
             InvalidTopicError: the topic name breaks Kafka's rules.
+            UnknownTopicOrPartitionError: the topic's recorded partition count does not include
+                ``partition`` (grow it with :meth:`add_partitions`).
             ValueError: a negative partition, or a read-only manager asked to create one.
             LogLockedError: another process is the partition's writer.
         """
+        count = topics.read_topics(self.log_dir).get(topic) if (topic, partition) not in self._logs else None
+        if count is not None and partition >= count:
+            raise UnknownTopicOrPartitionError(
+                f"topic {topic!r} has {count} partitions (0..{count - 1}) in {self.log_dir}; partition {partition} "
+                f"does not exist (add partitions with `seglog topic alter --log-dir {self.log_dir} --topic {topic} "
+                f"--partitions {partition + 1}`)"
+            )
         log = self._get(topic, partition, create=True)
         assert log is not None
         return log
@@ -210,6 +272,124 @@ class LogManager:
             clock=self.clock,
             high_watermark=high_watermark,
         )
+
+    # -- topics --------------------------------------------------------------------------------
+
+    def topics(self) -> dict[str, int]:
+        """Every topic of the directory with its partition count: the recorded ones, and those only
+        partition directories show (inferred, recorded when this manager is writable)."""
+        on_disk = sorted({topic for topic, _ in self.partitions()} | set(self._recorded()))
+        return {topic: count for topic in on_disk if (count := self.topic_partitions(topic)) is not None}
+
+    def topic_partitions(self, topic: str) -> int | None:
+        """The topic's partition count, None when the topic does not exist.
+
+        The count recorded in ``seglog-topics.json``; for a topic that only has partition directories
+        (written before the file existed), 1 + its highest partition number, recorded now when this
+        manager is writable, so the count never changes behind a writer's back.
+        """
+        file_names.validate_topic(topic)
+        recorded = self._recorded().get(topic)
+        if recorded is not None or self.read_only:
+            return recorded if recorded is not None else self._inferred(topic)
+        with self._lock, topics.locked(self.log_dir):
+            counts = topics.read_topics(self.log_dir)
+            if topic not in counts:
+                inferred = self._inferred(topic)
+                if inferred is None:
+                    return None
+                counts[topic] = inferred
+                topics.write_topics(self.log_dir, counts)
+                logger.info("[LogManager dir=%s] topic %s: recorded %d partitions found on disk",
+                            self.log_dir, topic, inferred)
+            return counts[topic]
+
+    def create_topic(self, topic: str, num_partitions: int | None = None, *, exist_ok: bool = False) -> int:
+        """Create ``topic`` with all its partitions (as Kafka does) and record the count; returns it.
+
+        ``num_partitions`` defaults to Kafka's ``num.partitions`` default (1), or to the existing
+        count with ``exist_ok``. An existing topic is an error unless ``exist_ok``; then a given
+        ``num_partitions`` must equal its count (a different count would re-hash keys).
+
+        Raises:
+            TopicExistsError: the topic exists and not ``exist_ok``.
+            InvalidPartitionsError: ``num_partitions`` < 1, or differs from the existing count.
+            ValueError: a read-only manager.
+        """
+        if num_partitions is not None and num_partitions < 1:
+            raise InvalidPartitionsError(f"a topic needs at least 1 partition, got {num_partitions}")
+        if self.read_only:
+            raise ValueError(f"cannot create topic {topic!r} in read-only log directory {self.log_dir}")
+        with self._lock:
+            existing = self.topic_partitions(topic)
+            if existing is not None:
+                if not exist_ok:
+                    raise TopicExistsError(
+                        f"topic {topic!r} already exists in {self.log_dir} with {existing} partitions"
+                    )
+                if num_partitions is not None and num_partitions != existing:
+                    raise InvalidPartitionsError(
+                        f"topic {topic!r} has {existing} partitions in {self.log_dir}, not {num_partitions}: a topic's "
+                        f"partition count is fixed at creation (keys would hash to other partitions). To grow it: "
+                        f"`seglog topic alter --log-dir {self.log_dir} --topic {topic} --partitions {num_partitions}`"
+                    )
+                self._create_partitions(topic, existing)
+                return existing
+            count = num_partitions if num_partitions is not None else DEFAULT_NUM_PARTITIONS
+            self._record(topic, count, grow_only=False)
+            self._create_partitions(topic, count)
+            logger.info("[LogManager dir=%s] created topic %s with %d partitions", self.log_dir, topic, count)
+            return count
+
+    def add_partitions(self, topic: str, num_partitions: int) -> int:
+        """Grow ``topic`` to ``num_partitions`` partitions (Kafka's CreatePartitions); returns the old count.
+
+        Keys written before hash to other partitions afterwards, as in Kafka: that is the point of
+        asking for it explicitly.
+
+        Raises:
+            UnknownTopicOrPartitionError: the topic does not exist.
+            InvalidPartitionsError: ``num_partitions`` is not above the current count.
+        """
+        if self.read_only:
+            raise ValueError(f"cannot change topic {topic!r} in read-only log directory {self.log_dir}")
+        with self._lock:
+            old = self.topic_partitions(topic)
+            if old is None:
+                raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist in {self.log_dir}")
+            self._record(topic, num_partitions, grow_only=True)
+            self._create_partitions(topic, num_partitions)
+            logger.info("[LogManager dir=%s] topic %s grown from %d to %d partitions",
+                        self.log_dir, topic, old, num_partitions)
+            return old
+
+    def _recorded(self) -> dict[str, int]:
+        return topics.read_topics(self.log_dir)
+
+    def _inferred(self, topic: str) -> int | None:
+        numbers = [p for t, p in self.partitions() if t == topic]
+        return max(numbers) + 1 if numbers else None
+
+    def _record(self, topic: str, count: int, *, grow_only: bool) -> None:
+        with topics.locked(self.log_dir):
+            counts = topics.read_topics(self.log_dir)
+            old = counts.get(topic)
+            if grow_only and old is not None and count <= old:
+                raise InvalidPartitionsError(
+                    f"topic {topic!r} has {old} partitions; the new count must be larger, got {count} "
+                    "(Kafka topics gain partitions, never lose them)"
+                )
+            if not grow_only and old is not None:
+                raise TopicExistsError(f"topic {topic!r} was created meanwhile with {old} partitions")
+            counts[topic] = count
+            topics.write_topics(self.log_dir, counts)
+
+    def _create_partitions(self, topic: str, count: int) -> None:
+        """Create the partitions among 0..count-1 that have no directory yet (an empty segment at 0);
+        existing ones are left alone (another process may be their writer)."""
+        for partition in range(count):
+            if not (self.log_dir / file_names.partition_dir_name(topic, partition)).is_dir():
+                self._get(topic, partition, create=True)
 
     # -- checkpoints ---------------------------------------------------------------------------
 

@@ -40,7 +40,7 @@ from tqdm import tqdm
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig, Settings
 from indexer.data_loss import record_accepted_loss
-from indexer.errors import CorruptRecordError, LogLockedError
+from indexer.errors import CorruptRecordError, LogLockedError, SeglogError
 from indexer.file_names import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
@@ -153,10 +153,11 @@ class DirectoryRecovery:
         return [p for p in self.partitions if p.status == "failed"]
 
     def exit_status(self) -> int:
-        """0 when everything is fine, 3 when committed data was lost, else 1 when a partition failed."""
+        """0 when everything is fine, 3 when committed data was lost, else 1 when a partition failed
+        or was skipped (a live writer holds it: it was not recovered)."""
         if self.committed_data_lost:
             return EXIT_COMMITTED_DATA_LOST
-        return 1 if self.failed else 0
+        return 1 if self.failed or any(p.status == "skipped" for p in self.partitions) else 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -256,7 +257,10 @@ def recover_partition(
     result.committed_offset = committed_offset
     config = settings.log_config(tp[0])
     lock = FileLock(path / PARTITION_LOCK_FILE)
-    lock.acquire(timeout=0)
+    if dry_run:
+        lock.probe()  # a dry run writes nothing, not even a lock file
+    else:
+        lock.acquire(timeout=0)
     try:
         loader = LogLoader(
             path, config, recovery_point=recovery_point, log_start_offset=log_start_offset,
@@ -364,11 +368,13 @@ def recover_log_dir(
                 logger.warning("%s: skipped, %s", name, e)
             except Exception as e:
                 result, values = PartitionRecovery(name, "failed", sizes[tp], message=f"{type(e).__name__}: {e}"), {}
-                logger.error("%s: recovery failed", name, exc_info=True)
+                # Expected failures (a read-only file system, damage) get one line; others a traceback.
+                expected = isinstance(e, (SeglogError, OSError))
+                logger.error("%s: recovery failed: %s: %s", name, type(e).__name__, e, exc_info=not expected)
             result.committed_offset = committed
             if result.committed_offsets_lost and not result.accepted_data_loss:
                 lost = ", ".join(f"{r['first']}..{r['last']}" for r in result.lost_offsets if r["committed"])
-                logger.error("%s: committed data lost: offsets %s", name, lost)
+                logger.error("%s: committed data %s: offsets %s", name, "would be lost" if dry_run else "lost", lost)
             for kind, value in values.items():
                 new_values[kind][tp] = value
             outcome.partitions.append(result)

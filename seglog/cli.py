@@ -115,29 +115,78 @@ def common_options() -> argparse.ArgumentParser:
     return parent
 
 
-def add_log_config_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--config KEY=VALUE`` (repeatable, Kafka topic config names) and ``--conf FILE``."""
+# Sections of the settings file whose keys `--config` also takes, for the commands that use them:
+# section -> (module, function returning {key: description}).
+CONFIG_SECTIONS: dict[str, tuple[str, str]] = {
+    "maintenance": ("maintenance.settings", "maintenance_keys"),
+    "streaming": ("streaming.job", "streaming_keys"),
+}
+
+
+def add_log_config_arguments(parser: argparse.ArgumentParser, *, sections: Sequence[str] = ()) -> None:
+    """``--config KEY=VALUE`` (repeatable) and ``--conf FILE``.
+
+    ``--config`` takes Kafka's topic config keys and the keys of the settings file's ``sections``
+    this command uses (e.g. ``[maintenance]``'s ``log.retention.check.interval.ms``).
+    """
+    unknown = [name for name in sections if name not in CONFIG_SECTIONS]
+    assert not unknown, f"no such settings section: {unknown}"
+    also = "".join(f", or a [{name}] key" for name in sections)
     group = parser.add_argument_group("configuration")
     group.add_argument(
         "--config",
         metavar="KEY=VALUE",
         action="append",
         default=[],
-        help="topic config override with Kafka's key name, e.g. segment.bytes=1048576 (repeatable)",
+        help=f"a topic config key with Kafka's name, e.g. segment.bytes=1048576{also} (repeatable)",
     )
     group.add_argument(
         "--conf",
         metavar="FILE",
         default=None,
-        help="settings file (default: $SEGLOG_CONF or conf/seglog.toml)",
+        help="settings file, read after the packaged conf/seglog.toml and $SEGLOG_CONF (-v names the files read)",
     )
+    parser.set_defaults(config_sections=tuple(sections))
 
 
 def settings_from_args(args: argparse.Namespace) -> Any:
-    """The :class:`indexer.config.Settings` selected by ``--conf`` and ``--config``."""
-    from indexer.config import load_settings, parse_overrides
+    """The :class:`indexer.config.Settings` selected by ``--conf`` and ``--config``.
 
-    return load_settings(args.conf, parse_overrides(args.config))
+    Each ``--config`` key goes to the topic config or to the section of the settings file that
+    knows it; a key no section of this command knows is a :class:`~indexer.errors.ConfigError`
+    listing what the command accepts.
+    """
+    from indexer.config import load_settings, parse_overrides, topic_config_keys
+    from indexer.errors import ConfigError
+
+    topic_keys = topic_config_keys()
+    section_keys = {
+        name: getattr(importlib.import_module(CONFIG_SECTIONS[name][0]), CONFIG_SECTIONS[name][1])()
+        for name in getattr(args, "config_sections", ())
+    }
+    topic: dict[str, str] = {}
+    sections: dict[str, dict[str, str]] = {}
+    for key, value in parse_overrides(args.config).items():
+        owner = next((name for name, keys in section_keys.items() if key in keys), None)
+        if key in topic_keys:
+            topic[key] = value
+        elif owner is not None:
+            sections.setdefault(owner, {})[key] = value
+        else:
+            known = [f"topic keys: {', '.join(topic_keys)}"]
+            known += [f"[{name}] keys: {', '.join(keys)}" for name, keys in section_keys.items()]
+            raise ConfigError(f"unknown --config key {key!r}; {args.command} accepts {'; '.join(known)}")
+    return load_settings(args.conf, topic, section_overrides=sections)
+
+
+def log_dir_from_args(args: argparse.Namespace, *, must_exist: bool = True) -> Any:
+    """``--log-dir`` as a :class:`~pathlib.Path`, checked by the engine's one test
+    (:func:`indexer.log_manager.check_log_dir`): a missing directory (when ``must_exist``) or a
+    partition directory given instead of its log directory is a one-line error, before anything
+    is written."""
+    from indexer.log_manager import check_log_dir
+
+    return check_log_dir(args.log_dir, must_exist=must_exist)
 
 
 def add_partition_arguments(parser: argparse.ArgumentParser) -> None:

@@ -290,32 +290,56 @@ def null_mask(array: pa.Array) -> np.ndarray:
     return np.array(array.is_null().to_numpy(zero_copy_only=False), dtype=np.bool_)
 
 
-def _check_utf8(array: pa.Array, what: str, record_offsets: np.ndarray, rows: np.ndarray | None = None) -> None:
-    """Raise :class:`SchemaError` naming the record whose ``what`` is not valid UTF-8.
+def _first_invalid_utf8(array: pa.Array) -> int | None:
+    """Index of the first element of a binary array that is not valid UTF-8, None if all are.
 
-    ``rows`` maps each element of ``array`` to its record (for header values); identity if None.
+    Arrow's cast validates a whole array in one compiled pass; the culprit is found by halving the
+    range that fails (each cast covers half the previous one: linear in total).
     """
-    try:
-        array.cast(pa.string())
-    except pa.ArrowInvalid:
-        # Error path only: a Python pass to name the culprit.
-        bad = next(i for i, item in enumerate(array.to_pylist()) if item is not None and not _is_utf8(item))
-        row = bad if rows is None else int(rows[bad])
-        raise SchemaError(
-            f"{what} of the record at offset {record_offsets[row]} is not valid UTF-8; use --encoding base64"
-        ) from None
+    def valid(part: pa.Array) -> bool:
+        try:
+            part.cast(pa.string())
+        except pa.ArrowInvalid:
+            return False
+        return True
+
+    if valid(array):
+        return None
+    lo, hi = 0, len(array)  # [0, lo) is valid, the first bad element is in [lo, hi)
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if valid(array.slice(lo, mid - lo)):
+            lo = mid
+        else:
+            hi = mid
+    return lo
 
 
-def _is_utf8(data: bytes) -> bool:
-    try:
-        data.decode("utf-8")
-    except UnicodeDecodeError:
-        return False
-    return True
+def first_invalid_utf8(table: pa.Table) -> tuple[int, str] | None:
+    """The first row of a ``READ_SCHEMA`` table that cannot be printed as UTF-8 text, and what of it
+    (``"the key"``, ``"the value"``, ``"a header value"``); None when every row can."""
+    found: list[tuple[int, str]] = []
+    for name, what in (("key", "the key"), ("value", "the value")):
+        bad = _first_invalid_utf8(_combined(table.column(name)))
+        if bad is not None:
+            found.append((bad, what))
+    headers = _combined(table.column("headers"))
+    values = headers.flatten().field("value")
+    bad = _first_invalid_utf8(values) if len(values) else None
+    if bad is not None:
+        h_off = headers.offsets.to_numpy().astype(np.int64)
+        rows = np.repeat(np.arange(len(headers)), np.diff(h_off))
+        found.append((int(rows[bad]), "a header value"))
+    return min(found) if found else None
 
 
 def render_records_jsonl(table: pa.Table, encoding: str = "utf8") -> bytes:
-    """A ``READ_SCHEMA`` table as JSON lines (see the module docstring); ``encoding`` utf8|base64."""
+    """A ``READ_SCHEMA`` table as JSON lines (see the module docstring); ``encoding`` utf8|base64.
+
+    Raises:
+        SchemaError: with ``utf8``, a key, value or header value that is not valid UTF-8 (render
+            the rows before :func:`first_invalid_utf8` to print what can be printed).
+    """
     if encoding not in ENCODINGS:
         raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
     if table.num_rows == 0:
@@ -339,12 +363,12 @@ def render_records_jsonl(table: pa.Table, encoding: str = "utf8") -> bytes:
     hk_off, hk_data, _ = binary_parts(header_keys)
     hv_off, hv_data, hv_null = binary_parts(header_values)
     if not base64:
-        _check_utf8(key, "the key", offsets)
-        _check_utf8(value, "the value", offsets)
-        used_values = headers.flatten().field("value")
-        if len(used_values):
-            rows = np.repeat(np.arange(len(headers)), np.diff(h_off))
-            _check_utf8(used_values, "a header value", offsets, rows)
+        problem = first_invalid_utf8(table)
+        if problem is not None:
+            row, what = problem
+            raise SchemaError(
+                f"{what} of the record at offset {offsets[row]} is not valid UTF-8; use --encoding base64"
+            )
 
     args = (
         offsets, timestamps, ts_types, k_off, k_data, k_null, v_off, v_data, v_null,

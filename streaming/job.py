@@ -63,6 +63,11 @@ _KEYS: dict[str, str] = {
 }
 
 
+def streaming_keys() -> dict[str, str]:
+    """Every ``[streaming]`` key with the :class:`JobSpec` attribute it sets (for ``--config``)."""
+    return dict(_KEYS)
+
+
 @dataclass(frozen=True)
 class JobSpec:
     """What to run; see the module docstring for the matching ``[streaming]`` keys."""

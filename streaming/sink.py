@@ -57,7 +57,7 @@ import pyarrow as pa
 from indexer.commit_log import SinkCommit, SinkCommitLog
 from indexer.config import Settings, load_settings
 from indexer.errors import ConfigError, SchemaError, StorageError
-from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, partition_dirs, validate_topic
+from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, validate_topic
 from indexer.log_manager import LogManager
 from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, micro_batch_plan
 from streaming.executor_writes import WritePlan, checkpoint_partition, open_partition, run_write_job
@@ -71,7 +71,6 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_NUM_PARTITIONS = 1  # Kafka's num.partitions broker default
 HISTORY_LENGTH = 10000  # BatchStats kept for progress reports and benchmarks
 WRITES = ("auto", "driver", "executors")
 WRITE_BATCH_ROWS = 100_000  # write_batch cuts a table into record batches of this many rows, as Spark's
@@ -118,8 +117,9 @@ class SegmentLogSink:
     Args:
         log_dir: the log directory (created if missing).
         topic: default topic for every row (wins over a ``topic`` column, as in Spark).
-        num_partitions: partitions of new topics; default: as many as exist on disk, else 1.
-            A topic's partitions can grow, never shrink.
+        num_partitions: partitions of the topic; a new topic is created with all of them (default 1),
+            an existing one must have exactly this many (default: its recorded count). Grow a topic
+            explicitly (``LogManager.add_partitions``, ``seglog topic alter``), never by a sink.
         config: topic config overrides with Kafka's keys (``{"segment.bytes": 1048576}``).
         settings: settings to start from (default: ``conf/seglog.toml`` via ``load_settings``).
         sink_id: names the commit record; default the topic, or ``"default"``.
@@ -401,13 +401,8 @@ class SegmentLogSink:
             return self._layouts.get(topic) or self._new_layout(topic)
 
     def _new_layout(self, topic: str) -> TopicLayout:
-        on_disk = self._partitions_on_disk(topic)
-        wanted = self.num_partitions if self.num_partitions is not None else (on_disk or DEFAULT_NUM_PARTITIONS)
-        if wanted < on_disk:
-            raise ConfigError(
-                f"topic {topic!r} has {on_disk} partitions in {self.log_dir}; the sink was asked for {wanted} "
-                "(Kafka topics can gain partitions, never lose them)"
-            )
+        # The engine creates the topic with all its partitions, or checks the count it recorded.
+        wanted = self._manager().create_topic(topic, self.num_partitions, exist_ok=True)
         config = self.settings.log_config(topic)
         # Batches are stored as encoded: in the topic's stored codec (a broker would recompress to
         # it), stamped with the append time for LogAppendTime topics.
@@ -415,10 +410,6 @@ class SegmentLogSink:
                              config.stored_codec(), config.is_log_append_time, config.batch_size)
         self._layouts[topic] = layout
         return layout
-
-    def _partitions_on_disk(self, topic: str) -> int:
-        """1 + the highest partition number of ``topic`` among the log dir's partition directories."""
-        return 1 + max((p for (name, p), _path in partition_dirs(self.log_dir) if name == topic), default=-1)
 
     def _manager(self) -> LogManager:
         if self._log_manager is None:

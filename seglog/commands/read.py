@@ -25,12 +25,19 @@ from __future__ import annotations
 
 import argparse
 import logging
-from pathlib import Path
+import os
 
-from indexer.errors import OffsetOutOfRangeError
+from indexer.errors import CorruptRecordError, OffsetOutOfRangeError, SchemaError, UnknownTopicOrPartitionError
+from indexer.log import Log
 from indexer.log_manager import LogManager
-from seglog.cli import add_log_config_arguments, add_partition_arguments, non_negative_int, settings_from_args
-from seglog.output import ENCODINGS, Output, render_records_jsonl
+from seglog.cli import (
+    add_log_config_arguments,
+    add_partition_arguments,
+    log_dir_from_args,
+    non_negative_int,
+    settings_from_args,
+)
+from seglog.output import ENCODINGS, Output, first_invalid_utf8, render_records_jsonl
 
 logger = logging.getLogger(__name__)
 
@@ -62,14 +69,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Stream the records as JSON lines to stdout; exit 0 even when there is nothing to read."""
-    manager = LogManager(Path(args.log_dir), settings_from_args(args), read_only=True)
+    """Stream the records as JSON lines to stdout; exit 0 even when there is nothing to read.
+
+    Records are printed up to the first one that cannot be shown (a damaged batch, or text that is
+    not UTF-8); then the command fails naming that record's file and offset.
+    """
+    log_dir = log_dir_from_args(args)
+    manager = LogManager(log_dir, settings_from_args(args), read_only=True)
     try:
-        log = manager.get_log(args.topic, args.partition)
-        if log is None:
-            raise OffsetOutOfRangeError(
-                f"partition {args.topic}-{args.partition} does not exist in {args.log_dir}", path=args.log_dir
-            )
+        log = open_partition(manager, args.topic, args.partition)
         high_watermark = min(log.high_watermark, log.log_end_offset)
         if args.from_timestamp is not None:
             start = log.offset_for_timestamp(args.from_timestamp)
@@ -88,15 +96,71 @@ def run(args: argparse.Namespace) -> int:
                 )
         remaining = args.max_records
         out = Output()
-        while start < high_watermark and (remaining is None or remaining > 0):
+        bound, damage = high_watermark, None
+        while start < bound and (remaining is None or remaining > 0):
             step = READ_CHUNK_RECORDS if remaining is None else min(remaining, READ_CHUNK_RECORDS)
-            table = log.read_records(start, step, max_offset=high_watermark)
+            try:
+                table = log.read_records(start, step, max_offset=bound)
+            except CorruptRecordError as e:
+                # Print what lies before the damaged batch, then report it.
+                bad = _damaged_batch_offset(log, start, e)
+                bound = bad if bad < bound else start
+                damage = CorruptRecordError(
+                    f"cannot read offset {bad} of {args.topic}-{args.partition}: {e}",
+                    path=e.path, position=e.position, offset=bad,
+                )
+                continue
             if table.num_rows == 0:
                 break
+            problem = None if args.encoding == "base64" else first_invalid_utf8(table)
+            if problem is not None:
+                row, what = problem
+                out.write_bytes(render_records_jsonl(table.slice(0, row), args.encoding))
+                offset = int(table.column("offset")[row].as_py())
+                raise SchemaError(
+                    f"{what} of the record at offset {offset} of {args.topic}-{args.partition} "
+                    f"({_segment_file(log, offset)}) is not valid UTF-8; use --encoding base64"
+                )
             out.write_bytes(render_records_jsonl(table, args.encoding))
             start = int(table.column("offset")[-1].as_py()) + 1
             if remaining is not None:
                 remaining -= table.num_rows
+        if damage is not None and (remaining is None or remaining > 0):
+            raise damage
     finally:
         manager.close()
     return 0
+
+
+def open_partition(manager: LogManager, topic: str, partition: int) -> Log:
+    """The partition's log, or :class:`UnknownTopicOrPartitionError` saying which topics or
+    partitions the log directory does have (Kafka's UNKNOWN_TOPIC_OR_PARTITION)."""
+    log = manager.get_log(topic, partition)
+    if log is not None:
+        return log
+    topics = manager.topics()
+    count = topics.get(topic)
+    if count is None:
+        known = ", ".join(f"{t} ({n} partitions)" for t, n in sorted(topics.items())) or "none"
+        raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist in {manager.log_dir}; its topics: {known}")
+    raise UnknownTopicOrPartitionError(
+        f"partition {partition} of topic {topic!r} does not exist in {manager.log_dir}; "
+        f"the topic has partitions 0..{count - 1}"
+    )
+
+
+def _damaged_batch_offset(log: Log, start: int, error: CorruptRecordError) -> int:
+    """The first offset of the damaged batch ``error`` names: 1 + the last offset of the batch
+    before it in its segment (error path only: a walk over that segment's batch headers)."""
+    segment = next((s for s in log.segments.values() if os.fspath(s.log.path) == error.path), None)
+    if segment is None or error.position is None:
+        return start
+    last = None
+    for batch in segment.log.batches(0, error.position):
+        last = batch
+    return max(start, segment.base_offset if last is None else last.last_offset + 1)
+
+
+def _segment_file(log: Log, offset: int) -> str:
+    segment = log.segments.floor_segment(offset)
+    return str(segment.log.path) if segment is not None else str(log.directory)

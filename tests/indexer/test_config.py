@@ -39,7 +39,8 @@ def test_layering_file_topic_then_overrides(tmp_path: Path) -> None:
     assert s.log_config().retention_ms == 10
     assert s.log_config("orders").retention_ms == 20
     assert s.log_config("orders").retention_bytes == 99
-    assert s.section("streaming") == {"topic": "x"}
+    assert s.section("streaming")["topic"] == "x"  # the file's key replaces the packaged one
+    assert s.section("streaming")["num.partitions"] == 4  # the packaged file's keys stay
     assert s.section("absent") == {}
 
 

@@ -14,6 +14,7 @@ from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig, Settings
 from indexer.errors import (
     ConfigError,
+    InvalidPartitionsError,
     InvalidTopicError,
     RecordTooLargeError,
     SchemaError,
@@ -189,13 +190,15 @@ def test_small_segments_roll_and_every_record_is_kept(tmp_path: Path) -> None:
     assert Counter(_values(tmp_path)) == Counter(f"v{i}".encode() for i in range(1000))
 
 
-def test_partitions_can_grow_not_shrink_and_are_found_on_disk(tmp_path: Path) -> None:
-    with _sink(tmp_path, num_partitions=4) as sink:  # null keys: round robin over all 4
-        sink.write_batch(pa.table({"value": [b"v"] * 8}), 0, query_id="q")
-    with _sink(tmp_path, num_partitions=None) as sink:  # 4 partitions found on disk
+def test_the_partition_count_is_fixed_when_the_topic_is_created(tmp_path: Path) -> None:
+    with _sink(tmp_path, num_partitions=4) as sink:  # one row: it lands in one partition, all 4 exist
+        sink.write_batch(pa.table({"value": [b"v"]}), 0, query_id="q")
+    assert sorted(p.name for p in tmp_path.glob("t-*")) == ["t-0", "t-1", "t-2", "t-3"]
+    with _sink(tmp_path, num_partitions=None) as sink:  # the recorded count, not a guess
         sink.write_batch(pa.table({"value": [b"v"], "partition": [3]}), 1, query_id="q")
-    with _sink(tmp_path, num_partitions=2) as sink, pytest.raises(ConfigError, match="has 4 partitions"):
-        sink.write_batch(_batch(0, 1), 2, query_id="q")
+    for other in (2, 8):
+        with _sink(tmp_path, num_partitions=other) as sink, pytest.raises(InvalidPartitionsError, match="has 4 partitions"):
+            sink.write_batch(_batch(0, 1), 2, query_id="q")
 
 
 def test_empty_batches_commit_and_a_closed_sink_refuses(tmp_path: Path) -> None:
