@@ -94,12 +94,11 @@ def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -
         parent = path.absolute().parent
         try:
             topic, partition = file_names.parse_topic_partition_name(path.absolute().name)
-            what, hint = f"the directory of partition {partition} of topic {topic!r}", (
-                f" --topic {topic} --partition {partition}")
+            what = f"the directory of partition {partition} of topic {topic!r}"
         except ValueError:
-            what, hint = "a partition directory (it holds segment files)", ""
+            what = "a partition directory (it holds segment files)"
         raise NotALogDirectoryError(
-            f"{path} is {what}, not a log directory: pass --log-dir {parent}{hint}", path=path
+            f"{path} is {what}, not a log directory: pass the directory that holds it, --log-dir {parent}", path=path
         )
     return path
 

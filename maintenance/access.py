@@ -164,7 +164,9 @@ class OwnedLogs(LogAccess):
         return sorted(((tp, log) for tp, log in dict(logs).items() if not log.closed), key=lambda item: item[0])
 
     def each_log(self, report: JobReport, wanted: Wanted | None = None) -> Iterator[tuple[TopicPartition, Log]]:
-        yield from self._snapshot()
+        logs = self._snapshot()
+        report.checked += len(logs)
+        yield from logs
 
     def foreign_partitions(self) -> list[tuple[TopicPartition, Path]]:
         owned = {tp for tp, _ in self._snapshot()}
@@ -213,6 +215,7 @@ class BorrowedLogs(LogAccess):
                 for tp, path in partition_dirs(self.log_dir):
                     if self._stopping.is_set():
                         break
+                    report.checked += 1
                     if wanted is not None:
                         meta = scan_partition(
                             path,

@@ -193,6 +193,8 @@ def index(access: LogAccess) -> JobReport:
                 if fixed_on_open:
                     report.count("indexes_rebuilt", len(fixed_on_open))
         for tp, path in access.foreign_partitions():
+            if not access.borrowed:
+                report.checked += 1  # a borrowing access counted it when it found it held
             try:
                 problems = index_problems(access.metadata(tp, path))
             except (OSError, SeglogError) as e:

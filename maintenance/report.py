@@ -9,6 +9,8 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from indexer.errors import SeglogError
+
 logger = logging.getLogger(__name__)
 
 
@@ -29,7 +31,9 @@ class PartitionError:
 class JobReport:
     """The outcome of one run of one job over a log directory.
 
-    ``partitions`` counts partitions the job handled, ``skipped`` names those another process owns,
+    ``checked`` counts the partitions the job looked at (every partition of the directory it may
+    see), ``partitions`` those it worked on (opened, when the daemon borrows partitions: only the
+    ones whose files show something to do), ``skipped`` names those another process owns,
     ``actions`` counts what the job did (segments rolled or deleted, logs flushed, checkpoints or
     indexes written, files removed); ``details`` holds job-specific counters; ``findings`` one
     line per thing found, with its reason (a deleted segment and the limit it breached, a damaged
@@ -37,6 +41,7 @@ class JobReport:
     """
 
     job: str
+    checked: int = 0
     partitions: int = 0
     actions: int = 0
     skipped: list[str] = field(default_factory=list)
@@ -71,11 +76,14 @@ class JobReport:
             self.fail(name, e)
 
     def fail(self, name: str, error: Exception) -> None:
-        """Record and log ``error`` for partition ``name`` (with the file it names, if any)."""
+        """Record and log ``error`` for partition ``name`` (with the file it names, if any): one line
+        for the errors seglog expects (its own, and ``OSError`` such as a read-only file system), a
+        traceback for anything else (a bug)."""
         path = getattr(error, "path", None) or getattr(error, "filename", None)
         failure = PartitionError(name, f"{type(error).__name__}: {error}", None if path is None else str(path))
         self.errors.append(failure)
-        logger.error("maintenance job %s failed on %s", self.job, failure, exc_info=error)
+        expected = isinstance(error, (SeglogError, OSError))
+        logger.error("maintenance job %s failed on %s", self.job, failure, exc_info=None if expected else error)
 
     @contextmanager
     def timed(self) -> Iterator[JobReport]:
@@ -87,10 +95,11 @@ class JobReport:
             self.duration_ms = (time.perf_counter() - start) * 1000.0
 
     def summary(self) -> str:
-        """One line: ``retention: 12 partitions, 3 actions (segments_deleted=3), 1 skipped, 0 errors, 4.2 ms``."""
+        """One line: ``retention: 12 partitions checked, 2 worked on, 3 actions (segments_deleted=3),
+        1 skipped, 0 errors, 4.2 ms``."""
         counters = ", ".join(f"{k}={v}" for k, v in sorted(self.details.items()))
         return (
-            f"{self.job}: {self.partitions} partitions, {self.actions} actions"
+            f"{self.job}: {self.checked} partitions checked, {self.partitions} worked on, {self.actions} actions"
             + (f" ({counters})" if counters else "")
             + f", {len(self.skipped)} skipped, {len(self.errors)} errors, {self.duration_ms:.1f} ms"
         )

@@ -52,6 +52,7 @@ COMMANDS: dict[str, Command] = {
         "seglog.commands.dump", "print .log/.index/.timeindex/.txnindex/.snapshot files like kafka-dump-log.sh"
     ),
     "describe": Command("seglog.commands.describe", "describe a log directory: partitions, segments, offsets"),
+    "topic": Command("seglog.commands.topic", "create, describe or grow a topic (its partition count is fixed)"),
     "run": Command("seglog.commands.run", "run the Spark streaming job that feeds the logs"),
     "maintain": Command("seglog.commands.maintain", "run the maintenance daemon (retention, flush, checkpoints)"),
     "recover": Command("seglog.commands.recover", "recover a log directory after a crash (Kafka's log loading)"),

@@ -6,10 +6,15 @@ Input: one JSON object per line, every field optional::
 
 ``key``, ``value`` and header values are text (stored as UTF-8) or, with ``--encoding base64``,
 base64 of arbitrary bytes; ``null`` (or a missing field) is a null key / null value (tombstone) /
-"now" for the timestamp. ``offset``, ``timestampType``, ``topic`` and ``partition`` are accepted and
+"now" for the timestamp (a negative timestamp is refused, as Kafka's producer does). ``offset``,
+``timestampType``, ``topic`` and ``partition`` are accepted and
 ignored, so the output of ``seglog read`` can be appended to another partition. Blank lines are
 skipped. The whole input is parsed into Arrow columns before anything is written: a bad line stops
 the command with its line number and nothing is appended.
+
+A topic that does not exist yet is created with partitions 0..P (all of them, as Kafka creates a
+topic; the count is recorded in the log directory); a partition beyond an existing topic's count is
+an error (grow the topic with ``seglog topic alter``).
 
 On success the records are appended (offsets assigned from the log end offset), the high watermark
 is advanced to the new log end offset, the log is flushed and the log directory's checkpoint
@@ -41,7 +46,7 @@ from numba import njit
 from indexer.errors import SchemaError
 from indexer.log_manager import LogManager
 from indexer.records.columns import HEADERS_TYPE
-from seglog.cli import add_log_config_arguments, add_partition_arguments, settings_from_args
+from seglog.cli import add_log_config_arguments, add_partition_arguments, log_dir_from_args, settings_from_args
 from seglog.output import ENCODINGS, Output, binary_parts
 
 logger = logging.getLogger(__name__)
@@ -79,8 +84,11 @@ def run(args: argparse.Namespace) -> int:
     source = "<stdin>" if args.input == "-" else args.input
     data = sys.stdin.buffer.read() if args.input == "-" else Path(args.input).read_bytes()
     table = parse_json_lines(data, encoding=args.encoding, source=source)
-    manager = LogManager(Path(args.log_dir), settings)
+    manager = LogManager(log_dir_from_args(args, must_exist=False), settings)
     try:
+        if manager.topic_partitions(args.topic) is None:
+            # A new topic gets every partition up to the one named (Kafka creates all of a topic's).
+            manager.create_topic(args.topic, args.partition + 1)
         log = manager.get_or_create_log(args.topic, args.partition)
         first_offset = last_offset = None
         if table.num_rows:
@@ -140,6 +148,11 @@ def parse_json_lines(data: bytes, *, encoding: str = "utf8", source: str = "<inp
     def fail(row: int, reason: str) -> SchemaError:
         return SchemaError(f"{source}: line {_line_of_row(data, row)}: {reason}")
 
+    timestamps = raw.column("timestamp").combine_chunks()
+    negative = np.flatnonzero(pc.fill_null(pc.less(timestamps, 0), False).to_numpy(zero_copy_only=False))
+    if negative.size:  # Kafka's ProducerRecord refuses them; null means "now"
+        bad = int(negative[0])
+        raise fail(bad, f"timestamp must be >= 0 (ms since the epoch) or null for now, got {timestamps[bad].as_py()}")
     key = _to_binary(raw.column("key").combine_chunks(), encoding, "key", fail)
     value = _to_binary(raw.column("value").combine_chunks(), encoding, "value", fail)
     headers = _to_headers(raw.column("headers").combine_chunks(), encoding, fail)

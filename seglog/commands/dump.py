@@ -149,32 +149,49 @@ class DumpProblems:
     out_of_order_timestamps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     shallow_offsets_not_found: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     non_consecutive_offsets: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    invalid_logs: dict[str, str] = field(default_factory=dict)  # a batch with isvalid: false, or trailing bytes
 
     def __bool__(self) -> bool:
         return any(
             (self.index_mismatches, self.timestamp_mismatches, self.out_of_order_timestamps,
-             self.shallow_offsets_not_found, self.non_consecutive_offsets)
+             self.shallow_offsets_not_found, self.non_consecutive_offsets, self.invalid_logs)
         )
 
     def summary_lines(self) -> list[str]:
-        """Kafka's stderr summary (spec 7.6); prepended lists print newest first, as Kafka's do."""
+        """Kafka's stderr summary (spec 7.6); prepended lists print newest first, as Kafka's do.
+
+        At most :data:`MAX_PROBLEM_LINES` lines per file and kind (a garbage index would otherwise
+        print one line per entry), then how many more there are; then our own line per ``.log``
+        with invalid data.
+        """
         lines: list[str] = []
         for path, pairs in self.index_mismatches.items():
             lines.append(f"Mismatches in :{path}")
-            lines += [f"  Index offset: {a}, log offset: {b}" for a, b in reversed(pairs)]
+            lines += _capped([f"  Index offset: {a}, log offset: {b}" for a, b in reversed(pairs)])
         for path, pairs in self.timestamp_mismatches.items():
             lines.append(f"Found timestamp mismatch in :{path}")
-            lines += [f"  Index timestamp: {a}, log timestamp: {b}" for a, b in pairs]
+            lines += _capped([f"  Index timestamp: {a}, log timestamp: {b}" for a, b in pairs])
         for path, pairs in self.out_of_order_timestamps.items():
             lines.append(f"Found out of order timestamp in :{path}")
-            lines += [f"  Index timestamp: {a}, Previously indexed timestamp: {b}" for a, b in pairs]
+            lines += _capped([f"  Index timestamp: {a}, Previously indexed timestamp: {b}" for a, b in pairs])
         for pairs in self.shallow_offsets_not_found.values():
             lines.append("The following indexed offsets are not found in the log.")
-            lines += [f"Indexed offset: {a}, found log offset: {b}" for a, b in pairs]
+            lines += _capped([f"Indexed offset: {a}, found log offset: {b}" for a, b in pairs])
         for path, pairs in self.non_consecutive_offsets.items():
             lines.append(f"Non-consecutive offsets in {path}")
-            lines += [f"  {a} is followed by {b}" for a, b in reversed(pairs)]
+            lines += _capped([f"  {a} is followed by {b}" for a, b in reversed(pairs)])
+        for path, what in self.invalid_logs.items():
+            lines.append(f"Invalid data in :{path}: {what}")
         return lines
+
+
+MAX_PROBLEM_LINES = 20  # per file and kind of problem in the summary
+
+
+def _capped(lines: list[str]) -> list[str]:
+    if len(lines) <= MAX_PROBLEM_LINES:
+        return lines
+    return lines[:MAX_PROBLEM_LINES] + [f"  ... and {len(lines) - MAX_PROBLEM_LINES} more ({len(lines)} in all)"]
 
 
 def run(args: argparse.Namespace) -> int:
@@ -198,6 +215,9 @@ def run(args: argparse.Namespace) -> int:
 def dump_files(files: Iterable[str], options: DumpOptions, out: TextIO, err: TextIO) -> DumpProblems:
     """Dump ``files`` to ``out`` (unknown ones noted on ``err``), then the summary on ``err``."""
     problems = DumpProblems()
+    missing = [name for name in files if not Path(name).is_file()]
+    if missing:
+        raise FileNotFoundError(f"no such file: {', '.join(missing)}")
     for name in files:
         path = Path(name)
         out.write(f"Dumping {name}\n")
@@ -265,6 +285,10 @@ def dump_log(path: Path, options: DumpOptions, out: TextIO, problems: DumpProble
         trailing = end - valid_bytes
         if trailing > 0 and options.max_bytes == INT32_MAX:
             out.write(f"Found {trailing} invalid bytes at the end of {path.name}\n")
+            problems.invalid_logs[str(path.absolute())] = f"{trailing} invalid bytes at the end"
+        crc_error = records.scan(0, valid_bytes, verify_crc=True).error  # one compiled pass over every CRC
+        if crc_error is not None:
+            problems.invalid_logs[str(path.absolute())] = str(crc_error)
     finally:
         records.close_handlers()
 

@@ -5,7 +5,13 @@ Runs the retention, roll and index jobs on the periods of the ``[maintenance]`` 
 Ctrl-C, then lets the running jobs finish and exits 0. Partitions a live writer holds are only
 checked read-only; the writer runs its own maintenance in-process. ``--once JOB`` runs one job
 (any of them, including flush and the checkpoint jobs) and exits: 0 when it ran cleanly, 1 when a
-partition failed. See docs/maintenance.md.
+partition failed (one line per partition on stderr, e.g. on a read-only file system). ``--config``
+takes the ``[maintenance]`` keys as well as the topic keys. See docs/maintenance.md.
+
+examples:
+  seglog maintain --log-dir data/logs
+  seglog maintain --log-dir data/logs --config log.retention.check.interval.ms=60000
+  seglog maintain --log-dir data/logs --once retention --config retention.ms=3600000
 """
 
 from __future__ import annotations
@@ -13,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from pathlib import Path
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,34 +26,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     from maintenance.jobs import JOBS
     from seglog.cli import add_log_config_arguments
 
-    parser.add_argument("--log-dir", required=True, type=Path, metavar="DIR", help="the log directory to maintain")
+    parser.add_argument("--log-dir", required=True, metavar="DIR", help="the log directory to maintain")
     parser.add_argument(
         "--once", metavar="JOB", choices=sorted(JOBS),
         help=f"run one job and exit instead of running the daemon ({', '.join(JOBS)})",
     )
     parser.add_argument("--json", action="store_true", help="with --once: print the job report as JSON")
-    add_log_config_arguments(parser)
+    add_log_config_arguments(parser, sections=("maintenance",))
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the daemon, or one job with ``--once``; 1 if that job failed or hit a partition error."""
     from maintenance.daemon import run_daemon, run_once
-    from seglog.cli import settings_from_args
+    from maintenance.settings import MaintenanceSettings
+    from seglog.cli import log_dir_from_args, settings_from_args
 
+    log_dir = log_dir_from_args(args)
     settings = settings_from_args(args)
-    if not args.log_dir.is_dir():
-        print(f"seglog: log directory {args.log_dir} does not exist", file=sys.stderr)
-        return 1
+    MaintenanceSettings.from_settings(settings)  # a bad [maintenance] value fails now, in one line
     if args.once is None:
-        return run_daemon(args.log_dir, settings)
-    report = run_once(args.log_dir, settings, args.once)
+        return run_daemon(log_dir, settings)
+    report = run_once(log_dir, settings, args.once)
     if report is None:
         print(f"seglog: maintenance job {args.once} failed (see the log)", file=sys.stderr)
         return 1
     if getattr(args, "json", False):
         print(json.dumps(report.to_json(), indent=2))
     else:
-        print(report.summary())
-        for error in report.errors:
-            print(f"  error: {error}", file=sys.stderr)
+        print(report.summary())  # each partition error was logged as one line on stderr
     return 1 if report.errors else 0

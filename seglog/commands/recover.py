@@ -7,10 +7,13 @@ default strategy, ``salvage``, keeps every intact batch before and after the dam
 offset gap; ``truncate`` is Kafka's own answer (cut at the first damage, delete later segments).
 Either way every removed byte is kept in a quarantine file beside its segment (``seglog
 quarantine``). Partitions a live writer holds are skipped. Prints a per-partition report naming
-the offsets lost and whether they were committed.
+the offsets lost and whether they were committed. ``--dry-run`` writes nothing at all (no lock
+file either: it only tests whether a writer holds the lock), so it also works on a read-only file
+system.
 
-Exit status: 0 when all is well, 1 when a partition failed, 3 when committed data was lost
-(offsets below a partition's recovery point, high watermark or sink commit are gone) and not
+Exit status: 0 when all is well, 1 when a partition failed (one line per partition on stderr, e.g.
+on a read-only file system) or was skipped because a writer holds it, 3 when committed data was
+lost (offsets below a partition's recovery point, high watermark or sink commit are gone) and not
 accepted with ``--accept-data-loss``.
 """
 
@@ -18,7 +21,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 
@@ -26,8 +28,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog recover``."""
     from seglog.cli import add_log_config_arguments
 
-    parser.add_argument("--log-dir", required=True, type=Path, metavar="DIR", help="the log directory to recover")
-    parser.add_argument("--dry-run", action="store_true", help="report what recovery would do; change nothing")
+    parser.add_argument("--log-dir", required=True, metavar="DIR", help="the log directory to recover")
+    parser.add_argument(
+        "--dry-run", action="store_true", help="report what recovery would do; write nothing (not even lock files)"
+    )
     parser.add_argument(
         "--from-recovery-point", action="store_true",
         help="validate only from each partition's checkpointed recovery point on, as a broker's startup does "
@@ -96,15 +100,14 @@ def _text(doc: dict[str, Any]) -> Iterator[str]:
 def run(args: argparse.Namespace) -> int:
     """Recover (or check) the directory, print the report, return the exit status."""
     from maintenance.recovery import recover_log_dir
-    from seglog.cli import settings_from_args
+    from seglog.cli import log_dir_from_args, settings_from_args
     from seglog.output import Output
 
-    if not args.log_dir.is_dir():
-        raise FileNotFoundError(2, "log directory does not exist", str(args.log_dir))
+    log_dir = log_dir_from_args(args)
     if args.strategy is not None:
         args.config = [*args.config, f"recovery.strategy={args.strategy}"]
     outcome = recover_log_dir(
-        args.log_dir, settings_from_args(args), dry_run=args.dry_run,
+        log_dir, settings_from_args(args), dry_run=args.dry_run,
         from_recovery_point=args.from_recovery_point, accept_data_loss=args.accept_data_loss,
         progress=None if not args.no_progress else False,
     )

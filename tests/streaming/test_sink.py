@@ -197,8 +197,9 @@ def test_the_partition_count_is_fixed_when_the_topic_is_created(tmp_path: Path) 
     with _sink(tmp_path, num_partitions=None) as sink:  # the recorded count, not a guess
         sink.write_batch(pa.table({"value": [b"v"], "partition": [3]}), 1, query_id="q")
     for other in (2, 8):
-        with _sink(tmp_path, num_partitions=other) as sink, pytest.raises(InvalidPartitionsError, match="has 4 partitions"):
-            sink.write_batch(_batch(0, 1), 2, query_id="q")
+        with _sink(tmp_path, num_partitions=other) as sink:
+            with pytest.raises(InvalidPartitionsError, match="has 4 partitions"):
+                sink.write_batch(_batch(0, 1), 2, query_id="q")
 
 
 def test_empty_batches_commit_and_a_closed_sink_refuses(tmp_path: Path) -> None:
