@@ -22,6 +22,7 @@ every committed batch (a batch the sink committed but Spark did not is skipped o
 from __future__ import annotations
 
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from indexer.config import Settings
 from indexer.errors import ConfigError, SeglogError
 from indexer.file_names import is_log_file, partition_dir_name
-from indexer.log_manager import LogManager
+from indexer.log_manager import LogManager, check_log_dir
 from streaming import sources
 from streaming.session import build_spark_session
 from streaming.sink import SegmentLogSink
@@ -61,6 +62,37 @@ _KEYS: dict[str, str] = {
     "kafka.subscribe": "kafka_subscribe",
     "starting.offsets": "starting_offsets",
 }
+
+
+_INTERVAL_UNITS_MS = {
+    "week": 604_800_000.0, "day": 86_400_000.0, "hour": 3_600_000.0, "minute": 60_000.0, "second": 1000.0,
+    "millisecond": 1.0, "microsecond": 0.001,
+}
+_INTERVAL_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(" + "|".join(_INTERVAL_UNITS_MS) + r")s?\b", re.IGNORECASE)
+
+
+def trigger_interval_ms(text: str) -> float:
+    """The length of a Spark processing-time trigger interval (``"2 seconds"``, ``"1 minute 30 seconds"``,
+    ``"interval 500 milliseconds"``) in ms, checked before Spark starts (Spark's own check comes
+    only after the JVM has started, as a Java stack).
+
+    Raises:
+        ConfigError: not an interval Spark's ``Trigger.ProcessingTime`` takes.
+    """
+    rest = re.sub(r"^\s*interval\b", "", text, flags=re.IGNORECASE)
+    total, matched = 0.0, False
+    while rest.strip():
+        m = _INTERVAL_PART.match(rest)
+        if m is None:
+            raise ConfigError(
+                f"trigger interval {text!r} is not an interval such as '2 seconds', '500 milliseconds' or "
+                f"'1 minute 30 seconds' (units: {', '.join(_INTERVAL_UNITS_MS)})"
+            )
+        total += float(m.group(1)) * _INTERVAL_UNITS_MS[m.group(2).lower()]
+        rest, matched = rest[m.end():], True
+    if not matched:
+        raise ConfigError(f"trigger interval {text!r} is empty; e.g. '2 seconds'")
+    return total
 
 
 def streaming_keys() -> dict[str, str]:
@@ -100,6 +132,22 @@ class JobSpec:
             raise ConfigError(f"the {self.source} source needs input.path (--input)")
         if self.source == "kafka" and not (self.kafka_bootstrap_servers and self.kafka_subscribe):
             raise ConfigError("the kafka source needs kafka.bootstrap.servers and kafka.subscribe")
+        if not self.available_now:
+            trigger_interval_ms(self.trigger_interval)
+
+    def check_paths(self) -> None:
+        """Check what can be checked before Spark starts: the input of the files/delta sources
+        exists (local paths; a URL such as ``s3a://`` is left to Spark) and the log directory is
+        not a partition directory.
+
+        Raises:
+            ConfigError: the input path does not exist.
+            NotALogDirectoryError: ``log_dir`` is a partition directory or a file.
+        """
+        check_log_dir(self.log_dir, must_exist=False)
+        if self.source in ("files", "delta") and self.input_path and "://" not in self.input_path:
+            if not Path(self.input_path).exists():
+                raise ConfigError(f"the {self.source} source's input.path (--input) {self.input_path} does not exist")
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> JobSpec:
@@ -162,7 +210,9 @@ MaintenanceStarter = Callable[[LogManager, Settings], Stoppable]
 
 
 class _Progress:
-    """Logs one progress line per interval: rows/s, committed offsets, segments per partition."""
+    """Logs one progress line per interval: rows the sink wrote (in all, and per second since the last
+    line), the rate Spark reports for its last micro-batch (``processedRowsPerSecond``), the
+    committed end offsets and the segments of each partition."""
 
     def __init__(self, sink: SegmentLogSink, spec: JobSpec) -> None:
         self.sink = sink
@@ -173,7 +223,8 @@ class _Progress:
     def report(self, query: Any) -> None:
         now = time.monotonic()
         rows = self.sink.rows_written
-        rate = (rows - self.last_rows) / max(now - self.last_time, 1e-9)
+        elapsed = now - self.last_time
+        rate = (rows - self.last_rows) / max(elapsed, 1e-9)
         self.last_time, self.last_rows = now, rows
         committed = self.sink.committed()
         offsets = " ".join(f"{t}-{p}@{o}" for (t, p), o in sorted(committed.end_offsets.items())) or "none"
@@ -181,8 +232,10 @@ class _Progress:
         progress = query.lastProgress or {}
         spark_rate = progress.get("processedRowsPerSecond")
         logger.info(
-            "batch %d: %.0f rows/s written (Spark %s rows/s), %d rows in total; committed %s; segments %s",
-            committed.batch_id, rate, "-" if spark_rate is None else f"{spark_rate:.0f}", rows, offsets, segments,
+            "batch %d: %d rows written in all, %.0f rows/s over the last %.0f s; Spark's last micro-batch: %s "
+            "rows/s processed; committed end offsets %s; segments per partition %s",
+            committed.batch_id, rows, rate, elapsed, "-" if spark_rate is None else f"{spark_rate:.0f}", offsets,
+            segments,
         )
 
     def _segments(self, topic: str, partition: int) -> int:
@@ -205,6 +258,8 @@ def run_job(
     """Run the streaming query until ``stop`` is set, ``duration_s`` passes or the query ends.
 
     ``maintenance`` starts the in-process maintenance scheduler on the job's ``LogManager`` (None: none).
+    ``duration_s`` counts from this call (Spark's start-up included); at the deadline no new
+    micro-batch is started and the running one is allowed to finish.
 
     Raises:
         SeglogError: the sink rejected a batch (bad input) or failed to write; the original error.
@@ -212,13 +267,19 @@ def run_job(
     """
     stop = stop or threading.Event()
     started = time.monotonic()
-    spark = spark or build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
-    spec.log_dir.mkdir(parents=True, exist_ok=True)
+    deadline = None if duration_s is None else started + duration_s
+    spec.check_paths()
     log_manager = LogManager(spec.log_dir, settings)
     scheduler = None
     sink = None
     query = None
     try:
+        # Before Spark starts (it takes seconds): the topic's partition count, and every partition's
+        # writer lock (another `seglog run` on the same log directory fails here, in one line).
+        count = log_manager.create_topic(spec.topic, spec.num_partitions, exist_ok=True)
+        for partition in range(count):
+            log_manager.get_or_create_log(spec.topic, partition)
+        spark = spark or build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
         scheduler = maintenance(log_manager, settings) if maintenance is not None else None
         sink = SegmentLogSink(spec.log_dir, topic=spec.topic, num_partitions=spec.num_partitions, settings=settings,
                               checkpoint_location=spec.checkpoint_location, log_manager=log_manager)
@@ -229,8 +290,8 @@ def run_job(
         query = writer.start()
         logger.info("query %s (run %s) started: %s source -> %s in %s, checkpoint %s", query.id, query.runId,
                     spec.source, spec.topic, spec.log_dir, spec.checkpoint_location)
-        # The duration counts from the query's start, not from the JVM's.
-        _wait(query, sink, spec, stop, None if duration_s is None else time.monotonic() + duration_s)
+        # The duration counts from the command's start: Spark's start-up is part of it.
+        _wait(query, sink, spec, stop, deadline)
     finally:
         if query is not None and query.isActive:
             _stop_between_batches(query)

@@ -3,8 +3,12 @@
 Defaults come from the [streaming] section of conf/seglog.toml: a local Spark, Spark's rate
 source shaped into keyed JSON events, topic "events" with 4 partitions in data/logs, checkpoint
 data/checkpoints/events, a micro-batch every 2 seconds; the maintenance scheduler runs in-process.
-A progress line (rows/s, committed offsets per partition, segments) is logged every
---progress-interval seconds. Ctrl-C or SIGTERM stops cleanly (query stopped, logs flushed and
+A progress line is logged every --progress-interval seconds: the rows written in all and per
+second since the previous line (what the sink wrote), Spark's processedRowsPerSecond of its last
+micro-batch, the committed end offset and the segment count of each partition. --duration counts
+from the command's start (Spark's start-up included); at the deadline no new micro-batch starts.
+Options, paths, the topic's partition count and the partitions' writer locks are checked before
+Spark starts: a mistake is one line, exit 1. Ctrl-C or SIGTERM stops cleanly (query stopped, logs flushed and
 closed, checkpoints written); a second Ctrl-C aborts. Restarting with the same checkpoint resumes
 exactly where the last committed micro-batch ended.
 
@@ -55,12 +59,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("run")
     run.add_argument("--trigger", metavar="INTERVAL", help="micro-batch interval, e.g. '2 seconds' [trigger.interval]")
     run.add_argument("--available-now", action="store_true", help="process what the source has now, then stop")
-    run.add_argument("--duration", type=float, metavar="SECONDS", help="stop cleanly after this many seconds")
+    run.add_argument("--duration", type=float, metavar="SECONDS",
+                     help="stop cleanly this many seconds after the command started")
     run.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
     run.add_argument("--progress-interval", type=float, default=10.0, metavar="SECONDS",
                      help="seconds between progress lines (default: 10)")
     run.add_argument("--no-maintenance", action="store_true", help="do not run the maintenance scheduler in-process")
-    add_log_config_arguments(parser)
+    add_log_config_arguments(parser, sections=("streaming", "maintenance"))
 
 
 @contextmanager
@@ -84,9 +89,11 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
 def run(args: argparse.Namespace) -> int:
     """Run the job; 0 after a clean stop."""
     from maintenance.scheduler import start_maintenance
+    from maintenance.settings import MaintenanceSettings
     from streaming.job import JobSpec, run_job
 
     settings = settings_from_args(args)
+    MaintenanceSettings.from_settings(settings)  # a bad [maintenance] value fails now, not after Spark's start
     spec = JobSpec.from_settings(
         settings,
         log_dir=args.log_dir, checkpoint_location=args.checkpoint_location, topic=args.topic,
