@@ -218,12 +218,25 @@ def positive_int(text: str) -> int:
     return value
 
 
+class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
+    """Writes to whatever ``sys.stderr`` is when a record is logged (``main`` may run several times in
+    one process, e.g. under tests that capture stderr)."""
+
+    @property
+    def stream(self) -> Any:
+        return sys.stderr
+
+    @stream.setter
+    def stream(self, _value: Any) -> None:
+        pass
+
+
 def configure_logging(verbosity: int) -> None:
     """WARNING by default, INFO with ``-v``, DEBUG with ``-vv``; messages go to stderr."""
     level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     root = logging.getLogger()
     if not any(getattr(h, "_seglog", False) for h in root.handlers):
-        handler = logging.StreamHandler(sys.stderr)
+        handler = _StderrHandler()
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
         handler._seglog = True  # type: ignore[attr-defined]
         root.addHandler(handler)

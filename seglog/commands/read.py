@@ -141,7 +141,7 @@ def open_partition(manager: LogManager, topic: str, partition: int) -> Log:
     topics = manager.topics()
     count = topics.get(topic)
     if count is None:
-        known = ", ".join(f"{t} ({n} partitions)" for t, n in sorted(topics.items())) or "none"
+        known = ", ".join(f"{t} ({n} partition{'s' if n > 1 else ''})" for t, n in sorted(topics.items())) or "none"
         raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist in {manager.log_dir}; its topics: {known}")
     raise UnknownTopicOrPartitionError(
         f"partition {partition} of topic {topic!r} does not exist in {manager.log_dir}; "

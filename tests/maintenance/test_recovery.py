@@ -190,7 +190,7 @@ def test_partitions_of_a_live_writer_are_skipped(log_dir: Path, live_writer: obj
     outcome = recover_log_dir(log_dir, settings_for(small_config()), progress=False)
     [row] = outcome.partitions
     assert row.status == "skipped" and "locked by pid" in row.message
-    assert not outcome.marked_clean and outcome.exit_status() == 0
+    assert not outcome.marked_clean and outcome.exit_status() == 1  # not recovered: the user must know
 
 
 def test_recovers_real_broker_directories(vectors_dir: Path, tmp_path: Path) -> None:

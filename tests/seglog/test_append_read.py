@@ -260,7 +260,7 @@ def test_read_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert main(["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--from-offset", "5"]) == 1
     assert capsys.readouterr().err.startswith("seglog: OffsetOutOfRangeError: offset 5 is outside t-0")
     assert main(["read", "--log-dir", str(log_dir), "--topic", "u", "--partition", "0", "--from-offset", "0"]) == 1
-    assert "partition u-0 does not exist" in capsys.readouterr().err
+    assert "UnknownTopicOrPartitionError: topic 'u' does not exist" in capsys.readouterr().err
 
 
 def test_bad_input_appends_nothing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -89,6 +89,7 @@ def test_our_own_log_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     source = tmp_path / "in.jsonl"
     source.write_text("".join(f'{{"value": "v{i}", "timestamp": {1_700_000_000_000 + i}}}\n' for i in range(50)))
     log_dir = tmp_path / "logs"
+    assert main(["topic", "create", "--log-dir", str(log_dir), "--topic", "events", "--partitions", "2"]) == 0
     for partition in (0, 1):
         assert main(["append", "--log-dir", str(log_dir), "--topic", "events", "--partition", str(partition),
                      "--config", "segment.bytes=300", "--config", "max.message.bytes=120", str(source)]) == 0
@@ -120,7 +121,7 @@ def test_a_damaged_segment_is_reported_not_fatal(tmp_path: Path, capsys: pytest.
 
 def test_missing_log_dir_is_one_error_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["describe", "--log-dir", str(tmp_path / "nope")]) == 1
-    assert capsys.readouterr().err.startswith("seglog: FileNotFoundError: log directory ")
+    assert capsys.readouterr().err.startswith("seglog: LogDirectoryNotFoundError: log directory ")
 
 
 def test_unreadable_partition_is_listed_with_its_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -248,7 +248,8 @@ def test_non_consecutive_offsets_and_trailing_bytes(tmp_path: Path) -> None:
     log.write_bytes(first + second + b"\x00" * 7)
     out, err, problems = _dump([log], deep_iteration=True)
     assert out.splitlines()[-1] == "Found 7 invalid bytes at the end of 00000000000000000000.log"
-    assert err.splitlines() == [f"Non-consecutive offsets in {log.absolute()}", "  2 is followed by 10"]
+    assert err.splitlines() == [f"Non-consecutive offsets in {log.absolute()}", "  2 is followed by 10",
+                                f"Invalid data in :{log.absolute()}: 7 invalid bytes at the end"]
     assert problems.non_consecutive_offsets == {str(log.absolute()): [(2, 10)]}
     out, _, _ = _dump([log], max_bytes=len(first))
     assert len([line for line in out.splitlines() if line.startswith("baseOffset")]) == 1

@@ -1,0 +1,407 @@
+"""User mistakes, dry runs, read-only places and damage, met through the command line as a user meets
+them (issue 10 items 4, 6, 7, 8 and its list of user mistakes): one line ``seglog: <Error>: ...``,
+exit 1, no traceback, nothing written, nothing hidden."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from indexer.config import Settings
+from indexer.errors import InvalidPartitionsError, TopicExistsError
+from indexer.file_names import PARTITION_LOCK_FILE, TOPICS_FILE
+from indexer.lock import FileLock
+from indexer.log_manager import LogManager
+from seglog.cli import main
+
+REPO = Path(__file__).resolve().parents[2]
+TS = 1_700_000_000_000
+
+
+def _records(n: int, start: int = 0) -> str:
+    return "".join(
+        json.dumps({"key": f"k{i}", "value": f"value-{i}" * 20, "timestamp": TS + i}) + "\n"
+        for i in range(start, start + n)
+    )
+
+
+def _append(tmp_path: Path, log_dir: Path, text: str, partition: int = 0, *extra: str) -> int:
+    source = tmp_path / "in.jsonl"
+    source.write_text(text)
+    return main(["append", "--log-dir", str(log_dir), "--topic", "events", "--partition", str(partition),
+                 *extra, str(source)])
+
+
+@pytest.fixture
+def log_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Path:
+    """A 2-partition topic of 3 batches of 1000 records each, made by `seglog topic create` and `append`."""
+    logs = tmp_path / "logs"
+    assert main(["topic", "create", "--log-dir", str(logs), "--topic", "events", "--partitions", "2"]) == 0
+    for partition in (0, 1):
+        for batch in range(3):
+            assert _append(tmp_path, logs, _records(1000, batch * 1000), partition) == 0
+    capsys.readouterr()
+    return logs
+
+
+def _snapshot(root: Path) -> dict[str, tuple[int, int, str]]:
+    """Every entry under ``root``: size, mtime and content digest (a dry run must change none)."""
+    out = {}
+    for path in sorted(root.rglob("*")):
+        st = path.stat()
+        digest = hashlib.blake2b(path.read_bytes()).hexdigest() if path.is_file() else "dir"
+        out[str(path.relative_to(root))] = (st.st_size, st.st_mtime_ns, digest)
+    return out
+
+
+def _one_error_line(err: str, error_type: str) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("seglog: ")]
+    assert len(lines) == 1, err
+    assert lines[0].startswith(f"seglog: {error_type}: "), err
+    assert "Traceback" not in err and "looks like a bug" not in err, err
+    return lines[0]
+
+
+def _cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """``seglog ARGS`` in a subprocess, with this worktree first on the path."""
+    full_env = {k: v for k, v in os.environ.items() if k != "SEGLOG_CONF"}
+    full_env.update({"PYTHONPATH": str(REPO), **(env or {})})
+    code = "import sys; from seglog.cli import main; sys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=full_env, capture_output=True,
+                          text=True, timeout=120)
+
+
+# --- item 4: a topic's partition count is fixed at creation ------------------------------------
+
+
+def test_topic_create_makes_every_partition_and_records_the_count(tmp_path: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    logs = tmp_path / "logs"
+    assert main(["topic", "create", "--log-dir", str(logs), "--topic", "events", "--partitions", "4"]) == 0
+    assert sorted(p.name for p in logs.glob("events-*")) == [f"events-{i}" for i in range(4)]
+    assert json.loads((logs / TOPICS_FILE).read_text())["topics"] == {"events": {"partitions": 4}}
+    capsys.readouterr()
+    assert main(["topic", "describe", "--log-dir", str(logs), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["topics"] == [{"topic": "events", "partitions": 4}]
+
+    assert main(["topic", "create", "--log-dir", str(logs), "--topic", "events", "--partitions", "4"]) == 1
+    _one_error_line(capsys.readouterr().err, "TopicExistsError")
+    assert main(["topic", "alter", "--log-dir", str(logs), "--topic", "events", "--partitions", "3"]) == 1
+    assert "never lose" in _one_error_line(capsys.readouterr().err, "InvalidPartitionsError")
+    assert main(["topic", "alter", "--log-dir", str(logs), "--topic", "events", "--partitions", "6"]) == 0
+    assert sorted(p.name for p in logs.glob("events-*")) == [f"events-{i}" for i in range(6)]
+
+
+def test_append_beyond_the_topic_is_refused_and_writes_nothing(log_dir: Path, tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    before = _snapshot(log_dir)
+    assert _append(tmp_path, log_dir, _records(3), 2) == 1
+    line = _one_error_line(capsys.readouterr().err, "UnknownTopicOrPartitionError")
+    assert "has 2 partitions" in line and "seglog topic alter" in line
+    after = _snapshot(log_dir)
+    marker = ".kafka_cleanshutdown"  # the writer's open and close rewrote the marker: same bytes, new mtime
+    assert after.pop(marker)[2] == before.pop(marker)[2] and after == before
+
+
+def test_a_new_topic_from_append_gets_all_its_partitions(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    assert _append(tmp_path, logs, _records(3), 2) == 0
+    assert sorted(p.name for p in logs.glob("events-*")) == ["events-0", "events-1", "events-2"]
+
+
+def test_an_old_directory_gets_its_count_inferred_once_and_recorded(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    with LogManager(logs, Settings()) as manager:  # partition directories only, as before the record existed
+        manager.get_or_create_log("t", 0)
+        manager.get_or_create_log("t", 2)
+    assert not (logs / TOPICS_FILE).exists()
+    with LogManager(logs, Settings(), read_only=True) as reader:
+        assert reader.topic_partitions("t") == 3  # inferred, not written by a reader
+    assert not (logs / TOPICS_FILE).exists()
+    with LogManager(logs, Settings()) as manager:
+        assert manager.topic_partitions("t") == 3
+        assert manager.create_topic("t", None, exist_ok=True) == 3
+        with pytest.raises(InvalidPartitionsError, match="has 3 partitions"):
+            manager.create_topic("t", 4, exist_ok=True)
+        with pytest.raises(TopicExistsError):
+            manager.create_topic("t", 3)
+    assert json.loads((logs / TOPICS_FILE).read_text())["topics"] == {"t": {"partitions": 3}}
+    assert (logs / "t-1").is_dir()  # the missing partition was created
+
+
+# --- item 6: dry runs write nothing; read-only places fail in one line per partition ---------------
+
+
+def test_recover_dry_run_writes_nothing_not_even_lock_files(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    for lock in log_dir.glob(f"*/{PARTITION_LOCK_FILE}"):
+        lock.unlink()  # as in a copied or broker-written directory
+    data = log_dir / "events-0" / "00000000000000000000.log"
+    with open(data, "r+b") as f:  # damage the second batch: the dry run has something to report
+        f.seek(data.stat().st_size // 2)
+        f.write(b"\xff" * 16)
+    before = _snapshot(log_dir)
+    assert main(["recover", "--log-dir", str(log_dir), "--dry-run", "--no-progress"]) == 3
+    assert "COMMITTED DATA LOST" in capsys.readouterr().out
+    assert _snapshot(log_dir) == before
+
+
+def test_recover_dry_run_of_a_clean_directory_logs_no_error(log_dir: Path) -> None:
+    result = _cli("recover", "--log-dir", str(log_dir), "--dry-run", "--no-progress")
+    assert result.returncode == 0, result.stderr
+    assert "ERROR" not in result.stderr and "no committed data would be lost" in result.stdout
+
+
+@pytest.fixture
+def read_only(log_dir: Path, tmp_path: Path) -> Iterator[Path]:
+    """``log_dir`` seen through a read-only bind mount (root ignores file permissions, so a
+    ``chmod`` would not make anything read-only)."""
+    mount_point = tmp_path / "ro"
+    mount_point.mkdir()
+    done = subprocess.run(["mount", "--bind", "-o", "ro", str(log_dir), str(mount_point)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"read-only bind mounts are not permitted here: {done.stderr.decode().strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)
+
+
+@pytest.mark.parametrize(
+    "command, code",
+    [
+        (("recover", "--no-progress"), 1),
+        (("maintain", "--once", "retention", "--config", "retention.ms=1"), 1),
+    ],
+)
+def test_read_only_file_system_one_line_per_partition(read_only: Path, command: tuple[str, ...], code: int) -> None:
+    before = _snapshot(read_only)
+    result = _cli(command[0], "--log-dir", str(read_only), *command[1:])
+    assert result.returncode == code, result.stderr
+    assert "Traceback" not in result.stderr
+    for partition in ("events-0", "events-1"):
+        lines = [line for line in result.stderr.splitlines() if f"{partition}:" in line or f"{partition} " in line]
+        assert len(lines) == 1 and "Read-only file system" in lines[0], result.stderr
+    assert _snapshot(read_only) == before
+
+
+def test_read_only_file_system_dry_run_and_readers_work(read_only: Path) -> None:
+    result = _cli("recover", "--log-dir", str(read_only), "--dry-run", "--no-progress")
+    assert result.returncode == 0 and not result.stderr.strip(), result.stderr
+    assert _cli("describe", "--log-dir", str(read_only), "--verify").returncode == 0
+    read = _cli("read", "--log-dir", str(read_only), "--topic", "events", "--partition", "1", "--from-beginning")
+    assert read.returncode == 0 and len(read.stdout.splitlines()) == 3000
+
+
+# --- item 7: a partition directory given as --log-dir ---------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ("recover",), ("recover", "--dry-run"), ("describe",), ("maintain", "--once", "retention"),
+        ("read", "--topic", "events", "--partition", "0", "--from-beginning"),
+        ("append", "--topic", "events", "--partition", "0"),
+        ("topic", "describe"),
+    ],
+)
+def test_a_partition_directory_is_not_a_log_directory(log_dir: Path, command: tuple[str, ...],
+                                                      capsys: pytest.CaptureFixture[str],
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    partition_dir = log_dir / "events-0"
+    before = _snapshot(log_dir)
+    name, *rest = command
+    argv = ["topic", "describe", "--log-dir", str(partition_dir)] if name == "topic" else \
+        [name, "--log-dir", str(partition_dir), *rest]
+    monkeypatch.setattr(sys, "stdin", open(os.devnull))  # append reads stdin: nothing
+    assert main(argv) == 1
+    line = _one_error_line(capsys.readouterr().err, "NotALogDirectoryError")
+    assert f"--log-dir {log_dir.absolute()}" in line and "partition 0 of topic 'events'" in line
+    assert _snapshot(log_dir) == before
+
+
+# --- item 8: read streams what is good, then fails at the first record it cannot show -------------
+
+
+def test_read_prints_the_records_before_a_damaged_batch(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    data = log_dir / "events-0" / "00000000000000000000.log"
+    size = data.stat().st_size
+    with open(data, "r+b") as f:  # inside the second of three equal batches (offsets 1000..1999)
+        f.seek(size // 2)
+        f.write(b"\xff" * 16)
+    assert main(["read", "--log-dir", str(log_dir), "--topic", "events", "--partition", "0",
+                 "--from-beginning"]) == 1
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["offset"] for line in out.splitlines()] == list(range(1000))
+    line = _one_error_line(err, "CorruptRecordError")
+    assert "cannot read offset 1000 of events-0" in line and str(data) in line
+    position = int(line.split("at position ")[1].split()[0])  # where the damaged batch starts
+    assert 0 < position < size // 2
+
+    assert main(["describe", "--log-dir", str(log_dir), "--verify", "--json"]) == 1
+    segment = json.loads(capsys.readouterr().out)["partitions"][0]["segments"][0]
+    assert segment["last_offset"] == 999 and segment["invalid_bytes"] == size - position
+    assert main(["describe", "--log-dir", str(log_dir)]) == 0  # headers only: the CRC is not checked
+    assert "invalid from position" not in capsys.readouterr().out
+
+
+def test_read_prints_the_records_before_one_that_is_not_utf8(tmp_path: Path,
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    import base64
+
+    logs = tmp_path / "logs"
+    rows = [{"key": base64.b64encode(b"\xff\xfe" if i == 7 else f"k{i}".encode()).decode(),
+             "value": base64.b64encode(b"v").decode()} for i in range(10)]
+    assert _append(tmp_path, logs, "".join(json.dumps(r) + "\n" for r in rows), 0, "--encoding", "base64") == 0
+    capsys.readouterr()
+    assert main(["read", "--log-dir", str(logs), "--topic", "events", "--partition", "0", "--from-beginning"]) == 1
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["key"] for line in out.splitlines()] == [f"k{i}" for i in range(7)]
+    line = _one_error_line(err, "SchemaError")
+    assert "the key of the record at offset 7" in line and "00000000000000000000.log" in line
+
+
+@pytest.mark.parametrize(
+    "log_dir_arg, topic, partition, error, fragment",
+    [
+        ("missing", "events", "0", "LogDirectoryNotFoundError", "does not exist"),
+        (".", "nope", "0", "UnknownTopicOrPartitionError", "topic 'nope' does not exist"),
+        (".", "events", "5", "UnknownTopicOrPartitionError", "partition 5 of topic 'events' does not exist"),
+    ],
+)
+def test_read_names_what_does_not_exist(log_dir: Path, capsys: pytest.CaptureFixture[str], log_dir_arg: str,
+                                        topic: str, partition: str, error: str, fragment: str) -> None:
+    where = log_dir / "missing" if log_dir_arg == "missing" else log_dir
+    assert main(["read", "--log-dir", str(where), "--topic", topic, "--partition", partition,
+                 "--from-beginning"]) == 1
+    assert fragment in _one_error_line(capsys.readouterr().err, error)
+
+
+# --- the list of user mistakes -----------------------------------------------------------------
+
+
+def test_append_refuses_negative_timestamps(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    logs = tmp_path / "logs"
+    assert _append(tmp_path, logs, '{"value": "a"}\n{"value": "b", "timestamp": -1}\n') == 1
+    assert "line 2: timestamp must be >= 0" in _one_error_line(capsys.readouterr().err, "SchemaError")
+    assert not logs.exists()
+
+
+def test_dump_exit_status_and_bounded_output(log_dir: Path, tmp_path: Path,
+                                             capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["dump", str(tmp_path / "nope.log")]) == 1
+    assert "no such file" in _one_error_line(capsys.readouterr().err, "FileNotFoundError")
+    data = log_dir / "events-0" / "00000000000000000000.log"
+    assert main(["dump", str(data)]) == 0
+    capsys.readouterr()
+
+    torn = tmp_path / "torn" / data.name
+    torn.parent.mkdir()
+    torn.write_bytes(data.read_bytes()[:-100])
+    assert main(["dump", str(torn)]) == 1
+    out, err = capsys.readouterr()
+    assert "invalid bytes at the end" in out and "Invalid data in" in err
+
+    damaged = tmp_path / "damaged" / data.name
+    damaged.parent.mkdir()
+    raw = bytearray(data.read_bytes())
+    raw[len(raw) // 2: len(raw) // 2 + 16] = b"\xff" * 16
+    damaged.write_bytes(bytes(raw))
+    assert main(["dump", str(damaged)]) == 1
+    assert "isvalid: false" in capsys.readouterr().out
+
+    index = damaged.with_suffix(".index")
+    index.write_bytes(os.urandom(16000))  # garbage: 2000 entries
+    assert main(["dump", str(index)]) == 1
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) < 30 and "more (" in err
+
+
+def test_recover_exits_1_when_a_writer_holds_a_partition(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    lock = FileLock(log_dir / "events-1" / PARTITION_LOCK_FILE)
+    lock.acquire()
+    try:
+        assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == 1
+        assert main(["recover", "--log-dir", str(log_dir), "--no-progress", "--dry-run"]) == 1
+    finally:
+        lock.release()
+    out = capsys.readouterr().out
+    assert out.count("skipped") >= 2
+
+
+def test_maintain_counts_every_partition_and_takes_maintenance_keys(log_dir: Path,
+                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["maintain", "--log-dir", str(log_dir), "--once", "retention",
+                 "--config", "log.retention.check.interval.ms=1000", "--config", "retention.ms=-1"]) == 0
+    assert capsys.readouterr().out.startswith("retention: 2 partitions checked, 0 worked on")
+    assert main(["maintain", "--log-dir", str(log_dir), "--once", "retention", "--config", "bogus.key=1"]) == 1
+    line = _one_error_line(capsys.readouterr().err, "ConfigError")
+    assert "log.retention.check.interval.ms" in line and "retention.ms" in line
+    # A command that does not use [maintenance] keys does not take them.
+    assert main(["describe", "--log-dir", str(log_dir), "--config", "log.retention.check.interval.ms=1"]) == 1
+    _one_error_line(capsys.readouterr().err, "ConfigError")
+
+
+def test_settings_files_layer_and_verbose_names_them(log_dir: Path, tmp_path: Path) -> None:
+    env_conf = tmp_path / "env.toml"
+    env_conf.write_text('[topic]\n"retention.ms" = 5\n"segment.bytes" = 2000000\n')
+    cli_conf = tmp_path / "cli.toml"
+    cli_conf.write_text('[topic]\n"retention.ms" = 7\n')
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    code = ("import sys; from seglog.cli import main, build_parser, settings_from_args\n"
+            "parser, _ = build_parser(sys.argv[1:]); args = parser.parse_args(sys.argv[1:])\n"
+            "c = settings_from_args(args).log_config('events'); print(c.retention_ms, c.segment_bytes)\n")
+    env = {**os.environ, "PYTHONPATH": str(REPO), "SEGLOG_CONF": str(env_conf)}
+    done = subprocess.run([sys.executable, "-c", code, "describe", "--log-dir", str(log_dir), "--conf", str(cli_conf)],
+                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == ["7", "2000000"], done.stderr  # --conf over $SEGLOG_CONF over the packaged file
+    verbose = _cli("-v", "describe", "--log-dir", str(log_dir), "--conf", str(cli_conf), cwd=elsewhere,
+                   env={"SEGLOG_CONF": str(env_conf)})
+    assert verbose.returncode == 0, verbose.stderr
+    [line] = [line for line in verbose.stderr.splitlines() if "settings:" in line]
+    assert line.endswith(f"{REPO / 'conf' / 'seglog.toml'} then {env_conf} then {cli_conf}")
+    missing = _cli("describe", "--log-dir", str(log_dir), env={"SEGLOG_CONF": str(tmp_path / "nope.toml")})
+    assert missing.returncode == 1 and "$SEGLOG_CONF" in _one_error_line(missing.stderr, "ConfigError")
+
+
+@pytest.mark.parametrize(
+    "extra, error, fragment",
+    [
+        (("--trigger", "banana"), "ConfigError", "trigger interval 'banana'"),
+        (("--source", "files", "--input", "/missing/input"), "ConfigError", "/missing/input does not exist"),
+        (("--partitions", "3"), "InvalidPartitionsError", "has 2 partitions"),
+        (("--config", "log.retention.check.interval.ms=0"), "ConfigError", "must be >= 1"),
+    ],
+)
+def test_run_checks_options_before_spark_starts(log_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                capsys: pytest.CaptureFixture[str], extra: tuple[str, ...],
+                                                error: str, fragment: str) -> None:
+    import streaming.job
+
+    def no_spark(*_args: object, **_kwargs: object) -> None:
+        raise AssertionError("Spark must not start for a mistake")
+
+    monkeypatch.setattr(streaming.job, "build_spark_session", no_spark)
+    assert main(["run", "--log-dir", str(log_dir), "--topic", "events", "--partitions", "2",
+                 "--checkpoint-location", str(tmp_path / "ckpt"), *extra]) == 1
+    assert fragment in _one_error_line(capsys.readouterr().err, error)
+
+
+def test_run_on_a_locked_log_dir_fails_before_spark_starts(log_dir: Path, tmp_path: Path,
+                                                           monkeypatch: pytest.MonkeyPatch,
+                                                           capsys: pytest.CaptureFixture[str]) -> None:
+    import streaming.job
+
+    monkeypatch.setattr(streaming.job, "build_spark_session", lambda *a, **k: pytest.fail("Spark started"))
+    with LogManager(log_dir, Settings()) as writer:  # a live writer holds events-1
+        writer.get_log("events", 1)
+        assert main(["run", "--log-dir", str(log_dir), "--topic", "events", "--partitions", "2",
+                     "--checkpoint-location", str(tmp_path / "ckpt")]) == 1
+    assert "events-1 is locked by pid" in _one_error_line(capsys.readouterr().err, "LogLockedError")
