@@ -62,13 +62,20 @@ CLEAN_SHUTDOWN_CONTENT = b'{"version":0,"brokerEpoch":0}'
 DEFAULT_NUM_PARTITIONS = 1  # Kafka's num.partitions broker default
 
 # Files only a partition directory holds: finding one in a "log directory" means the user passed a
-# partition directory (or a copy of one).
+# partition directory (or a copy of one). Segment files are named by a 20-digit offset.
 _PARTITION_FILE_SUFFIXES = (
     file_names.LOG_FILE_SUFFIX, file_names.INDEX_FILE_SUFFIX, file_names.TIME_INDEX_FILE_SUFFIX,
 )
 _PARTITION_FILES = (
     file_names.PARTITION_LOCK_FILE, file_names.LEADER_EPOCH_CHECKPOINT_FILE, file_names.PARTITION_METADATA_FILE,
 )
+
+
+def _is_partition_file(name: str) -> bool:
+    stem, dot, _suffix = name.partition(".")
+    return name in _PARTITION_FILES or (
+        bool(dot) and len(stem) >= 20 and stem.isdigit() and name.endswith(_PARTITION_FILE_SUFFIXES)
+    )
 
 
 def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -> Path:
@@ -90,7 +97,7 @@ def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -
         names = os.listdir(path)
     except OSError as e:
         raise StorageError(f"cannot list log directory {path}: {e.strerror}", path=path, errno=e.errno) from e
-    if any(n.endswith(_PARTITION_FILE_SUFFIXES) or n in _PARTITION_FILES for n in names):
+    if any(_is_partition_file(n) for n in names):
         parent = path.absolute().parent
         try:
             topic, partition = file_names.parse_topic_partition_name(path.absolute().name)

@@ -405,3 +405,9 @@ def test_run_on_a_locked_log_dir_fails_before_spark_starts(log_dir: Path, tmp_pa
         assert main(["run", "--log-dir", str(log_dir), "--topic", "events", "--partitions", "2",
                      "--checkpoint-location", str(tmp_path / "ckpt")]) == 1
     assert "events-1 is locked by pid" in _one_error_line(capsys.readouterr().err, "LogLockedError")
+
+
+def test_other_files_do_not_make_a_log_directory_a_partition(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    (log_dir / "app.log").write_text("an application's own log file beside the partitions\n")
+    assert main(["describe", "--log-dir", str(log_dir)]) == 0
+    assert "2 partitions" in capsys.readouterr().out

@@ -69,7 +69,8 @@ def test_seglog_run_stops_cleanly_on_sigterm_and_seglog_read_shows_the_data(
         killer.join()
     assert code == 0
     progress = [r.getMessage() for r in caplog.records if r.name == "streaming.job" and "rows/s" in r.getMessage()]
-    assert progress and "committed events-0@" in progress[-1] and "segments 1/1/1/1" in progress[-1]
+    assert progress and "committed end offsets events-0@" in progress[-1]
+    assert "segments per partition 1/1/1/1" in progress[-1] and "rows/s over the last" in progress[-1]
     summary = capsys.readouterr().out
     assert "micro-batches" in summary and "events-0:" in summary
     hws = high_watermarks(logs)
