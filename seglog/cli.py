@@ -63,6 +63,7 @@ COMMANDS: dict[str, Command] = {
 
 _EPILOG = """\
 examples:
+  seglog topic create --log-dir data/logs --topic events --partitions 4
   seglog append --log-dir data/logs --topic events --partition 0 records.jsonl
   seglog read --log-dir data/logs --topic events --partition 0 --from-offset 0 --max-records 10
   seglog dump --deep-iteration data/logs/events-0/00000000000000000000.log
