@@ -382,6 +382,7 @@ def test_settings_files_layer_and_verbose_names_them(log_dir: Path, tmp_path: Pa
         (("--source", "files", "--input", "/missing/input"), "ConfigError", "/missing/input does not exist"),
         (("--partitions", "3"), "InvalidPartitionsError", "has 2 partitions"),
         (("--config", "log.retention.check.interval.ms=0"), "ConfigError", "must be >= 1"),
+        (("--config", "trigger.interval=banana"), "ConfigError", "trigger interval 'banana'"),  # a [streaming] key
     ],
 )
 def test_run_checks_options_before_spark_starts(log_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
