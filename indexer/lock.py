@@ -132,8 +132,10 @@ class FileLock:
         try:
             return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
+            hint = " (only readers work here: seglog read, describe, dump, recover --dry-run)" if e.errno in (
+                errno.EROFS, errno.EACCES) else ""
             raise StorageError(
-                f"cannot open lock file {self.path}: {e.strerror}", path=self.path, errno=e.errno
+                f"cannot open lock file {self.path}: {e.strerror}{hint}", path=self.path, errno=e.errno
             ) from e
 
     def _lock(self, fd: int, timeout: float | None) -> None:
