@@ -35,8 +35,9 @@ def _records(n: int, start: int = 0) -> str:
 def _append(tmp_path: Path, log_dir: Path, text: str, partition: int = 0, *extra: str) -> int:
     source = tmp_path / "in.jsonl"
     source.write_text(text)
-    return main(["append", "--log-dir", str(log_dir), "--topic", "events", "--partition", str(partition),
-                 *extra, str(source)])
+    return main(
+        ["append", "--log-dir", str(log_dir), "--topic", "events", "--partition", str(partition), *extra, str(source)]
+    )
 
 
 @pytest.fixture
@@ -74,15 +75,17 @@ def _cli(*args: str, cwd: Path | None = None, env: dict[str, str] | None = None)
     full_env = {k: v for k, v in os.environ.items() if k != "SEGLOG_CONF"}
     full_env.update({"PYTHONPATH": str(REPO), **(env or {})})
     code = "import sys; from seglog.cli import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *args], cwd=cwd, env=full_env, capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120
+    )
 
 
 # --- item 4: a topic's partition count is fixed at creation ------------------------------------
 
 
-def test_topic_create_makes_every_partition_and_records_the_count(tmp_path: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
+def test_topic_create_makes_every_partition_and_records_the_count(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     logs = tmp_path / "logs"
     assert main(["topic", "create", "--log-dir", str(logs), "--topic", "events", "--partitions", "4"]) == 0
     assert sorted(p.name for p in logs.glob("events-*")) == [f"events-{i}" for i in range(4)]
@@ -99,8 +102,9 @@ def test_topic_create_makes_every_partition_and_records_the_count(tmp_path: Path
     assert sorted(p.name for p in logs.glob("events-*")) == [f"events-{i}" for i in range(6)]
 
 
-def test_append_beyond_the_topic_is_refused_and_writes_nothing(log_dir: Path, tmp_path: Path,
-                                                               capsys: pytest.CaptureFixture[str]) -> None:
+def test_append_beyond_the_topic_is_refused_and_writes_nothing(
+    log_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     before = _snapshot(log_dir)
     assert _append(tmp_path, log_dir, _records(3), 2) == 1
     line = _one_error_line(capsys.readouterr().err, "UnknownTopicOrPartitionError")
@@ -205,20 +209,26 @@ def test_read_only_file_system_dry_run_and_readers_work(read_only: Path) -> None
 @pytest.mark.parametrize(
     "command",
     [
-        ("recover",), ("recover", "--dry-run"), ("describe",), ("maintain", "--once", "retention"),
+        ("recover",),
+        ("recover", "--dry-run"),
+        ("describe",),
+        ("maintain", "--once", "retention"),
         ("read", "--topic", "events", "--partition", "0", "--from-beginning"),
         ("append", "--topic", "events", "--partition", "0"),
         ("topic", "describe"),
     ],
 )
-def test_a_partition_directory_is_not_a_log_directory(log_dir: Path, command: tuple[str, ...],
-                                                      capsys: pytest.CaptureFixture[str],
-                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_partition_directory_is_not_a_log_directory(
+    log_dir: Path, command: tuple[str, ...], capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     partition_dir = log_dir / "events-0"
     before = _snapshot(log_dir)
     name, *rest = command
-    argv = ["topic", "describe", "--log-dir", str(partition_dir)] if name == "topic" else \
-        [name, "--log-dir", str(partition_dir), *rest]
+    argv = (
+        ["topic", "describe", "--log-dir", str(partition_dir)]
+        if name == "topic"
+        else [name, "--log-dir", str(partition_dir), *rest]
+    )
     monkeypatch.setattr(sys, "stdin", open(os.devnull))  # append reads stdin: nothing
     assert main(argv) == 1
     line = _one_error_line(capsys.readouterr().err, "NotALogDirectoryError")
@@ -241,8 +251,7 @@ def test_read_prints_the_records_before_a_damaged_batch(log_dir: Path, capsys: p
     with open(data, "r+b") as f:
         f.seek(size // 2)
         f.write(b"\xff" * 16)
-    assert main(["read", "--log-dir", str(log_dir), "--topic", "events", "--partition", "0",
-                 "--from-beginning"]) == 1
+    assert main(["read", "--log-dir", str(log_dir), "--topic", "events", "--partition", "0", "--from-beginning"]) == 1
     out, err = capsys.readouterr()
     assert [json.loads(line)["offset"] for line in out.splitlines()] == list(range(first))
     line = _one_error_line(err, "CorruptRecordError")
@@ -255,13 +264,19 @@ def test_read_prints_the_records_before_a_damaged_batch(log_dir: Path, capsys: p
     assert "invalid from position" not in capsys.readouterr().out
 
 
-def test_read_prints_the_records_before_one_that_is_not_utf8(tmp_path: Path,
-                                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_read_prints_the_records_before_one_that_is_not_utf8(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     import base64
 
     logs = tmp_path / "logs"
-    rows = [{"key": base64.b64encode(b"\xff\xfe" if i == 7 else f"k{i}".encode()).decode(),
-             "value": base64.b64encode(b"v").decode()} for i in range(10)]
+    rows = [
+        {
+            "key": base64.b64encode(b"\xff\xfe" if i == 7 else f"k{i}".encode()).decode(),
+            "value": base64.b64encode(b"v").decode(),
+        }
+        for i in range(10)
+    ]
     assert _append(tmp_path, logs, "".join(json.dumps(r) + "\n" for r in rows), 0, "--encoding", "base64") == 0
     capsys.readouterr()
     assert main(["read", "--log-dir", str(logs), "--topic", "events", "--partition", "0", "--from-beginning"]) == 1
@@ -279,11 +294,17 @@ def test_read_prints_the_records_before_one_that_is_not_utf8(tmp_path: Path,
         (".", "events", "5", "UnknownTopicOrPartitionError", "partition 5 of topic 'events' does not exist"),
     ],
 )
-def test_read_names_what_does_not_exist(log_dir: Path, capsys: pytest.CaptureFixture[str], log_dir_arg: str,
-                                        topic: str, partition: str, error: str, fragment: str) -> None:
+def test_read_names_what_does_not_exist(
+    log_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+    log_dir_arg: str,
+    topic: str,
+    partition: str,
+    error: str,
+    fragment: str,
+) -> None:
     where = log_dir / "missing" if log_dir_arg == "missing" else log_dir
-    assert main(["read", "--log-dir", str(where), "--topic", topic, "--partition", partition,
-                 "--from-beginning"]) == 1
+    assert main(["read", "--log-dir", str(where), "--topic", topic, "--partition", partition, "--from-beginning"]) == 1
     assert fragment in _one_error_line(capsys.readouterr().err, error)
 
 
@@ -297,8 +318,7 @@ def test_append_refuses_negative_timestamps(tmp_path: Path, capsys: pytest.Captu
     assert not logs.exists()
 
 
-def test_dump_exit_status_and_bounded_output(log_dir: Path, tmp_path: Path,
-                                             capsys: pytest.CaptureFixture[str]) -> None:
+def test_dump_exit_status_and_bounded_output(log_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dump", str(tmp_path / "nope.log")]) == 1
     assert "no such file" in _one_error_line(capsys.readouterr().err, "FileNotFoundError")
     data = log_dir / "events-0" / "00000000000000000000.log"
@@ -315,7 +335,7 @@ def test_dump_exit_status_and_bounded_output(log_dir: Path, tmp_path: Path,
     damaged = tmp_path / "damaged" / data.name
     damaged.parent.mkdir()
     raw = bytearray(data.read_bytes())
-    raw[len(raw) // 2: len(raw) // 2 + 16] = b"\xff" * 16
+    raw[len(raw) // 2 : len(raw) // 2 + 16] = b"\xff" * 16
     damaged.write_bytes(bytes(raw))
     assert main(["dump", str(damaged)]) == 1
     assert "isvalid: false" in capsys.readouterr().out
@@ -339,10 +359,25 @@ def test_recover_exits_1_when_a_writer_holds_a_partition(log_dir: Path, capsys: 
     assert out.count("skipped") >= 2
 
 
-def test_maintain_counts_every_partition_and_takes_maintenance_keys(log_dir: Path,
-                                                                   capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["maintain", "--log-dir", str(log_dir), "--once", "retention",
-                 "--config", "log.retention.check.interval.ms=1000", "--config", "retention.ms=-1"]) == 0
+def test_maintain_counts_every_partition_and_takes_maintenance_keys(
+    log_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert (
+        main(
+            [
+                "maintain",
+                "--log-dir",
+                str(log_dir),
+                "--once",
+                "retention",
+                "--config",
+                "log.retention.check.interval.ms=1000",
+                "--config",
+                "retention.ms=-1",
+            ]
+        )
+        == 0
+    )
     assert capsys.readouterr().out.startswith("retention: 2 partitions checked, 0 worked on")
     assert main(["maintain", "--log-dir", str(log_dir), "--once", "retention", "--config", "bogus.key=1"]) == 1
     line = _one_error_line(capsys.readouterr().err, "ConfigError")
@@ -359,15 +394,31 @@ def test_settings_files_layer_and_verbose_names_them(log_dir: Path, tmp_path: Pa
     cli_conf.write_text('[topic]\n"retention.ms" = 7\n')
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    code = ("import sys; from seglog.cli import main, build_parser, settings_from_args\n"
-            "parser, _ = build_parser(sys.argv[1:]); args = parser.parse_args(sys.argv[1:])\n"
-            "c = settings_from_args(args).log_config('events'); print(c.retention_ms, c.segment_bytes)\n")
+    code = (
+        "import sys; from seglog.cli import main, build_parser, settings_from_args\n"
+        "parser, _ = build_parser(sys.argv[1:]); args = parser.parse_args(sys.argv[1:])\n"
+        "c = settings_from_args(args).log_config('events'); print(c.retention_ms, c.segment_bytes)\n"
+    )
     env = {**os.environ, "PYTHONPATH": str(REPO), "SEGLOG_CONF": str(env_conf)}
-    done = subprocess.run([sys.executable, "-c", code, "describe", "--log-dir", str(log_dir), "--conf", str(cli_conf)],
-                          cwd=elsewhere, env=env, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(
+        [sys.executable, "-c", code, "describe", "--log-dir", str(log_dir), "--conf", str(cli_conf)],
+        cwd=elsewhere,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert done.stdout.split() == ["7", "2000000"], done.stderr  # --conf over $SEGLOG_CONF over the packaged file
-    verbose = _cli("-v", "describe", "--log-dir", str(log_dir), "--conf", str(cli_conf), cwd=elsewhere,
-                   env={"SEGLOG_CONF": str(env_conf)})
+    verbose = _cli(
+        "-v",
+        "describe",
+        "--log-dir",
+        str(log_dir),
+        "--conf",
+        str(cli_conf),
+        cwd=elsewhere,
+        env={"SEGLOG_CONF": str(env_conf)},
+    )
     assert verbose.returncode == 0, verbose.stderr
     [line] = [line for line in verbose.stderr.splitlines() if "settings:" in line]
     assert line.endswith(f"{REPO / 'conf' / 'seglog.toml'} then {env_conf} then {cli_conf}")
@@ -385,30 +436,65 @@ def test_settings_files_layer_and_verbose_names_them(log_dir: Path, tmp_path: Pa
         (("--config", "trigger.interval=banana"), "ConfigError", "trigger interval 'banana'"),  # a [streaming] key
     ],
 )
-def test_run_checks_options_before_spark_starts(log_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                capsys: pytest.CaptureFixture[str], extra: tuple[str, ...],
-                                                error: str, fragment: str) -> None:
+def test_run_checks_options_before_spark_starts(
+    log_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    extra: tuple[str, ...],
+    error: str,
+    fragment: str,
+) -> None:
     import streaming.job
 
     def no_spark(*_args: object, **_kwargs: object) -> None:
         raise AssertionError("Spark must not start for a mistake")
 
     monkeypatch.setattr(streaming.job, "build_spark_session", no_spark)
-    assert main(["run", "--log-dir", str(log_dir), "--topic", "events", "--partitions", "2",
-                 "--checkpoint-location", str(tmp_path / "ckpt"), *extra]) == 1
+    assert (
+        main(
+            [
+                "run",
+                "--log-dir",
+                str(log_dir),
+                "--topic",
+                "events",
+                "--partitions",
+                "2",
+                "--checkpoint-location",
+                str(tmp_path / "ckpt"),
+                *extra,
+            ]
+        )
+        == 1
+    )
     assert fragment in _one_error_line(capsys.readouterr().err, error)
 
 
-def test_run_on_a_locked_log_dir_fails_before_spark_starts(log_dir: Path, tmp_path: Path,
-                                                           monkeypatch: pytest.MonkeyPatch,
-                                                           capsys: pytest.CaptureFixture[str]) -> None:
+def test_run_on_a_locked_log_dir_fails_before_spark_starts(
+    log_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     import streaming.job
 
     monkeypatch.setattr(streaming.job, "build_spark_session", lambda *a, **k: pytest.fail("Spark started"))
     with LogManager(log_dir, Settings()) as writer:  # a live writer holds events-1
         writer.get_log("events", 1)
-        assert main(["run", "--log-dir", str(log_dir), "--topic", "events", "--partitions", "2",
-                     "--checkpoint-location", str(tmp_path / "ckpt")]) == 1
+        assert (
+            main(
+                [
+                    "run",
+                    "--log-dir",
+                    str(log_dir),
+                    "--topic",
+                    "events",
+                    "--partitions",
+                    "2",
+                    "--checkpoint-location",
+                    str(tmp_path / "ckpt"),
+                ]
+            )
+            == 1
+        )
     assert "events-1 is locked by pid" in _one_error_line(capsys.readouterr().err, "LogLockedError")
 
 
