@@ -502,3 +502,26 @@ def test_other_files_do_not_make_a_log_directory_a_partition(log_dir: Path, caps
     (log_dir / "app.log").write_text("an application's own log file beside the partitions\n")
     assert main(["describe", "--log-dir", str(log_dir)]) == 0
     assert "2 partitions" in capsys.readouterr().out
+
+
+def test_two_processes_creating_one_topic_agree_on_its_count(tmp_path: Path) -> None:
+    logs = tmp_path / "logs"
+    code = "import sys; from seglog.cli import main; sys.exit(main(sys.argv[1:]))"
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", code, "topic", "create", "--log-dir", str(logs), "--topic", "t", "--partitions", n],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for n in ("3", "5")
+    ]
+    results = [(p.wait(timeout=120), p.stderr.read() if p.stderr else "") for p in procs]
+    assert sorted(code for code, _ in results) == [0, 1], results
+    [(_, err)] = [r for r in results if r[0] == 1]
+    assert "TopicExistsError" in err or "InvalidPartitionsError" in err, err
+    winner = 3 if results[0][0] == 0 else 5
+    assert json.loads((logs / TOPICS_FILE).read_text())["topics"] == {"t": {"partitions": winner}}
+    assert sorted(p.name for p in logs.glob("t-*")) == [f"t-{i}" for i in range(winner)]
