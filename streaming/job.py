@@ -68,7 +68,7 @@ _INTERVAL_UNITS_MS = {
     "week": 604_800_000.0, "day": 86_400_000.0, "hour": 3_600_000.0, "minute": 60_000.0, "second": 1000.0,
     "millisecond": 1.0, "microsecond": 0.001,
 }
-_INTERVAL_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s*(" + "|".join(_INTERVAL_UNITS_MS) + r")s?\b", re.IGNORECASE)
+_INTERVAL_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s+(" + "|".join(_INTERVAL_UNITS_MS) + r")s?\b", re.IGNORECASE)
 
 
 def trigger_interval_ms(text: str) -> float:

@@ -525,3 +525,30 @@ def test_two_processes_creating_one_topic_agree_on_its_count(tmp_path: Path) -> 
     winner = 3 if results[0][0] == 0 else 5
     assert json.loads((logs / TOPICS_FILE).read_text())["topics"] == {"t": {"partitions": winner}}
     assert sorted(p.name for p in logs.glob("t-*")) == [f"t-{i}" for i in range(winner)]
+
+
+@pytest.mark.parametrize(
+    "text, ms",
+    [
+        ("2 seconds", 2000),
+        ("1 second", 1000),
+        ("interval 500 milliseconds", 500),
+        ("1 minute 30 seconds", 90_000),
+        ("0 seconds", 0),
+        ("1.5 seconds", 1500),
+        ("2 HOURS", 7_200_000),
+    ],
+)
+def test_trigger_intervals_spark_takes_are_accepted(text: str, ms: float) -> None:
+    from streaming.job import trigger_interval_ms
+
+    assert trigger_interval_ms(text) == ms
+
+
+@pytest.mark.parametrize("text", ["banana", "2", "2seconds", "2 secs", "", "seconds", "1 month"])
+def test_trigger_intervals_spark_refuses_are_refused(text: str) -> None:
+    from indexer.errors import ConfigError
+    from streaming.job import trigger_interval_ms
+
+    with pytest.raises(ConfigError, match="trigger interval"):
+        trigger_interval_ms(text)
