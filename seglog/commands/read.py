@@ -27,6 +27,10 @@ import argparse
 import logging
 import os
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from indexer.errors import CorruptRecordError, OffsetOutOfRangeError, SchemaError, UnknownTopicOrPartitionError
 from indexer.log import Log
 from indexer.log_manager import LogManager
@@ -110,7 +114,19 @@ def run(args: argparse.Namespace) -> int:
                     path=e.path, position=e.position, offset=bad,
                 )
                 continue
+            hole = _unreadable_range(log, start, bound, step, table)
+            if hole is not None:  # the engine stopped at bytes that are not a whole batch
+                bad, path, position = hole
+                bound = bad if bad < bound else start
+                damage = CorruptRecordError(
+                    f"cannot read offset {bad} of {args.topic}-{args.partition}: the data at position {position} "
+                    f"of {path} is not a whole record batch (damaged or cut)",
+                    path=path, position=position, offset=bad,
+                )
+                table = table.filter(pc.less(table.column("offset"), bad))
             if table.num_rows == 0:
+                if damage is not None and bound > start:
+                    continue
                 break
             problem = None if args.encoding == "base64" else first_invalid_utf8(table)
             if problem is not None:
@@ -147,6 +163,52 @@ def open_partition(manager: LogManager, topic: str, partition: int) -> Log:
         f"partition {partition} of topic {topic!r} does not exist in {manager.log_dir}; "
         f"the topic has partitions 0..{count - 1}"
     )
+
+
+def _unreadable_range(log: Log, start: int, bound: int, step: int, table: pa.Table) -> tuple[int, str, int] | None:
+    """Damage that made the engine skip offsets below ``bound`` without an error: where (first
+    offset missing, file, position), or None.
+
+    A read stops silently at bytes that are not a whole batch (a cut or damaged size field) and goes
+    on with the next segment. So the ranges of offsets a read of up to ``step`` records from
+    ``start`` did not return are checked when they reach a segment's base offset or the end of the
+    read (a walk over a few batch headers); ranges inside a segment are gaps the log really has
+    (compaction, control records) and cost nothing.
+    """
+    offsets = table.column("offset").to_numpy().astype(np.int64)
+    los = np.concatenate(([start], offsets + 1))  # missing ranges [lo, hi): before, between, after the rows
+    his = np.concatenate((offsets, [bound]))
+    if table.num_rows == step:
+        los, his = los[:-1], his[:-1]  # a full chunk ends where the next read starts
+    missing = np.flatnonzero(his > los)
+    bases = np.array(log.segments.base_offsets(), dtype=np.int64)
+    ends_read = missing == offsets.size
+    crosses = np.searchsorted(bases, los[missing], "right") != np.searchsorted(bases, his[missing], "right")
+    for i in missing[crosses | ends_read]:
+        found = _damage_between(log, int(los[i]), int(his[i]))
+        if found is not None:
+            return found
+    return None
+
+
+def _damage_between(log: Log, lo: int, hi: int) -> tuple[int, str, int] | None:
+    """Walk the batch headers that should hold offsets ``[lo, hi)``: the first place where the bytes
+    are not a whole batch before those offsets are covered, or None when the offsets are really absent."""
+    for segment in log.segments.values(lo, hi):
+        found = segment.translate_offset(max(lo, segment.base_offset))
+        position = 0 if found is None else found.position
+        covered = segment.base_offset
+        try:
+            for batch in segment.log.batches(position):
+                position = batch.position + batch.size_in_bytes
+                covered = batch.last_offset + 1
+                if covered >= hi:
+                    return None
+        except CorruptRecordError as e:
+            return max(lo, covered), str(segment.log.path), e.position if e.position is not None else position
+        if position < segment.size:
+            return max(lo, covered), str(segment.log.path), position
+    return None
 
 
 def _damaged_batch_offset(log: Log, start: int, error: CorruptRecordError) -> int:

@@ -552,3 +552,31 @@ def test_trigger_intervals_spark_refuses_are_refused(text: str) -> None:
 
     with pytest.raises(ConfigError, match="trigger interval"):
         trigger_interval_ms(text)
+
+
+@pytest.mark.parametrize("segment_bytes", [1 << 30, 150_000])  # one segment; several (the read jumps to the next)
+def test_read_fails_at_a_cut_size_field_instead_of_stopping_quietly(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], segment_bytes: int
+) -> None:
+    from indexer.records.file_records import FileRecords
+
+    logs = tmp_path / "logs"
+    for batch in range(3):
+        assert (
+            _append(tmp_path, logs, _records(1000, batch * 1000), 0, "--config", f"segment.bytes={segment_bytes}") == 0
+        )
+    capsys.readouterr()
+    segments = sorted((logs / "events-0").glob("*.log"))
+    assert (len(segments) > 1) == (segment_bytes < 1 << 30)
+    first_segment = segments[0]
+    with FileRecords.open(first_segment, mutable=False) as records:
+        victim = list(records.batches())[1]  # the second batch of the first segment
+        first, position = victim.base_offset, victim.position
+    with open(first_segment, "r+b") as f:  # its size field now claims ~2 GB: the batch no longer fits
+        f.seek(position + 8)
+        f.write((0x7FFF0000).to_bytes(4, "big"))
+    assert main(["read", "--log-dir", str(logs), "--topic", "events", "--partition", "0", "--from-beginning"]) == 1
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["offset"] for line in out.splitlines()] == list(range(first))
+    line = _one_error_line(err, "CorruptRecordError")
+    assert f"cannot read offset {first} of events-0" in line and f"position {position} of {first_segment}" in line
