@@ -208,8 +208,8 @@ def render_text(description: dict[str, Any]) -> list[str]:
         for s in p["segments"]:
             if "invalid_bytes" in s:
                 where = s["size_bytes"] - s["invalid_bytes"]
-                lines.append(f"  segment {s['base_offset']}: invalid from position {where}"
-                             + (f": {s['error']}" if s.get("error") else " (an incomplete batch at the end)"))
+                why = s.get("error") or "bytes that are not a whole batch (cut or damaged)"
+                lines.append(f"  segment {s['base_offset']}: invalid from position {where}: {why}")
         if p["quarantine"]:
             size = sum(q["size"] for q in p["quarantine"])
             lines.append(
