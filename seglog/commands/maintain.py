@@ -5,7 +5,9 @@ Runs the retention, roll and index jobs on the periods of the ``[maintenance]`` 
 Ctrl-C, then lets the running jobs finish and exits 0. Partitions a live writer holds are only
 checked read-only; the writer runs its own maintenance in-process. ``--once JOB`` runs one job
 (any of them, including flush and the checkpoint jobs) and exits: 0 when it ran cleanly, 1 when a
-partition failed (one line per partition on stderr, e.g. on a read-only file system). ``--config``
+partition failed (one line per partition on stderr, e.g. on a read-only file system); it prints the
+job's summary and one line per finding (each deleted segment with the limit it breached: ``retention.ms``,
+``retention.bytes`` or the log start offset). ``--config``
 takes the ``[maintenance]`` keys as well as the topic keys. See docs/maintenance.md.
 
 examples:
@@ -54,4 +56,6 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=2))
     else:
         print(report.summary())  # each partition error was logged as one line on stderr
+        for finding in report.findings:  # e.g. each deleted segment and the limit it breached
+            print(f"  {finding}")
     return 1 if report.errors else 0

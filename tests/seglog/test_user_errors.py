@@ -379,6 +379,10 @@ def test_maintain_counts_every_partition_and_takes_maintenance_keys(
         == 0
     )
     assert capsys.readouterr().out.startswith("retention: 2 partitions checked, 0 worked on")
+    assert main(["maintain", "--log-dir", str(log_dir), "--once", "retention", "--config", "retention.ms=1"]) == 0
+    out = capsys.readouterr().out.splitlines()  # the records are from 2023: every segment breaches retention.ms
+    assert out[0].startswith("retention: 2 partitions checked, 2 worked on")
+    assert out[1:] == [f"  events-{p}: deleted segment 0 (retention.ms breached)" for p in (0, 1)]
     assert main(["maintain", "--log-dir", str(log_dir), "--once", "retention", "--config", "bogus.key=1"]) == 1
     line = _one_error_line(capsys.readouterr().err, "ConfigError")
     assert "log.retention.check.interval.ms" in line and "retention.ms" in line
