@@ -120,7 +120,8 @@ def write_clean_shutdown_marker(log_dir: Path) -> None:
         StorageError: an I/O error (naming the marker file).
     """
     marker = Path(log_dir) / file_names.CLEAN_SHUTDOWN_FILE
-    tmp = marker.with_name(marker.name + ".tmp")
+    # A temporary name of its own: managers of one shared log directory may close at the same time.
+    tmp = marker.with_name(f"{marker.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with storage_errors(marker, "write the clean-shutdown marker"):
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
         try:
