@@ -401,8 +401,13 @@ class SegmentLogSink:
             return self._layouts.get(topic) or self._new_layout(topic)
 
     def _new_layout(self, topic: str) -> TopicLayout:
-        # The engine creates the topic with all its partitions, or checks the count it recorded.
-        wanted = self._manager().create_topic(topic, self.num_partitions, exist_ok=True)
+        # The engine creates the topic with all its partitions, or checks the count it recorded. Without
+        # an open manager (executor writes hold none), a short-lived one that leaves no partition open.
+        if self._log_manager is not None:
+            wanted = self._log_manager.create_topic(topic, self.num_partitions, exist_ok=True)
+        else:
+            with LogManager(self.log_dir, self.settings) as manager:
+                wanted = manager.create_topic(topic, self.num_partitions, exist_ok=True)
         config = self.settings.log_config(topic)
         # Batches are stored as encoded: in the topic's stored codec (a broker would recompress to
         # it), stamped with the append time for LogAppendTime topics.
