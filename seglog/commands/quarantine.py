@@ -75,10 +75,10 @@ def _text(doc: dict[str, Any]) -> Iterator[str]:
 def run(args: argparse.Namespace) -> int:
     """List or purge; print what was found or deleted."""
     from indexer.quarantine import list_quarantine, purge_quarantine
+    from seglog.cli import log_dir_from_args
     from seglog.output import Output
 
-    if not args.log_dir.is_dir():
-        raise FileNotFoundError(2, "log directory does not exist", str(args.log_dir))
+    args.log_dir = log_dir_from_args(args)  # missing, or a partition directory: one line, nothing done
     partitions = []
     now_ms = int(time.time() * 1000)
     for name, path in _selected(args):

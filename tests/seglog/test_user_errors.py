@@ -216,6 +216,7 @@ def test_read_only_file_system_dry_run_and_readers_work(read_only: Path) -> None
         ("read", "--topic", "events", "--partition", "0", "--from-beginning"),
         ("append", "--topic", "events", "--partition", "0"),
         ("topic", "describe"),
+        ("quarantine", "list"),
     ],
 )
 def test_a_partition_directory_is_not_a_log_directory(
@@ -225,8 +226,8 @@ def test_a_partition_directory_is_not_a_log_directory(
     before = _snapshot(log_dir)
     name, *rest = command
     argv = (
-        ["topic", "describe", "--log-dir", str(partition_dir)]
-        if name == "topic"
+        [name, *rest, "--log-dir", str(partition_dir)]
+        if name in ("topic", "quarantine")
         else [name, "--log-dir", str(partition_dir), *rest]
     )
     monkeypatch.setattr(sys, "stdin", open(os.devnull))  # append reads stdin: nothing
