@@ -22,7 +22,7 @@ Fenced protocol of one task attempt for partition ``p`` of batch N (under the pa
 
 a. If the commit record on disk says batch N committed, or names another end for ``p`` than the
    plan (a later batch committed since): the attempt is stale; it writes nothing.
-b. If the fence (:mod:`streaming.fence`) names a later batch: stale, :class:`FencedError`.
+b. If the fence (:mod:`indexer.sink_fence`) names a later batch: stale, :class:`FencedError`.
 c. If the fence says an attempt of the same batch finished writing the same range (``done``, same
    start, the end this attempt would reach) and the log ends there: nothing to do, the result is that
    range (a speculative duplicate, or a retry after the result was lost).
@@ -66,7 +66,7 @@ from indexer.file_names import (
 from indexer.lock import FileLock
 from indexer.log import Log
 from indexer.records.encoder import EncodedBatches
-from streaming.fence import DONE, FenceToken, PartitionFence
+from indexer.sink_fence import DONE, FenceToken, PartitionFence
 from streaming.micro_batch import TopicLayout, split_record_batch
 
 logger = logging.getLogger(__name__)

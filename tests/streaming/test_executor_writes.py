@@ -18,6 +18,7 @@ from indexer.config import Settings
 from indexer.errors import FencedError, StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE
 from indexer.records.encoder import EncodedBatches
+from indexer.sink_fence import DONE, FenceToken, PartitionFence
 from streaming import executor_writes
 from streaming.executor_writes import (
     PIECES_SCHEMA,
@@ -28,7 +29,6 @@ from streaming.executor_writes import (
     left_clean,
     write_partition,
 )
-from streaming.fence import DONE, FenceToken, PartitionFence
 from streaming.micro_batch import TopicLayout
 from tests.streaming.helpers import check_indexes, read_topic, snapshot
 
