@@ -1,23 +1,20 @@
-"""Per-partition fencing tokens of the executor-side sink: which task attempt may write a partition.
+"""The executor-side sink's fence record: per partition, which task attempt last claimed it for which
+micro-batch and, once it finished, the range of offsets it wrote.
 
-A Spark task attempt that writes partition ``<topic>-<p>`` for micro-batch N first *claims* the
-partition: under the partition's writer lock it replaces ``<partition dir>/.seglog-sink.<sink_id>.fence``
-with its token (query id, batch id, attempt id, the offset it starts at). It then checks, still under
-the lock, that the file holds its token before every append and before any truncation, and marks it
-``done`` with the end offset once the partition is fsynced::
+One JSON file per sink in each partition directory, ``<partition dir>/.seglog-sink.<sink_id>.fence``::
 
     {"version": 1, "query_id": "dfe183bc-...", "batch_id": 41, "attempt": "3f2a.../17",
      "start": 1234, "end": 1300, "state": "done"}
 
-The writer lock alone does not keep a stale attempt out: an executor declared lost may still be
-running (a long GC pause, a network partition) and, on a shared filesystem such as NFS, lose its lock
-(the server's lease expires) while it goes on writing. The fence makes such a zombie stop at its next
-check instead of extending, interleaving with or cutting a newer attempt's bytes; what it may still do
-between a check and the write that follows is made harmless by deterministic encoding (every attempt
-of a micro-batch writes the same bytes at the same positions; see docs/streaming.md).
+``state`` is ``writing`` from the claim until the partition is fsynced, then ``done`` with ``end``
+(exclusive; -1 while writing). The file is replaced atomically (tmp, fsync, rename, directory fsync)
+so a crash leaves the old token or the new one. It is a dot file inside the partition directory: the
+log loader and Kafka ignore it.
 
-The file is replaced atomically (tmp, fsync, rename, directory fsync) so a crash leaves the old token
-or the new one. It is a dot file inside the partition directory: the log loader and Kafka ignore it.
+Like the sink's commit record (:mod:`indexer.commit_log`) it is a file of the log directory, so its
+format lives in the engine: the sink's write protocol (:mod:`streaming.fence`,
+:mod:`streaming.executor_writes`) writes it under the partition's writer lock, and maintenance reads
+it (:func:`FenceToken.kept_end`) so that it never truncates a range that may still commit.
 """
 
 from __future__ import annotations
@@ -29,15 +26,28 @@ from pathlib import Path
 from typing import Any
 
 from indexer.checkpoint import TMP_SUFFIX, fsync_directory
-from indexer.errors import FencedError, StorageError, storage_errors
+from indexer.commit_log import SinkCommit
+from indexer.errors import StorageError, storage_errors
+from indexer.file_names import TopicPartition
+from indexer.limits import INT64_MAX
 
 FORMAT_VERSION = 1
 WRITING, DONE = "writing", "done"
+FENCE_FILE_PREFIX = ".seglog-sink."
+FENCE_FILE_SUFFIX = ".fence"
 
 
 def fence_file(partition_dir: str | os.PathLike[str], sink_id: str) -> Path:
     """Path of ``sink_id``'s fence in a partition directory."""
-    return Path(partition_dir) / f".seglog-sink.{sink_id}.fence"
+    return Path(partition_dir) / f"{FENCE_FILE_PREFIX}{sink_id}{FENCE_FILE_SUFFIX}"
+
+
+def sink_fences(partition_dir: str | os.PathLike[str]) -> dict[str, Path]:
+    """Every sink's fence in a partition directory, by sink id."""
+    return {
+        path.name[len(FENCE_FILE_PREFIX) : -len(FENCE_FILE_SUFFIX)]: path
+        for path in sorted(Path(partition_dir).glob(f"{FENCE_FILE_PREFIX}*{FENCE_FILE_SUFFIX}"))
+    }
 
 
 @dataclass(frozen=True)
@@ -51,21 +61,28 @@ class FenceToken:
     end: int = -1
     state: str = WRITING
 
-    def same_attempt(self, other: FenceToken | None) -> bool:
-        """Whether ``other`` is this very attempt's token (whatever its state)."""
-        return other is not None and (other.query_id, other.batch_id, other.attempt) == (
-            self.query_id,
-            self.batch_id,
-            self.attempt,
-        )
+    def kept_end(self, commit: SinkCommit, tp: TopicPartition) -> int:
+        """The offset below which nothing of partition ``tp`` may be truncated on this token's account,
+        given the sink's commit record ``commit``; -1 when the token keeps nothing.
 
-    def same_batch(self, other: FenceToken | None) -> bool:
-        """Whether ``other`` was written by an attempt of the same micro-batch of the same query."""
-        return other is not None and (other.query_id, other.batch_id) == (self.query_id, self.batch_id)
+        The token's micro-batch may still commit while the record has not committed it and still ends
+        ``tp`` where the token starts (the driver commits only ranges that start at the committed end,
+        and a later attempt reuses a ``done`` range only from there). Then:
+
+        * ``done``: ``end``: the range is complete and a retry or a replay of the batch reuses it as it
+          is, so cutting it would make the driver commit offsets that are gone;
+        * ``writing``: everything (:data:`~indexer.limits.INT64_MAX`): the attempt died or is still
+          running (a zombie that lost its lock on a shared filesystem); only the sink's next attempt,
+          which fences it off first, may cut its bytes.
+        """
+        if commit.is_committed(self.query_id, self.batch_id) or commit.end_offsets.get(tp, self.start) != self.start:
+            return -1
+        return self.end if self.state == DONE else INT64_MAX
 
 
-class PartitionFence:
-    """Reads, claims and checks one partition's fence. The caller holds the partition's writer lock."""
+class FenceFile:
+    """Reads and atomically replaces one sink's fence in one partition directory. Writers hold the
+    partition's writer lock."""
 
     def __init__(self, partition_dir: str | os.PathLike[str], sink_id: str) -> None:
         self.path = fence_file(partition_dir, sink_id)
@@ -104,17 +121,3 @@ class PartitionFence:
         with storage_errors(tmp, "rename fence", target=self.path):
             os.replace(tmp, self.path)
             fsync_directory(self.path.parent)
-
-    def check(self, token: FenceToken) -> None:
-        """Raise :class:`FencedError` unless the file holds ``token``'s attempt.
-
-        Raises:
-            FencedError: another attempt claimed the partition since ``token`` did.
-        """
-        current = self.read()
-        if not token.same_attempt(current):
-            raise FencedError(
-                f"{self.path.parent}: attempt {token.attempt} of batch {token.batch_id} was fenced off by "
-                f"{'nobody' if current is None else f'attempt {current.attempt} of batch {current.batch_id}'}",
-                path=self.path,
-            )

@@ -8,8 +8,10 @@ Two records say what was committed, and the larger wins for each partition:
   they are ahead of the checkpoint (streaming/sink.py, steps 5 and 6).
 
 Data at or above this offset that a dead writer left behind was never committed: the ``index`` job
-truncates it, as the sink itself would before its next batch. Data below it that a recovery cut off
-is reported as committed data lost by ``seglog recover``.
+truncates it, as the sink itself would before its next batch, except a range that a sink's fence
+(:mod:`indexer.sink_fence`) marks as written for a micro-batch that may still commit
+(:func:`kept_offset`). Data below it that a recovery cut off is reported as committed data lost by
+``seglog recover``.
 """
 
 from __future__ import annotations
@@ -18,30 +20,36 @@ import logging
 from pathlib import Path
 
 from indexer.checkpoint import OffsetCheckpointFile
-from indexer.commit_log import COMMIT_FILE_PREFIX, COMMIT_FILE_SUFFIX, SinkCommitLog
+from indexer.commit_log import COMMIT_FILE_PREFIX, COMMIT_FILE_SUFFIX, SinkCommit, SinkCommitLog
 from indexer.errors import StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition
+from indexer.sink_fence import FenceFile, sink_fences
 
 logger = logging.getLogger(__name__)
 
 
-
-def sink_committed_offsets(log_dir: Path) -> dict[TopicPartition, int]:
-    """Per partition, the largest end offset any sink commit record in ``log_dir`` holds."""
-    out: dict[TopicPartition, int] = {}
+def sink_commits(log_dir: Path) -> dict[str, SinkCommit]:
+    """Every sink's commit record in ``log_dir``, by sink id; unreadable ones are logged and left out."""
+    out: dict[str, SinkCommit] = {}
     for path in sorted(log_dir.glob(f"{COMMIT_FILE_PREFIX}*{COMMIT_FILE_SUFFIX}")):
         sink_id = path.name[len(COMMIT_FILE_PREFIX) : -len(COMMIT_FILE_SUFFIX)]
         try:
-            commit = SinkCommitLog(log_dir, sink_id).read()
+            out[sink_id] = SinkCommitLog(log_dir, sink_id).read()
         except (StorageError, ValueError) as e:
             logger.warning("ignoring sink commit record %s: %s", path, e)
-            continue
+    return out
+
+
+def sink_committed_offsets(log_dir: Path, commits: dict[str, SinkCommit] | None = None) -> dict[TopicPartition, int]:
+    """Per partition, the largest end offset any sink commit record in ``log_dir`` (or ``commits``) holds."""
+    out: dict[TopicPartition, int] = {}
+    for commit in (sink_commits(log_dir) if commits is None else commits).values():
         for tp, offset in commit.end_offsets.items():
             out[tp] = max(out.get(tp, 0), int(offset))
     return out
 
 
-def committed_offsets(log_dir: Path) -> dict[TopicPartition, int]:
+def committed_offsets(log_dir: Path, commits: dict[str, SinkCommit] | None = None) -> dict[TopicPartition, int]:
     """Per partition, max(high watermark checkpoint, sink commit records); absent = nothing known."""
     path = log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE
     try:
@@ -49,6 +57,33 @@ def committed_offsets(log_dir: Path) -> dict[TopicPartition, int]:
     except StorageError as e:
         logger.warning("ignoring unreadable checkpoint file %s: %s", path, e)
         out = {}
-    for tp, offset in sink_committed_offsets(log_dir).items():
+    for tp, offset in sink_committed_offsets(log_dir, commits).items():
         out[tp] = max(out.get(tp, 0), offset)
     return out
+
+
+def kept_offset(log_dir: Path, tp: TopicPartition, partition_dir: Path) -> int | None:
+    """The offset below which nothing of ``tp`` may be truncated; None: nothing may be.
+
+    The larger of the committed offset (:func:`committed_offsets`) and what each sink's fence in
+    ``partition_dir`` keeps (:meth:`indexer.sink_fence.FenceToken.kept_end`): the range a write task
+    finished for a micro-batch whose driver has not committed it yet, which the driver will commit or
+    a retry reuse; or the whole tail while an attempt is writing. None when neither a high watermark
+    nor a sink record knows ``tp``, or a fence cannot be read.
+
+    Call it with the partition's writer lock held (a borrowed partition): then no task can claim or
+    finish a fence meanwhile, and a commit record read here can only have moved on to a fence's end.
+    """
+    commits = sink_commits(log_dir)
+    kept = committed_offsets(log_dir, commits).get(tp)
+    if kept is None:
+        return None
+    for sink_id in sink_fences(partition_dir):
+        try:
+            token = FenceFile(partition_dir, sink_id).read()
+        except StorageError as e:
+            logger.warning("keeping the whole tail of %s: %s", partition_dir, e)
+            return None
+        if token is not None:
+            kept = max(kept, token.kept_end(commits.get(sink_id, SinkCommit(sink_id)), tp))
+    return kept

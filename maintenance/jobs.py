@@ -34,7 +34,7 @@ from indexer.quarantine import purge_quarantine
 from indexer.segment import first_batch_max_timestamp, roll_time_reached
 from maintenance.access import CHECKPOINT_FILES, LogAccess, checkpoint_value, partition_name
 from maintenance.access import write_checkpoint as merge_checkpoint
-from maintenance.committed import committed_offsets
+from maintenance.committed import committed_offsets, kept_offset
 from maintenance.metadata import PartitionMetadata, index_problems, retention_plan
 from maintenance.report import JobReport
 
@@ -140,13 +140,16 @@ def index(access: LogAccess) -> JobReport:
     indexes of every sealed segment and rebuild missing or corrupt ones.
 
     The truncation only happens in the daemon, on partitions whose last writer died holding them
-    (its pid is still in the partition's lock file, yet the lock is free); the committed offset is
-    the high watermark checkpoint or a sink commit record, whichever is larger
-    (:mod:`maintenance.committed`). A writer that closed cleanly is trusted with its tail.
-    Partitions another process holds get a read-only check whose findings are logged.
+    (its pid is still in the partition's lock file, yet the lock is free). What stays is decided once
+    the partition is borrowed (under its writer lock, from the records as they are then): the high
+    watermark checkpoint or a sink commit record, whichever is larger, and any range a sink's fence
+    marks as written for a micro-batch that may still commit (:func:`maintenance.committed.kept_offset`).
+    A writer that closed cleanly is trusted with its tail. Partitions another process holds get a
+    read-only check whose findings are logged.
     """
     report = JobReport("index")
     with report.timed():
+        # Partitions with a committed offset at all: which to borrow. What stays is decided under the lock.
         committed = committed_offsets(access.log_dir) if access.borrowed else {}
         found: dict[TopicPartition, dict[int, IndexProblem]] = {}
         dead_writer: set[TopicPartition] = set()
@@ -160,8 +163,8 @@ def index(access: LogAccess) -> JobReport:
         for tp, log in access.each_log(report, wanted):
             name = partition_name(tp)
             with report.partition(name):
-                end = committed.get(tp)
-                if tp in dead_writer and end is not None and log.log_start_offset <= end < log.log_end_offset:
+                end = kept_offset(access.log_dir, tp, log.directory) if tp in dead_writer else None
+                if end is not None and log.log_start_offset <= end < log.log_end_offset:
                     dropped = log.log_end_offset - end
                     log.truncate_to(end)
                     logger.warning(

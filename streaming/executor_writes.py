@@ -22,10 +22,12 @@ Fenced protocol of one task attempt for partition ``p`` of batch N (under the pa
 
 a. If the commit record on disk says batch N committed, or names another end for ``p`` than the
    plan (a later batch committed since): the attempt is stale; it writes nothing.
-b. If the fence (:mod:`indexer.sink_fence`) names a later batch: stale, :class:`FencedError`.
+b. If the fence (:mod:`streaming.fence`) names a later batch: stale, :class:`FencedError`.
 c. If the fence says an attempt of the same batch finished writing the same range (``done``, same
-   start, the end this attempt would reach) and the log ends there: nothing to do, the result is that
-   range (a speculative duplicate, or a retry after the result was lost).
+   start, the end this attempt would reach: the range maintenance keeps for it,
+   :meth:`~indexer.sink_fence.FenceToken.kept_end`) and the log still ends there: nothing to do, the
+   result is that range (a speculative duplicate, or a retry after the result was lost). A range no
+   longer in the log (cut by a recovery) is written again (d).
 d. Claim the fence; truncate the log back to the committed end (only above the high watermark, and
    only what earlier attempts of this batch, or of a batch that never committed, left); append each
    piece, checking the fence before each; fsync; mark the fence ``done``.
@@ -66,7 +68,8 @@ from indexer.file_names import (
 from indexer.lock import FileLock
 from indexer.log import Log
 from indexer.records.encoder import EncodedBatches
-from indexer.sink_fence import DONE, FenceToken, PartitionFence
+from indexer.sink_fence import DONE, FenceToken
+from streaming.fence import PartitionFence, same_batch
 from streaming.micro_batch import TopicLayout, split_record_batch
 
 logger = logging.getLogger(__name__)
@@ -304,12 +307,11 @@ def write_partition(plan: WritePlan, partition: int, pieces: list[EncodedBatches
                 f"{plan.batch_id}; attempt {attempt} is stale",
                 path=log.directory,
             )
-        if (
-            token.same_batch(current)
+        if (  # (c) what maintenance keeps for this batch (kept_end) is this attempt's range, still in the log
+            same_batch(token, current)
             and current is not None
-            and current.state == DONE  # (c)
             and current.start == start
-            and current.end == start + rows
+            and current.kept_end(committed, tp) == start + rows
             and log.log_end_offset == current.end
         ):
             return PartitionResult(partition, start, current.end, rows, attempt, wrote=False)

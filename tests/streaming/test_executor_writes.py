@@ -4,6 +4,10 @@ docs/streaming.md ("Executor writes: crash windows")."""
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
@@ -18,7 +22,9 @@ from indexer.config import Settings
 from indexer.errors import FencedError, StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE
 from indexer.records.encoder import EncodedBatches
-from indexer.sink_fence import DONE, FenceToken, PartitionFence
+from indexer.sink_fence import DONE, FenceToken
+from maintenance.access import BorrowedLogs
+from maintenance.jobs import JOBS
 from streaming import executor_writes
 from streaming.executor_writes import (
     PIECES_SCHEMA,
@@ -29,6 +35,7 @@ from streaming.executor_writes import (
     left_clean,
     write_partition,
 )
+from streaming.fence import PartitionFence
 from streaming.micro_batch import TopicLayout
 from tests.streaming.helpers import check_indexes, read_topic, snapshot
 
@@ -38,6 +45,7 @@ CONFIG = (
     .with_overrides({"segment.bytes": 8192, "max.message.bytes": 1024, "index.interval.bytes": 256}, source="test")
 )
 LAYOUT = TopicLayout(2, CONFIG.max_message_bytes, CONFIG.segment_bytes)
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _plan(log_dir: Path, batch_id: int, ends: dict[int, int] | None = None) -> WritePlan:
@@ -220,3 +228,76 @@ def test_high_watermark_above_the_committed_end_stops_the_task(log_dir: Path) ->
     checkpoint_partition(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE, {("t", 0): done.end})  # another writer published
     with pytest.raises(StorageError, match="high watermark"):
         write_partition(_plan(log_dir, 0), 0, _pieces(plan, 0, 300)[0], attempt="b")
+
+
+# ------------------------------------------------- beside the maintenance daemon: what its index job keeps
+
+
+def _daemon_index_pass(log_dir: Path) -> dict[str, int]:
+    """One pass of the ``seglog maintain`` daemon's ``index`` job over the log dir; its counts."""
+    access = BorrowedLogs(log_dir, Settings(topic_defaults=CONFIG.to_dict(), source="test"))
+    report = JOBS["index"].fn(access)
+    assert not report.errors and not report.skipped
+    return dict(report.details)
+
+
+_DIES_AFTER_DONE = """
+import os, signal, sys
+from pathlib import Path
+from streaming import executor_writes
+from tests.streaming.test_executor_writes import _pieces, _plan
+
+def die(*_args, **_kwargs):  # the fence says done; the log is not closed, the lock line stays
+    os.kill(os.getpid(), signal.SIGKILL)
+
+executor_writes.checkpoint_partition = die
+plan = _plan(Path(sys.argv[1]), 0)
+executor_writes.write_partition(plan, 0, _pieces(plan, 0, 400)[0], attempt="a")
+"""
+
+
+def test_worker_sigkilled_after_done_leaves_a_range_the_daemon_keeps_and_the_retry_reuses(log_dir: Path) -> None:
+    child = subprocess.run(
+        [sys.executable, "-c", _DIES_AFTER_DONE, str(log_dir)],
+        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120,
+    )
+    assert child.returncode == -signal.SIGKILL, child.stderr
+    fence = PartitionFence(log_dir / "t-0", "t").read()
+    assert fence is not None and fence.state == DONE and fence.end > 0
+    assert not left_clean(log_dir / "t-0", PartitionFence(log_dir / "t-0", "t"))  # a dead lock holder
+    assert "offsets_truncated" not in _daemon_index_pass(log_dir)
+    plan = _plan(log_dir, 0)
+    retry = write_partition(plan, 0, _pieces(plan, 0, 400)[0], attempt="b")
+    assert not retry.wrote and (retry.start, retry.end) == (0, fence.end)  # reused, as the daemon left it
+    _commit(log_dir, 0, {0: retry.end, 1: 0})
+    stored = read_topic(log_dir, "t")
+    assert [r.offset for r in stored] == list(range(retry.end)) and len(_values(log_dir)) == retry.rows
+    assert check_indexes(log_dir, "t") > 0
+
+
+def test_daemon_deciding_from_a_stale_lock_line_keeps_a_done_range_the_driver_commits_next(log_dir: Path) -> None:
+    plan = _plan(log_dir, 0)
+    result = write_partition(plan, 0, _pieces(plan, 0, 400)[0], attempt="a")  # the driver has this result
+    # The daemon saw the task's pid in the lock file, and borrows the partition after the task closed it.
+    (log_dir / "t-0" / ".seglog.lock").write_text("pid=999999 host=elsewhere since_ms=0\n")
+    assert "offsets_truncated" not in _daemon_index_pass(log_dir)
+    _commit(log_dir, 0, {0: result.end, 1: 0})
+    stored = read_topic(log_dir, "t")
+    assert [r.offset for r in stored] == list(range(result.end)) and len({r.value for r in stored}) == result.rows
+
+
+def test_retry_rewrites_a_done_range_that_is_no_longer_in_the_log(log_dir: Path) -> None:
+    plan = _plan(log_dir, 0)
+    first = write_partition(plan, 0, _pieces(plan, 0, 1000)[0], attempt="a")  # its result is lost
+    log = executor_writes.open_partition(log_dir, ("t", 0), CONFIG, clean=True)
+    try:
+        log.truncate_to(first.end // 2)  # a recovery cut part of it
+        assert 0 < log.log_end_offset < first.end
+    finally:
+        log.close()
+    retry = write_partition(plan, 0, _pieces(plan, 0, 1000)[0], attempt="b")
+    assert retry.wrote and (retry.start, retry.end) == (0, first.end)
+    _commit(log_dir, 0, {0: retry.end, 1: 0})
+    stored = read_topic(log_dir, "t")
+    assert [r.offset for r in stored] == list(range(retry.end)) and len({r.value for r in stored}) == retry.rows
+    assert check_indexes(log_dir, "t") > 0
