@@ -149,7 +149,7 @@ class LogSegment:
         self._max_index_size = max_index_size
         self.read_only = read_only
         self._created = clock.milliseconds()
-        self._bytes_since_last_index_entry = 0
+        self._bytes_since_last_index_entry: int | None = None  # None until the first append needs it
         self._rolling_based_timestamp: int | None = None
         self._max_ts_and_offset: TimestampOffset | None = None  # None until first needed
         self.index_damage: str | None = None
@@ -388,6 +388,7 @@ class LogSegment:
         size = len(records) if not isinstance(records, np.ndarray) else int(records.nbytes)
         if size == 0:
             return
+        counter = self._index_byte_counter()
         physical_position = self.size
         if physical_position == 0:
             self._rolling_based_timestamp = largest_timestamp
@@ -396,12 +397,25 @@ class LogSegment:
         current = self._max_timestamp_and_offset()
         if largest_timestamp > current.timestamp:
             self._max_ts_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
-        if self._bytes_since_last_index_entry > self.index_interval_bytes:
+        if counter > self.index_interval_bytes:
             self.offset_index.append(largest_offset, physical_position)
             latest = self._max_timestamp_and_offset()
             self.time_index.maybe_append(latest.timestamp, latest.offset)
-            self._bytes_since_last_index_entry = 0
-        self._bytes_since_last_index_entry += size
+            counter = 0
+        self._bytes_since_last_index_entry = counter + size
+
+    def _index_byte_counter(self) -> int:
+        """Bytes appended since the last offset-index entry (Kafka's ``bytesSinceLastIndexEntry``).
+
+        A segment opened on existing files counts from its last entry's position (from its start when it
+        has none), so its index is as dense as if its writer had never closed it; Kafka counts from 0
+        after a restart (docs/design.md, Deliberate differences). A new segment starts at 0 either way.
+        """
+        if self._bytes_since_last_index_entry is None:
+            index = self.offset_index
+            last_position = index.entry(index.entries - 1).position if index.entries else 0
+            self._bytes_since_last_index_entry = max(0, self.size - last_position)
+        return self._bytes_since_last_index_entry
 
     def _plan(
         self, encoded: EncodedBatches, start: int, stop: int, counter: int
@@ -458,7 +472,7 @@ class LogSegment:
         first_position = int(encoded.positions[start])
         end_position = int(encoded.positions[stop - 1] + encoded.sizes[stop - 1])
         index_flags, _time_flags, run_ts, run_offset, end_counter = self._plan(
-            encoded, start, stop, self._bytes_since_last_index_entry
+            encoded, start, stop, self._index_byte_counter()
         )
         if physical_position == 0:
             self._rolling_based_timestamp = int(encoded.max_timestamps[start])
@@ -507,7 +521,7 @@ class LogSegment:
             waited = np.full(n, now - self._created, dtype=np.int64)
         roll |= roll_time_reached(before, waited, max_segment_ms, self.roll_jitter_ms)
         index_flags, time_flags, _run_ts, _run_offset, _counter = self._plan(
-            encoded, start, stop, self._bytes_since_last_index_entry
+            encoded, start, stop, self._index_byte_counter()
         )
         offset_index, time_index = self.offset_index, self.time_index
         offset_entries = offset_index.entries + np.concatenate(([0], np.cumsum(index_flags)[:-1]))

@@ -13,6 +13,7 @@ from indexer.clock import MockClock
 from indexer.config import LogConfig
 from indexer.errors import LogSegmentOffsetOverflowError, StorageError
 from indexer.file_names import DELETED_FILE_SUFFIX
+from indexer.log import Log
 from indexer.log_values import RollParams
 from indexer.records.columns import to_append_table
 from indexer.records.encoder import EncodedBatches, encode_batches
@@ -547,3 +548,82 @@ def test_read_only_segment_without_index_files(tmp_path: Path, clock: MockClock)
     assert ro.find_offset_by_timestamp(T0 + 3).offset == 3
     ro.close()
     assert read_files(tmp_path) == before
+
+
+def _index_entries(directory: Path) -> list[tuple[int, int]]:
+    """(offset, position) of every entry of every ``.index`` file in ``directory``, as bytes on disk."""
+    out = []
+    for path in sorted(directory.glob("*.index")):
+        base = int(path.name[:-len(".index")])
+        words = np.frombuffer(path.read_bytes(), dtype=">i4").reshape(-1, 2)
+        out += [(base + int(relative), int(position)) for relative, position in words]
+    return out
+
+
+def test_a_writer_reopening_after_each_small_append_indexes_every_index_interval_bytes(
+    tmp_path: Path, clock: MockClock
+) -> None:
+    """One small append per open (an executor task per micro-batch): entries still come every
+    ~``index.interval.bytes``, where counting from 0 at each open (Kafka) would write none."""
+    config = LogConfig.from_mapping({"index.interval.bytes": 1000, "segment.bytes": 1 << 20})
+    sizes = []
+    for i in range(120):
+        log = Log.open(tmp_path / "t-0", config, clock=clock, had_clean_shutdown=True)
+        try:
+            info = log.append({"value": [b"x" * (20 + i % 37)] * (1 + i % 3), "timestamp": [T0 + i] * (1 + i % 3)})
+            sizes.append(info.valid_bytes)
+        finally:
+            log.close()
+    entries = _index_entries(tmp_path / "t-0")
+    positions = [0] + [position for _offset, position in entries]
+    gaps = np.diff(positions)
+    assert len(entries) >= sum(sizes) // (1000 + max(sizes)) > 0
+    assert all(1000 < gap <= 1000 + max(sizes) for gap in gaps)  # strictly more than the interval, as Kafka
+    never_closed = tmp_path / "never-closed"
+    log = Log.open(never_closed, config, clock=clock)
+    try:
+        for i in range(120):
+            log.append({"value": [b"x" * (20 + i % 37)] * (1 + i % 3), "timestamp": [T0 + i] * (1 + i % 3)})
+    finally:
+        log.close()
+    assert _index_entries(never_closed) == entries  # as dense as a writer that never closed
+
+
+def _kafka_offset_index(sizes: list[int], last_offsets: list[int], base: int, interval: int) -> bytes:
+    """The ``.index`` bytes Kafka's rule gives for one append per batch, counted from 0 (spec 4.2)."""
+    out, counter, position = b"", 0, 0
+    for size, last in zip(sizes, last_offsets, strict=True):
+        if counter > interval:
+            out += (last - base).to_bytes(4, "big") + position.to_bytes(4, "big")
+            counter = 0
+        counter += size
+        position += size
+    return out
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    sizes=st.lists(st.integers(min_value=0, max_value=120), min_size=1, max_size=40),
+    interval=st.integers(min_value=0, max_value=600),
+    reopen_every=st.integers(min_value=1, max_value=8),
+)
+def test_uninterrupted_writer_index_is_kafkas_byte_for_byte_and_reopening_changes_nothing(
+    tmp_path_factory: pytest.TempPathFactory, sizes: list[int], interval: int, reopen_every: int
+) -> None:
+    table = to_append_table({"value": [bytes(n) for n in sizes], "timestamp": [T0] * len(sizes)}, now_ms=T0)
+    encoded = encode_batches(table, 7, max_batch_bytes=61 + 21 + 120)  # about one record per batch
+    clock = MockClock(T0)
+    config = {"index.interval.bytes": interval, "segment.index.bytes": 4096}
+    kept, reopened = tmp_path_factory.mktemp("kept"), tmp_path_factory.mktemp("reopened")
+    seg = open_segment(kept, 7, clock, **config)
+    seg.append_batches(encoded)
+    seg.close()
+    expected = _kafka_offset_index(encoded.sizes.tolist(), encoded.last_offsets.tolist(), 7, interval)
+    assert (kept / "00000000000000000007.index").read_bytes() == expected
+    for start in range(0, len(encoded), reopen_every):
+        seg = open_segment(reopened, 7, clock, **config)
+        seg.offset_index.resize(4096)  # as the loader does for an active segment
+        seg.time_index.resize(4096)
+        seg.append_batches(encoded, start, min(start + reopen_every, len(encoded)))
+        seg.close()
+    assert (reopened / "00000000000000000007.index").read_bytes() == expected
