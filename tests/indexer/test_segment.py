@@ -554,7 +554,7 @@ def _index_entries(directory: Path) -> list[tuple[int, int]]:
     """(offset, position) of every entry of every ``.index`` file in ``directory``, as bytes on disk."""
     out = []
     for path in sorted(directory.glob("*.index")):
-        base = int(path.name[:-len(".index")])
+        base = int(path.name[: -len(".index")])
         words = np.frombuffer(path.read_bytes(), dtype=">i4").reshape(-1, 2)
         out += [(base + int(relative), int(position)) for relative, position in words]
     return out

@@ -259,7 +259,11 @@ executor_writes.write_partition(plan, 0, _pieces(plan, 0, 400)[0], attempt="a")
 def test_worker_sigkilled_after_done_leaves_a_range_the_daemon_keeps_and_the_retry_reuses(log_dir: Path) -> None:
     child = subprocess.run(
         [sys.executable, "-c", _DIES_AFTER_DONE, str(log_dir)],
-        cwd=REPO, env={**os.environ, "PYTHONPATH": str(REPO)}, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert child.returncode == -signal.SIGKILL, child.stderr
     fence = PartitionFence(log_dir / "t-0", "t").read()
