@@ -1,7 +1,7 @@
 # One command per task. `make test` and `make run` set everything up on a fresh machine first.
 PYTHON ?= python3
 VENV ?= .venv
-CODE := indexer streaming maintenance seglog
+CODE := indexer streaming maintenance seglog pyspark_seglog.py
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed-$(shell cat pyproject.toml | cksum | cut -d' ' -f1)
 
