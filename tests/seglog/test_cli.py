@@ -82,6 +82,14 @@ def test_version_is_the_packages_and_imports_no_command() -> None:
     assert out.stdout.splitlines() == [f"seglog {pyproject['project']['version']}", "[]"]
 
 
+def test_python_dash_m_seglog_is_the_command_line() -> None:
+    """``python -m seglog`` runs the same command line as the script (exit codes included)."""
+    out = subprocess.run([PYTHON, "-m", "seglog", "--version"], capture_output=True, text=True)
+    assert (out.returncode, out.stderr) == (0, "") and out.stdout.startswith("seglog ")
+    out = subprocess.run([PYTHON, "-m", "seglog", "no-such-command"], capture_output=True, text=True)
+    assert out.returncode == 2 and "no-such-command" in out.stderr
+
+
 def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert main([]) == 2
     assert main(["no-such-command"]) == 2
