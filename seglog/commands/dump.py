@@ -45,7 +45,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexer.errors import InvalidRecordError
+from indexer.errors import CorruptIndexError, InvalidRecordError
 from indexer.file_names import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
@@ -144,6 +144,7 @@ class DumpOptions:
 class DumpProblems:
     """Problems found while dumping, keyed by absolute file path, printed after all files."""
 
+    failed_sanity_checks: dict[str, str] = field(default_factory=dict)  # an index Kafka would refuse to load
     index_mismatches: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     timestamp_mismatches: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
     out_of_order_timestamps: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
@@ -153,7 +154,7 @@ class DumpProblems:
 
     def __bool__(self) -> bool:
         return any(
-            (self.index_mismatches, self.timestamp_mismatches, self.out_of_order_timestamps,
+            (self.failed_sanity_checks, self.index_mismatches, self.timestamp_mismatches, self.out_of_order_timestamps,
              self.shallow_offsets_not_found, self.non_consecutive_offsets, self.invalid_logs)
         )
 
@@ -164,7 +165,7 @@ class DumpProblems:
         print one line per entry), then how many more there are; then our own line per ``.log``
         with invalid data.
         """
-        lines: list[str] = []
+        lines = [f"Index sanity check failed for :{path}: {what}" for path, what in self.failed_sanity_checks.items()]
         for path, pairs in self.index_mismatches.items():
             lines.append(f"Mismatches in :{path}")
             lines += _capped([f"  Index offset: {a}, log offset: {b}" for a, b in reversed(pairs)])
@@ -554,6 +555,15 @@ def _entries_until_zero_slot(offsets: np.ndarray, base_offset: int) -> int:
     return int(repeats[0]) + 1 if repeats.size else len(offsets)
 
 
+def _sanity_check(index: OffsetIndex | TimeIndex, path: Path, problems: DumpProblems) -> None:
+    """Kafka's sanity check of an index (size, last entry) as a reported problem: the entries are
+    still dumped and checked, but a file a broker would refuse to load is said so up front."""
+    try:
+        index.sanity_check()
+    except CorruptIndexError as e:
+        problems.failed_sanity_checks[str(path.absolute())] = str(e)
+
+
 def dump_offset_index(path: Path, name: str, options: DumpOptions, out: TextIO, problems: DumpProblems) -> None:
     """Entries of a ``.index`` file, each checked against the ``.log`` batch it points at (spec 7.3)."""
     base_offset = _base_offset_of(path)
@@ -566,6 +576,7 @@ def dump_offset_index(path: Path, name: str, options: DumpOptions, out: TextIO, 
             index.sanity_check()
             out.write(f"{name} passed sanity check.\n")
             return
+        _sanity_check(index, path, problems)
         all_offsets, all_positions = index.to_arrays()
     count = _entries_until_zero_slot(all_offsets, base_offset)
     index_offsets, positions = all_offsets[:count], all_positions[:count]
@@ -591,6 +602,7 @@ def dump_time_index(path: Path, name: str, options: DumpOptions, out: TextIO, pr
             time_index.sanity_check()
             out.write(f"{name} passed sanity check.\n")
             return
+        _sanity_check(time_index, path, problems)
         all_timestamps, all_offsets = time_index.to_arrays()
         count = _entries_until_zero_slot(all_offsets, base_offset)
         entry_offsets, entry_timestamps = all_offsets[:count], all_timestamps[:count]

@@ -221,6 +221,20 @@ def test_our_logs_dump_clean_and_mismatches_are_reported(tmp_path: Path) -> None
     assert main(["dump", "--verify-index-only", str(index_path)]) == 1
 
 
+@pytest.mark.parametrize("suffix", [".index", ".timeindex"])
+def test_an_index_kafka_would_refuse_is_said_first_without_the_sanity_flag(tmp_path: Path, suffix: str) -> None:
+    """A length that is not a whole number of entries is the summary's first line, no flag needed."""
+    directory = tmp_path / "t-0"
+    _write_log(directory).close()
+    path = directory / f"00000000000000000000{suffix}"
+    path.write_bytes(path.read_bytes() + b"\0\0\0")
+    out, err, problems = _dump([path])
+    first = err.splitlines()[0]
+    assert first.startswith(f"Index sanity check failed for :{path.absolute()}: ") and "multiple of" in first
+    assert out.startswith(f"Dumping {path}")  # the entries are still dumped, as Kafka does
+    assert main(["dump", str(path)]) == 1
+
+
 def test_time_index_problems_are_reported(tmp_path: Path) -> None:
     directory = tmp_path / "t-0"
     _write_log(directory).close()
