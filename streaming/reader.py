@@ -27,6 +27,7 @@ import logging
 import time
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, replace
+from functools import cached_property
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -370,7 +371,7 @@ class SeglogDataSource(DataSource):
         return _BatchReader(check_options(self.options))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return _StreamReader(check_options(self.options))
+        return _StreamReader(self.options)
 
 
 class _BatchReader(DataSourceReader):
@@ -415,13 +416,26 @@ class _BatchReader(DataSourceReader):
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Runs in one long-lived Python worker on the driver for the whole query run (state is kept)."""
 
-    def __init__(self, options: SourceOptions) -> None:
-        if options.ending is not None:
-            raise ConfigError(f"option {options.ending.option} is for batch queries only (spark.read)")
-        self.options = options
+    def __init__(self, options: Mapping[str, str]) -> None:
+        self._given = options
         self._target: dict[TopicPartition, PartitionState] | None = None  # Trigger.AvailableNow
         self._states: dict[TopicPartition, PartitionState] | None = None  # of the last latestOffset
         self._last_trigger_ms = 0  # Kafka's lastTriggerMillis: the first trigger never waits
+
+    @cached_property
+    def options(self) -> SourceOptions:
+        """The options, checked by the first call Spark makes (every call goes through here), not in
+        ``__init__``: PySpark 4.2's stream runner cannot report an error raised while it builds the
+        reader (its ``finally: reader.stop()`` then fails with ``UnboundLocalError``, which replaces
+        ours as the last line of the query's error).
+
+        Raises:
+            ConfigError: as :func:`check_options`, or an ending offsets option (batch queries only).
+        """
+        options = check_options(self._given)
+        if options.ending is not None:
+            raise ConfigError(f"option {options.ending.option} is for batch queries only (spark.read)")
+        return options
 
     def _snapshot(self) -> dict[TopicPartition, PartitionState]:
         with LogDirView(self.options) as view:

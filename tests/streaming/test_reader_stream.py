@@ -209,3 +209,22 @@ def test_running_query_picks_up_new_topics_of_its_pattern(spark: SparkSession, t
         assert sink.values() == [b"a", b"b", b"c"]
     finally:
         query.stop()
+
+
+def test_an_option_error_found_when_a_query_starts_is_ours_not_the_runners(spark: SparkSession, tmp_path: Path) -> None:
+    """``endingOffsets`` is for batch queries: the streaming query fails with our ``ConfigError`` as its
+    last error, not with PySpark's stream runner's ``UnboundLocalError`` (which it raises when building the
+    reader fails)."""
+    log_dir = tmp_path / "logs"
+    append(log_dir, "ev", ["a", "b"], 0)
+    query = (
+        stream(spark, log_dir, subscribe="ev", endingOffsets="latest")
+        .writeStream.format("noop")
+        .option("checkpointLocation", str(tmp_path / "ckpt"))
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as info:
+        query.awaitTermination(120)
+    message = str(info.value)
+    assert "ConfigError: option endingOffsets is for batch queries only (spark.read)" in message
+    assert "UnboundLocalError" not in message
