@@ -42,6 +42,7 @@ are already there.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
@@ -52,10 +53,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from indexer import errors
 from indexer.checkpoint import OffsetCheckpointFile, update_checkpoint
 from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig
-from indexer.errors import FencedError, LogLockedError, StorageError
+from indexer.errors import FencedError, LogLockedError, SeglogError, StorageError
 from indexer.file_names import (
     LOG_DIR_LOCK_FILE,
     LOG_START_OFFSET_CHECKPOINT_FILE,
@@ -365,24 +367,50 @@ def run_write_job(batch_df: object, plan: WritePlan) -> list[PartitionResult]:
     written partition.
 
     Raises:
+        SeglogError: the one a task raised (bad input found while encoding, a fenced attempt), after
+            Spark's retries: its class and message, as the driver path raises it.
         StorageError: two results for one partition (Spark accepted two attempts: cannot happen).
-        Exception: what the Spark job raised (a task's error, after Spark's retries).
+        Exception: any other error of the Spark job.
     """
     from pyspark.sql import DataFrame
 
     assert isinstance(batch_df, DataFrame)
     encode, write = _task_functions(plan)
-    results = (
-        batch_df.mapInArrow(encode, PIECES_DDL)
-        .repartitionById(plan.layout.num_partitions, "partition")
-        .mapInArrow(write, RESULTS_DDL)
-        .collect()
-    )
+    try:
+        results = (
+            batch_df.mapInArrow(encode, PIECES_DDL)
+            .repartitionById(plan.layout.num_partitions, "partition")
+            .mapInArrow(write, RESULTS_DDL)
+            .collect()
+        )
+    except Exception as e:
+        task_error = task_seglog_error(e)
+        if task_error is None:
+            raise
+        raise task_error from e
     out = [PartitionResult(r["partition"], r["start"], r["end"], r["rows"], r["attempt"], r["wrote"]) for r in results]
     seen = Counter(result.partition for result in out)
     if any(count > 1 for count in seen.values()):
         raise StorageError(f"batch {plan.batch_id}: several results for one partition: {out}", path=plan.log_dir)
     return out
+
+
+_TASK_ERROR_LINE = re.compile(r"^indexer\.errors\.(\w+): (.*)$", re.MULTILINE)
+
+
+def task_seglog_error(error: BaseException) -> SeglogError | None:
+    """The :class:`SeglogError` a Spark task raised, rebuilt from ``error`` (Spark hands the driver a
+    task's Python exception as text only, in a ``PythonException``): the same class and message, so
+    bad input found on the executors reaches the user (and ``sink.last_error``) as on the driver path;
+    None when the text names none."""
+    found = _TASK_ERROR_LINE.findall(str(error))
+    if not found:
+        return None
+    name, message = found[-1]
+    kind = getattr(errors, name, None)
+    if not (isinstance(kind, type) and issubclass(kind, SeglogError)):
+        return None
+    return kind(message)
 
 
 def _task_functions(

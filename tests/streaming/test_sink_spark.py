@@ -92,6 +92,7 @@ def test_sink_takes_its_identity_from_the_running_query(spark: SparkSession, tmp
     assert len(read_topic(tmp_path / "logs", "ev")) == 10
 
 
+@pytest.mark.parametrize("writes", ["driver", "executors"])
 @pytest.mark.parametrize(
     "shape, message",
     [
@@ -100,10 +101,11 @@ def test_sink_takes_its_identity_from_the_running_query(spark: SparkSession, tmp
     ],
 )
 def test_bad_input_fails_the_query_with_the_sink_error(spark: SparkSession, tmp_path: Path, shape: object,
-                                                       message: str) -> None:
+                                                       message: str, writes: str) -> None:
+    """On the executors too: the task's error reaches the driver as the sink's own error."""
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
     (tmp_path / "logs").mkdir()
-    sink = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS)
+    sink = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS, writes=writes)
     df = spark.readStream.schema("key string, value string").json(str(tmp_path / "in"))
     query = (shape(df).writeStream.foreachBatch(sink)  # type: ignore[operator]
              .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
@@ -111,7 +113,11 @@ def test_bad_input_fails_the_query_with_the_sink_error(spark: SparkSession, tmp_
         query.awaitTermination()
     sink.close()
     assert isinstance(sink.last_error, SchemaError)
-    assert snapshot(tmp_path / "logs") == {}
+    assert message in str(sink.last_error)
+    # Executor writes create the topic's (empty) partitions and record them before the job runs.
+    assert read_topic(tmp_path / "logs", "ev", up_to_high_watermark=False) == []
+    if writes == "driver":
+        assert snapshot(tmp_path / "logs") == {}
 
 
 def test_the_job_reraises_the_sinks_own_error_and_commits_nothing(spark: SparkSession, tmp_path: Path) -> None:
