@@ -141,6 +141,10 @@ def test_offsets_and_timestamps_select_ranges(spark: SparkSession, log_dir: Path
     # No record at or after the timestamp: Kafka's default strategy fails, "latest" starts at the end.
     with pytest.raises(Exception, match="has no record at or after timestamp 5000"):
         seglog(spark, subscribe="ev", startingTimestamp="5000").load(path).collect()
+    # ev-0's only record after 5000 is uncommitted: Kafka's ListOffsets answers a consumer "none" for it too.
+    with pytest.raises(Exception, match="ev-0 has no record at or after timestamp 5000"):
+        only_uncommitted = json.dumps({"ev": {"0": 5000, "1": 1000}})
+        seglog(spark, subscribe="ev", startingOffsetsByTimestamp=only_uncommitted).load(path).collect()
     late = seglog(spark, subscribe="ev", startingTimestamp="5000", startingOffsetsByTimestampStrategy="latest")
     assert rows(late.load(path)) == []
     with pytest.raises(Exception, match=f"offset 99 of ev-0 is beyond its committed records .they end at {ends[0]}"):
