@@ -224,15 +224,20 @@ def check_in_range(view: LogDirView, offsets: Offsets, option: str) -> None:
             )
 
 
-def data_loss(fail_on_data_loss: bool, log_dir: str, tp: TopicPartition, start: int, first: int | None) -> None:
-    """Offsets ``start..first`` are gone (retention, a deleted partition): raise, or warn when
-    ``failOnDataLoss=false`` (the read then goes on from ``first``).
+def data_loss(
+    fail_on_data_loss: bool, log_dir: str, tp: TopicPartition, start: int, first: int | None, *, last: int | None = None
+) -> None:
+    """Offsets ``start..first`` are gone (retention, a deleted partition: ``first`` None), or the
+    partition now ends at ``last``, before ``start`` (truncated or recreated): raise, or warn when
+    ``failOnDataLoss=false`` (the read then goes on from ``first``, or from ``last``, as Kafka's source).
 
     Raises:
         OffsetOutOfRangeError: ``failOnDataLoss=true`` (the default).
     """
     name = f"{tp[0]}-{tp[1]}"
-    if first is None:
+    if last is not None:
+        what = f"{name} ends at {last}, before offset {start} this query already read (truncated or recreated)"
+    elif first is None:
         what = f"partition {name} is gone"
     else:
         what = f"offsets {start}..{first - 1} of {name} were deleted (the log now starts at {first})"
@@ -495,12 +500,8 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 logger.info("seglog source: new partition %s-%d, read from offset %d", *tp, state.first)
             offset = starts.get(tp, state.first)
             if offset > state.last:
-                raise OffsetOutOfRangeError(
-                    f"{tp[0]}-{tp[1]} ends at {state.last}, before offset {offset} this query already read: "
-                    "the partition was truncated or recreated",
-                    offset=offset,
-                    path=Path(self.options.log_dir),
-                )
+                data_loss(self.options.fail_on_data_loss, self.options.log_dir, tp, offset, None, last=state.last)
+                offset = state.last
             begin[tp] = max(offset, state.first)
         return begin
 

@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -228,3 +229,38 @@ def test_an_option_error_found_when_a_query_starts_is_ours_not_the_runners(spark
     message = str(info.value)
     assert "ConfigError: option endingOffsets is for batch queries only (spark.read)" in message
     assert "UnboundLocalError" not in message
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_fail_on_data_loss_when_a_partition_is_recreated_shorter_between_runs(
+    spark: SparkSession, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
+    """As Kafka's source: a partition that now ends before the offset the query reached is data loss;
+    ``failOnDataLoss=false`` warns and goes on from the partition's end."""
+    log_dir = tmp_path / "logs"
+    append(log_dir, "tr", [f"old{i}" for i in range(10)], 0, partitions=1)
+
+    def run() -> Batches:
+        sink = Batches()
+        query = (
+            stream(spark, log_dir, subscribe="tr", startingOffsets="earliest",
+                   failOnDataLoss=str(fail_on_data_loss).lower())
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(tmp_path / "ckpt"))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        return sink
+
+    assert len(run().values()) == 10
+    shutil.rmtree(log_dir / "tr-0")  # the topic is deleted and created again, with fewer records
+    (log_dir / "seglog-sink.tr-producer.json").unlink()
+    append(log_dir, "tr", ["new0", "new1", "new2"], 0, partitions=1)
+    if fail_on_data_loss:
+        with pytest.raises(StreamingQueryException, match=r"tr-0 ends at 3, before offset 10 .*failOnDataLoss"):
+            run()
+        return
+    assert run().values() == []  # on from the partition's end, as Kafka's source
+    append(log_dir, "tr", ["new3", "new4"], 1, partitions=1)
+    assert run().values() == [b"new3", b"new4"]
