@@ -48,6 +48,16 @@ from pyspark.sql.streaming.datasource import (
     ReadMinRows,
     SupportsTriggerAvailableNow,
 )
+from pyspark.sql.types import (
+    ArrayType,
+    BinaryType,
+    IntegerType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
 
 from indexer.config import Settings
 from indexer.errors import ConfigError, OffsetOutOfRangeError
@@ -66,16 +76,25 @@ from streaming.source_options import (
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
-    from pyspark.sql.types import StructType
 
 logger = logging.getLogger(__name__)
 
 READ_STEP_RECORDS = 100_000  # records per Arrow batch handed to Spark
-KAFKA_COLUMNS = (
-    "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+KAFKA_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
+    ]
 )
-HEADERS_COLUMN = "headers array<struct<key: string, value: binary>>"
-_NAMES = ["key", "value", "topic", "partition", "offset", "timestamp", "timestampType"]
+HEADERS_FIELD = StructField(
+    "headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
+)
+_NAMES = KAFKA_SCHEMA.names
 
 Offsets = dict[TopicPartition, int]
 
@@ -368,15 +387,34 @@ class SeglogDataSource(DataSource):
     def name(cls) -> str:
         return "seglog"
 
-    def schema(self) -> str:
-        options = check_options(self.options)  # every option error surfaces here, at load()
-        return f"{KAFKA_COLUMNS}, {HEADERS_COLUMN}" if options.include_headers else KAFKA_COLUMNS
+    def schema(self) -> StructType:
+        return source_schema(check_options(self.options))  # every option error surfaces here, at load()
 
     def reader(self, schema: StructType) -> DataSourceReader:
-        return _BatchReader(check_options(self.options))
+        return _BatchReader(check_schema(check_options(self.options), schema))
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        return _StreamReader(self.options)
+        return _StreamReader(self.options, schema)
+
+
+def source_schema(options: SourceOptions) -> StructType:
+    """The Kafka source's columns (``headers`` only with ``includeHeaders=true``)."""
+    return StructType([*KAFKA_SCHEMA.fields, HEADERS_FIELD]) if options.include_headers else KAFKA_SCHEMA
+
+
+def check_schema(options: SourceOptions, schema: StructType) -> SourceOptions:
+    """Refuse a schema the user set with ``.schema(...)`` (Spark then skips :meth:`SeglogDataSource.schema`
+    and the tasks would fail on the columns they return), as Kafka's source refuses one.
+
+    Raises:
+        ConfigError: ``schema`` is not the source's own.
+    """
+    if schema != source_schema(options):
+        raise ConfigError(
+            f"the seglog source has a fixed schema (Kafka's source columns), it cannot be set with .schema(); "
+            f"got {schema.simpleString()}"
+        )
+    return options
 
 
 class _BatchReader(DataSourceReader):
@@ -421,8 +459,9 @@ class _BatchReader(DataSourceReader):
 class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Runs in one long-lived Python worker on the driver for the whole query run (state is kept)."""
 
-    def __init__(self, options: Mapping[str, str]) -> None:
+    def __init__(self, options: Mapping[str, str], schema: StructType) -> None:
         self._given = options
+        self._schema = schema
         self._target: dict[TopicPartition, PartitionState] | None = None  # Trigger.AvailableNow
         self._states: dict[TopicPartition, PartitionState] | None = None  # of the last latestOffset
         self._last_trigger_ms = 0  # Kafka's lastTriggerMillis: the first trigger never waits
@@ -435,9 +474,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         ours as the last line of the query's error).
 
         Raises:
-            ConfigError: as :func:`check_options`, or an ending offsets option (batch queries only).
+            ConfigError: as :func:`check_options` and :func:`check_schema`, or an ending offsets option
+                (batch queries only).
         """
-        options = check_options(self._given)
+        options = check_schema(check_options(self._given), self._schema)
         if options.ending is not None:
             raise ConfigError(f"option {options.ending.option} is for batch queries only (spark.read)")
         return options

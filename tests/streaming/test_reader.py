@@ -190,6 +190,19 @@ def test_bad_options_fail_at_load_on_the_driver(
     assert "ConfigError" in str(info.value) and "AssertionError" not in str(info.value)
 
 
+def test_a_schema_set_by_the_user_is_refused_on_the_driver_unless_it_is_the_sources(
+    spark: SparkSession, log_dir: Path
+) -> None:
+    """As Kafka's source (its schema is fixed), not a schema mismatch in every task."""
+    with pytest.raises(AnalysisException, match="the seglog source has a fixed schema") as info:
+        spark.read.format("seglog").schema("key binary, value binary").option("subscribe", "ev").load(
+            str(log_dir)
+        ).collect()
+    assert "SCHEMA_MISMATCH" not in str(info.value)
+    own = seglog(spark, subscribe="ev").load(str(log_dir)).schema
+    assert rows(seglog(spark, subscribe="ev").schema(own).load(str(log_dir))) == oracle(log_dir, "ev")
+
+
 def test_read_committed_skips_aborted_transactions(spark: SparkSession, tmp_path: Path) -> None:
     write_transactional_partition(tmp_path / "tx-0")
     committed = seglog(spark, subscribe="tx", **{"kafka.isolation.level": "read_committed"}).load(str(tmp_path))

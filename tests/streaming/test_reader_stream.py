@@ -212,23 +212,33 @@ def test_running_query_picks_up_new_topics_of_its_pattern(spark: SparkSession, t
         query.stop()
 
 
-def test_an_option_error_found_when_a_query_starts_is_ours_not_the_runners(spark: SparkSession, tmp_path: Path) -> None:
-    """``endingOffsets`` is for batch queries: the streaming query fails with our ``ConfigError`` as its
-    last error, not with PySpark's stream runner's ``UnboundLocalError`` (which it raises when building the
-    reader fails)."""
+@pytest.mark.parametrize(
+    "schema, options, message",
+    [
+        (None, {"endingOffsets": "latest"}, "option endingOffsets is for batch queries only (spark.read)"),
+        ("key binary, value binary", {}, "the seglog source has a fixed schema"),
+    ],
+)
+def test_an_option_error_found_when_a_query_starts_is_ours_not_the_runners(
+    spark: SparkSession, tmp_path: Path, schema: str | None, options: dict[str, str], message: str
+) -> None:
+    """``endingOffsets`` is for batch queries, and the columns are Kafka's: the streaming query fails with
+    our ``ConfigError`` as its last error, not with PySpark's stream runner's ``UnboundLocalError`` (which
+    it raises when building the reader fails) nor with a task's schema mismatch."""
     log_dir = tmp_path / "logs"
     append(log_dir, "ev", ["a", "b"], 0)
+    reader = spark.readStream.format("seglog").option("subscribe", "ev").options(**options)
     query = (
-        stream(spark, log_dir, subscribe="ev", endingOffsets="latest")
+        (reader.schema(schema) if schema else reader)
+        .load(str(log_dir))
         .writeStream.format("noop")
         .option("checkpointLocation", str(tmp_path / "ckpt"))
         .start()
     )
     with pytest.raises(StreamingQueryException) as info:
         query.awaitTermination(120)
-    message = str(info.value)
-    assert "ConfigError: option endingOffsets is for batch queries only (spark.read)" in message
-    assert "UnboundLocalError" not in message
+    assert f"ConfigError: {message}" in str(info.value)
+    assert "UnboundLocalError" not in str(info.value) and "SCHEMA_MISMATCH" not in str(info.value)
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
