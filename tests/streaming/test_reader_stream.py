@@ -253,8 +253,13 @@ def test_fail_on_data_loss_when_a_partition_is_recreated_shorter_between_runs(
     def run() -> Batches:
         sink = Batches()
         query = (
-            stream(spark, log_dir, subscribe="tr", startingOffsets="earliest",
-                   failOnDataLoss=str(fail_on_data_loss).lower())
+            stream(
+                spark,
+                log_dir,
+                subscribe="tr",
+                startingOffsets="earliest",
+                failOnDataLoss=str(fail_on_data_loss).lower(),
+            )
             .writeStream.foreachBatch(sink)
             .option("checkpointLocation", str(tmp_path / "ckpt"))
             .trigger(availableNow=True)
