@@ -60,9 +60,9 @@ from pyspark.sql.types import (
 )
 
 from indexer.config import Settings
-from indexer.errors import ConfigError, OffsetOutOfRangeError
-from indexer.file_names import TopicPartition, parse_topic_partition_name
-from indexer.log_manager import LogManager
+from indexer.errors import ConfigError, LogDirectoryNotFoundError, NotALogDirectoryError, OffsetOutOfRangeError
+from indexer.file_names import TopicPartition
+from indexer.log_manager import LogManager, check_log_dir
 from indexer.records.isolation import IsolationLevel
 from streaming.offset_ranges import OffsetRange, rate_limit, split_ranges
 from streaming.source_options import (
@@ -172,15 +172,19 @@ def check_options(options: Mapping[str, str]) -> SourceOptions:
     parsed = parse_source_options(options)
     path = Path(parsed.log_dir).absolute()
     parsed = replace(parsed, log_dir=str(path))
-    if not path.is_dir():
-        raise ConfigError(f"log directory {path} {'is not a directory' if path.exists() else 'does not exist'}")
+    try:
+        check_log_dir(path)  # the engine's rule (a partition directory, a file), worded for .load() here
+    except LogDirectoryNotFoundError:
+        raise ConfigError(f"log directory {path} does not exist") from None
+    except NotALogDirectoryError:
+        if not path.is_dir():
+            raise ConfigError(f"log directory {path} is not a directory") from None
+        raise ConfigError(
+            f"{path} is a partition directory; give the log directory that holds it: {path.parent}"
+        ) from None
     with LogDirView(parsed) as view:
         present = view.manager.partitions()
         if not present:
-            if any(p.suffix == ".log" for p in path.iterdir()) and _is_partition_name(path.name):
-                raise ConfigError(
-                    f"{path} is a partition directory; give the log directory that holds it: {path.parent}"
-                )
             raise ConfigError(f"{path} holds no topic partition (no <topic>-<partition> directory)")
         topics = sorted({t for t, _ in present})
         sub = parsed.subscription
@@ -196,14 +200,6 @@ def check_options(options: Mapping[str, str]) -> SourceOptions:
                     f"{', '.join(f'{t}-{p}' for t, p in sorted(view.states))}"
                 )
     return parsed
-
-
-def _is_partition_name(name: str) -> bool:
-    try:
-        parse_topic_partition_name(name)
-    except ValueError:
-        return False
-    return True
 
 
 def resolve(view: LogDirView, spec: OffsetSpec, *, starting: bool) -> Offsets:
