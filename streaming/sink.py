@@ -210,11 +210,27 @@ class SegmentLogSink:
         return self.topic is not None and self._log_manager is None and not one_machine
 
     def _resolve_query_id(self, batch_df: DataFrame) -> str:
+        """The id of the query this micro-batch belongs to: ``query_id=``, else the one recorded in
+        ``checkpoint_location``, else the running query's.
+
+        A ``checkpoint_location`` naming another query's checkpoint than the running query's is a
+        :class:`ConfigError`: the sink would take this query's batch ids for the other query's and
+        skip them as already committed, while Spark commits them (rows silently never written).
+        """
+        running = batch_df.sparkSession.sparkContext.getLocalProperty(SPARK_QUERY_ID_PROPERTY)
         if self._query_id is None and self._checkpoint_location is not None:
-            self._query_id = read_checkpoint_query_id(self._checkpoint_location)
+            recorded = read_checkpoint_query_id(self._checkpoint_location)
+            if running and recorded != running:
+                whose = "holds no Spark checkpoint" if recorded is None else f"is the checkpoint of query {recorded}"
+                raise ConfigError(
+                    f"checkpoint_location={str(self._checkpoint_location)!r} {whose}, "
+                    f"but this micro-batch belongs to query {running}: give the sink the same checkpoint "
+                    "as the query's checkpointLocation option, or leave checkpoint_location out (the sink "
+                    "then takes the running query's id)"
+                )
+            self._query_id = recorded
         if self._query_id is not None:
             return self._query_id
-        running = batch_df.sparkSession.sparkContext.getLocalProperty(SPARK_QUERY_ID_PROPERTY)
         if not running:
             raise ValueError(
                 "cannot tell which Spark checkpoint this micro-batch belongs to: run the sink inside "

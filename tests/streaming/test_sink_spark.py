@@ -15,7 +15,7 @@ from pyspark.sql import functions as F
 
 from indexer.commit_log import SinkCommitLog
 from indexer.config import Settings
-from indexer.errors import RecordTooLargeError, SchemaError
+from indexer.errors import ConfigError, RecordTooLargeError, SchemaError
 from streaming.arrow_collect import micro_batch_plan
 from streaming.job import JobSpec, JobSummary, run_job
 from streaming.partitioner import partition_for_keys
@@ -90,6 +90,31 @@ def test_sink_takes_its_identity_from_the_running_query(spark: SparkSession, tmp
     sink.close()
     assert sink.committed().query_id == query.id
     assert len(read_topic(tmp_path / "logs", "ev")) == 10
+
+
+def test_a_sink_given_another_querys_checkpoint_fails_and_writes_nothing(spark: SparkSession, tmp_path: Path) -> None:
+    """A copy-pasted ``checkpoint_location`` would make the sink skip this query's batches as the other
+    query's committed ones while Spark commits them: the query fails instead, before any write."""
+    write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
+    first = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS,
+                           checkpoint_location=str(tmp_path / "ckA"))
+    df = spark.readStream.schema("key string, value string").json(str(tmp_path / "in"))
+    df.writeStream.foreachBatch(first).option("checkpointLocation", str(tmp_path / "ckA")).trigger(
+        availableNow=True).start().awaitTermination()
+    first.close()
+    before = snapshot(tmp_path / "logs")
+    write_json_inputs(tmp_path / "in2", files=1, rows_per_file=10, keys=3)
+    second = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS,
+                            checkpoint_location=str(tmp_path / "ckA"))
+    query = (spark.readStream.schema("key string, value string").json(str(tmp_path / "in2"))
+             .writeStream.foreachBatch(second).option("checkpointLocation", str(tmp_path / "ckB"))
+             .trigger(availableNow=True).start())
+    with pytest.raises(StreamingQueryException, match="is the checkpoint of query"):
+        query.awaitTermination()
+    second.close()
+    assert isinstance(second.last_error, ConfigError)
+    assert snapshot(tmp_path / "logs") == before
+    assert not (tmp_path / "ckB" / "commits" / "0").exists()
 
 
 @pytest.mark.parametrize("writes", ["driver", "executors"])
