@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from indexer.abstract_index import AbstractIndex
 from indexer.errors import IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
+from indexer.records.file_records import FileRecords
 
 IndexT = TypeVar("IndexT", bound=AbstractIndex)
 
@@ -34,3 +36,37 @@ def real_broker_indexes(
             idx.sanity_check()
             assert idx.entries == path.stat().st_size // entry_bytes
             yield base, idx
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One record batch as stored in a segment."""
+
+    segment: str  # .log file name
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    raw: bytes
+
+
+def segment_batches(path: Path) -> list[Batch]:
+    """Every batch of the ``.log`` at ``path``, in order; asserts the whole file is CRC-valid batches."""
+    with FileRecords.open(path, mutable=False) as records:
+        scan = records.scan()
+        assert scan.error is None and scan.valid_bytes == records.size_in_bytes(), f"{path}: invalid bytes"
+        return [
+            Batch(path.name, p, s, base, last, records.read(p, s))
+            for p, s, base, last in zip(
+                scan.positions.tolist(),
+                scan.sizes.tolist(),
+                scan.base_offsets.tolist(),
+                scan.last_offsets.tolist(),
+                strict=True,
+            )
+        ]
+
+
+def log_batches(directory: Path) -> list[Batch]:
+    """Every batch of every ``.log`` of the partition ``directory``, in offset order (see :func:`segment_batches`)."""
+    return [batch for path in sorted(directory.glob("*.log")) for batch in segment_batches(path)]
