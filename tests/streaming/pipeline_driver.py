@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from tests.streaming.crash_driver import PHASES, arm
+from tests.streaming.crash_driver import PHASES, arm, start_available_now
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -49,12 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     transformed = source.select("key", F.upper(F.col("value").cast("string")).cast("binary").alias("value"))
     with SegmentLogSink(args.log_dir, topic="dst", num_partitions=3, checkpoint_location=args.checkpoint) as sink:
-        query = (
-            transformed.writeStream.foreachBatch(sink)
-            .option("checkpointLocation", args.checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
+        query = start_available_now(transformed, sink, args.checkpoint)
         query.awaitTermination()
     print(f"DONE rows={sink.rows_written}", flush=True)
     spark.stop()
