@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from indexer import file_names
@@ -46,7 +46,7 @@ from indexer.log_manager import LogManager
 from indexer.records.file_records import FileRecords
 from maintenance.recovery import EXIT_COMMITTED_DATA_LOST
 from seglog.cli import main
-from tests.budget import scaled
+from tests.budget import fuzz_settings, scaled
 from tests.indexer.helpers import Batch, log_batches
 from tests.maintenance.conftest import REPO, settings_for, small_config
 
@@ -162,11 +162,7 @@ def _recover(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, di
     return status, json.loads(capsys.readouterr().out)
 
 
-@settings(
-    max_examples=scaled(30, ci=15, soak=1000),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzz_settings(30, ci=15, soak=1000)
 @given(data=st.data())
 def test_salvage_keeps_every_undamaged_batch(
     template: Template,
