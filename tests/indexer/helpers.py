@@ -7,6 +7,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from indexer.abstract_index import AbstractIndex
 from indexer.errors import IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
 from indexer.records.file_records import FileRecords
@@ -21,6 +23,38 @@ def index_error(action: Callable[[], Any]) -> type[Exception] | None:
     except (IndexFullError, InvalidOffsetError, IndexOffsetOverflowError, ValueError) as e:
         return type(e)
     return None
+
+
+def check_bulk_append(
+    one: IndexT,
+    many: IndexT,
+    pairs: list[tuple[int, int]],
+    prefix: int,
+    singles: Callable[[IndexT, list[tuple[int, int]]], None],
+    bulk: Callable[[IndexT, np.ndarray, np.ndarray], None],
+) -> bool | None:
+    """Check an index's bulk append against its appends one by one, on two empty indexes of one size.
+
+    Both get ``pairs[:prefix]`` one by one; then ``one`` gets the rest one by one and ``many`` in one
+    ``bulk`` call. Asserts they fail alike; with no error the files are equal, else ``many`` has nothing
+    beyond the prefix. Returns whether the rest was appended (None: the prefix itself is invalid).
+    """
+    head, rest = pairs[:prefix], pairs[prefix:]
+    if index_error(lambda: singles(one, head)) is not None:
+        return None
+    singles(many, head)
+    before = many.entries
+    single = index_error(lambda: singles(one, rest))
+    firsts = np.array([a for a, _ in rest], np.int64)
+    seconds = np.array([b for _, b in rest], np.int64)
+    assert index_error(lambda: bulk(many, firsts, seconds)) is single
+    if single is None:
+        assert many.path.read_bytes() == one.path.read_bytes()
+        assert many.entries == one.entries
+        return True
+    assert many.entries == before
+    assert many.path.read_bytes()[many.ENTRY_SIZE * before :] == bytes(many.ENTRY_SIZE * (many.max_entries - before))
+    return False
 
 
 def real_broker_indexes(
