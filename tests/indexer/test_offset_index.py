@@ -4,6 +4,7 @@ real broker-written files."""
 from __future__ import annotations
 
 import bisect
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -406,11 +407,8 @@ def test_append_many_equals_repeated_appends_or_writes_nothing(
 ) -> None:
     """Bulk append writes exactly the bytes of single appends; on any error it writes nothing."""
     base = 1000
-    offsets, positions, offset = [], [], base + start
-    for delta, position in steps:
-        offset += delta
-        offsets.append(offset)
-        positions.append(position)
+    offsets = list(itertools.accumulate((delta for delta, _ in steps), initial=base + start))[1:]
+    positions = [position for _, position in steps]
     prefix = min(prefix, len(offsets))
     directory = tmp_path_factory.mktemp("bulk")
     with (

@@ -4,6 +4,7 @@ real broker-written files."""
 from __future__ import annotations
 
 import bisect
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -336,12 +337,8 @@ def test_append_many_equals_repeated_maybe_append_or_writes_nothing(
     """Bulk append writes exactly what maybe_append one by one writes (skips, reserved slot and
     all); on any error it writes nothing."""
     base = 100
-    stamps, offsets = [], []
-    ts, off = first[0], base + first[1]
-    for dts, doff in steps:
-        ts, off = ts + dts, off + doff
-        stamps.append(ts)
-        offsets.append(off)
+    stamps = list(itertools.accumulate((dts for dts, _ in steps), initial=first[0]))[1:]
+    offsets = list(itertools.accumulate((doff for _, doff in steps), initial=base + first[1]))[1:]
     prefix = min(prefix, len(stamps))
     directory = tmp_path_factory.mktemp("bulk")
     with (
