@@ -23,7 +23,6 @@ Every batch start is printed as ``BATCH <id>`` (flushed) so a test can also kill
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -33,7 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tests.streaming.crash_driver import kill_after, start_available_now
+from tests.streaming.crash_driver import driver_parser, kill_after, start_available_now
 
 PHASES = ("job", "commit", "publish", "none")
 
@@ -99,18 +98,11 @@ def arm(kill_batch: int, phase: str) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--log-dir", required=True)
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--input", required=True, help="directory of JSON files with key/value columns")
+    parser = driver_parser(__doc__, PHASES, json_input=True)
     parser.add_argument("--master", default="local-cluster[2,1,1024]")
-    parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--kill-executors", type=int, default=0)
     parser.add_argument("--speculation", action="store_true", help="speculative copies of slow tasks, eagerly")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--kill-batch", type=int, default=-1)
-    parser.add_argument("--kill-phase", choices=PHASES, default="none")
-    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
 
     from indexer.config import load_settings, parse_overrides

@@ -86,16 +86,24 @@ def start_available_now(df: Any, sink: Any, checkpoint: str) -> Any:
     )
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def driver_parser(doc: str | None, phases: tuple[str, ...], *, json_input: bool) -> argparse.ArgumentParser:
+    """The options the test drivers share: where to write, where to kill themselves and, with ``json_input``,
+    the JSON files to stream, the topic's partitions and Kafka configuration overrides."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--log-dir", required=True)
     parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--input", required=True, help="directory of JSON files with key/value columns")
-    parser.add_argument("--partitions", type=int, default=3)
-    parser.add_argument("--files-per-batch", type=int, default=1)
     parser.add_argument("--kill-batch", type=int, default=-1)
-    parser.add_argument("--kill-phase", choices=PHASES, default="none")
-    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    parser.add_argument("--kill-phase", choices=phases, default="none")
+    if json_input:
+        parser.add_argument("--input", required=True, help="directory of JSON files with key/value columns")
+        parser.add_argument("--partitions", type=int, default=3)
+        parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = driver_parser(__doc__, PHASES, json_input=True)
+    parser.add_argument("--files-per-batch", type=int, default=1)
     args = parser.parse_args(argv)
 
     from indexer.config import load_settings, parse_overrides

@@ -11,18 +11,12 @@ micro-batch, as :mod:`tests.streaming.crash_driver` does; every batch start is p
 
 from __future__ import annotations
 
-import argparse
-
-from tests.streaming.crash_driver import PHASES, arm, start_available_now
+from tests.streaming.crash_driver import PHASES, arm, driver_parser, start_available_now
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--log-dir", required=True)
-    parser.add_argument("--checkpoint", required=True)
+    parser = driver_parser(__doc__, PHASES, json_input=False)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=150)
-    parser.add_argument("--kill-batch", type=int, default=-1)
-    parser.add_argument("--kill-phase", choices=PHASES, default="none")
     args = parser.parse_args(argv)
 
     from pyspark.sql import SparkSession
