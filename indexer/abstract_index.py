@@ -378,6 +378,27 @@ class AbstractIndex(IndexFile):
         keys, values = kernels.decode_entries(words, entries, self._LAYOUT, self._base_offset)
         return keys, values
 
+    @staticmethod
+    def _bulk_columns(first: np.ndarray, second: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """``append_many``'s two columns as int64 arrays; ``ValueError`` unless both are 1-d of one length."""
+        first = np.asarray(first, dtype=np.int64)
+        second = np.asarray(second, dtype=np.int64)
+        if first.ndim != 1 or second.shape != first.shape:
+            raise ValueError(
+                f"append_many needs two 1-d arrays of one length, got {first.shape} and {second.shape}"
+            )
+        return first, second
+
+    @staticmethod
+    def _first_failure(failures: np.ndarray) -> tuple[int, int] | None:
+        """``(call, check)`` of the earliest failing call of a bulk append, or None: ``failures[check, call]``
+        is true where a call fails a check, checks in the order the single append makes them."""
+        failing = np.flatnonzero(failures.any(axis=0))
+        if not failing.size:
+            return None
+        call = int(failing[0])
+        return call, int(np.argmax(failures[:, call]))
+
     def _check_slot(self, n: int) -> None:
         if n < 0 or n >= self._entries:
             raise IndexError(

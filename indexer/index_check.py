@@ -45,6 +45,7 @@ from indexer.time_index import TimeIndex
 from indexer.transaction_index import TransactionIndex
 
 _NO_LIMIT = np.iinfo(np.int64).max
+_EMPTY = np.empty(0, np.int64)
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +133,20 @@ def _first(bad: np.ndarray) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
+def _sane_entries(
+    index_class: type[OffsetIndex] | type[TimeIndex], path: Path, base_offset: int
+) -> tuple[IndexProblem | None, np.ndarray, np.ndarray]:
+    """Level 1: Kafka's sanity check of the whole index file at ``path`` and, when it passes, its entries
+    (:meth:`AbstractIndex.to_arrays`); the problem found, with empty arrays, when it does not."""
+    with index_class(path, base_offset, -1, writable=False, whole_file=True) as index:
+        try:
+            index.sanity_check()
+        except CorruptIndexError as e:
+            return IndexProblem(path, str(e)), _EMPTY, _EMPTY
+        keys, values = index.to_arrays()
+    return None, keys, values
+
+
 def offset_index_problem(
     path: Path,
     base_offset: int,
@@ -145,15 +160,10 @@ def offset_index_problem(
     Raises:
         StorageError: the file cannot be read (a missing file: ``FileNotFoundError`` as its cause).
     """
+    problem, offsets, positions = _sane_entries(OffsetIndex, path, base_offset)
+    if problem is not None or not offsets.size:
+        return problem
     limit = _NO_LIMIT if next_base_offset is None else next_base_offset
-    with OffsetIndex(path, base_offset, -1, writable=False, whole_file=True) as index:
-        try:
-            index.sanity_check()
-        except CorruptIndexError as e:
-            return IndexProblem(path, str(e))
-        offsets, positions = index.to_arrays()
-    if not offsets.size:
-        return None
     slot = _first(np.concatenate(([offsets[0] < base_offset], np.diff(offsets) <= 0)))
     if slot is None:
         slot = _first(np.concatenate(([positions[0] < 0], np.diff(positions) <= 0)))
@@ -190,15 +200,10 @@ def time_index_problem(
     Raises:
         StorageError: the file cannot be read (a missing file: ``FileNotFoundError`` as its cause).
     """
+    problem, timestamps, offsets = _sane_entries(TimeIndex, path, base_offset)
+    if problem is not None or not offsets.size:
+        return problem
     limit = _NO_LIMIT if next_base_offset is None else next_base_offset
-    with TimeIndex(path, base_offset, -1, writable=False, whole_file=True) as index:
-        try:
-            index.sanity_check()
-        except CorruptIndexError as e:
-            return IndexProblem(path, str(e))
-        timestamps, offsets = index.to_arrays()
-    if not offsets.size:
-        return None
     slot = _first(np.concatenate(([offsets[0] < base_offset], np.diff(timestamps) <= 0)))
     if slot is None:
         slot = _first(np.concatenate(([False], np.diff(offsets) < 0)))

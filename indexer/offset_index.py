@@ -132,12 +132,7 @@ class OffsetIndex(AbstractIndex):
             IndexOffsetOverflowError: an offset is not within ``[base_offset, base_offset + 2**31-1]``.
             ValueError: the arrays differ in length, or a position is outside ``[0, 2**31-1]``.
         """
-        offsets = np.asarray(offsets, dtype=np.int64)
-        positions = np.asarray(positions, dtype=np.int64)
-        if offsets.ndim != 1 or positions.shape != offsets.shape:
-            raise ValueError(
-                f"append_many needs two 1-d arrays of one length, got {offsets.shape} and {positions.shape}"
-            )
+        offsets, positions = self._bulk_columns(offsets, positions)
         n = offsets.shape[0]
         with self._lock:
             self._require_writable("append to")
@@ -157,10 +152,9 @@ class OffsetIndex(AbstractIndex):
                     (relative < 0) | (relative > INT32_MAX),
                 ]
             )
-            failing = np.flatnonzero(failures.any(axis=0))
-            if failing.size:
-                i = int(failing[0])
-                kind = int(np.argmax(failures[:, i]))
+            failure = self._first_failure(failures)
+            if failure is not None:
+                i, kind = failure
                 if kind == 0:
                     raise self._full_error(entries + i)
                 if kind == 1:

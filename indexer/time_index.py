@@ -146,12 +146,7 @@ class TimeIndex(AbstractIndex):
             ValueError: a timestamp is smaller than the last written one, or the arrays differ in length.
             IndexOffsetOverflowError: an offset to write does not fit relative to ``base_offset``.
         """
-        timestamps = np.asarray(timestamps, dtype=np.int64)
-        offsets = np.asarray(offsets, dtype=np.int64)
-        if timestamps.ndim != 1 or offsets.shape != timestamps.shape:
-            raise ValueError(
-                f"append_many needs two 1-d arrays of one length, got {timestamps.shape} and {offsets.shape}"
-            )
+        timestamps, offsets = self._bulk_columns(timestamps, offsets)
         n = timestamps.shape[0]
         with self._lock:
             self._require_writable("append to")
@@ -186,10 +181,9 @@ class TimeIndex(AbstractIndex):
                     writes & (slots_before >= self.max_entries),
                 ]
             )
-            failing = np.flatnonzero(failures.any(axis=0))
-            if failing.size:
-                i = int(failing[0])
-                kind = int(np.argmax(failures[:, i]))
+            failure = self._first_failure(failures)
+            if failure is not None:
+                i, kind = failure
                 slot = int(slots_before[i])
                 if kind == 0:
                     raise self._full_error(slot)

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+import numpy as np
+
 from indexer.abstract_index import AbstractIndex
 from indexer.errors import IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
+from indexer.records.file_records import FileRecords
 
 IndexT = TypeVar("IndexT", bound=AbstractIndex)
 
@@ -19,6 +23,38 @@ def index_error(action: Callable[[], Any]) -> type[Exception] | None:
     except (IndexFullError, InvalidOffsetError, IndexOffsetOverflowError, ValueError) as e:
         return type(e)
     return None
+
+
+def check_bulk_append(
+    one: IndexT,
+    many: IndexT,
+    pairs: list[tuple[int, int]],
+    prefix: int,
+    singles: Callable[[IndexT, list[tuple[int, int]]], None],
+    bulk: Callable[[IndexT, np.ndarray, np.ndarray], None],
+) -> bool | None:
+    """Check an index's bulk append against its appends one by one, on two empty indexes of one size.
+
+    Both get ``pairs[:prefix]`` one by one; then ``one`` gets the rest one by one and ``many`` in one
+    ``bulk`` call. Asserts they fail alike; with no error the files are equal, else ``many`` has nothing
+    beyond the prefix. Returns whether the rest was appended (None: the prefix itself is invalid).
+    """
+    head, rest = pairs[:prefix], pairs[prefix:]
+    if index_error(lambda: singles(one, head)) is not None:
+        return None
+    singles(many, head)
+    before = many.entries
+    single = index_error(lambda: singles(one, rest))
+    firsts = np.array([a for a, _ in rest], np.int64)
+    seconds = np.array([b for _, b in rest], np.int64)
+    assert index_error(lambda: bulk(many, firsts, seconds)) is single
+    if single is None:
+        assert many.path.read_bytes() == one.path.read_bytes()
+        assert many.entries == one.entries
+        return True
+    assert many.entries == before
+    assert many.path.read_bytes()[many.ENTRY_SIZE * before :] == bytes(many.ENTRY_SIZE * (many.max_entries - before))
+    return False
 
 
 def real_broker_indexes(
@@ -34,3 +70,37 @@ def real_broker_indexes(
             idx.sanity_check()
             assert idx.entries == path.stat().st_size // entry_bytes
             yield base, idx
+
+
+@dataclass(frozen=True)
+class Batch:
+    """One record batch as stored in a segment."""
+
+    segment: str  # .log file name
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    raw: bytes
+
+
+def segment_batches(path: Path) -> list[Batch]:
+    """Every batch of the ``.log`` at ``path``, in order; asserts the whole file is CRC-valid batches."""
+    with FileRecords.open(path, mutable=False) as records:
+        scan = records.scan()
+        assert scan.error is None and scan.valid_bytes == records.size_in_bytes(), f"{path}: invalid bytes"
+        return [
+            Batch(path.name, p, s, base, last, records.read(p, s))
+            for p, s, base, last in zip(
+                scan.positions.tolist(),
+                scan.sizes.tolist(),
+                scan.base_offsets.tolist(),
+                scan.last_offsets.tolist(),
+                strict=True,
+            )
+        ]
+
+
+def log_batches(directory: Path) -> list[Batch]:
+    """Every batch of every ``.log`` of the partition ``directory``, in offset order (see :func:`segment_batches`)."""
+    return [batch for path in sorted(directory.glob("*.log")) for batch in segment_batches(path)]

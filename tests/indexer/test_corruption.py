@@ -35,8 +35,8 @@ from indexer.config import LogConfig
 from indexer.log import Log
 from indexer.log_loader import LogLoader, RecoveryReport
 from indexer.records.decoder import decode_records
-from indexer.records.file_records import FileRecords
 from tests.budget import scaled
+from tests.indexer.helpers import Batch, log_batches, segment_batches
 
 # Kafka's truncation (recovery.strategy=truncate); salvage, the default, is tested in test_salvage.py.
 CONFIG = LogConfig(
@@ -52,15 +52,6 @@ SLOW = settings(
 
 
 @dataclass(frozen=True)
-class Batch:
-    segment: str  # .log file name
-    position: int
-    size: int
-    last_offset: int
-    raw: bytes
-
-
-@dataclass(frozen=True)
 class Pristine:
     directory: Path
     segments: list[str]
@@ -70,16 +61,7 @@ class Pristine:
 
 def describe(directory: Path, config: LogConfig) -> Pristine:
     segments = sorted(p.name for p in directory.glob("*.log"))
-    batches = []
-    for name in segments:
-        with FileRecords.open(directory / name, mutable=False) as records:
-            scan = records.scan()
-            assert scan.error is None and scan.valid_bytes == records.size_in_bytes()
-            for pos, size, last in zip(
-                scan.positions.tolist(), scan.sizes.tolist(), scan.last_offsets.tolist(), strict=True
-            ):
-                batches.append(Batch(name, pos, size, last, records.read(pos, size)))
-    return Pristine(directory, segments, batches, config)
+    return Pristine(directory, segments, log_batches(directory), config)
 
 
 @pytest.fixture(scope="module")
@@ -259,17 +241,9 @@ def run_case(pristine: Pristine, workdir: Path, log_damage: tuple, side: list[tu
     expected = expected_batches(pristine, cut)
     kept: list[Batch] = []
     for path in sorted(directory.glob("*.log")):
-        with FileRecords.open(path, mutable=False) as records:
-            scan = records.scan()
-            assert scan.error is None and scan.valid_bytes == records.size_in_bytes(), f"{path.name}: invalid bytes"
-            segment_batches = [
-                Batch(path.name, p, s, last, records.read(p, s))
-                for p, s, last in zip(
-                    scan.positions.tolist(), scan.sizes.tolist(), scan.last_offsets.tolist(), strict=True
-                )
-            ]
-        check_indexes(directory, path.name, segment_batches)
-        kept.extend(segment_batches)
+        batches = segment_batches(path)
+        check_indexes(directory, path.name, batches)
+        kept.extend(batches)
     assert [(b.segment, b.position, b.raw) for b in kept] == [(b.segment, b.position, b.raw) for b in expected]
     if expected:
         assert loaded.next_offset == expected[-1].last_offset + 1

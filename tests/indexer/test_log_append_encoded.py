@@ -2,36 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 import pytest
 
-from indexer.clock import MockClock
 from indexer.config import LogConfig
 from indexer.errors import RecordBatchTooLargeError, RecordTooLargeError
 from indexer.log import Log
 from indexer.records.batch_header import CREATE_TIME, LOG_APPEND_TIME, compute_batch_crc, parse_batch_header
 from indexer.records.columns import to_append_table
 from indexer.records.encoder import EncodedBatches, encode_batches, plan_batches, planned_batches
-
-T0 = 1_700_000_000_000
-
-
-@pytest.fixture
-def open_log(tmp_path: Path) -> Iterator[Any]:
-    opened: list[Log] = []
-
-    def opener(name: str, **config: object) -> Log:
-        log = Log.open(tmp_path / name, LogConfig.from_mapping(config), clock=MockClock(T0))
-        opened.append(log)
-        return log
-
-    yield opener
-    for log in opened:
-        log.close()
+from tests.indexer.conftest import T0
 
 
 def records(n: int, start: int = 0) -> pa.Table:

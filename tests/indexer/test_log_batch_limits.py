@@ -10,8 +10,6 @@ from __future__ import annotations
 import errno
 import os
 import shutil
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,22 +24,7 @@ from indexer.log import Log
 from indexer.records.batch_header import RECORD_BATCH_OVERHEAD
 from indexer.records.file_records import FileRecords
 from tests.budget import scaled
-
-T0 = 1_700_000_000_000
-
-
-@pytest.fixture
-def open_log(tmp_path: Path) -> Iterator[Any]:
-    opened: list[Log] = []
-
-    def opener(name: str = "t-0", **config: object) -> Log:
-        log = Log.open(tmp_path / name, LogConfig.from_mapping(config), clock=MockClock(T0))
-        opened.append(log)
-        return log
-
-    yield opener
-    for log in opened:
-        log.close()
+from tests.indexer.conftest import T0
 
 
 def stored_batches(log: Log) -> list[tuple[int, int, int]]:

@@ -77,6 +77,17 @@ def segment_logs(directory: Path) -> list[Path]:
     return sorted(directory.glob("*.log"))
 
 
+def damage_second_batch(log_file: Path) -> tuple[bytearray, BatchScan, int]:
+    """Flip a bit inside the records of ``log_file``'s second batch, so its CRC fails; returns the
+    damaged bytes, the scan of the file before, and the second batch's position."""
+    data = bytearray(log_file.read_bytes())
+    scan = FileRecords.open(log_file, mutable=False).scan()
+    second = int(scan.positions[1])
+    data[second + 70] ^= 0x01
+    log_file.write_bytes(bytes(data))
+    return data, scan, second
+
+
 def test_clean_shutdown_load_does_nothing(tmp_path: Path) -> None:
     end = write_log(tmp_path / "t-0")
     loaded = load(tmp_path / "t-0", had_clean_shutdown=True, recovery_point=0)
@@ -119,11 +130,7 @@ def test_corruption_deletes_every_later_segment(tmp_path: Path) -> None:
     write_log(directory)
     logs = segment_logs(directory)
     victim = logs[1]
-    data = bytearray(victim.read_bytes())
-    scan = FileRecords.open(victim, mutable=False).scan()
-    second = int(scan.positions[1])
-    data[second + 70] ^= 0x01  # inside the second batch's records: its CRC fails
-    victim.write_bytes(bytes(data))
+    data, scan, second = damage_second_batch(victim)
     clock = MockClock()
     loaded = load(directory, clock, config=TRUNCATE, recovery_point=0)
     report = loaded.report
@@ -149,11 +156,7 @@ def test_salvage_keeps_every_intact_batch_after_the_damage(tmp_path: Path) -> No
     end = write_log(directory)
     logs = segment_logs(directory)
     victim = logs[1]
-    data = bytearray(victim.read_bytes())
-    scan = FileRecords.open(victim, mutable=False).scan()
-    second = int(scan.positions[1])
-    data[second + 70] ^= 0x01  # inside the second batch's records: its CRC fails
-    victim.write_bytes(bytes(data))
+    data, scan, second = damage_second_batch(victim)
     loaded = load(directory, MockClock(), recovery_point=0)
     report = loaded.report
     [salvaged] = report.of_kind(StepKind.SALVAGE_SEGMENT)
@@ -191,10 +194,7 @@ def test_each_recovered_segment_is_read_once(tmp_path: Path, monkeypatch: pytest
     end = write_log(directory)
     logs = segment_logs(directory)
     victim = logs[-1]
-    data = bytearray(victim.read_bytes())
-    second = int(FileRecords.open(victim, mutable=False).scan().positions[1])
-    data[second + 70] ^= 0x01
-    victim.write_bytes(bytes(data))
+    _, _, second = damage_second_batch(victim)
     once = [(p.name, 0, True) for p in logs] + [(victim.name, second, False)]  # + the cut tail's framing
     planned = scans_while(monkeypatch, loader(directory, recovery_point=0).check)
     assert sorted(planned) == sorted(once)

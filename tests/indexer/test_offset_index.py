@@ -4,6 +4,7 @@ real broker-written files."""
 from __future__ import annotations
 
 import bisect
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -18,7 +19,7 @@ from indexer.errors import (
     InvalidOffsetError,
 )
 from indexer.offset_index import OffsetIndex, OffsetPosition
-from tests.indexer.helpers import index_error, real_broker_indexes
+from tests.indexer.helpers import check_bulk_append, real_broker_indexes
 
 BASE = 45
 
@@ -406,34 +407,18 @@ def test_append_many_equals_repeated_appends_or_writes_nothing(
 ) -> None:
     """Bulk append writes exactly the bytes of single appends; on any error it writes nothing."""
     base = 1000
-    offsets, positions, offset = [], [], base + start
-    for delta, position in steps:
-        offset += delta
-        offsets.append(offset)
-        positions.append(position)
+    offsets = list(itertools.accumulate((delta for delta, _ in steps), initial=base + start))[1:]
+    positions = [position for _, position in steps]
     prefix = min(prefix, len(offsets))
     directory = tmp_path_factory.mktemp("bulk")
     with (
         OffsetIndex(directory / "one.index", base, 8 * slots) as one,
         OffsetIndex(directory / "many.index", base, 8 * slots) as many,
     ):
-        head = list(zip(offsets[:prefix], positions[:prefix], strict=True))
-        if index_error(lambda: fill(one, head)) is not None:
-            return  # the prefix itself is invalid: nothing to compare
-        fill(many, head)
-        rest = list(zip(offsets[prefix:], positions[prefix:], strict=True))
-        single = index_error(lambda: fill(one, rest))
-        bulk = index_error(
-            lambda: many.append_many(np.array(offsets[prefix:], np.int64), np.array(positions[prefix:], np.int64))
-        )
-        assert bulk is single
-        if single is None:
+        pairs = list(zip(offsets, positions, strict=True))
+        if check_bulk_append(one, many, pairs, prefix, fill, OffsetIndex.append_many):
             assert many.to_arrays()[0].tolist() == one.to_arrays()[0].tolist()
-            assert many.path.read_bytes() == one.path.read_bytes()
             assert many.last_offset == one.last_offset
-        else:
-            assert many.entries == prefix
-            assert many.path.read_bytes()[8 * prefix :] == bytes(8 * (slots - prefix))
 
 
 def test_append_many_full_index_error_names_the_file(index: OffsetIndex) -> None:

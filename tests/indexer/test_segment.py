@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import numpy as np
@@ -39,20 +40,9 @@ def batches(
         encode_batches(table.slice(i, per_batch), base_offset + i) for i in range(0, len(values), per_batch)
     ]
     starts = np.cumsum([0] + [p.total_bytes for p in parts[:-1]])
+    shifted = [dataclasses.replace(p, positions=p.positions + start) for p, start in zip(parts, starts, strict=True)]
     return EncodedBatches(
-        np.concatenate([p.buffer for p in parts]),
-        np.concatenate([p.positions + start for p, start in zip(parts, starts, strict=True)]),
-        *(
-            np.concatenate([getattr(p, name) for p in parts])
-            for name in (
-                "sizes",
-                "base_offsets",
-                "last_offsets",
-                "max_timestamps",
-                "offsets_of_max_timestamp",
-                "record_counts",
-            )
-        ),
+        **{f.name: np.concatenate([getattr(p, f.name) for p in shifted]) for f in dataclasses.fields(EncodedBatches)}
     )
 
 

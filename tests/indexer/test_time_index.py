@@ -4,6 +4,7 @@ real broker-written files."""
 from __future__ import annotations
 
 import bisect
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -13,7 +14,7 @@ from hypothesis import strategies as st
 
 from indexer.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
 from indexer.time_index import UNKNOWN_TIMESTAMP_OFFSET, TimeIndex, TimestampOffset
-from tests.indexer.helpers import index_error, real_broker_indexes
+from tests.indexer.helpers import check_bulk_append, real_broker_indexes
 
 BASE = 45
 MAX_ENTRIES = 30
@@ -336,12 +337,8 @@ def test_append_many_equals_repeated_maybe_append_or_writes_nothing(
     """Bulk append writes exactly what maybe_append one by one writes (skips, reserved slot and
     all); on any error it writes nothing."""
     base = 100
-    stamps, offsets = [], []
-    ts, off = first[0], base + first[1]
-    for dts, doff in steps:
-        ts, off = ts + dts, off + doff
-        stamps.append(ts)
-        offsets.append(off)
+    stamps = list(itertools.accumulate((dts for dts, _ in steps), initial=first[0]))[1:]
+    offsets = list(itertools.accumulate((doff for _, doff in steps), initial=base + first[1]))[1:]
     prefix = min(prefix, len(stamps))
     directory = tmp_path_factory.mktemp("bulk")
     with (
@@ -352,22 +349,8 @@ def test_append_many_equals_repeated_maybe_append_or_writes_nothing(
             for t, o in pairs:
                 idx.maybe_append(t, o, skip_full_check=skip_full_check)
 
-        head = list(zip(stamps[:prefix], offsets[:prefix], strict=True))
-        if index_error(lambda: singles(one, head)) is not None:
-            return  # the prefix itself is invalid: nothing to compare
-        singles(many, head)
-        before = many.entries
-        single = index_error(lambda: singles(one, list(zip(stamps[prefix:], offsets[prefix:], strict=True))))
-        bulk = index_error(
-            lambda: many.append_many(
-                np.array(stamps[prefix:], np.int64), np.array(offsets[prefix:], np.int64), skip_full_check
-            )
-        )
-        assert bulk is single
-        if single is None:
-            assert many.path.read_bytes() == one.path.read_bytes()
-            assert many.entries == one.entries
+        def bulk(idx: TimeIndex, timestamps: np.ndarray, offsets: np.ndarray) -> None:
+            idx.append_many(timestamps, offsets, skip_full_check)
+
+        if check_bulk_append(one, many, list(zip(stamps, offsets, strict=True)), prefix, singles, bulk):
             assert many.last_entry == one.last_entry
-        else:
-            assert many.entries == before
-            assert many.path.read_bytes()[12 * before :] == bytes(12 * (slots - before))

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from indexer.checkpoint import OffsetCheckpointFile
@@ -30,7 +30,7 @@ from indexer.records.file_records import BatchScan
 from maintenance.access import BorrowedLogs
 from maintenance.jobs import JOBS
 from maintenance.recovery import recover_log_dir
-from tests.budget import scaled
+from tests.budget import fuzz_settings
 from tests.maintenance.conftest import START_MS, settings_for, small_config
 
 CONFIG = small_config(segment_bytes=1500, index_interval_bytes=300, retention_ms=-1)
@@ -125,11 +125,7 @@ def check_reads(log: Log, model: dict[int, tuple[int, bytes]]) -> None:
         assert log.offset_for_timestamp(ts) == (hits[0] if hits else None), ts
 
 
-@settings(
-    max_examples=scaled(30, ci=12, soak=1000),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzz_settings(30, ci=12, soak=1000)
 @given(data=st.data())
 def test_a_damaged_index_entry_hides_nothing_and_is_reported(
     written: Written, tmp_path_factory: pytest.TempPathFactory, data: st.DataObject

@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from indexer import file_names
@@ -46,22 +46,13 @@ from indexer.log_manager import LogManager
 from indexer.records.file_records import FileRecords
 from maintenance.recovery import EXIT_COMMITTED_DATA_LOST
 from seglog.cli import main
-from tests.budget import scaled
+from tests.budget import fuzz_settings, scaled
+from tests.indexer.helpers import Batch, log_batches
 from tests.maintenance.conftest import REPO, settings_for, small_config
 
 TOPIC = "t"
 PARTITION_DIR = f"{TOPIC}-0"
 EPOCH = range(12, 16)  # partitionLeaderEpoch: outside the CRC, read by nobody
-
-
-@dataclass(frozen=True)
-class Batch:
-    segment: str  # .log file name
-    position: int
-    size: int
-    base_offset: int
-    last_offset: int
-    raw: bytes
 
 
 @dataclass(frozen=True)
@@ -71,20 +62,6 @@ class Template:
     batches: list[Batch]
     values: dict[int, bytes]  # offset -> value
     sizes: dict[str, int]  # segment -> .log size
-
-
-def _batches(partition: Path) -> list[Batch]:
-    out = []
-    for path in sorted(partition.glob("*.log")):
-        with FileRecords.open(path, mutable=False) as records:
-            scan = records.scan()
-            assert scan.error is None and scan.valid_bytes == records.size_in_bytes(), path
-            for p, s, b, last in zip(
-                scan.positions.tolist(), scan.sizes.tolist(), scan.base_offsets.tolist(), scan.last_offsets.tolist(),
-                strict=True,
-            ):
-                out.append(Batch(path.name, p, s, b, last, records.read(p, s)))
-    return out
 
 
 @pytest.fixture(scope="module")
@@ -106,7 +83,7 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     segments = sorted(p.name for p in partition.glob("*.log"))
     assert len(segments) >= 4
     sizes = {name: (partition / name).stat().st_size for name in segments}
-    return Template(log_dir, segments, _batches(partition), values, sizes)
+    return Template(log_dir, segments, log_batches(partition), values, sizes)
 
 
 @st.composite
@@ -185,11 +162,7 @@ def _recover(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> tuple[int, di
     return status, json.loads(capsys.readouterr().out)
 
 
-@settings(
-    max_examples=scaled(30, ci=15, soak=1000),
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@fuzz_settings(30, ci=15, soak=1000)
 @given(data=st.data())
 def test_salvage_keeps_every_undamaged_batch(
     template: Template,
@@ -214,7 +187,7 @@ def test_salvage_keeps_every_undamaged_batch(
     [result] = report["partitions"]  # type: ignore[index]
     assert planned["lost_offsets"] == result["lost_offsets"]
     assert sorted(planned["quarantined"]) == sorted(result["quarantined"])
-    after = _batches(partition)  # every .log byte a CRC-valid batch
+    after = log_batches(partition)  # every .log byte a CRC-valid batch
     now = {b: damaged[b.segment][b.position : b.position + b.size] for b in template.batches}
     if any(_base_offset_only(b, now[b]) for b in template.batches):
         # A base offset (outside the CRC) damaged where no neighbour contradicts it cannot be told
@@ -455,5 +428,5 @@ def test_a_damaged_base_offset_after_damage_does_not_push_out_the_next_batch(
     status, report = _recover(log_dir, capsys)
     lost = range(batches[1].base_offset, victim.last_offset + 1)
     assert report["partitions"][0]["lost_offsets"] == _ranges(list(lost))  # type: ignore[index]
-    kept = [(b.base_offset, b.last_offset) for b in _batches(partition) if b.segment == segment]
+    kept = [(b.base_offset, b.last_offset) for b in log_batches(partition) if b.segment == segment]
     assert kept == [(b.base_offset, b.last_offset) for b in batches if b not in (batches[1], victim)]

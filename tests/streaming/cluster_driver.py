@@ -23,23 +23,18 @@ Every batch start is printed as ``BATCH <id>`` (flushed) so a test can also kill
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
 import signal
-import sys
 import threading
 import time
 from pathlib import Path
 from typing import Any
 
+from tests.streaming.crash_driver import driver_parser, kill_after, start_available_now
+
 PHASES = ("job", "commit", "publish", "none")
-
-
-def _die() -> None:
-    sys.stdout.flush()
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 def executor_pids(app_id: str) -> list[int]:
@@ -93,48 +88,21 @@ def arm(kill_batch: int, phase: str) -> None:
     from streaming import sink as sink_module
     from streaming.sink import SegmentLogSink
 
-    current = {"batch": -1}
-    original = SegmentLogSink._write_on_executors
-
-    def write(self: SegmentLogSink, batch_df: Any, batch_id: int, query_id: str) -> Any:
-        current["batch"] = batch_id
-        print(f"BATCH {batch_id}", flush=True)
-        return original(self, batch_df, batch_id, query_id)
-
-    SegmentLogSink._write_on_executors = write  # type: ignore[method-assign]
-    if phase == "none":
-        return
-
-    def after(owner: Any, name: str) -> None:
-        inner = getattr(owner, name)
-
-        def patched(*args: Any, **kwargs: Any) -> Any:
-            result = inner(*args, **kwargs)
-            if current["batch"] == kill_batch:
-                _die()
-            return result
-
-        setattr(owner, name, patched)
-
-    if phase == "job":
-        after(sink_module, "run_write_job")
-    else:
-        after(SegmentLogSink, {"commit": "_commit", "publish": "_publish_unowned"}[phase])
+    targets: dict[str, tuple[Any, str] | None] = {
+        "job": (sink_module, "run_write_job"),
+        "commit": (SegmentLogSink, "_commit"),
+        "publish": (SegmentLogSink, "_publish_unowned"),
+        "none": None,
+    }
+    kill_after(kill_batch, "_write_on_executors", targets[phase])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--log-dir", required=True)
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--input", required=True, help="directory of JSON files with key/value columns")
+    parser = driver_parser(__doc__, PHASES, json_input=True)
     parser.add_argument("--master", default="local-cluster[2,1,1024]")
-    parser.add_argument("--partitions", type=int, default=3)
     parser.add_argument("--kill-executors", type=int, default=0)
     parser.add_argument("--speculation", action="store_true", help="speculative copies of slow tasks, eagerly")
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--kill-batch", type=int, default=-1)
-    parser.add_argument("--kill-phase", choices=PHASES, default="none")
-    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
 
     from indexer.config import load_settings, parse_overrides
@@ -176,12 +144,7 @@ def main(argv: list[str] | None = None) -> int:
         args=(spark.sparkContext.applicationId, log_dir, args.kill_executors, random.Random(args.seed), stop),
     )
     df = spark.readStream.schema("key string, value string").option("maxFilesPerTrigger", 1).json(args.input)
-    query = (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", args.checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = start_available_now(df, sink, args.checkpoint)
     killer.start()
     query.awaitTermination()
     stop.set()

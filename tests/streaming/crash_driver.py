@@ -32,50 +32,78 @@ def _die() -> None:
     os.kill(os.getpid(), signal.SIGKILL)
 
 
+def kill_after(kill_batch: int, write_method: str, target: tuple[Any, str] | None) -> None:
+    """Patch ``SegmentLogSink.<write_method>`` (called ``(self, data, batch_id, query_id)`` once a batch) to
+    print ``BATCH <id>``, and ``getattr(*target)`` to SIGKILL this process when it returns in batch
+    ``kill_batch`` (``target`` None: never)."""
+    from streaming.sink import SegmentLogSink
+
+    current = {"batch": -1}
+    original_write = getattr(SegmentLogSink, write_method)
+
+    def write(self: SegmentLogSink, data: Any, batch_id: int, query_id: str) -> Any:
+        current["batch"] = batch_id
+        print(f"BATCH {batch_id}", flush=True)
+        return original_write(self, data, batch_id, query_id)
+
+    setattr(SegmentLogSink, write_method, write)
+    if target is None:
+        return
+    owner, name = target
+    original = getattr(owner, name)
+
+    def patched(*args: Any, **kwargs: Any) -> Any:
+        result = original(*args, **kwargs)
+        if current["batch"] == kill_batch:
+            _die()
+        return result
+
+    setattr(owner, name, patched)
+
+
 def arm(kill_batch: int, phase: str) -> None:
     """Patch the sink (and Log.append_encoded) to SIGKILL this process at ``phase`` of batch ``kill_batch``."""
     from indexer.log import Log
     from streaming.sink import SegmentLogSink
 
-    current = {"batch": -1}
-    original_write = SegmentLogSink._write
+    targets: dict[str, tuple[Any, str] | None] = {
+        "append": (Log, "append_encoded"),
+        "flush": (SegmentLogSink, "_write_all"),
+        "commit": (SegmentLogSink, "_commit"),
+        "publish": (SegmentLogSink, "_publish"),
+        "none": None,
+    }
+    kill_after(kill_batch, "_write", targets[phase])
 
-    def write(self: SegmentLogSink, collect: Any, batch_id: int, query_id: str) -> Any:
-        current["batch"] = batch_id
-        print(f"BATCH {batch_id}", flush=True)
-        return original_write(self, collect, batch_id, query_id)
 
-    SegmentLogSink._write = write  # type: ignore[method-assign]
-    if phase == "none":
-        return
+def start_available_now(df: Any, sink: Any, checkpoint: str) -> Any:
+    """Start streaming ``df`` into ``sink`` (a ``foreachBatch`` function) until its backlog is read."""
+    return (
+        df.writeStream.foreachBatch(sink)
+        .option("checkpointLocation", checkpoint)
+        .trigger(availableNow=True)
+        .start()
+    )
 
-    def after(method_owner: Any, name: str) -> None:
-        original = getattr(method_owner, name)
 
-        def patched(*args: Any, **kwargs: Any) -> Any:
-            result = original(*args, **kwargs)
-            if current["batch"] == kill_batch:
-                _die()
-            return result
-
-        setattr(method_owner, name, patched)
-
-    if phase == "append":
-        after(Log, "append_encoded")
-    else:
-        after(SegmentLogSink, {"flush": "_write_all", "commit": "_commit", "publish": "_publish"}[phase])
+def driver_parser(doc: str | None, phases: tuple[str, ...], *, json_input: bool) -> argparse.ArgumentParser:
+    """The options the test drivers share: where to write, where to kill themselves and, with ``json_input``,
+    the JSON files to stream, the topic's partitions and Kafka configuration overrides."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--log-dir", required=True)
+    parser.add_argument("--checkpoint", required=True)
+    parser.add_argument("--kill-batch", type=int, default=-1)
+    parser.add_argument("--kill-phase", choices=phases, default="none")
+    if json_input:
+        parser.add_argument("--input", required=True, help="directory of JSON files with key/value columns")
+        parser.add_argument("--partitions", type=int, default=3)
+        parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
+    return parser
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--log-dir", required=True)
-    parser.add_argument("--checkpoint", required=True)
-    parser.add_argument("--input", required=True, help="directory of JSON files with key/value columns")
-    parser.add_argument("--partitions", type=int, default=3)
+    parser = driver_parser(__doc__, PHASES, json_input=True)
     parser.add_argument("--files-per-batch", type=int, default=1)
-    parser.add_argument("--kill-batch", type=int, default=-1)
-    parser.add_argument("--kill-phase", choices=PHASES, default="none")
-    parser.add_argument("--config", action="append", default=[], metavar="KEY=VALUE")
     args = parser.parse_args(argv)
 
     from indexer.config import load_settings, parse_overrides

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from indexer.checkpoint import OffsetCheckpointFile
-from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, is_log_file, parse_topic_partition_name
+from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, is_log_file, partition_dirs
 from indexer.records.batch_header import compute_batch_crc, parse_batch_header
 
 with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
@@ -84,17 +84,16 @@ def check_crcs(path: Path) -> int:
     return count
 
 
+def topic_partition_dirs(log_dir: Path, topic: str) -> list[tuple[int, Path]]:
+    """``(partition, directory)`` of every live partition directory of ``topic``, in partition order."""
+    return [(partition, directory) for (name, partition), directory in partition_dirs(log_dir) if name == topic]
+
+
 def read_topic(log_dir: Path, topic: str, *, up_to_high_watermark: bool = True) -> list[Stored]:
     """Every record of ``topic`` (all partitions), decoded by kafka-python, CRCs checked."""
     hws = high_watermarks(log_dir)
     out: list[Stored] = []
-    for directory in sorted(p for p in log_dir.iterdir() if p.is_dir()):
-        try:
-            name, partition = parse_topic_partition_name(directory.name)
-        except ValueError:
-            continue
-        if name != topic:
-            continue
+    for partition, directory in topic_partition_dirs(log_dir, topic):
         limit = hws.get((topic, partition), 0) if up_to_high_watermark else None
         for segment in sorted(p for p in directory.iterdir() if is_log_file(p)):
             check_crcs(segment)
@@ -122,13 +121,7 @@ def check_indexes(log_dir: Path, topic: str) -> int:
     batch's last offset, as Kafka indexes) and every ``.timeindex`` entry's offset lies in its segment with
     timestamps not decreasing; returns the number of offset index entries checked."""
     checked = 0
-    for directory in sorted(p for p in log_dir.iterdir() if p.is_dir()):
-        try:
-            name, _partition = parse_topic_partition_name(directory.name)
-        except ValueError:
-            continue
-        if name != topic:
-            continue
+    for _partition, directory in topic_partition_dirs(log_dir, topic):
         for segment in sorted(p for p in directory.iterdir() if is_log_file(p)):
             base = int(segment.stem)
             data = segment.read_bytes()

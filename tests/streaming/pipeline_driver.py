@@ -11,18 +11,12 @@ micro-batch, as :mod:`tests.streaming.crash_driver` does; every batch start is p
 
 from __future__ import annotations
 
-import argparse
-
-from tests.streaming.crash_driver import PHASES, arm
+from tests.streaming.crash_driver import PHASES, arm, driver_parser, start_available_now
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--log-dir", required=True)
-    parser.add_argument("--checkpoint", required=True)
+    parser = driver_parser(__doc__, PHASES, json_input=False)
     parser.add_argument("--max-offsets-per-trigger", type=int, default=150)
-    parser.add_argument("--kill-batch", type=int, default=-1)
-    parser.add_argument("--kill-phase", choices=PHASES, default="none")
     args = parser.parse_args(argv)
 
     from pyspark.sql import SparkSession
@@ -49,12 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     transformed = source.select("key", F.upper(F.col("value").cast("string")).cast("binary").alias("value"))
     with SegmentLogSink(args.log_dir, topic="dst", num_partitions=3, checkpoint_location=args.checkpoint) as sink:
-        query = (
-            transformed.writeStream.foreachBatch(sink)
-            .option("checkpointLocation", args.checkpoint)
-            .trigger(availableNow=True)
-            .start()
-        )
+        query = start_available_now(transformed, sink, args.checkpoint)
         query.awaitTermination()
     print(f"DONE rows={sink.rows_written}", flush=True)
     spark.stop()
