@@ -74,6 +74,19 @@ def packaged_conf_path() -> Path | None:
     return next((p for p in PACKAGED_CONF_PATHS if p.is_file()), None)
 
 
+def coerce_int(key: str, value: Any, source: str) -> int:
+    """``value`` of setting ``key`` as an int: an int (not a bool) or a string of digits (``_``
+    allowed), else :class:`ConfigError` naming the key and where the value came from."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    if isinstance(value, str):
+        try:
+            return int(value.strip().replace("_", ""))
+        except ValueError:
+            pass
+    raise ConfigError(f"{key} must be an integer, got {value!r} ({source})")
+
+
 def _coerce(key: str, kind: type, value: Any, source: str) -> Any:
     if kind is bool:
         if isinstance(value, bool):
@@ -82,16 +95,7 @@ def _coerce(key: str, kind: type, value: Any, source: str) -> Any:
             return value.lower() == "true"
         raise ConfigError(f"{key} must be true or false, got {value!r} ({source})")
     if kind is int:
-        if isinstance(value, bool):
-            raise ConfigError(f"{key} must be an integer, got {value!r} ({source})")
-        if isinstance(value, int):
-            return value
-        if isinstance(value, str):
-            try:
-                return int(value.strip().replace("_", ""))
-            except ValueError:
-                pass
-        raise ConfigError(f"{key} must be an integer, got {value!r} ({source})")
+        return coerce_int(key, value, source)
     if not isinstance(value, str):
         raise ConfigError(f"{key} must be a string, got {value!r} ({source})")
     return value

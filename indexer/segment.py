@@ -434,6 +434,18 @@ class LogSegment:
         )
         return index_flags, time_flags, run_ts, run_offset, int(end_counter)
 
+    def _check_offset_range(self, last_offsets: np.ndarray) -> None:
+        """Kafka's ``ensureOffsetInRange`` over many batches: every last offset must be
+        representable relative to the base offset (0..2**31-1), else
+        :class:`LogSegmentOffsetOverflowError` naming the first one that is not."""
+        relative = last_offsets - self.base_offset
+        bad = np.flatnonzero((relative < 0) | (relative > INT32_MAX))
+        if bad.size:
+            offset = int(last_offsets[bad[0]])
+            raise LogSegmentOffsetOverflowError(
+                f"Detected offset overflow at offset {offset} in segment {self}", segment=self, offset=offset
+            )
+
     def append_batches(
         self,
         encoded: EncodedBatches,
@@ -461,13 +473,7 @@ class LogSegment:
             return 0
         last_offsets = encoded.last_offsets[start:stop]
         offset_index = self.offset_index  # materialised by the range check, as in append()
-        relative = last_offsets - self.base_offset
-        bad = np.flatnonzero((relative < 0) | (relative > INT32_MAX))
-        if bad.size:
-            offset = int(last_offsets[bad[0]])
-            raise LogSegmentOffsetOverflowError(
-                f"Detected offset overflow at offset {offset} in segment {self}", segment=self, offset=offset
-            )
+        self._check_offset_range(last_offsets)
         physical_position = self.size
         first_position = int(encoded.positions[start])
         end_position = int(encoded.positions[stop - 1] + encoded.sizes[stop - 1])
@@ -702,13 +708,7 @@ class LogSegment:
         if scan is None:
             scan = self.log.scan(0, verify_crc=True)
         last_offsets = np.asarray(scan.last_offsets, dtype=np.int64)
-        relative = last_offsets - self.base_offset
-        bad = np.flatnonzero((relative < 0) | (relative > INT32_MAX))
-        if bad.size:
-            offset = int(last_offsets[bad[0]])
-            raise LogSegmentOffsetOverflowError(
-                f"Detected offset overflow at offset {offset} in segment {self}", segment=self, offset=offset
-            )
+        self._check_offset_range(last_offsets)
         if last_offsets.size:
             index_flags, _time_flags, run_ts, run_offset, _counter = _index_plan(
                 np.ascontiguousarray(scan.sizes, dtype=np.int64),

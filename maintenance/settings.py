@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from indexer.config import Settings
+from indexer.config import Settings, coerce_int
 from indexer.errors import ConfigError
 from indexer.limits import INT64_MAX
 
@@ -75,7 +75,7 @@ class MaintenanceSettings:
             spec = _KEYS.get(key)
             if spec is None:
                 raise ConfigError(f"unknown maintenance key {key!r} ({source}); known keys: {', '.join(_KEYS)}")
-            changes[spec[0]] = _to_int(key, value, source)
+            changes[spec[0]] = coerce_int(key, value, source)
         return dataclasses.replace(cls(), **changes)
 
     @classmethod
@@ -86,17 +86,6 @@ class MaintenanceSettings:
     def to_dict(self) -> dict[str, int]:
         """Kafka-named keys and their values."""
         return {key: getattr(self, spec[0]) for key, spec in _KEYS.items()}
-
-
-def _to_int(key: str, value: Any, source: str) -> int:
-    if isinstance(value, int) and not isinstance(value, bool):
-        return value
-    if isinstance(value, str):
-        try:
-            return int(value.strip().replace("_", ""))
-        except ValueError:
-            pass
-    raise ConfigError(f"{key} must be an integer number of ms, got {value!r} ({source})")
 
 
 def is_never(period_ms: int) -> bool:

@@ -431,6 +431,15 @@ def test_settings_files_layer_and_verbose_names_them(log_dir: Path, tmp_path: Pa
     assert missing.returncode == 1 and "$SEGLOG_CONF" in _one_error_line(missing.stderr, "ConfigError")
 
 
+def _run_without_spark(monkeypatch: pytest.MonkeyPatch, log_dir: Path, tmp_path: Path, *extra: str) -> int:
+    """``seglog run`` on 2 partitions of ``events`` with ``extra`` options; a Spark start fails the test."""
+    import streaming.job
+
+    monkeypatch.setattr(streaming.job, "build_spark_session", lambda *a, **k: pytest.fail("Spark started"))
+    args = ["--log-dir", str(log_dir), "--topic", "events", "--partitions", "2"]
+    return main(["run", *args, "--checkpoint-location", str(tmp_path / "ckpt"), *extra])
+
+
 @pytest.mark.parametrize(
     "extra, error, fragment",
     [
@@ -450,56 +459,16 @@ def test_run_checks_options_before_spark_starts(
     error: str,
     fragment: str,
 ) -> None:
-    import streaming.job
-
-    def no_spark(*_args: object, **_kwargs: object) -> None:
-        raise AssertionError("Spark must not start for a mistake")
-
-    monkeypatch.setattr(streaming.job, "build_spark_session", no_spark)
-    assert (
-        main(
-            [
-                "run",
-                "--log-dir",
-                str(log_dir),
-                "--topic",
-                "events",
-                "--partitions",
-                "2",
-                "--checkpoint-location",
-                str(tmp_path / "ckpt"),
-                *extra,
-            ]
-        )
-        == 1
-    )
+    assert _run_without_spark(monkeypatch, log_dir, tmp_path, *extra) == 1
     assert fragment in _one_error_line(capsys.readouterr().err, error)
 
 
 def test_run_on_a_locked_log_dir_fails_before_spark_starts(
     log_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    import streaming.job
-
-    monkeypatch.setattr(streaming.job, "build_spark_session", lambda *a, **k: pytest.fail("Spark started"))
     with LogManager(log_dir, Settings()) as writer:  # a live writer holds events-1
         writer.get_log("events", 1)
-        assert (
-            main(
-                [
-                    "run",
-                    "--log-dir",
-                    str(log_dir),
-                    "--topic",
-                    "events",
-                    "--partitions",
-                    "2",
-                    "--checkpoint-location",
-                    str(tmp_path / "ckpt"),
-                ]
-            )
-            == 1
-        )
+        assert _run_without_spark(monkeypatch, log_dir, tmp_path) == 1
     assert "events-1 is locked by pid" in _one_error_line(capsys.readouterr().err, "LogLockedError")
 
 
