@@ -88,6 +88,29 @@ def fsync_directory(directory: Path) -> None:
         os.close(fd)
 
 
+def write_atomically(path: Path, data: bytes, *, sync: bool = True, tmp: Path | None = None) -> None:
+    """Replace ``path`` with ``data`` so that a crash leaves the old file or the new one, never a
+    mix: write ``tmp`` (default ``<path>.tmp``), fsync it, rename it over ``path``, fsync the
+    directory (the fsyncs only with ``sync``). Every file seglog replaces goes through here.
+
+    Raises:
+        OSError: as the system reported it (callers name the file in their own error).
+    """
+    tmp = path.with_name(path.name + TMP_SUFFIX) if tmp is None else tmp
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+        if sync:
+            os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+    if sync:
+        fsync_directory(path.parent)
+
+
 class CheckpointFile(Generic[T]):
     """A versioned list of entries, one per line (Kafka ``CheckpointFile``).
 
@@ -169,21 +192,9 @@ class CheckpointFile(Generic[T]):
         """
         lines = [self._to_line(entry) for entry in entries]
         body = "".join(f"{line}\n" for line in [str(self.version), str(len(lines)), *lines]).encode("utf-8")
-        tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
         with self._mutex:
             try:
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-                try:
-                    view = memoryview(body)
-                    while view:
-                        view = view[os.write(fd, view) :]
-                    if sync:
-                        os.fsync(fd)
-                finally:
-                    os.close(fd)
-                os.replace(tmp, self.path)
-                if sync:
-                    fsync_directory(self.path.parent)
+                write_atomically(self.path, body, sync=sync)
             except OSError as e:
                 raise StorageError(
                     f"Error while writing to checkpoint file {self.path}: {e.strerror}",

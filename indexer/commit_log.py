@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from indexer.checkpoint import TMP_SUFFIX, fsync_directory
+from indexer.checkpoint import write_atomically
 from indexer.errors import StorageError, storage_errors
 from indexer.file_names import TopicPartition
 
@@ -151,18 +151,7 @@ class SinkCommitLog:
             StorageError: the write failed; the previous record is intact.
         """
         body = (json.dumps(commit.to_json(), indent=2, sort_keys=True) + "\n").encode("utf-8")
-        tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
-        with storage_errors(tmp, "write sink commit record"):
+        with storage_errors(self.path, "write sink commit record"):
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                view = memoryview(body)
-                while view:
-                    view = view[os.write(fd, view):]
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        with storage_errors(tmp, "rename sink commit record", target=self.path):
-            os.replace(tmp, self.path)
-            fsync_directory(self.path.parent)
+            write_atomically(self.path, body)
         logger.debug("sink %s committed batch %d of query %s", self.sink_id, commit.batch_id, commit.query_id)

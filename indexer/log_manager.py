@@ -38,7 +38,7 @@ from pathlib import Path
 from types import TracebackType
 
 from indexer import file_names, topics
-from indexer.checkpoint import OffsetCheckpointFile, fsync_directory, update_checkpoint
+from indexer.checkpoint import OffsetCheckpointFile, fsync_directory, update_checkpoint, write_atomically
 from indexer.clock import Clock, SystemClock
 from indexer.config import Settings
 from indexer.errors import (
@@ -123,14 +123,7 @@ def write_clean_shutdown_marker(log_dir: Path) -> None:
     # A temporary name of its own: managers of one shared log directory may close at the same time.
     tmp = marker.with_name(f"{marker.name}.{os.getpid()}.{threading.get_ident()}.tmp")
     with storage_errors(marker, "write the clean-shutdown marker"):
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-        try:
-            os.write(fd, CLEAN_SHUTDOWN_CONTENT)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, marker)
-        fsync_directory(Path(log_dir))
+        write_atomically(marker, CLEAN_SHUTDOWN_CONTENT, tmp=tmp)
 
 
 class LogManager:

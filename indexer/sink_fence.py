@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from indexer.checkpoint import TMP_SUFFIX, fsync_directory
+from indexer.checkpoint import write_atomically
 from indexer.commit_log import SinkCommit
 from indexer.errors import StorageError, storage_errors
 from indexer.file_names import TopicPartition
@@ -110,14 +110,5 @@ class FenceFile:
     def write(self, token: FenceToken) -> None:
         """Replace the token atomically (tmp, fsync, rename, directory fsync)."""
         body = json.dumps({"version": FORMAT_VERSION, **asdict(token)}, sort_keys=True).encode("utf-8")
-        tmp = self.path.with_name(self.path.name + TMP_SUFFIX)
-        with storage_errors(tmp, "write fence"):
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
-            try:
-                os.write(fd, body)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        with storage_errors(tmp, "rename fence", target=self.path):
-            os.replace(tmp, self.path)
-            fsync_directory(self.path.parent)
+        with storage_errors(self.path, "write fence"):
+            write_atomically(self.path, body)

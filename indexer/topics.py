@@ -16,12 +16,11 @@ recorded. :class:`~indexer.log_manager.LogManager` is the API (``create_topic``,
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from indexer.checkpoint import DEFAULT_LOCK_TIMEOUT_S, fsync_directory
+from indexer.checkpoint import DEFAULT_LOCK_TIMEOUT_S, write_atomically
 from indexer.errors import StorageError, storage_errors
 from indexer.file_names import LOG_DIR_LOCK_FILE, TOPICS_FILE
 from indexer.lock import FileLock
@@ -56,15 +55,9 @@ def read_topics(log_dir: Path) -> dict[str, int]:
 def write_topics(log_dir: Path, counts: dict[str, int]) -> None:
     """Replace the file with ``counts``, atomically; the caller holds :func:`locked`."""
     path = log_dir / TOPICS_FILE
-    tmp = path.with_name(path.name + ".tmp")
     doc = {"version": VERSION, "topics": {t: {"partitions": n} for t, n in sorted(counts.items())}}
     with storage_errors(path, "write the topics file"):
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(json.dumps(doc, indent=2) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        fsync_directory(log_dir)
+        write_atomically(path, (json.dumps(doc, indent=2) + "\n").encode("utf-8"))
 
 
 @contextmanager

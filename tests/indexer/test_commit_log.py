@@ -51,7 +51,7 @@ def test_failed_write_keeps_previous_record(tmp_path: Path, monkeypatch: pytest.
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
 
     monkeypatch.setattr(os, "replace", no_space)
-    with pytest.raises(StorageError, match="Failed to rename sink commit record .* to .*: No space left") as info:
+    with pytest.raises(StorageError, match="Failed to write sink commit record .*seglog-sink.s.json: No space left") as info:
         log.write(SinkCommit("s", "q", 2, {("t", 0): 9}))
     assert info.value.errno == errno.ENOSPC
     monkeypatch.undo()
