@@ -748,15 +748,21 @@ class Log:
                 if len(buf) < LOG_OVERHEAD or len(buf) < size:  # cut, or a size field past the end
                     return out, self._unreadable(segment, segment.log.not_whole_error(position, end), covered)
                 whole, after = whole_entries(buf)
-            try:
-                table = self._decode_segment_chunk(segment, buf[:whole], position, start_offset, bound, aborted)
-            except CorruptRecordError as e:
-                good = max(0, (e.position if e.position is not None else position) - position)
-                table = self._decode_segment_chunk(segment, buf[:good], position, start_offset, bound, aborted)
+            good, damage = whole, None
+            while True:  # on damage, decode the whole batches before it (error path only)
+                try:
+                    table = decode_records(
+                        buf[:good], base_position=position, path=segment.log.path, start_offset=start_offset,
+                        max_offset=bound, aborted=aborted,
+                    )
+                    break
+                except CorruptRecordError as e:
+                    bad = good if e.position is None else e.position - position
+                    good, damage = (bad if 0 <= bad < good else 0), e
+            if damage is not None:
                 if table.num_rows:
                     out.append(table)
-                _, after = whole_entries(buf[:good])
-                return out, self._unreadable(segment, e, max(covered, after))
+                return out, self._unreadable(segment, damage, max(covered, whole_entries(buf[:good])[1]))
             if table.num_rows:
                 out.append(table)
                 read += table.num_rows
@@ -765,15 +771,6 @@ class Log:
                 break
             position += whole
         return out, None
-
-    @staticmethod
-    def _decode_segment_chunk(
-        segment: LogSegment, buf: bytes, position: int, start_offset: int, bound: int, aborted: list[AbortedTxn]
-    ) -> pa.Table:
-        return decode_records(
-            buf, base_position=position, path=segment.log.path, start_offset=start_offset, max_offset=bound,
-            aborted=aborted,
-        )
 
     def _unreadable(self, segment: LogSegment, error: CorruptRecordError, offset: int) -> CorruptRecordError:
         """``error`` as the damage a read reports: the first offset it cannot read, file and position."""
