@@ -62,7 +62,7 @@ from indexer.records.batch_limits import BatchLimits
 from indexer.records.columns import READ_SCHEMA, AppendInput, to_append_table
 from indexer.records.decoder import decode_records
 from indexer.records.encoder import EncodedBatches
-from indexer.records.framing import assign_offsets, whole_entries_length
+from indexer.records.framing import assign_offsets, whole_entries
 from indexer.records.isolation import IsolationLevel
 from indexer.retention import RetentionDecision, RetentionReason, plan_retention
 from indexer.segment import LogSegment
@@ -591,10 +591,14 @@ class Log:
 
         Stops before the batch holding ``max_offset`` (default: the high watermark). With
         ``min_one_message`` the first batch is returned whole even if larger than ``max_bytes``.
-        Thread-safe without the lock (spec 5.2 ``LocalLog.read``).
+        Thread-safe without the lock (spec 5.2 ``LocalLog.read``). The bytes may end in a partial
+        batch, as a broker's fetch: the consumer drops it and fetches from its offset next, and that
+        read raises when the bytes there are damaged. CRCs are the consumer's to check, as in Kafka.
 
         Raises:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
+            CorruptRecordError: the bytes where ``start_offset``'s batch should be are not a whole batch
+                (names the file, the position and ``offset=start_offset``).
         """
         end = self._next_offset_metadata
         bound = self._high_watermark_metadata if max_offset is None else self._offset_metadata(max_offset)
@@ -610,9 +614,12 @@ class Log:
                 max_position = bound.relative_position_in_segment
             else:
                 return FetchDataInfo(LogOffsetMetadata(start_offset, segment.base_offset, 0), b"")
-            fetched = self._read_segment(
-                segment, LogSegment.read, start_offset, max_bytes, max_position, min_one_message
-            )
+            try:
+                fetched = self._read_segment(
+                    segment, LogSegment.read, start_offset, max_bytes, max_position, min_one_message
+                )
+            except CorruptRecordError as e:
+                raise self._unreadable(segment, e, max(start_offset, segment.base_offset)) from e
             if fetched is not None:
                 return fetched
             segment = self._following_segment(segment, start_offset)
@@ -661,9 +668,16 @@ class Log:
         stable offset and leave out the batches of aborted transactions (from the ``.txnindex``, see
         :mod:`indexer.records.isolation`). Thread-safe without the lock.
 
+        Damage stops a read as it stops a Kafka consumer: a batch that fails its CRC or does not
+        parse, or bytes that are not a whole batch where committed batches must be (anywhere below
+        a segment's end but a live writer's torn tail above the bound). The read returns the records
+        of the whole batches before it; a read that has none before it raises, so offsets are never
+        skipped quietly.
+
         Raises:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
-            CorruptRecordError: a batch read fails its CRC or does not parse.
+            CorruptRecordError: damage where the read starts (names the file, the position and the
+                first offset that cannot be read, ``offset``).
         """
         end = self._next_offset_metadata
         segment: LogSegment | None = self._check_read_offset(start_offset, end)
@@ -676,10 +690,15 @@ class Log:
         tables: list[pa.Table] = []
         found = 0
         while start_offset < bound and limit != 0 and segment is not None and segment.base_offset < bound:
-            read = self._read_segment(segment, self._read_segment_records, start_offset, bound, limit, found, aborted)
-            if read:
+            result = self._read_segment(segment, self._read_segment_records, start_offset, bound, limit, found, aborted)
+            if result is not None:
+                read, damage = result
                 tables += read
                 found += sum(t.num_rows for t in read)
+                if damage is not None:
+                    if not found:
+                        raise damage
+                    break  # the next read, from the first offset not returned, raises
             if limit is not None and found >= limit:
                 break
             if found and self._segments.get(segment.base_offset) is not segment:
@@ -698,44 +717,71 @@ class Log:
         limit: int | None,
         found: int,
         aborted: list[AbortedTxn],
-    ) -> list[pa.Table]:
+    ) -> tuple[list[pa.Table], CorruptRecordError | None]:
+        """The records of ``segment`` from ``start_offset``, and the damage that stopped the walk (or None).
+
+        Bytes that are not a whole batch before the segment's end are damage unless the batches
+        before them already reach ``bound`` (a live writer's torn tail above the high watermark):
+        where the walk stopped is compared with where it must reach, from the headers it reads anyway.
+        """
         # Positioned reads only (no mmap): a concurrent truncation must never fault a reader.
         out: list[pa.Table] = []
-        start = segment.translate_offset(max(start_offset, segment.base_offset))
+        first = max(start_offset, segment.base_offset)
+        try:
+            start = segment.translate_offset(first, whole=True)
+        except CorruptRecordError as e:
+            return out, self._unreadable(segment, e, first)
         if start is None:
-            return out
+            return out, None
         position, end = start.position, segment.size
+        covered = first  # every offset below this one was read (or not asked for)
         read = 0
         chunk = min(_FIRST_READ_CHUNK_BYTES, _READ_CHUNK_BYTES)
-        while position < end:
+        while position < end and covered < bound:
             buf = segment.log.read(position, min(end - position, chunk))
             chunk = min(2 * chunk, _READ_CHUNK_BYTES)
-            whole = whole_entries_length(buf)
+            whole, after = whole_entries(buf)
             if whole == 0:  # one batch larger than the chunk: read exactly that batch
-                if len(buf) < LOG_OVERHEAD:
-                    break
                 size = LOG_OVERHEAD + int.from_bytes(buf[SIZE_OFFSET:LOG_OVERHEAD], "big", signed=True)
-                buf = segment.log.read(position, size)
-                if len(buf) < size:  # a torn batch at the end of the file
+                if len(buf) >= LOG_OVERHEAD and position + size <= end:
+                    buf = segment.log.read(position, size)
+                if len(buf) < LOG_OVERHEAD or len(buf) < size:  # cut, or a size field past the end
+                    return out, self._unreadable(segment, segment.log.not_whole_error(position, end), covered)
+                whole, after = whole_entries(buf)
+            good, damage = whole, None
+            while True:  # on damage, decode the whole batches before it (error path only)
+                try:
+                    table = decode_records(
+                        buf[:good], base_position=position, path=segment.log.path, start_offset=start_offset,
+                        max_offset=bound, aborted=aborted,
+                    )
                     break
-                whole = size
-            table = decode_records(
-                buf[:whole],
-                base_position=position,
-                path=segment.log.path,
-                start_offset=start_offset,
-                max_offset=bound,
-                aborted=aborted,
-            )
+                except CorruptRecordError as e:
+                    bad = good if e.position is None else e.position - position
+                    good, damage = (bad if 0 <= bad < good else 0), e
+            if damage is not None:
+                if table.num_rows:
+                    out.append(table)
+                return out, self._unreadable(segment, damage, max(covered, whole_entries(buf[:good])[1]))
             if table.num_rows:
                 out.append(table)
                 read += table.num_rows
-                if int(table.column("offset")[-1].as_py()) >= bound - 1:
-                    break
+            covered = max(covered, after)
             if limit is not None and found + read >= limit:
                 break
             position += whole
-        return out
+        return out, None
+
+    def _unreadable(self, segment: LogSegment, error: CorruptRecordError, offset: int) -> CorruptRecordError:
+        """``error`` as the damage a read reports: the first offset it cannot read, file and position."""
+        position = error.position
+        where = "" if position is None else f" (position {position} of {error.path or segment.log.path})"
+        return type(error)(
+            f"cannot read offset {offset} of {self.directory.name}{where}: {error}",
+            path=error.path or segment.log.path,
+            position=position,
+            offset=offset,
+        )
 
     def _repair_index(self, segment: LogSegment) -> None:
         """Rebuild the indexes of ``segment`` after a read found a damaged entry in them (O(1) when

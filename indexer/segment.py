@@ -249,9 +249,10 @@ class LogSegment:
         return entry
 
     def _indexed_batches(
-        self, offset: int, starting_file_position: int = 0
+        self, offset: int, starting_file_position: int = 0, *, whole: bool = False
     ) -> tuple[OffsetPosition, Iterator[FileBatch]]:
-        """The offset index's floor entry for ``offset`` and the batches from its position on.
+        """The offset index's floor entry for ``offset`` and the batches from its position on
+        (``whole``: see :meth:`FileRecords.batches`).
 
         The entry is checked on the first batch at its position, which the caller reads anyway
         (:func:`entry_batch_problem`: one header, O(1)): a damaged entry would otherwise make reads
@@ -262,8 +263,8 @@ class LogSegment:
         index = self._index_for_read(self._lazy_offset_index)
         entry = OffsetPosition(self.base_offset, 0) if index is None else index.lookup(offset)
         if entry.position == 0 or entry.position < starting_file_position:
-            return entry, self.log.batches(max(entry.position, starting_file_position))
-        batches = self.log.batches(entry.position)
+            return entry, self.log.batches(max(entry.position, starting_file_position), whole=whole)
+        batches = self.log.batches(entry.position, whole=whole)
         try:
             first = next(batches, None)
             problem = entry_batch_problem(first, self.base_offset, entry.offset)
@@ -276,7 +277,7 @@ class LogSegment:
             f"index file {self.offset_index_path} has a damaged entry (offset {entry.offset}, position "
             f"{entry.position}): {problem}"
         )
-        return OffsetPosition(self.base_offset, 0), self.log.batches(starting_file_position)
+        return OffsetPosition(self.base_offset, 0), self.log.batches(starting_file_position, whole=whole)
 
     def _index_damaged(self, what: str) -> None:
         """Note a damaged index entry found by a read: warn (once per segment) and mark the segment
@@ -600,9 +601,18 @@ class LogSegment:
 
     # -- read ----------------------------------------------------------------------------------
 
-    def translate_offset(self, offset: int, starting_file_position: int = 0) -> LogOffsetPosition | None:
-        """The batch holding ``offset`` (or the first after it): its last offset, position and size."""
-        entry, batches = self._indexed_batches(offset, starting_file_position)
+    def translate_offset(
+        self, offset: int, starting_file_position: int = 0, *, whole: bool = False
+    ) -> LogOffsetPosition | None:
+        """The batch holding ``offset`` (or the first after it): its last offset, position and size.
+
+        ``whole`` (readers of committed offsets): bytes before the segment's end that are not a whole
+        batch raise rather than end the search, so damage is never taken for the end of the data.
+
+        Raises:
+            CorruptRecordError: a size field below 14, or (``whole``) bytes that are not a whole batch.
+        """
+        entry, batches = self._indexed_batches(offset, starting_file_position, whole=whole)
         return self.log.search_for_offset_with_size(offset, max(entry.position, starting_file_position), batches)
 
     def read(
@@ -613,10 +623,14 @@ class LogSegment:
         ``max_position`` (default: the segment size) bounds the bytes read; with ``min_one_message``
         the first batch is returned whole even if larger than ``max_size``. Returns None when
         ``start_offset`` is beyond the segment's data. The result may end in a partial batch.
+        CRCs are not checked here: consumers check them (Kafka's ``check.crcs``).
+
+        Raises:
+            CorruptRecordError: the walk to ``start_offset``'s batch met bytes that are not a whole batch.
         """
         if max_size < 0:
             raise ValueError(f"Invalid max size {max_size} for log read from segment {self.log.path}")
-        start = self.translate_offset(start_offset)
+        start = self.translate_offset(start_offset, whole=True)
         if start is None:
             return None
         metadata = LogOffsetMetadata(start_offset, self.base_offset, start.position)

@@ -285,22 +285,28 @@ def _decode_v2(
     max_offset: int | None,
     aborted: Sequence[AbortedTxn],
 ) -> pa.Table:
-    """Records of a run of v2 batches."""
+    """Records of a run of v2 batches.
+
+    Every batch below ``max_offset`` is checked, those left out too (control batches, aborted
+    transactions, batches before ``start_offset``), as a consumer checks them: a damaged
+    attributes byte or last offset delta (both CRC-covered) can make any batch look like one.
+    """
+    if max_offset is not None:
+        entries = entries[entries[:, K.COL_BASE_OFFSET] < max_offset]
+    _check_sizes(entries, context)
+    if verify_crc:
+        _verify_crcs(data, entries, context)
     keep = np.ones(entries.shape[0], bool)
+    if start_offset is not None:
+        keep &= entries[:, K.COL_BASE_OFFSET] + entries[:, K.COL_LAST_OFFSET_DELTA] >= start_offset
     if not include_control:
         keep &= (entries[:, K.COL_ATTRIBUTES] & CONTROL_FLAG_MASK) == 0
     if aborted:
         keep &= ~aborted_batch_mask(
             entries[:, K.COL_BASE_OFFSET], entries[:, K.COL_PRODUCER_ID], entries[:, K.COL_ATTRIBUTES], aborted
         )
-    if start_offset is not None:
-        keep &= entries[:, K.COL_BASE_OFFSET] + entries[:, K.COL_LAST_OFFSET_DELTA] >= start_offset
-    if max_offset is not None:
-        keep &= entries[:, K.COL_BASE_OFFSET] < max_offset
-    entries = entries[keep]
-    _check_sizes(entries, context)
-    if verify_crc:
-        _verify_crcs(data, entries, context)
+    if not keep.all():
+        entries = entries[keep]
     arena, records = _parse(data, entries, context)
     log_append = (entries[:, K.COL_ATTRIBUTES] & TIMESTAMP_TYPE_MASK) != 0
     timestamp_types = np.repeat(

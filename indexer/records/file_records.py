@@ -557,36 +557,50 @@ class FileRecords:
     def _end(self, end: int | None) -> int:
         return self._size if end is None else min(end, self._size)
 
-    def batches(self, start: int = 0, end: int | None = None) -> Iterator[FileBatch]:
+    def batches(self, start: int = 0, end: int | None = None, *, whole: bool = False) -> Iterator[FileBatch]:
         """The entries from ``start`` (a batch boundary) up to ``end`` (default: the logical size).
 
         Follows ``FileLogInputStream.nextBatch`` (spec 3.7): stops silently when fewer than 18 bytes
-        remain or the next entry does not fit before ``end``. Nothing is validated beyond the size.
+        remain or the next entry does not fit before ``end``, unless ``whole``: then bytes before
+        ``end`` that are not a whole entry (a cut, or a size field past ``end``) raise, as readers
+        need for the bytes below what the log committed. Nothing is validated beyond the size.
 
         Raises:
-            CorruptRecordError: an entry's size field is below 14 (names the file and position).
+            CorruptRecordError: an entry's size field is below 14, or (``whole``) the bytes from a
+                position on are not a whole entry (names the file and position).
         """
         end = self._end(end)
         position = start
         while position < end - HEADER_SIZE_UP_TO_MAGIC:
             head = self.read(position, min(RECORD_BATCH_OVERHEAD, end - position))
             if len(head) <= HEADER_SIZE_UP_TO_MAGIC:
-                return  # truncated underneath us
+                break  # truncated underneath us
             offset, size = _OFFSET_SIZE.unpack_from(head, 0)
             if size < MIN_LEGACY_RECORD_SIZE:
                 raise CorruptRecordError(
                     f"Found record size {size} smaller than minimum record overhead "
-                    f"({MIN_LEGACY_RECORD_SIZE}) in file {self._path}.",
+                    f"({MIN_LEGACY_RECORD_SIZE}) in file {self._path} at position {position}.",
                     path=self._path,
                     position=position,
                     offset=offset,
                 )
             if position > end - LOG_OVERHEAD - size:
-                return
+                break
             magic = struct.unpack_from(">b", head, MAGIC_OFFSET)[0]
             total = LOG_OVERHEAD + size
             yield FileBatch(self, position, head[:total], total, magic)
             position += total
+        if whole and position < end:
+            raise self.not_whole_error(position, end)
+
+    def not_whole_error(self, position: int, end: int) -> CorruptRecordError:
+        """The error for bytes ``[position, end)`` that should be whole entries and are not."""
+        return CorruptRecordError(
+            f"the {end - position} bytes at position {position} of {self._path} are not a whole record batch "
+            f"(damaged or cut)",
+            path=self._path,
+            position=position,
+        )
 
     def search_for_offset_with_size(
         self, target_offset: int, start_position: int, batches: Iterator[FileBatch] | None = None

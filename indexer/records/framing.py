@@ -11,24 +11,44 @@ import dataclasses
 
 import numpy as np
 
-from indexer.records.batch_header import LOG_OVERHEAD, MIN_LEGACY_RECORD_SIZE, OFFSET_OFFSET, SIZE_OFFSET
+from indexer.records.batch_header import (
+    LAST_OFFSET_DELTA_OFFSET,
+    LOG_OVERHEAD,
+    MAGIC_OFFSET,
+    MAGIC_V2,
+    MIN_LEGACY_RECORD_SIZE,
+    OFFSET_OFFSET,
+    SIZE_OFFSET,
+)
 from indexer.records.encoder import EncodedBatches
 
 
-def whole_entries_length(buf: bytes) -> int:
-    """Length of the prefix of ``buf`` made of whole log entries (a per-batch walk of the framing).
+def whole_entries(buf: bytes) -> tuple[int, int]:
+    """Length of the prefix of ``buf`` made of whole log entries (a per-batch walk of the framing)
+    and the offset after the last of them (-1 when there is none).
 
     An entry whose size field is impossible is included, so the decoder reports it as corrupt.
     """
-    position, n = 0, len(buf)
+    position, n, last = 0, len(buf), -1
     while position + LOG_OVERHEAD <= n:
         size = int.from_bytes(buf[position + SIZE_OFFSET : position + LOG_OVERHEAD], "big", signed=True)
         if size < MIN_LEGACY_RECORD_SIZE:
-            return n
+            return n, -1
         if position + LOG_OVERHEAD + size > n:
             break
+        last = position
         position += LOG_OVERHEAD + size
-    return position
+    return position, (-1 if last < 0 else entry_last_offset(buf, last) + 1)
+
+
+def entry_last_offset(buf: bytes, position: int) -> int:
+    """The last offset of the whole entry at ``buf[position]``: ``baseOffset + lastOffsetDelta`` for
+    a v2 batch, the offset field for a legacy entry (a compressed wrapper carries its last offset)."""
+    offset = int.from_bytes(buf[position + OFFSET_OFFSET : position + OFFSET_OFFSET + 8], "big", signed=True)
+    if buf[position + MAGIC_OFFSET] < MAGIC_V2:
+        return offset
+    delta = buf[position + LAST_OFFSET_DELTA_OFFSET : position + LAST_OFFSET_DELTA_OFFSET + 4]
+    return offset + int.from_bytes(delta, "big", signed=True)
 
 
 def is_contiguous(encoded: EncodedBatches) -> bool:

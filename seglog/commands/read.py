@@ -25,13 +25,8 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from indexer.errors import CorruptRecordError, OffsetOutOfRangeError, SchemaError, UnknownTopicOrPartitionError
+from indexer.errors import OffsetOutOfRangeError, SchemaError, UnknownTopicOrPartitionError
 from indexer.log import Log
 from indexer.log_manager import LogManager
 from seglog.cli import (
@@ -100,33 +95,11 @@ def run(args: argparse.Namespace) -> int:
                 )
         remaining = args.max_records
         out = Output()
-        bound, damage = high_watermark, None
-        while start < bound and (remaining is None or remaining > 0):
+        while start < high_watermark and (remaining is None or remaining > 0):
             step = READ_CHUNK_RECORDS if remaining is None else min(remaining, READ_CHUNK_RECORDS)
-            try:
-                table = log.read_records(start, step, max_offset=bound)
-            except CorruptRecordError as e:
-                # Print what lies before the damaged batch, then report it.
-                bad = _damaged_batch_offset(log, start, e)
-                bound = bad if bad < bound else start
-                damage = CorruptRecordError(
-                    f"cannot read offset {bad} of {args.topic}-{args.partition}: {e}",
-                    path=e.path, position=e.position, offset=bad,
-                )
-                continue
-            hole = _unreadable_range(log, start, bound, step, table)
-            if hole is not None:  # the engine stopped at bytes that are not a whole batch
-                bad, path, position = hole
-                bound = bad if bad < bound else start
-                damage = CorruptRecordError(
-                    f"cannot read offset {bad} of {args.topic}-{args.partition}: the data at position {position} "
-                    f"of {path} is not a whole record batch (damaged or cut)",
-                    path=path, position=position, offset=bad,
-                )
-                table = table.filter(pc.less(table.column("offset"), bad))
+            # Returns the records before damage; a read starting at damage raises, naming it.
+            table = log.read_records(start, step, max_offset=high_watermark)
             if table.num_rows == 0:
-                if damage is not None and bound > start:
-                    continue
                 break
             problem = None if args.encoding == "base64" else first_invalid_utf8(table)
             if problem is not None:
@@ -141,8 +114,6 @@ def run(args: argparse.Namespace) -> int:
             start = int(table.column("offset")[-1].as_py()) + 1
             if remaining is not None:
                 remaining -= table.num_rows
-        if damage is not None and (remaining is None or remaining > 0):
-            raise damage
     finally:
         manager.close()
     return 0
@@ -163,64 +134,6 @@ def open_partition(manager: LogManager, topic: str, partition: int) -> Log:
         f"partition {partition} of topic {topic!r} does not exist in {manager.log_dir}; "
         f"the topic has partitions 0..{count - 1}"
     )
-
-
-def _unreadable_range(log: Log, start: int, bound: int, step: int, table: pa.Table) -> tuple[int, str, int] | None:
-    """Damage that made the engine skip offsets below ``bound`` without an error: where (first
-    offset missing, file, position), or None.
-
-    A read stops silently at bytes that are not a whole batch (a cut or damaged size field) and goes
-    on with the next segment. So the ranges of offsets a read of up to ``step`` records from
-    ``start`` did not return are checked when they reach a segment's base offset or the end of the
-    read (a walk over a few batch headers); ranges inside a segment are gaps the log really has
-    (compaction, control records) and cost nothing.
-    """
-    offsets = table.column("offset").to_numpy().astype(np.int64)
-    los = np.concatenate(([start], offsets + 1))  # missing ranges [lo, hi): before, between, after the rows
-    his = np.concatenate((offsets, [bound]))
-    if table.num_rows == step:
-        los, his = los[:-1], his[:-1]  # a full chunk ends where the next read starts
-    missing = np.flatnonzero(his > los)
-    bases = np.array(log.segments.base_offsets(), dtype=np.int64)
-    ends_read = missing == offsets.size
-    crosses = np.searchsorted(bases, los[missing], "right") != np.searchsorted(bases, his[missing], "right")
-    for i in missing[crosses | ends_read]:
-        found = _damage_between(log, int(los[i]), int(his[i]))
-        if found is not None:
-            return found
-    return None
-
-
-def _damage_between(log: Log, lo: int, hi: int) -> tuple[int, str, int] | None:
-    """Walk the batch headers that should hold offsets ``[lo, hi)``: the first place where the bytes
-    are not a whole batch before those offsets are covered, or None when the offsets are really absent."""
-    for segment in log.segments.values(lo, hi):
-        found = segment.translate_offset(max(lo, segment.base_offset))
-        position = 0 if found is None else found.position
-        covered = segment.base_offset
-        try:
-            for batch in segment.log.batches(position):
-                position = batch.position + batch.size_in_bytes
-                covered = batch.last_offset + 1
-                if covered >= hi:
-                    return None
-        except CorruptRecordError as e:
-            return max(lo, covered), str(segment.log.path), e.position if e.position is not None else position
-        if position < segment.size:
-            return max(lo, covered), str(segment.log.path), position
-    return None
-
-
-def _damaged_batch_offset(log: Log, start: int, error: CorruptRecordError) -> int:
-    """The first offset of the damaged batch ``error`` names: 1 + the last offset of the batch
-    before it in its segment (error path only: a walk over that segment's batch headers)."""
-    segment = next((s for s in log.segments.values() if os.fspath(s.log.path) == error.path), None)
-    if segment is None or error.position is None:
-        return start
-    last = None
-    for batch in segment.log.batches(0, error.position):
-        last = batch
-    return max(start, segment.base_offset if last is None else last.last_offset + 1)
 
 
 def _segment_file(log: Log, offset: int) -> str:

@@ -20,7 +20,7 @@ from typing import Any
 
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 
-from indexer.errors import OffsetOutOfRangeError, SeglogError
+from indexer.errors import CorruptRecordError, OffsetOutOfRangeError, SeglogError
 from indexer.log import Log
 from seglog.serve import protocol
 from seglog.serve.catalog import Catalog
@@ -65,7 +65,8 @@ def _read_partition(catalog: Catalog, topic: str, part: Any, budget: int, first:
         except SeglogError as e:  # a segment went away under the log (retention): open it again, once
             if attempt == 1:
                 logger.warning("fetch of %s-%d at offset %d failed: %s", topic, index, part.fetch_offset, e)
-                return _partition_error(index, protocol.KAFKA_STORAGE_ERROR)
+                damaged = isinstance(e, CorruptRecordError)  # the batches before it were sent by earlier fetches
+                return _partition_error(index, protocol.CORRUPT_MESSAGE if damaged else protocol.KAFKA_STORAGE_ERROR)
     raise AssertionError("unreachable")
 
 

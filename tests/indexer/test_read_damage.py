@@ -1,0 +1,168 @@
+"""Reads stop at damage as a Kafka consumer does, never skipping offsets quietly (``Log.read_records``,
+``Log.read``).
+
+A committed multi-segment log gets one damaged batch below the high watermark: a CRC-covered byte
+flipped, its size field pointing past the segment's end or below the smallest batch, or the segment
+cut inside it. Reading from every offset, batch after batch as a consumer polls, returns exactly the
+model's records up to the damaged batch and then raises ``CorruptRecordError`` naming the first
+offset that cannot be read, the file and the position. A live writer's torn tail above the high
+watermark is not damage.
+
+Not covered: a damaged ``lastOffsetDelta`` (bytes 23-26, CRC-covered) can still make the offset
+walk, which reads headers without their CRCs as Kafka's does, step over its batch when a read starts
+inside or after it; reads from before it name it.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from indexer.config import LogConfig
+from indexer.errors import CorruptRecordError
+from indexer.log import Log
+from indexer.records.file_records import FileRecords
+
+CONFIG = LogConfig(segment_bytes=2500, index_interval_bytes=300, batch_size=300, file_delete_delay_ms=0)
+RECORDS = 240
+KINDS = ("none", "crc", "size past the end", "size too small", "cut")
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+@dataclass(frozen=True)
+class Batch:
+    path: Path
+    position: int
+    size: int
+    base_offset: int
+    last_offset: int
+    sealed: bool  # not in the last (active) segment
+
+
+def _value(offset: int) -> bytes:
+    return f"value-{offset:05d}".encode() * (1 + offset % 3)
+
+
+def _write_log(directory: Path) -> list[Batch]:
+    """A committed log of RECORDS records in several appends and segments; its batches in file order."""
+    with Log.open(directory, CONFIG) as log:
+        for first in range(0, RECORDS, 40):
+            offsets = range(first, first + 40)
+            log.append({"key": [f"k{o}".encode() for o in offsets], "value": [_value(o) for o in offsets]})
+        log.update_high_watermark(log.log_end_offset)
+    paths = sorted(directory.glob("*.log"))
+    assert len(paths) > 2
+    batches = []
+    for path in paths:
+        with FileRecords.open(path, mutable=False) as records:
+            batches += [
+                Batch(path, b.position, b.size_in_bytes, b.base_offset, b.last_offset, path != paths[-1])
+                for b in records.batches()
+            ]
+    return batches
+
+
+def _damage(batch: Batch, kind: str, where: int) -> None:
+    """Damage ``batch`` in its file; ``where`` picks the byte (a flip) or the cut."""
+    with open(batch.path, "r+b") as f:
+        if kind == "crc":  # a byte the CRC covers (bytes 21 on), but lastOffsetDelta (see the module doc)
+            k = where % (batch.size - 25)
+            f.seek(batch.position + 21 + (k if k < 2 else k + 4))
+            byte = f.read(1)[0]
+            f.seek(-1, os.SEEK_CUR)
+            f.write(bytes([byte ^ 0xFF]))
+        elif kind == "size past the end":
+            f.seek(batch.position + 8)
+            f.write((0x7FFF0000).to_bytes(4, "big"))
+        elif kind == "size too small":
+            f.seek(batch.position + 8)
+            f.write((where % 61).to_bytes(4, "big"))
+        elif kind == "cut":  # inside the batch: the segment now ends in a partial batch
+            f.truncate(batch.position + 1 + where % (batch.size - 1))
+
+
+def _poll(log: Log, start: int, max_records: int) -> tuple[list[int], CorruptRecordError | None]:
+    """Read from ``start`` as a consumer polls, until the high watermark or an error."""
+    offsets: list[int] = []
+    while start < log.high_watermark:
+        try:
+            table = log.read_records(start, max_records)
+        except CorruptRecordError as e:
+            return offsets, e
+        if table.num_rows == 0:
+            break
+        got = table.column("offset").to_pylist()
+        assert table.column("value").to_pylist() == [_value(o) for o in got]
+        offsets += got
+        start = got[-1] + 1
+    return offsets, None
+
+
+@SETTINGS
+@given(kind=st.sampled_from(KINDS), pick=st.integers(0, 10**6), where=st.integers(0, 10**6),
+       max_records=st.integers(20, 80))
+def test_reads_return_the_records_before_the_damage_then_name_it(
+    tmp_path_factory: pytest.TempPathFactory, kind: str, pick: int, where: int, max_records: int
+) -> None:
+    directory = tmp_path_factory.mktemp("log") / "events-0"
+    batches = _write_log(directory)
+    # A cut or a size field damaged in the active segment moves its log end offset (the reader finds
+    # the end from the last whole batch); a CRC may be damaged anywhere.
+    candidates = [b for b in batches if b.sealed or kind in ("crc", "none")]
+    victim = candidates[pick % len(candidates)]
+    _damage(victim, kind, where)
+    with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
+        assert log.high_watermark == RECORDS
+        first, last = victim.base_offset, victim.last_offset
+        structural = kind not in ("none", "crc")
+        for start in range(RECORDS):
+            offsets, error = _poll(log, start, max_records)
+            intact_after = kind == "crc" or not victim.sealed or start >= _next_base(batches, victim)
+            if kind == "none" or start > last and intact_after:
+                assert (offsets, error) == (list(range(start, RECORDS)), None), start
+                continue
+            if start > last:  # after structural damage in its segment: found through the index, or named
+                assert (offsets, error is None) == (list(range(start, RECORDS)), True) or (
+                    offsets == [] and error is not None and error.offset == start
+                ), (start, offsets, error)
+                continue
+            assert offsets == list(range(start, first)), (start, offsets)  # never a silent skip
+            assert error is not None, start
+            assert error.offset == max(start, first)
+            assert error.path == str(victim.path) and error.position == victim.position, str(error)
+            assert f"cannot read offset {error.offset} of events-0" in str(error)
+            if structural and (kind != "size too small" or where % 61 < 14):
+                # Log.read (a consumer fetch) names the same damage; CRCs and a batch's own fields
+                # are the consumer's to check, as with a broker's fetch.
+                with pytest.raises(CorruptRecordError) as fetch_error:
+                    log.read(max(start, first), 1 << 20)
+                assert fetch_error.value.offset == max(start, first)
+                assert fetch_error.value.position == victim.position
+
+
+def _next_base(batches: list[Batch], victim: Batch) -> int:
+    """The first offset of the segment after ``victim``'s."""
+    return next(b.base_offset for b in batches if b.path > victim.path)
+
+
+def test_a_live_writers_torn_tail_above_the_high_watermark_is_not_damage(tmp_path: Path) -> None:
+    directory = tmp_path / "events-0"
+    batches = _write_log(directory)
+    active = batches[-1]
+    with open(active.path, "rb") as f:
+        f.seek(active.position)
+        whole = f.read(active.size)
+    with open(active.path, "ab") as f:  # a batch the writer is still writing
+        f.write(whole[: len(whole) // 2])
+    for high_watermark in (None, RECORDS, active.base_offset):
+        with Log.open(directory, CONFIG, read_only=True, high_watermark=high_watermark) as log:
+            end = log.high_watermark
+            assert end == (RECORDS if high_watermark is None else high_watermark)
+            for start in range(0, end, 7):
+                assert _poll(log, start, 25) == (list(range(start, end)), None)
+                assert log.read(start, 1 << 20).records

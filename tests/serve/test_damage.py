@@ -1,0 +1,68 @@
+"""A damaged partition is never silence to a Kafka client: a fetch gets the batches before the damage,
+and the fetch at the damage gets ``CORRUPT_MESSAGE`` (``Log.read`` raises ``CorruptRecordError``)."""
+
+from __future__ import annotations
+
+import socket
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from indexer.config import load_settings
+from indexer.log_manager import LogManager
+from indexer.records.file_records import FileRecords
+from tests.serve.conftest import ServeProcess
+from tests.serve.test_bad_clients import _read_frame, _request
+
+with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.protocol.consumer import FetchRequest, FetchResponse
+
+    from seglog.serve import protocol
+
+
+def _fetch(server: ServeProcess, offset: int) -> Any:
+    request = FetchRequest(
+        version=11,
+        max_wait_ms=0,
+        min_bytes=0,
+        max_bytes=1 << 20,
+        isolation_level=0,
+        topics=[
+            FetchRequest.FetchTopic(
+                topic="t",
+                partitions=[
+                    FetchRequest.FetchTopic.FetchPartition(
+                        partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
+                    )
+                ],
+            )
+        ],
+    )
+    with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
+        sock.sendall(_request(request, 11))
+        return FetchResponse.decode(_read_frame(sock), version=11, header=True).responses[0].partitions[0]
+
+
+def test_a_fetch_at_a_damaged_size_field_gets_corrupt_message(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings()) as manager:
+        log = manager.get_or_create_log("t", 0)
+        for _ in range(3):
+            log.append({"value": [b"x" * 100] * 100})
+        log.update_high_watermark(log.log_end_offset)
+    data = log_dir / "t-0" / "00000000000000000000.log"
+    with FileRecords.open(data, mutable=False) as records:
+        victim = list(records.batches())[1]
+    with open(data, "r+b") as f:  # its size field now points past the end of the segment
+        f.seek(victim.position + 8)
+        f.write((0x7FFF0000).to_bytes(4, "big"))
+    server = serve(log_dir)
+    before = _fetch(server, 0)
+    assert before.error_code == protocol.NONE and len(before.records) >= victim.position
+    at = _fetch(server, victim.base_offset)
+    assert at.error_code == protocol.CORRUPT_MESSAGE and at.records == b""
+    assert f"cannot read offset {victim.base_offset} of t-0" in server.log_text()
