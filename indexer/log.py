@@ -586,11 +586,13 @@ class Log:
         *,
         max_offset: int | None = None,
         min_one_message: bool = True,
+        as_slice: bool = False,
     ) -> FetchDataInfo:
         """Raw batches from the one holding ``start_offset``, at most ``max_bytes`` (a consumer fetch).
 
         Stops before the batch holding ``max_offset`` (default: the high watermark). With
-        ``min_one_message`` the first batch is returned whole even if larger than ``max_bytes``.
+        ``min_one_message`` the first batch is returned whole even if larger than ``max_bytes``. With
+        ``as_slice`` the records are a slice of the segment file, not read (sent with ``sendfile``).
         Thread-safe without the lock (spec 5.2 ``LocalLog.read``).
 
         Raises:
@@ -611,7 +613,7 @@ class Log:
             else:
                 return FetchDataInfo(LogOffsetMetadata(start_offset, segment.base_offset, 0), b"")
             fetched = self._read_segment(
-                segment, LogSegment.read, start_offset, max_bytes, max_position, min_one_message
+                segment, LogSegment.read, start_offset, max_bytes, max_position, min_one_message, as_slice
             )
             if fetched is not None:
                 return fetched
