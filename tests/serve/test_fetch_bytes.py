@@ -5,6 +5,7 @@ response."""
 
 from __future__ import annotations
 
+import os
 import socket
 import struct
 import warnings
@@ -89,3 +90,20 @@ def test_fetch_carries_the_stored_bytes(serve: Callable[..., ServeProcess], tmp_
     got = {p.partition_index: bytes(p.records) for p in topic.partitions}
     assert got == {p: stored[p][: min(limits[p], len(stored[p]))] for p in _PARTITIONS}
     assert all(p.error_code == 0 and p.high_watermark == _PARTITIONS[p.partition_index] for p in topic.partitions)
+
+
+def test_a_slice_opened_for_sending_outlives_its_segment(tmp_path: Path) -> None:
+    """What a slow client's response is sent from stays the read bytes after the log is closed and the
+    segment deleted (retention, or the catalog re-opening the partition meanwhile)."""
+    with LogManager(tmp_path, load_settings()) as manager:
+        log = manager.get_or_create_log("t", 0)
+        log.append({"value": [b"v" * 1000] * 100})
+        log.update_high_watermark(log.log_end_offset)
+        expected = log.read(0, 1 << 20).records
+        file_slice = log.read(0, 1 << 20, as_slice=True).records
+        assert not isinstance(file_slice, bytes) and len(file_slice) == len(expected) and file_slice.read() == expected
+        opened = file_slice.open()
+    for path in (tmp_path / "t-0").glob("*.log"):
+        path.unlink()
+    with opened:
+        assert os.pread(opened.fileno(), len(expected) + 10, file_slice.position) == expected
