@@ -586,11 +586,13 @@ class Log:
         *,
         max_offset: int | None = None,
         min_one_message: bool = True,
+        as_slice: bool = False,
     ) -> FetchDataInfo:
         """Raw batches from the one holding ``start_offset``, at most ``max_bytes`` (a consumer fetch).
 
         Stops before the batch holding ``max_offset`` (default: the high watermark). With
-        ``min_one_message`` the first batch is returned whole even if larger than ``max_bytes``.
+        ``min_one_message`` the first batch is returned whole even if larger than ``max_bytes``. With
+        ``as_slice`` the records are a slice of the segment file, not read (sent with ``sendfile``).
         Thread-safe without the lock (spec 5.2 ``LocalLog.read``). The bytes may end in a partial
         batch, as a broker's fetch: the consumer drops it and fetches from its offset next, and that
         read raises when the bytes there are damaged. CRCs are the consumer's to check, as in Kafka.
@@ -616,7 +618,7 @@ class Log:
                 return FetchDataInfo(LogOffsetMetadata(start_offset, segment.base_offset, 0), b"")
             try:
                 fetched = self._read_segment(
-                    segment, LogSegment.read, start_offset, max_bytes, max_position, min_one_message
+                    segment, LogSegment.read, start_offset, max_bytes, max_position, min_one_message, as_slice
                 )
             except CorruptRecordError as e:
                 raise self._unreadable(segment, e, max(start_offset, segment.base_offset)) from e

@@ -7,7 +7,10 @@ After Kafka's ``LogOffsetMetadata``, ``FetchDataInfo``, ``RollParams``, ``LogApp
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
+
+if TYPE_CHECKING:
+    from indexer.records.file_records import FileSlice
 
 UNKNOWN_OFFSET = -1
 
@@ -39,13 +42,14 @@ class LogOffsetMetadata:
 class FetchDataInfo:
     """The answer to a read (Kafka ``FetchDataInfo``).
 
-    ``records`` holds whole batches from ``fetch_offset_metadata.relative_position_in_segment`` onward;
+    ``records`` holds whole batches from ``fetch_offset_metadata.relative_position_in_segment`` onward
+    (their bytes, or the slice of the segment file holding them when read ``as_slice``);
     the last one may be cut short by the size limit, and ``first_entry_incomplete`` says the very
     first batch did not fit (a reader asked for fewer bytes than one batch without ``min_one_message``).
     """
 
     fetch_offset_metadata: LogOffsetMetadata
-    records: bytes
+    records: bytes | FileSlice
     first_entry_incomplete: bool = False
 
 

@@ -616,13 +616,19 @@ class LogSegment:
         return self.log.search_for_offset_with_size(offset, max(entry.position, starting_file_position), batches)
 
     def read(
-        self, start_offset: int, max_size: int, max_position: int | None = None, min_one_message: bool = False
+        self,
+        start_offset: int,
+        max_size: int,
+        max_position: int | None = None,
+        min_one_message: bool = False,
+        as_slice: bool = False,
     ) -> FetchDataInfo | None:
         """Bytes of whole batches from the batch holding ``start_offset``, at most ``max_size`` of them.
 
         ``max_position`` (default: the segment size) bounds the bytes read; with ``min_one_message``
         the first batch is returned whole even if larger than ``max_size``. Returns None when
-        ``start_offset`` is beyond the segment's data. The result may end in a partial batch.
+        ``start_offset`` is beyond the segment's data. The result may end in a partial batch. With
+        ``as_slice`` the records are a :class:`~indexer.records.file_records.FileSlice`, not read.
         CRCs are not checked here: consumers check them (Kafka's ``check.crcs``).
 
         Raises:
@@ -641,7 +647,7 @@ class LogSegment:
         fetch_size = max(0, min(limit - start.position, adjusted_max_size))
         return FetchDataInfo(
             metadata,
-            self.log.read(start.position, fetch_size),
+            self.log.slice(start.position, fetch_size) if as_slice else self.log.read(start.position, fetch_size),
             first_entry_incomplete=adjusted_max_size < start.size,
         )
 

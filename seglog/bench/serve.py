@@ -6,10 +6,16 @@ baseline run side by side in this process):
 * consume MB/s with confluent-kafka (librdkafka) and with kafka-python: one partition of 1 KiB
   records, 256 MiB (``--quick`` 64 MiB) of `.log` bytes, from the beginning to the end, vs
   `sendfile` of the same `.log` files to a loopback socket drained by a thread (the bytes a
-  broker would send, with no protocol: the physical limit). Goal: confluent-kafka >= 0.5x.
-* end-to-end latency, p50 and p99: from a commit (`update_high_watermark`, then the checkpoint the
-  server follows) of one record to its receipt by a confluent-kafka consumer tailing the partition
-  (500 commits, ``--quick`` 100, 20 ms apart). Baseline: the server's checkpoint poll interval.
+  broker would send, with no protocol: the physical limit). Goal: confluent-kafka >= 0.5x. The clock
+  starts at each consumer's first record: its start-up (connection, metadata, offsets, first fetch)
+  is reported apart, as ``startup_s`` in the JSON details.
+* the same confluent-kafka consume loop over the same records already queued in librdkafka (no server
+  in the timed part): what the client's per-record cost allows, the ceiling of the first figure.
+* end-to-end latency, p50 and p99: from the start of a commit of one record (append,
+  `update_high_watermark`, the checkpoint the server follows) to its receipt by a confluent-kafka
+  consumer tailing the partition (500 commits, ``--quick`` 100, 10-30 ms apart at random). The
+  writer's own time for the commit (its fsyncs) is in it, and in the JSON details. Baseline: the
+  server's checkpoint poll interval while a fetch waits.
 
 examples:
   seglog bench serve --quick
@@ -19,6 +25,7 @@ examples:
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import re
@@ -29,14 +36,17 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
-from seglog.bench.report import BenchResult, add_suite_arguments, latency_result, percentiles, publish, timed
+from seglog.bench.report import BenchResult, add_suite_arguments, latency_result, percentiles, publish
 from seglog.bench.report import throughput_result as throughput
+from seglog.serve.catalog import WAITING_POLL_S
 
 logger = logging.getLogger(__name__)
 
@@ -138,28 +148,95 @@ def _sendfile_baseline(paths: list[Path]) -> float:
     return elapsed
 
 
-def _confluent(bootstrap: str, records: int) -> None:
+@dataclass(frozen=True, slots=True)
+class _Consumed:
+    """One consumer's run: seconds from its creation to its first record (connection, metadata,
+    offsets, first fetch), then seconds for the remaining records."""
+
+    startup_s: float
+    rest_s: float
+    rest_fraction: float  # of the records (and, records being equal, of the bytes) in ``rest_s``
+
+    def mb_per_s(self, size: int) -> float:
+        return size * self.rest_fraction / MiB / self.rest_s
+
+
+def _confluent_config(bootstrap: str, **overrides: object) -> dict[str, object]:
+    return {
+        "bootstrap.servers": bootstrap,
+        "group.id": "bench",
+        "enable.auto.commit": False,
+        "fetch.max.bytes": 64 * MiB,
+        "max.partition.fetch.bytes": 16 * MiB,
+        # librdkafka stops fetching for fetch.queue.backoff.ms (default 1 s) whenever its queue is full
+        # (queued.max.messages.kbytes, 64 MiB): with a server faster than the application, a bounded run
+        # would mostly measure those pauses.
+        "fetch.queue.backoff.ms": 10,
+        **overrides,
+    }
+
+
+def _count(messages: list[Any]) -> int:
+    return sum(1 for m in messages if not m.error())
+
+
+def _confluent(bootstrap: str, records: int) -> _Consumed:
     import confluent_kafka
 
-    consumer = confluent_kafka.Consumer(
-        {
-            "bootstrap.servers": bootstrap,
-            "group.id": "bench",
-            "enable.auto.commit": False,
-            "fetch.max.bytes": 64 * MiB,
-            "max.partition.fetch.bytes": 16 * MiB,
-        }
-    )
+    start = time.perf_counter()
+    consumer = confluent_kafka.Consumer(_confluent_config(bootstrap))
     consumer.assign([confluent_kafka.TopicPartition("bench", 0, confluent_kafka.OFFSET_BEGINNING)])
     got = 0
+    while got == 0:
+        got += _count(consumer.consume(1, 1.0))
+    first = time.perf_counter()
     while got < records:
-        got += sum(1 for m in consumer.consume(10_000, 1.0) if not m.error())
+        got += _count(consumer.consume(10_000, 1.0))
+    end = time.perf_counter()
     consumer.close()
+    return _Consumed(first - start, end - first, (records - 1) / records)
 
 
-def _kafka_python(bootstrap: str, records: int) -> None:
+def _confluent_queued(bootstrap: str, records: int) -> float:
+    """Seconds for the same consume loop over records librdkafka already holds (its queue sized for all
+    of them, filled before the clock starts): the client's own per-record cost, no server in it."""
+    import confluent_kafka
+
+    queued: list[int] = []
+
+    def stats(text: str) -> None:
+        partitions = json.loads(text)["topics"].get("bench", {}).get("partitions", {})
+        queued.append(int(partitions.get("0", {}).get("fetchq_cnt", 0)))
+
+    consumer = confluent_kafka.Consumer(
+        _confluent_config(
+            bootstrap,
+            **{
+                "queued.max.messages.kbytes": 2_097_151,
+                "queued.min.messages": 10_000_000,
+                "statistics.interval.ms": 50,
+                "stats_cb": stats,
+            },
+        )
+    )
+    consumer.assign([confluent_kafka.TopicPartition("bench", 0, confluent_kafka.OFFSET_BEGINNING)])
+    got = _count(consumer.consume(1, 10.0))
+    deadline = time.monotonic() + 120
+    while (not queued or queued[-1] < records - got) and time.monotonic() < deadline:
+        message = consumer.poll(0.05)  # serves the stats callback
+        got += message is not None and not message.error()
+    start = time.perf_counter()
+    while got < records:
+        got += _count(consumer.consume(10_000, 1.0))
+    elapsed = time.perf_counter() - start
+    consumer.close()
+    return elapsed
+
+
+def _kafka_python(bootstrap: str, records: int) -> _Consumed:
     from kafka import KafkaConsumer, TopicPartition
 
+    start = time.perf_counter()
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap,
         auto_offset_reset="earliest",
@@ -169,9 +246,14 @@ def _kafka_python(bootstrap: str, records: int) -> None:
     )
     consumer.assign([TopicPartition("bench", 0)])
     got = 0
+    while got == 0:
+        got += sum(len(v) for v in consumer.poll(timeout_ms=1000, max_records=1).values())
+    first = time.perf_counter()
     while got < records:
         got += sum(len(v) for v in consumer.poll(timeout_ms=1000, max_records=100_000).values())
+    end = time.perf_counter()
     consumer.close()
+    return _Consumed(first - start, end - first, (records - 1) / records)
 
 
 def bench_throughput(log_dir: Path, total_bytes: int) -> list[BenchResult]:
@@ -181,31 +263,42 @@ def bench_throughput(log_dir: Path, total_bytes: int) -> list[BenchResult]:
     baseline_s = _sendfile_baseline(paths)
     server = _Server(log_dir)
     try:
-        confluent_s, _ = timed(lambda: _confluent(server.bootstrap, records))
-        kafka_python_s, _ = timed(lambda: _kafka_python(server.bootstrap, records))
+        confluent = _confluent(server.bootstrap, records)
+        queued_s = _confluent_queued(server.bootstrap, records)
+        kafka_python = _kafka_python(server.bootstrap, records)
     finally:
         server.close()
     limit = size / MiB / baseline_s
+    details = {"bytes": size, "records": records}
     return [
         throughput(
             "consume via seglog serve (confluent-kafka)",
             "MB/s",
-            size / MiB / confluent_s,
+            confluent.mb_per_s(size),
             "sendfile of the .log files",
             limit,
             0.5,
-            bytes=size,
-            records=records,
+            startup_s=confluent.startup_s,
+            **details,
+        ),
+        throughput(
+            "confluent-kafka consume loop, records already queued",
+            "MB/s",
+            size / MiB / queued_s,
+            "sendfile of the .log files",
+            limit,
+            None,
+            **details,
         ),
         throughput(
             "consume via seglog serve (kafka-python)",
             "MB/s",
-            size / MiB / kafka_python_s,
+            kafka_python.mb_per_s(size),
             "sendfile of the .log files",
             limit,
             None,
-            bytes=size,
-            records=records,
+            startup_s=kafka_python.startup_s,
+            **details,
         ),
     ]
 
@@ -243,14 +336,19 @@ def bench_latency(log_dir: Path, samples: int) -> list[BenchResult]:
         reader = threading.Thread(target=consume)
         reader.start()
         committed: dict[int, float] = {}
+        publish_ms: list[float] = []  # the writer's append and checkpoint (fsyncs), inside the figure
+        # Random gaps: a fixed one can lock in phase with the server's poll and show a lucky or unlucky delay.
+        gaps = np.random.default_rng(11).uniform(0.01, 0.03, samples)
         try:
             time.sleep(2.0)  # the consumer connects and starts polling
             for _ in range(samples):
+                start = time.perf_counter()
                 offset = log.append({"value": [b"x" * 100]}).first_offset
-                committed[offset] = time.perf_counter()
                 log.update_high_watermark(log.log_end_offset)
-                manager.checkpoint_high_watermarks()
-                time.sleep(0.02)
+                manager.checkpoint_high_watermarks()  # readers see it once renamed in place, before this returns
+                committed[offset] = start
+                publish_ms.append((time.perf_counter() - start) * 1000)
+                time.sleep(gaps[len(publish_ms) - 1])
             deadline = time.monotonic() + 10
             while len(received) < samples and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -265,12 +363,13 @@ def bench_latency(log_dir: Path, samples: int) -> list[BenchResult]:
             f"commit to consumer receipt {q}",
             "ms",
             p[q],
-            "checkpoint poll interval",
-            POLL_MS,
+            "checkpoint poll while a fetch waits",
+            WAITING_POLL_S * 1000,
             None,
             "ratio>=",
             samples=len(latencies),
             lost=samples - len(latencies),
+            writer_publish_ms_p50=percentiles(publish_ms)["p50"],
             **p,
         )
         for q in ("p50", "p99")

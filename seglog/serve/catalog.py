@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import logging
 import os
 import uuid
@@ -42,6 +43,9 @@ logger = logging.getLogger(__name__)
 # across restarts and servers, in a namespace of our own.
 _TOPIC_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/seglog/seglog/topic-id")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# How often the checkpoints are looked at while a fetch waits for records (a tailing consumer): two
+# stat calls, so a commit reaches it within about a millisecond instead of a poll_ms.
+WAITING_POLL_S = 0.001
 
 
 def _stat_key(path: Path) -> tuple[int, int, int] | None:
@@ -100,6 +104,8 @@ class Catalog:
         self._topic_ids: dict[str, uuid.UUID] = {}
         self._checkpoints = _Checkpoints()
         self._changed: asyncio.Future[None] | None = None
+        self._waiters = 0  # fetches in wait_for_change
+        self._waiter_arrived = asyncio.Event()
         self._closed = False
         self.rescan()
         self._read_checkpoints()
@@ -152,29 +158,46 @@ class Catalog:
     # -- following the writer --------------------------------------------------------------------
 
     async def wait_for_change(self, timeout_s: float) -> None:
-        """Return when a partition's offsets or files changed, or after ``timeout_s``."""
+        """Return when a partition's offsets or files changed, or after ``timeout_s``. While anyone
+        waits, the checkpoints are looked at every :data:`WAITING_POLL_S` rather than every ``poll_ms``."""
         if self._changed is None or self._changed.done():
             self._changed = asyncio.get_running_loop().create_future()
+        self._waiters += 1
+        self._waiter_arrived.set()
         try:
             await asyncio.wait_for(asyncio.shield(self._changed), max(0.0, timeout_s))
         except TimeoutError:
             pass
+        finally:
+            self._waiters -= 1
 
     def _notify(self) -> None:
         if self._changed is not None and not self._changed.done():
             self._changed.set_result(None)
 
     async def follow(self) -> None:
-        """Poll for changes until cancelled (the server runs this as a task)."""
+        """Poll for changes until cancelled (the server runs this as a task): every ``poll_ms``, and
+        every :data:`WAITING_POLL_S` (the checkpoints only) while a fetch waits for new records."""
         loop = asyncio.get_running_loop()
         next_rescan = loop.time() + self.rescan_s
+        next_poll = loop.time() + self.poll_s
         while not self._closed:
-            await asyncio.sleep(self.poll_s)
+            if self._waiters:
+                await asyncio.sleep(WAITING_POLL_S)
+            else:
+                self._waiter_arrived.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._waiter_arrived.wait(), max(0.0, next_poll - loop.time()))
             changed = False
-            if loop.time() >= next_rescan:
+            now = loop.time()
+            if now >= next_rescan:
                 changed |= self.rescan()
-                next_rescan = loop.time() + self.rescan_s
-            changed |= self.poll()
+                next_rescan = now + self.rescan_s
+            if now >= next_poll:
+                changed |= self.poll()
+                next_poll = now + self.poll_s
+            else:
+                changed |= self.poll(directories=False)
             if changed:
                 self._notify()
 
@@ -193,32 +216,37 @@ class Catalog:
             logger.info("serving %d partitions of %d topics", len(found), len(self.topics()))
         return found != known
 
-    def poll(self) -> bool:
-        """Re-open the opened partitions whose checkpointed offsets or directory changed; True if any."""
-        self._read_checkpoints()
+    def poll(self, *, directories: bool = True) -> bool:
+        """Re-open the opened partitions whose checkpointed offsets or (with ``directories``) directory
+        changed; True if any. Without ``directories`` it costs two ``stat`` calls when nothing changed."""
+        if not self._read_checkpoints() and not directories:
+            return False
         changed = False
         for tp, entry in self._partitions.items():
             if entry.log is None:
                 continue
-            if entry.dir_stat != _stat_key(entry.directory) or entry.offsets != self._offsets(tp):
+            if entry.offsets != self._offsets(tp) or directories and entry.dir_stat != _stat_key(entry.directory):
                 changed |= self._reopen(tp, entry)
         return changed
 
     def _offsets(self, tp: TopicPartition) -> tuple[int | None, int | None]:
         return self._checkpoints.high_watermarks.get(tp), self._checkpoints.log_start_offsets.get(tp)
 
-    def _read_checkpoints(self) -> None:
+    def _read_checkpoints(self) -> bool:
+        """Read the checkpoint files if they changed since the last read; True if they were read."""
         hw_path = self.log_dir / file_names.REPLICATION_OFFSET_CHECKPOINT_FILE
         lso_path = self.log_dir / file_names.LOG_START_OFFSET_CHECKPOINT_FILE
         stats = (_stat_key(hw_path), _stat_key(lso_path))
         if stats == self._checkpoints.stats:
-            return
+            return False
         try:
             self._checkpoints = _Checkpoints(
                 OffsetCheckpointFile(hw_path).read(), OffsetCheckpointFile(lso_path).read(), stats
             )
         except SeglogError as e:  # a torn or foreign file: keep the last good offsets, retry next poll
             logger.warning("cannot read the checkpoints of %s: %s", self.log_dir, e)
+            return False
+        return True
 
     def _reopen(self, tp: TopicPartition, entry: _Partition) -> bool:
         dir_stat = _stat_key(entry.directory)

@@ -1,8 +1,11 @@
 """Fetch and ListOffsets over the catalog's read-only logs (Kafka's ``ReplicaManager.fetchMessages``
 and ``handleListOffsetRequest``, for a single replica).
 
-Fetch sends the stored batch bytes as ``Log.read`` returns them, never re-encoded: whole batches
-from the one holding the fetch offset, up to the partition's and the response's byte limits (the
+Fetch sends the stored batch bytes, never re-encoded: ``Log.read(..., as_slice=True)`` names them in
+the segment file, and from :data:`SENDFILE_MIN_BYTES` on they go from the file to the socket with
+``sendfile`` (kafka-python encodes the rest of the response around a placeholder, see
+:func:`~seglog.serve.protocol.encode_spliced`); smaller ones are read and written with the response.
+Whole batches from the one holding the fetch offset, up to the partition's and the response's byte limits (the
 first partition with data gets at least one whole batch, as in Kafka), never past the high watermark
 (``read_uncommitted``) or the last stable offset (``read_committed``, which also carries the aborted
 transactions of the range from the ``.txnindex`` files). A fetch that found fewer than ``min.bytes``
@@ -15,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import uuid
 from typing import Any
 
@@ -22,6 +26,7 @@ from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 
 from indexer.errors import CorruptRecordError, OffsetOutOfRangeError, SeglogError
 from indexer.log import Log
+from indexer.records.file_records import FileSlice
 from seglog.serve import protocol
 from seglog.serve.catalog import Catalog
 
@@ -35,6 +40,10 @@ EARLIEST_LOCAL_TIMESTAMP = -4
 _PartitionData = FetchResponse.FetchableTopicResponse.PartitionData
 _ABORTED_TRANSACTION = _PartitionData.AbortedTransaction
 _NO_TOPIC_ID = uuid.UUID(int=0)
+# Records this large are sent from the segment file with sendfile; smaller ones are read and go out in
+# one write with the rest of the response (fewer system calls for a tailing consumer's small fetches).
+SENDFILE_MIN_BYTES = 64 * 1024
+_PLACEHOLDER_BYTES = 16  # random: a client cannot put the same bytes in a topic name it asks for
 
 
 def _partition_error(index: int, error_code: int) -> Any:
@@ -50,35 +59,47 @@ def _partition_error(index: int, error_code: int) -> Any:
     )
 
 
-def _read_partition(catalog: Catalog, topic: str, part: Any, budget: int, first: bool, committed: bool) -> Any:
-    """One partition's answer; ``budget`` is what the response may still carry."""
+def _read_partition(
+    catalog: Catalog, topic: str, part: Any, budget: int, first: bool, committed: bool
+) -> tuple[Any, FileSlice | None]:
+    """One partition's answer and, when its records are to be sent from the file, their slice (the
+    answer then carries a placeholder); ``budget`` is what the response may still carry."""
     index = part.partition
     for attempt in (0, 1):
         log = catalog.log(topic, index) if attempt == 0 else catalog.reopen(topic, index)
         if log is None:
-            return _partition_error(index, protocol.UNKNOWN_TOPIC_OR_PARTITION)
+            return _partition_error(index, protocol.UNKNOWN_TOPIC_OR_PARTITION), None
         try:
             return _read(log, part, budget, first, committed)
         except OffsetOutOfRangeError as e:
             logger.info("fetch of %s-%d: %s", topic, index, e)
-            return _partition_error(index, protocol.OFFSET_OUT_OF_RANGE)
+            return _partition_error(index, protocol.OFFSET_OUT_OF_RANGE), None
         except SeglogError as e:  # a segment went away under the log (retention): open it again, once
             if attempt == 1:
                 logger.warning("fetch of %s-%d at offset %d failed: %s", topic, index, part.fetch_offset, e)
                 damaged = isinstance(e, CorruptRecordError)  # the batches before it were sent by earlier fetches
-                return _partition_error(index, protocol.CORRUPT_MESSAGE if damaged else protocol.KAFKA_STORAGE_ERROR)
+                error = protocol.CORRUPT_MESSAGE if damaged else protocol.KAFKA_STORAGE_ERROR
+                return _partition_error(index, error), None
     raise AssertionError("unreachable")
 
 
-def _read(log: Log, part: Any, budget: int, first: bool, committed: bool) -> Any:
+def _read(log: Log, part: Any, budget: int, first: bool, committed: bool) -> tuple[Any, FileSlice | None]:
     bound = log.last_stable_offset if committed else log.high_watermark
     max_bytes = max(0, min(part.partition_max_bytes, budget))
-    info = log.read(part.fetch_offset, max_bytes, max_offset=bound, min_one_message=first)
+    info = log.read(part.fetch_offset, max_bytes, max_offset=bound, min_one_message=first, as_slice=True)
+    records: bytes = b""
+    file_slice: FileSlice | None = None
+    if isinstance(info.records, bytes):
+        records = info.records
+    elif len(info.records) >= SENDFILE_MIN_BYTES:
+        records, file_slice = secrets.token_bytes(_PLACEHOLDER_BYTES), info.records
+    else:
+        records = info.records.read()
     aborted = None
     if committed:
-        txns = log.collect_aborted_transactions(part.fetch_offset, bound) if info.records else []
+        txns = log.collect_aborted_transactions(part.fetch_offset, bound) if len(info.records) else []
         aborted = [_ABORTED_TRANSACTION(producer_id=t.producer_id, first_offset=t.first_offset) for t in txns]
-    return _PartitionData(
+    answer = _PartitionData(
         partition_index=part.partition,
         error_code=protocol.NONE,
         high_watermark=log.high_watermark,
@@ -86,16 +107,19 @@ def _read(log: Log, part: Any, budget: int, first: bool, committed: bool) -> Any
         log_start_offset=log.log_start_offset,
         aborted_transactions=aborted,
         preferred_read_replica=-1,
-        records=info.records,
+        records=records,
     )
+    return answer, file_slice
 
 
-def _fetch_once(catalog: Catalog, request: Any, version: int) -> tuple[Any, int, bool]:
-    """The response as things stand, the record bytes it carries, and whether a partition has an error."""
+def _fetch_once(catalog: Catalog, request: Any, version: int) -> tuple[Any, dict[bytes, FileSlice], int, bool]:
+    """The response as things stand, the slices its placeholders stand for, the record bytes it
+    carries, and whether a partition has an error."""
     committed = request.isolation_level == READ_COMMITTED
     budget = request.max_bytes if version >= 3 else 2**31 - 1
     total = 0
     errors = False
+    slices: dict[bytes, FileSlice] = {}
     topics = []
     for fetch_topic in request.topics:
         name = fetch_topic.topic
@@ -106,11 +130,15 @@ def _fetch_once(catalog: Catalog, request: Any, version: int) -> tuple[Any, int,
         partitions = []
         for part in fetch_topic.partitions:
             if not known:
-                data = _partition_error(part.partition, protocol.UNKNOWN_TOPIC_ID)
+                data, file_slice = _partition_error(part.partition, protocol.UNKNOWN_TOPIC_ID), None
             else:
-                data = _read_partition(catalog, name, part, budget - total, total == 0, committed)
+                data, file_slice = _read_partition(catalog, name, part, budget - total, total == 0, committed)
             errors |= data.error_code != protocol.NONE
-            total += len(data.records)
+            if file_slice is None:
+                total += len(data.records)
+            else:
+                slices[data.records] = file_slice
+                total += len(file_slice)
             partitions.append(data)
         topics.append(
             FetchResponse.FetchableTopicResponse(
@@ -122,18 +150,26 @@ def _fetch_once(catalog: Catalog, request: Any, version: int) -> tuple[Any, int,
     response = FetchResponse(
         version=version, throttle_time_ms=0, error_code=protocol.NONE, session_id=0, responses=topics
     )
-    return response, total, errors
+    return response, slices, total, errors
 
 
 async def fetch(catalog: Catalog, request: Any, version: int) -> Any:
-    """Answer a Fetch request, waiting up to ``max_wait_ms`` for ``min_bytes`` of records."""
+    """Answer a Fetch request, waiting up to ``max_wait_ms`` for ``min_bytes`` of records.
+
+    Records of at least :data:`SENDFILE_MIN_BYTES` stay in their segment file: the answer is then a
+    :class:`~seglog.serve.protocol.Spliced` response holding the files open (duplicated descriptors,
+    taken before anything else runs on the loop, so a re-opened or deleted segment cannot change them).
+    """
     loop = asyncio.get_running_loop()
     deadline = loop.time() + max(0, request.max_wait_ms) / 1000
     while True:
-        response, total, errors = _fetch_once(catalog, request, version)
+        response, slices, total, errors = _fetch_once(catalog, request, version)
         remaining = deadline - loop.time()
         if total >= request.min_bytes or errors or remaining <= 0 or total > 0 and request.min_bytes <= 0:
-            return response
+            if not slices:
+                return response
+            regions = {p: protocol.FileRegion(s.open(), s.position, s.size, s.records.path) for p, s in slices.items()}
+            return protocol.Spliced(response, regions)
         await catalog.wait_for_change(remaining)
 
 

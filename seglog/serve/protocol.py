@@ -17,7 +17,8 @@ from __future__ import annotations
 
 import struct
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, BinaryIO
 
 import kafka.errors as kafka_errors
 from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
@@ -48,6 +49,7 @@ from kafka.protocol.metadata import (
     MetadataResponse,
 )
 from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.schemas.fields.codecs.types import Int32, UnsignedVarInt32
 
 from indexer.errors import SeglogError
 
@@ -174,6 +176,63 @@ def encode_response(response: Any, version: int, correlation_id: int) -> bytearr
     response.with_header(correlation_id=correlation_id)
     encoded: bytearray = response.encode(header=True, framed=True)
     return encoded
+
+
+@dataclass(frozen=True, slots=True)
+class FileRegion:
+    """``size`` bytes of an open file from ``position``: record bytes a response sends from the file."""
+
+    file: BinaryIO
+    position: int
+    size: int
+    path: Path  # the file's name, for errors
+
+
+@dataclass(frozen=True, slots=True)
+class Spliced:
+    """A response whose bytes fields holding one of ``regions``' placeholders carry that region instead."""
+
+    response: Any
+    regions: dict[bytes, FileRegion]
+
+    def close(self) -> None:
+        """Close the regions' files."""
+        for region in self.regions.values():
+            region.file.close()
+
+
+ResponsePiece = bytearray | bytes | FileRegion
+
+
+def encode_spliced(spliced: Spliced, version: int, correlation_id: int) -> list[ResponsePiece]:
+    """A framed response as pieces to send in order: kafka-python encodes the response with each region's
+    placeholder in place of its bytes, then each placeholder (with its length prefix) is cut out and
+    replaced by the region's own length prefix and the region, and the frame size is corrected. So the
+    encoder never copies record bytes, and they can go from the file to the socket (``sendfile``)."""
+    encoded = encode_response(spliced.response, version, correlation_id)
+    compact = spliced.response.flexible_version_q(version)
+
+    def prefix(size: int) -> bytes:
+        return bytes(UnsignedVarInt32.encode(size + 1) if compact else Int32.encode(size))
+
+    found = []
+    for placeholder, region in spliced.regions.items():
+        marked = prefix(len(placeholder)) + placeholder
+        at = encoded.find(marked)
+        if at < 0 or encoded.find(marked, at + 1) >= 0:
+            raise AssertionError("a record placeholder must appear exactly once in the encoded response")
+        found.append((at, len(marked), region))
+    pieces: list[ResponsePiece] = []
+    start = 0
+    for at, length, region in sorted(found, key=lambda f: f[0]):
+        pieces += [encoded[start:at] + prefix(region.size), region]
+        start = at + length
+    pieces.append(encoded[start:])
+    head = pieces[0]
+    assert isinstance(head, bytearray)
+    size = sum(p.size if isinstance(p, FileRegion) else len(p) for p in pieces) - FRAME_HEADER.size
+    FRAME_HEADER.pack_into(head, 0, size)
+    return pieces
 
 
 def api_versions_response(version: int, error_code: int = NONE) -> Any:

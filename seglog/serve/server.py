@@ -51,6 +51,7 @@ logger = logging.getLogger(__name__)
 NODE_ID = 0
 CLUSTER_ID = "seglog"
 _SEND_CHUNK_BYTES = 1024 * 1024
+_SENDFILE_CHUNK_BYTES = 4 * 1024 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,7 +138,7 @@ class Server:
                 response = await self._handle(frame)
                 if response is not None:
                     await self._send(writer, response)
-        except protocol.ProtocolError as e:
+        except (protocol.ProtocolError, StorageError) as e:
             logger.warning("%s: %s: closing", peer, e)
         except TimeoutError:
             logger.info("%s: idle or not reading: closing", peer)
@@ -149,23 +150,48 @@ class Server:
             self._connections.discard(task)
             writer.close()
 
-    async def _send(self, writer: asyncio.StreamWriter, response: bytearray) -> None:
-        """Write ``response`` in pieces of :data:`_SEND_CHUNK_BYTES`, draining after each: the 3.11
-        transport buffers what the socket does not take in one bytearray and drops sent bytes from its
-        front, a copy of the rest each time (quadratic in a 16 MiB fetch response)."""
-        view = memoryview(response)
+    async def _send(self, writer: asyncio.StreamWriter, pieces: list[protocol.ResponsePiece]) -> None:
+        """Send a response's pieces in order: encoded bytes written in pieces of :data:`_SEND_CHUNK_BYTES`,
+        draining after each (the 3.11 transport buffers what the socket does not take in one bytearray
+        and drops sent bytes from its front, a copy of the rest each time: quadratic in a 16 MiB
+        response); file regions with ``sendfile`` (``loop.sendfile``, which first lets the transport
+        empty its buffer), no copy through this process. Each piece must make progress within
+        ``send_timeout_ms``. The regions' files are closed afterwards."""
+        loop = asyncio.get_running_loop()
         timeout = self.options.send_timeout_ms / 1000
-        for start in range(0, len(view), _SEND_CHUNK_BYTES):
-            writer.write(view[start : start + _SEND_CHUNK_BYTES])
-            await asyncio.wait_for(writer.drain(), timeout)
+        try:
+            for piece in pieces:
+                if isinstance(piece, protocol.FileRegion):
+                    await self._sendfile(loop, writer, piece, timeout)
+                    continue
+                view = memoryview(piece)
+                for start in range(0, len(view), _SEND_CHUNK_BYTES):
+                    writer.write(view[start : start + _SEND_CHUNK_BYTES])
+                    await asyncio.wait_for(writer.drain(), timeout)
+        finally:
+            for piece in pieces:
+                if isinstance(piece, protocol.FileRegion):
+                    piece.file.close()
 
-    async def _handle(self, frame: bytes) -> bytearray | None:
+    async def _sendfile(
+        self, loop: asyncio.AbstractEventLoop, writer: asyncio.StreamWriter, region: protocol.FileRegion, timeout: float
+    ) -> None:
+        end = region.position + region.size
+        for start in range(region.position, end, _SENDFILE_CHUNK_BYTES):
+            count = min(_SENDFILE_CHUNK_BYTES, end - start)
+            sent = await asyncio.wait_for(loop.sendfile(writer.transport, region.file, start, count), timeout)
+            if sent != count:  # the file is shorter than when it was read: the response cannot be completed
+                raise StorageError(
+                    f"{region.path}: only {sent} of {count} bytes at position {start} could be sent", path=region.path
+                )
+
+    async def _handle(self, frame: bytes) -> list[protocol.ResponsePiece] | None:
         key, version, correlation_id = protocol.peek_header(frame)
         if key == protocol.API_VERSIONS_KEY:
             api = protocol.APIS[key]
             if not api.min_version <= version <= api.max_version:
                 response = protocol.api_versions_response(0, protocol.UNSUPPORTED_VERSION)
-                return protocol.encode_response(response, 0, correlation_id)
+                return [protocol.encode_response(response, 0, correlation_id)]
         request = protocol.decode_request(frame)
         logger.debug(
             "%s v%d from %s (correlation id %d)", request.api.name, request.version, request.client_id, correlation_id
@@ -176,7 +202,13 @@ class Server:
             answer = await answer
         if answer is None:
             return None
-        return protocol.encode_response(answer, request.version, correlation_id)
+        if isinstance(answer, protocol.Spliced):
+            try:
+                return protocol.encode_spliced(answer, request.version, correlation_id)
+            except BaseException:
+                answer.close()
+                raise
+        return [protocol.encode_response(answer, request.version, correlation_id)]
 
     # -- cluster ---------------------------------------------------------------------------------
 
