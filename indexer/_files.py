@@ -42,9 +42,7 @@ def delete_if_exists(path: Path, kind: str) -> bool:
     return True
 
 
-def replace_file(
-    source: Path, target: str | os.PathLike[str], kind: str, *, missing_ok: bool = False
-) -> None:
+def replace_file(source: Path, target: str | os.PathLike[str], kind: str, *, missing_ok: bool = False) -> None:
     """Atomically move ``source`` to ``target``, replacing it; ``kind`` names the file in errors.
 
     With ``missing_ok`` a missing ``source`` is no error (a file not created yet); a missing

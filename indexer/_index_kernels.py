@@ -60,9 +60,7 @@ def entry_value(words: np.ndarray, n: int, layout: int, base_offset: int) -> int
 
 
 @njit(cache=True, inline="always")
-def _probe(
-    words: np.ndarray, n: int, layout: int, base_offset: int, by_value: bool, trace: np.ndarray
-) -> int:
+def _probe(words: np.ndarray, n: int, layout: int, base_offset: int, by_value: bool, trace: np.ndarray) -> int:
     if trace.size > 0:
         count = trace[0]
         if count + 1 < trace.size:
@@ -132,9 +130,7 @@ def slot_for(
         )
     if _probe(words, 0, layout, base_offset, by_value, trace) > target:
         return 0 if upper_bound else -1
-    return _binary_search(
-        words, entries, layout, base_offset, target, by_value, upper_bound, 0, first_hot, trace
-    )
+    return _binary_search(words, entries, layout, base_offset, target, by_value, upper_bound, 0, first_hot, trace)
 
 
 @njit(cache=True)
@@ -154,9 +150,7 @@ def plain_slot_for(
         return -1
     if _probe(words, 0, layout, base_offset, by_value, trace) > target:
         return 0 if upper_bound else -1
-    return _binary_search(
-        words, entries, layout, base_offset, target, by_value, upper_bound, 0, entries - 1, trace
-    )
+    return _binary_search(words, entries, layout, base_offset, target, by_value, upper_bound, 0, entries - 1, trace)
 
 
 @njit(cache=True)
@@ -205,9 +199,7 @@ def lookup_many(
     return keys, values
 
 
-def decode_entries(
-    words: np.ndarray, entries: int, layout: int, base_offset: int
-) -> tuple[np.ndarray, np.ndarray]:
+def decode_entries(words: np.ndarray, entries: int, layout: int, base_offset: int) -> tuple[np.ndarray, np.ndarray]:
     """Keys and values of slots ``0 .. entries-1`` as native int64 arrays.
 
     The arrays are allocated by numpy, not numba, so large ones get transparent huge pages: random

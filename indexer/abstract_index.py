@@ -384,9 +384,7 @@ class AbstractIndex(IndexFile):
         first = np.asarray(first, dtype=np.int64)
         second = np.asarray(second, dtype=np.int64)
         if first.ndim != 1 or second.shape != first.shape:
-            raise ValueError(
-                f"append_many needs two 1-d arrays of one length, got {first.shape} and {second.shape}"
-            )
+            raise ValueError(f"append_many needs two 1-d arrays of one length, got {first.shape} and {second.shape}")
         return first, second
 
     @staticmethod

@@ -46,7 +46,6 @@ NO_BATCH = -1
 _SINK_ID = re.compile(r"[A-Za-z0-9._-]{1,200}")
 
 
-
 def commit_file(log_dir: str | os.PathLike[str], sink_id: str) -> Path:
     """Path of the commit record of ``sink_id`` in ``log_dir``."""
     if not _SINK_ID.fullmatch(sink_id) or sink_id in (".", ".."):

@@ -47,11 +47,17 @@ _TOPIC_KEYS: dict[str, tuple[str, type, Any, int | None, str]] = {
     "preallocate": ("preallocate", bool, False, None, "size new .log files to segment.bytes up front"),
     "compression.type": ("compression_type", str, "producer", None, "producer|none|gzip|snappy|lz4|zstd"),
     "recovery.strategy": (
-        "recovery_strategy", str, "salvage", None,
+        "recovery_strategy",
+        str,
+        "salvage",
+        None,
         "salvage (keep every intact batch after damage) or truncate (Kafka: cut at the first damage)",
     ),
     "quarantine.retention.ms": (
-        "quarantine_retention_ms", int, -1, -1,
+        "quarantine_retention_ms",
+        int,
+        -1,
+        -1,
         "delete quarantined bytes (removed by recovery) this long after quarantine (ms); -1 = never",
     ),
 }
@@ -135,9 +141,7 @@ class LogConfig:
         if self.compression_type not in _COMPRESSION_TYPES:
             raise ConfigError(f"compression.type must be one of {_COMPRESSION_TYPES}, got {self.compression_type!r}")
         if self.recovery_strategy not in RECOVERY_STRATEGIES:
-            raise ConfigError(
-                f"recovery.strategy must be one of {RECOVERY_STRATEGIES}, got {self.recovery_strategy!r}"
-            )
+            raise ConfigError(f"recovery.strategy must be one of {RECOVERY_STRATEGIES}, got {self.recovery_strategy!r}")
 
     @classmethod
     def from_mapping(cls, values: Mapping[str, Any], *, source: str = "config") -> LogConfig:

@@ -69,9 +69,7 @@ def storage_errors(
     except OSError as e:
         reason = e.strerror or str(e)
         to = "" if target is None else f" to {os.path.abspath(target)}"
-        raise StorageError(
-            f"Failed to {action} {os.path.abspath(path)}{to}: {reason}", path=path, errno=e.errno
-        ) from e
+        raise StorageError(f"Failed to {action} {os.path.abspath(path)}{to}: {reason}", path=path, errno=e.errno) from e
 
 
 class LogLockedError(StorageError):

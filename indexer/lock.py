@@ -132,8 +132,11 @@ class FileLock:
         try:
             return os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         except OSError as e:
-            hint = " (only readers work here: seglog read, describe, dump, recover --dry-run)" if e.errno in (
-                errno.EROFS, errno.EACCES) else ""
+            hint = (
+                " (only readers work here: seglog read, describe, dump, recover --dry-run)"
+                if e.errno in (errno.EROFS, errno.EACCES)
+                else ""
+            )
             raise StorageError(
                 f"cannot open lock file {self.path}: {e.strerror}{hint}", path=self.path, errno=e.errno
             ) from e
@@ -146,9 +149,7 @@ class FileLock:
                 return
             except OSError as e:
                 if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                    raise StorageError(
-                        f"cannot lock {self.path}: {e.strerror}", path=self.path, errno=e.errno
-                    ) from e
+                    raise StorageError(f"cannot lock {self.path}: {e.strerror}", path=self.path, errno=e.errno) from e
             if deadline is not None and time.monotonic() >= deadline:
                 raise LogLockedError(f"{self.what} is locked by {self._describe_holder()}", path=self.path)
             time.sleep(_POLL_INTERVAL_S)

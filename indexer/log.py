@@ -359,9 +359,7 @@ class Log:
 
     # -- append --------------------------------------------------------------------------------
 
-    def append(
-        self, data: AppendInput, *, compression: str | None = None, now_ms: int | None = None
-    ) -> LogAppendInfo:
+    def append(self, data: AppendInput, *, compression: str | None = None, now_ms: int | None = None) -> LogAppendInfo:
         """Append records at the log end offset, rolling segments as Kafka does; returns what was written.
 
         ``data`` is anything :func:`~indexer.records.columns.to_append_table` takes. Records become
@@ -754,8 +752,12 @@ class Log:
             while True:  # on damage, decode the whole batches before it (error path only)
                 try:
                     table = decode_records(
-                        buf[:good], base_position=position, path=segment.log.path, start_offset=start_offset,
-                        max_offset=bound, aborted=aborted,
+                        buf[:good],
+                        base_position=position,
+                        path=segment.log.path,
+                        start_offset=start_offset,
+                        max_offset=bound,
+                        aborted=aborted,
                     )
                     break
                 except CorruptRecordError as e:

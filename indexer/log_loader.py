@@ -489,9 +489,7 @@ class LogLoader:
         for name in swap_files:
             offset = _offset_or_none(name)
             if offset is not None and offset >= min_cleaned_offset:
-                why = (
-                    f"swap file of an unfinished split (cleaned files from {min_cleaned_offset}, KAFKA-6264)"
-                )
+                why = f"swap file of an unfinished split (cleaned files from {min_cleaned_offset}, KAFKA-6264)"
                 self._delete_file(name, StepKind.DELETE_INVALID_SWAP, why)
             else:
                 valid_swaps.append(name)
@@ -523,9 +521,7 @@ class LogLoader:
             if not name.endswith(file_names.SWAP_FILE_SUFFIX):
                 continue
             target = name[: -len(file_names.SWAP_FILE_SUFFIX)]
-            self._record(
-                StepKind.COMPLETE_SWAP, self._path(name), f"renamed to {target}", _offset_or_none(name)
-            )
+            self._record(StepKind.COMPLETE_SWAP, self._path(name), f"renamed to {target}", _offset_or_none(name))
             self._names.discard(name)
             self._names.add(target)
             if self._fix:
@@ -541,8 +537,9 @@ class LogLoader:
                 segment.close_handlers()
         self._segments = {}
         self._bases = sorted(
-            offset for name in self._names if name.endswith(file_names.LOG_FILE_SUFFIX)
-            and (offset := _offset_or_none(name)) is not None
+            offset
+            for name in self._names
+            if name.endswith(file_names.LOG_FILE_SUFFIX) and (offset := _offset_or_none(name)) is not None
         )
         for name in sorted(self._names):
             path = self._path(name)
@@ -676,9 +673,7 @@ class LogLoader:
             ]
             return self._record_salvage(segment, log_path, reason, plan, inspection, names)
         if inspection.offsets_out_of_order:
-            return self._drop_segment_data(
-                segment, log_path, inspection.size, inspection.framed_batches, _OUT_OF_ORDER
-            )
+            return self._drop_segment_data(segment, log_path, inspection.size, inspection.framed_batches, _OUT_OF_ORDER)
         valid_bytes = inspection.scan.valid_bytes
         segment.size = valid_bytes
         segment.next_offset = inspection.valid_next_offset or segment.base_offset
@@ -767,8 +762,15 @@ class LogLoader:
             )
         kind = StepKind.RECOVER_SEGMENT if plan.tail_only else StepKind.SALVAGE_SEGMENT
         self._record(
-            kind, log_path, detail, segment.base_offset, indexes_rebuilt=True, bytes_truncated=removed,
-            batches_dropped=max(dropped, 0), lost_offsets=tuple(plan.lost), quarantined=tuple(quarantined),
+            kind,
+            log_path,
+            detail,
+            segment.base_offset,
+            indexes_rebuilt=True,
+            bytes_truncated=removed,
+            batches_dropped=max(dropped, 0),
+            lost_offsets=tuple(plan.lost),
+            quarantined=tuple(quarantined),
         )
         return removed
 
@@ -792,9 +794,7 @@ class LogLoader:
             "lost_offsets": lost if truncated else (),
             "quarantined": tuple(quarantined),
         }
-        self._record(
-            StepKind.RECOVER_SEGMENT, log_path, detail, segment.base_offset, indexes_rebuilt=True, **counts
-        )
+        self._record(StepKind.RECOVER_SEGMENT, log_path, detail, segment.base_offset, indexes_rebuilt=True, **counts)
         return truncated
 
     def _drop_segment_data(self, segment: _Segment, log_path: Path, size: int, batches: int, why: str) -> int:
@@ -815,7 +815,9 @@ class LogLoader:
             assert isinstance(segment, _PlannedSegment)
             segment.size, segment.next_offset = 0, segment.base_offset
         counts = {
-            "bytes_truncated": size, "batches_dropped": batches, "indexes_rebuilt": True,
+            "bytes_truncated": size,
+            "batches_dropped": batches,
+            "indexes_rebuilt": True,
             "lost_offsets": (LostRange(segment.base_offset, self._next_base(segment.base_offset)),) if size else (),
             "quarantined": (name,) if size else (),
         }
@@ -849,7 +851,12 @@ class LogLoader:
             lost = (LostRange(base, next_base),) if kind is StepKind.DELETE_AFTER_CORRUPTION and segment.size else ()
             detail = f"{segment.size} bytes, deleted{' (the .log quarantined)' if segment.size else ''}: {why}"
             self._record(
-                kind, log_path, detail, base, segment_bytes=segment.size, lost_offsets=lost,
+                kind,
+                log_path,
+                detail,
+                base,
+                segment_bytes=segment.size,
+                lost_offsets=lost,
                 quarantined=tuple(quarantined),
             )
             snapshot = file_names.producer_snapshot_file(self.directory, base).name
@@ -888,9 +895,7 @@ class LogLoader:
             framed = records.scan(0, verify_crc=False)
         groups = _split_groups(np.asarray(framed.base_offsets), np.asarray(framed.last_offsets))
         new_bases = [int(framed.base_offsets[g[0]]) for g in groups]
-        why = (
-            f"offset {offset} overflows the segment (KAFKA-6264): split into segments at offsets {new_bases}"
-        )
+        why = f"offset {offset} overflows the segment (KAFKA-6264): split into segments at offsets {new_bases}"
         self._record(StepKind.SPLIT_OVERFLOWED_SEGMENT, log_path, why, segment.base_offset)
         del self._segments[segment.base_offset]
         self._next_offsets.pop(segment.base_offset, None)
@@ -899,9 +904,7 @@ class LogLoader:
         if not self._fix:
             for group, base in zip(groups, new_bases, strict=True):
                 size, next_offset = int(framed.sizes[group].sum()), int(framed.last_offsets[group[-1]]) + 1
-                planned = _PlannedSegment(
-                    base, file_names.log_file(self.directory, base), size, next_offset, True
-                )
+                planned = _PlannedSegment(base, file_names.log_file(self.directory, base), size, next_offset, True)
                 self._segments[base] = self._virtual[base] = planned
                 self._names.add(planned.path.name)
             return
@@ -924,7 +927,11 @@ class LogLoader:
             kept = quarantine_range(segment.log, segment.base_offset, copied, segment.size - copied)
             logger.warning(
                 "%s%s: split copied %d of %d bytes; the torn tail is quarantined in %s",
-                self._prefix, log_path, copied, segment.size, kept.name,
+                self._prefix,
+                log_path,
+                copied,
+                segment.size,
+                kept.name,
             )
         for new in reversed(new_segments):
             new.change_file_suffixes(file_names.CLEANED_FILE_SUFFIX, file_names.SWAP_FILE_SUFFIX)
@@ -933,9 +940,7 @@ class LogLoader:
         for new in new_segments:
             new.change_file_suffixes(file_names.SWAP_FILE_SUFFIX, "")
             self._segments[new.base_offset] = new
-            self._names.update(
-                p.name for p in _segment_paths(self.directory, new.base_offset, "") if p.exists()
-            )
+            self._names.update(p.name for p in _segment_paths(self.directory, new.base_offset, "") if p.exists())
         self._fsync_directory()
 
     # -- leader epochs, producer snapshots ------------------------------------------------------
@@ -964,8 +969,7 @@ class LogLoader:
         snapshots = sorted(
             (offset, name)
             for name in self._names
-            if name.endswith(file_names.PRODUCER_SNAPSHOT_FILE_SUFFIX)
-            and (offset := _offset_or_none(name)) is not None
+            if name.endswith(file_names.PRODUCER_SNAPSHOT_FILE_SUFFIX) and (offset := _offset_or_none(name)) is not None
         )
         strays = [(offset, name) for offset, name in snapshots if offset not in bases]
         keep = strays[-1] if strays and bases and strays[-1][0] >= max(bases) else None
@@ -974,9 +978,7 @@ class LogLoader:
                 self._delete_file(name, StepKind.DELETE_STRAY_SNAPSHOT, "stray: not at a segment base offset")
         for offset, name in snapshots:
             if offset > next_offset and name in self._names:
-                self._delete_file(
-                    name, StepKind.DELETE_STRAY_SNAPSHOT, f"beyond the log end offset {next_offset}"
-                )
+                self._delete_file(name, StepKind.DELETE_STRAY_SNAPSHOT, f"beyond the log end offset {next_offset}")
 
     def _fsync_directory(self) -> None:
         with storage_errors(self.directory, "fsync the partition directory"):

@@ -64,10 +64,14 @@ DEFAULT_NUM_PARTITIONS = 1  # Kafka's num.partitions broker default
 # Files only a partition directory holds: finding one in a "log directory" means the user passed a
 # partition directory (or a copy of one). Segment files are named by a 20-digit offset.
 _PARTITION_FILE_SUFFIXES = (
-    file_names.LOG_FILE_SUFFIX, file_names.INDEX_FILE_SUFFIX, file_names.TIME_INDEX_FILE_SUFFIX,
+    file_names.LOG_FILE_SUFFIX,
+    file_names.INDEX_FILE_SUFFIX,
+    file_names.TIME_INDEX_FILE_SUFFIX,
 )
 _PARTITION_FILES = (
-    file_names.PARTITION_LOCK_FILE, file_names.LEADER_EPOCH_CHECKPOINT_FILE, file_names.PARTITION_METADATA_FILE,
+    file_names.PARTITION_LOCK_FILE,
+    file_names.LEADER_EPOCH_CHECKPOINT_FILE,
+    file_names.PARTITION_METADATA_FILE,
 )
 
 
@@ -232,9 +236,7 @@ class LogManager:
                 if not create:
                     return None
                 if self.read_only:
-                    raise ValueError(
-                        f"cannot create partition {name} in read-only log directory {self.log_dir}"
-                    )
+                    raise ValueError(f"cannot create partition {name} in read-only log directory {self.log_dir}")
             log = self._open(topic, partition, directory)
             self._logs[(topic, partition)] = log
             return log
@@ -259,9 +261,7 @@ class LogManager:
         if self.had_clean_shutdown and directory.is_dir():
             holder = FileLock(directory / file_names.PARTITION_LOCK_FILE).holder()
             if holder:
-                logger.warning(
-                    "[LogManager dir=%s] %s-%d: lock file names %r: not clean", self.log_dir, *tp, holder
-                )
+                logger.warning("[LogManager dir=%s] %s-%d: lock file names %r: not clean", self.log_dir, *tp, holder)
         clean = self.had_clean_shutdown and not holder
         return Log.open(
             directory,
@@ -300,8 +300,9 @@ class LogManager:
                     return None
                 counts[topic] = inferred
                 topics.write_topics(self.log_dir, counts)
-                logger.info("[LogManager dir=%s] topic %s: recorded %d partitions found on disk",
-                            self.log_dir, topic, inferred)
+                logger.info(
+                    "[LogManager dir=%s] topic %s: recorded %d partitions found on disk", self.log_dir, topic, inferred
+                )
             return counts[topic]
 
     def create_topic(self, topic: str, num_partitions: int | None = None, *, exist_ok: bool = False) -> int:
@@ -359,8 +360,9 @@ class LogManager:
                 raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist in {self.log_dir}")
             self._record(topic, num_partitions, grow_only=True)
             self._create_partitions(topic, num_partitions)
-            logger.info("[LogManager dir=%s] topic %s grown from %d to %d partitions",
-                        self.log_dir, topic, old, num_partitions)
+            logger.info(
+                "[LogManager dir=%s] topic %s grown from %d to %d partitions", self.log_dir, topic, old, num_partitions
+            )
             return old
 
     def _recorded(self) -> dict[str, int]:
@@ -523,9 +525,7 @@ class LogManager:
         except FileNotFoundError:
             return False
         except OSError as e:
-            raise StorageError(
-                f"cannot delete clean-shutdown marker {marker}: {e.strerror}", path=marker
-            ) from e
+            raise StorageError(f"cannot delete clean-shutdown marker {marker}: {e.strerror}", path=marker) from e
         with storage_errors(self.log_dir, "fsync the log directory"):
             fsync_directory(self.log_dir)
         return True

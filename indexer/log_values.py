@@ -27,9 +27,7 @@ class LogOffsetMetadata:
     @property
     def message_offset_only(self) -> bool:
         """True when only the offset is known, not its segment and position."""
-        return (
-            self.segment_base_offset == UNKNOWN_OFFSET and self.relative_position_in_segment == UNKNOWN_OFFSET
-        )
+        return self.segment_base_offset == UNKNOWN_OFFSET and self.relative_position_in_segment == UNKNOWN_OFFSET
 
     def on_older_segment(self, other: LogOffsetMetadata) -> bool:
         """Whether this metadata points into a segment older than ``other``'s."""

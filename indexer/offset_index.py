@@ -84,9 +84,7 @@ class OffsetIndex(AbstractIndex):
         """
         return self._lookup_many(offsets, self.base_offset, 0)
 
-    def fetch_upper_bound_offset(
-        self, fetch_offset_position: OffsetPosition, fetch_size: int
-    ) -> OffsetPosition | None:
+    def fetch_upper_bound_offset(self, fetch_offset_position: OffsetPosition, fetch_size: int) -> OffsetPosition | None:
         """An entry whose position is >= ``fetch_offset_position.position + fetch_size``, or None.
 
         Its offset is guaranteed to lie outside the fetched byte range (not necessarily the smallest

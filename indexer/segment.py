@@ -95,9 +95,7 @@ def _index_plan(
     return index_flags, time_flags, run_ts, run_offset, counter
 
 
-def roll_time_reached(
-    size: IntOrArray, waited_ms: IntOrArray, segment_ms: int, jitter_ms: int
-) -> bool | np.ndarray:
+def roll_time_reached(size: IntOrArray, waited_ms: IntOrArray, segment_ms: int, jitter_ms: int) -> bool | np.ndarray:
     """Kafka's segment-age roll rule (spec 4.5), the one every caller uses: a non-empty segment
     rolls once it has waited more than ``segment.ms`` minus its jitter. Scalars or arrays (one
     element per batch of an append)."""

@@ -147,9 +147,7 @@ class TransactionIndex(IndexFile):
 
     def _require_writable(self, action: str) -> None:
         if not self._writable:
-            raise ValueError(
-                f"cannot {action} transaction index {self._path.absolute()}: it is open read-only"
-            )
+            raise ValueError(f"cannot {action} transaction index {self._path.absolute()}: it is open read-only")
 
     def _read(self) -> _Records:
         """Every complete record of the file, vectorised (a missing file has none)."""
@@ -235,9 +233,7 @@ class TransactionIndex(IndexFile):
             complete_at = np.flatnonzero(records.lso >= upper_bound_offset)
             stop = int(complete_at[0]) + 1 if complete_at.size else count
             self._check_versions(records, stop)
-            wanted = (records.last_offset[:stop] >= fetch_offset) & (
-                records.first_offset[:stop] < upper_bound_offset
-            )
+            wanted = (records.last_offset[:stop] >= fetch_offset) & (records.first_offset[:stop] < upper_bound_offset)
             txns = [records.txn(int(i)) for i in np.flatnonzero(wanted)]
             return TxnIndexSearchResult(txns, bool(complete_at.size))
 

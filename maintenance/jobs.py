@@ -176,7 +176,9 @@ def index(access: LogAccess) -> JobReport:
                 for segment, following in zip(segments, segments[1:], strict=False):
                     try:
                         problem = segment_index_problem(
-                            log.directory, segment.base_offset, next_base_offset=following.base_offset,
+                            log.directory,
+                            segment.base_offset,
+                            next_base_offset=following.base_offset,
                             against_log=True,
                         )
                     except FileNotFoundError:
@@ -229,12 +231,21 @@ JOBS: dict[str, Job] = {
         Job("retention", retention, "retention_check_interval_ms", True),
         Job("roll", roll, "roll_check_interval_ms", True),
         Job("flush", flush, "flush_scheduler_interval_ms", False),
-        Job("checkpoint-recovery-point", _checkpoint_job("recovery-point"), "flush_offset_checkpoint_interval_ms",
-            False),
-        Job("checkpoint-log-start-offset", _checkpoint_job("log-start-offset"),
-            "flush_start_offset_checkpoint_interval_ms", False),
-        Job("checkpoint-high-watermark", _checkpoint_job("high-watermark"), "high_watermark_checkpoint_interval_ms",
-            False),
+        Job(
+            "checkpoint-recovery-point", _checkpoint_job("recovery-point"), "flush_offset_checkpoint_interval_ms", False
+        ),
+        Job(
+            "checkpoint-log-start-offset",
+            _checkpoint_job("log-start-offset"),
+            "flush_start_offset_checkpoint_interval_ms",
+            False,
+        ),
+        Job(
+            "checkpoint-high-watermark",
+            _checkpoint_job("high-watermark"),
+            "high_watermark_checkpoint_interval_ms",
+            False,
+        ),
         Job("index", index, "index_check_interval_ms", True),
     )
 }

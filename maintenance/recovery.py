@@ -263,8 +263,12 @@ def recover_partition(
         lock.acquire(timeout=0)
     try:
         loader = LogLoader(
-            path, config, recovery_point=recovery_point, log_start_offset=log_start_offset,
-            had_clean_shutdown=False, clock=clock,
+            path,
+            config,
+            recovery_point=recovery_point,
+            log_start_offset=log_start_offset,
+            had_clean_shutdown=False,
+            clock=clock,
         )
         if dry_run:
             _fill_from_report(result, loader.check(), committed_offset)
@@ -274,9 +278,15 @@ def recover_partition(
         before = _index_digests(path)
         loaded = loader.load()
         log = Log(
-            path, config, loaded.segments,
-            log_start_offset=loaded.log_start_offset, recovery_point=loaded.recovery_point,
-            next_offset=loaded.next_offset, clock=clock, read_only=False, file_lock=lock,
+            path,
+            config,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            recovery_point=loaded.recovery_point,
+            next_offset=loaded.next_offset,
+            clock=clock,
+            read_only=False,
+            file_lock=lock,
             high_watermark=high_watermark,
         )
         if recovery_point > 0:  # segments below it were loaded, not recovered: check every index entry
@@ -297,23 +307,28 @@ def _accept_data_loss(tp: TopicPartition, log_dir: Path, log: Log, result: Parti
     (an empty segment based there), so the lost offsets are a gap, never reused."""
     committed = result.committed_offset
     assert committed is not None
-    record_accepted_loss(log_dir, {
-        "accepted_at_ms": int(time.time() * 1000),
-        "command": "seglog recover --accept-data-loss",
-        "topic": tp[0],
-        "partition": tp[1],
-        "lost": [{"first": r["first"], "last": r["last"]} for r in result.lost_offsets if r["committed"]],
-        "committed_offset": committed,
-        "log_end_offset": log.log_end_offset,
-        "quarantined": result.quarantined,
-    })
+    record_accepted_loss(
+        log_dir,
+        {
+            "accepted_at_ms": int(time.time() * 1000),
+            "command": "seglog recover --accept-data-loss",
+            "topic": tp[0],
+            "partition": tp[1],
+            "lost": [{"first": r["first"], "last": r["last"]} for r in result.lost_offsets if r["committed"]],
+            "committed_offset": committed,
+            "log_end_offset": log.log_end_offset,
+            "quarantined": result.quarantined,
+        },
+    )
     if log.log_end_offset < committed:
         log.roll(committed)
         result.log_end_offset = committed
     result.accepted_data_loss = True
     logger.warning(
         "%s: accepted the loss of %d committed offsets (recorded in the log directory); the log now ends at %d",
-        partition_name(tp), result.committed_offsets_lost, result.log_end_offset,
+        partition_name(tp),
+        result.committed_offsets_lost,
+        result.log_end_offset,
     )
 
 
@@ -354,7 +369,9 @@ def recover_log_dir(
             committed = max(known) if known else None
             try:
                 result, values = recover_partition(
-                    tp, path, settings,
+                    tp,
+                    path,
+                    settings,
                     recovery_point=recovery_points.get(tp, 0) if from_recovery_point else 0,
                     log_start_offset=start_offsets.get(tp, 0),
                     high_watermark=high_watermarks.get(tp, 0),

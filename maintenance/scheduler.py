@@ -141,9 +141,7 @@ def owned_logs(log_manager: LogManager) -> OwnedLogs:
 
     def current() -> dict[tuple[str, int], Log]:
         return {
-            parse_topic_partition_name(log.directory.name): log
-            for log in log_manager.all_logs()
-            if not log.read_only
+            parse_topic_partition_name(log.directory.name): log for log in log_manager.all_logs() if not log.read_only
         }
 
     return OwnedLogs(log_manager.log_dir, log_manager.settings, current, clock=log_manager.clock)

@@ -24,24 +24,55 @@ NEVER_MS = 100 * 365 * 24 * 3600 * 1000  # 100 years
 
 # key -> (attribute, default ms, minimum ms, doc)
 _KEYS: dict[str, tuple[str, int, int, str]] = {
-    "log.initial.task.delay.ms": (
-        "initial_task_delay_ms", 30000, 0, "delay before the periodic jobs first run"),
+    "log.initial.task.delay.ms": ("initial_task_delay_ms", 30000, 0, "delay before the periodic jobs first run"),
     "log.retention.check.interval.ms": (
-        "retention_check_interval_ms", 300000, 1, "retention pass (time, size, log start offset)"),
+        "retention_check_interval_ms",
+        300000,
+        1,
+        "retention pass (time, size, log start offset)",
+    ),
     "log.flush.scheduler.interval.ms": (
-        "flush_scheduler_interval_ms", INT64_MAX, 1, "flush logs whose last flush is older than flush.ms"),
+        "flush_scheduler_interval_ms",
+        INT64_MAX,
+        1,
+        "flush logs whose last flush is older than flush.ms",
+    ),
     "log.flush.offset.checkpoint.interval.ms": (
-        "flush_offset_checkpoint_interval_ms", 60000, 1, "write recovery-point-offset-checkpoint"),
+        "flush_offset_checkpoint_interval_ms",
+        60000,
+        1,
+        "write recovery-point-offset-checkpoint",
+    ),
     "log.flush.start.offset.checkpoint.interval.ms": (
-        "flush_start_offset_checkpoint_interval_ms", 60000, 1, "write log-start-offset-checkpoint"),
+        "flush_start_offset_checkpoint_interval_ms",
+        60000,
+        1,
+        "write log-start-offset-checkpoint",
+    ),
     "replica.high.watermark.checkpoint.interval.ms": (
-        "high_watermark_checkpoint_interval_ms", 5000, 1, "write replication-offset-checkpoint"),
+        "high_watermark_checkpoint_interval_ms",
+        5000,
+        1,
+        "write replication-offset-checkpoint",
+    ),
     "seglog.roll.check.interval.ms": (
-        "roll_check_interval_ms", 60000, 1, "roll active segments older than segment.ms without an append"),
+        "roll_check_interval_ms",
+        60000,
+        1,
+        "roll active segments older than segment.ms without an append",
+    ),
     "seglog.index.check.interval.ms": (
-        "index_check_interval_ms", 300000, 1, "trim, sanity-check and rebuild indexes of inactive segments"),
+        "index_check_interval_ms",
+        300000,
+        1,
+        "trim, sanity-check and rebuild indexes of inactive segments",
+    ),
     "seglog.misfire.grace.ms": (
-        "misfire_grace_ms", 60000, 1, "a run later than this is skipped (and coalesced with the next)"),
+        "misfire_grace_ms",
+        60000,
+        1,
+        "a run later than this is skipped (and coalesced with the next)",
+    ),
 }
 
 

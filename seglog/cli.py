@@ -111,9 +111,7 @@ def common_options() -> argparse.ArgumentParser:
     parent.add_argument(
         "-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log at INFO level (-vv: DEBUG)"
     )
-    parent.add_argument(
-        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of errors"
-    )
+    parent.add_argument("--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks of errors")
     return parent
 
 

@@ -195,9 +195,7 @@ def _put_base64(out: np.ndarray, pos: int, data: np.ndarray, start: int, end: in
 
 
 @njit(cache=True)
-def _put_bytes(
-    out: np.ndarray, pos: int, data: np.ndarray, start: int, end: int, base64: bool, write: bool
-) -> int:
+def _put_bytes(out: np.ndarray, pos: int, data: np.ndarray, start: int, end: int, base64: bool, write: bool) -> int:
     if base64:
         return _put_base64(out, pos, data, start, end, write)
     return _put_text(out, pos, data, start, end, write)
@@ -208,11 +206,19 @@ def _render_jsonl(
     offsets: np.ndarray,
     timestamps: np.ndarray,
     timestamp_types: np.ndarray,
-    k_off: np.ndarray, k_data: np.ndarray, k_null: np.ndarray,
-    v_off: np.ndarray, v_data: np.ndarray, v_null: np.ndarray,
-    h_off: np.ndarray, h_null: np.ndarray,
-    hk_off: np.ndarray, hk_data: np.ndarray,
-    hv_off: np.ndarray, hv_data: np.ndarray, hv_null: np.ndarray,
+    k_off: np.ndarray,
+    k_data: np.ndarray,
+    k_null: np.ndarray,
+    v_off: np.ndarray,
+    v_data: np.ndarray,
+    v_null: np.ndarray,
+    h_off: np.ndarray,
+    h_null: np.ndarray,
+    hk_off: np.ndarray,
+    hk_data: np.ndarray,
+    hv_off: np.ndarray,
+    hv_data: np.ndarray,
+    hv_null: np.ndarray,
     base64: bool,
     out: np.ndarray,
     write: bool,
@@ -296,6 +302,7 @@ def _first_invalid_utf8(array: pa.Array) -> int | None:
     Arrow's cast validates a whole array in one compiled pass; the culprit is found by halving the
     range that fails (each cast covers half the previous one: linear in total).
     """
+
     def valid(part: pa.Array) -> bool:
         try:
             part.cast(pa.string())
@@ -371,8 +378,23 @@ def render_records_jsonl(table: pa.Table, encoding: str = "utf8") -> bytes:
             )
 
     args = (
-        offsets, timestamps, ts_types, k_off, k_data, k_null, v_off, v_data, v_null,
-        h_off, h_null, hk_off, hk_data, hv_off, hv_data, hv_null, base64,
+        offsets,
+        timestamps,
+        ts_types,
+        k_off,
+        k_data,
+        k_null,
+        v_off,
+        v_data,
+        v_null,
+        h_off,
+        h_null,
+        hk_off,
+        hk_data,
+        hv_off,
+        hv_data,
+        hv_null,
+        base64,
     )
     size = _render_jsonl(*args, np.zeros(0, dtype=np.uint8), False)
     out = np.empty(size, dtype=np.uint8)

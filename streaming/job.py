@@ -65,8 +65,13 @@ _KEYS: dict[str, str] = {
 
 
 _INTERVAL_UNITS_MS = {
-    "week": 604_800_000.0, "day": 86_400_000.0, "hour": 3_600_000.0, "minute": 60_000.0, "second": 1000.0,
-    "millisecond": 1.0, "microsecond": 0.001,
+    "week": 604_800_000.0,
+    "day": 86_400_000.0,
+    "hour": 3_600_000.0,
+    "minute": 60_000.0,
+    "second": 1000.0,
+    "millisecond": 1.0,
+    "microsecond": 0.001,
 }
 _INTERVAL_PART = re.compile(r"\s*(\d+(?:\.\d+)?)\s+(" + "|".join(_INTERVAL_UNITS_MS) + r")s?\b", re.IGNORECASE)
 
@@ -89,7 +94,7 @@ def trigger_interval_ms(text: str) -> float:
                 f"'1 minute 30 seconds' (units: {', '.join(_INTERVAL_UNITS_MS)})"
             )
         total += float(m.group(1)) * _INTERVAL_UNITS_MS[m.group(2).lower()]
-        rest, matched = rest[m.end():], True
+        rest, matched = rest[m.end() :], True
     if not matched:
         raise ConfigError(f"trigger interval {text!r} is empty; e.g. '2 seconds'")
     return total
@@ -189,12 +194,18 @@ def build_source(spark: SparkSession, spec: JobSpec) -> DataFrame:
         return sources.rate_events(spark, spec.rows_per_second)
     if spec.source == "files":
         assert spec.input_path is not None  # checked by JobSpec
-        return sources.file_events(spark, spec.input_path, spec.input_format,
-                                   max_files_per_trigger=spec.max_files_per_trigger, key_column=spec.key_column)
+        return sources.file_events(
+            spark,
+            spec.input_path,
+            spec.input_format,
+            max_files_per_trigger=spec.max_files_per_trigger,
+            key_column=spec.key_column,
+        )
     if spec.source == "kafka":
         assert spec.kafka_bootstrap_servers is not None and spec.kafka_subscribe is not None
-        return sources.kafka_events(spark, spec.kafka_bootstrap_servers, spec.kafka_subscribe,
-                                    starting_offsets=spec.starting_offsets)
+        return sources.kafka_events(
+            spark, spec.kafka_bootstrap_servers, spec.kafka_subscribe, starting_offsets=spec.starting_offsets
+        )
     assert spec.input_path is not None
     return sources.delta_events(spark, spec.input_path, key_column=spec.key_column)
 
@@ -234,7 +245,12 @@ class _Progress:
         logger.info(
             "batch %d: %d rows written in all, %.0f rows/s over the last %.0f s; Spark's last micro-batch: %s "
             "rows/s processed; committed end offsets %s; segments per partition %s",
-            committed.batch_id, rows, rate, elapsed, "-" if spark_rate is None else f"{spark_rate:.0f}", offsets,
+            committed.batch_id,
+            rows,
+            rate,
+            elapsed,
+            "-" if spark_rate is None else f"{spark_rate:.0f}",
+            offsets,
             segments,
         )
 
@@ -281,15 +297,35 @@ def run_job(
             log_manager.get_or_create_log(spec.topic, partition)
         spark = spark or build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
         scheduler = maintenance(log_manager, settings) if maintenance is not None else None
-        sink = SegmentLogSink(spec.log_dir, topic=spec.topic, num_partitions=spec.num_partitions, settings=settings,
-                              checkpoint_location=spec.checkpoint_location, log_manager=log_manager)
-        writer = (build_source(spark, spec).writeStream.foreachBatch(sink)
-                  .option("checkpointLocation", spec.checkpoint_location).queryName(f"seglog-{spec.topic}"))
-        writer = writer.trigger(availableNow=True) if spec.available_now else writer.trigger(
-            processingTime=spec.trigger_interval)
+        sink = SegmentLogSink(
+            spec.log_dir,
+            topic=spec.topic,
+            num_partitions=spec.num_partitions,
+            settings=settings,
+            checkpoint_location=spec.checkpoint_location,
+            log_manager=log_manager,
+        )
+        writer = (
+            build_source(spark, spec)
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", spec.checkpoint_location)
+            .queryName(f"seglog-{spec.topic}")
+        )
+        writer = (
+            writer.trigger(availableNow=True)
+            if spec.available_now
+            else writer.trigger(processingTime=spec.trigger_interval)
+        )
         query = writer.start()
-        logger.info("query %s (run %s) started: %s source -> %s in %s, checkpoint %s", query.id, query.runId,
-                    spec.source, spec.topic, spec.log_dir, spec.checkpoint_location)
+        logger.info(
+            "query %s (run %s) started: %s source -> %s in %s, checkpoint %s",
+            query.id,
+            query.runId,
+            spec.source,
+            spec.topic,
+            spec.log_dir,
+            spec.checkpoint_location,
+        )
         # The duration counts from the command's start: Spark's start-up is part of it.
         _wait(query, sink, spec, stop, deadline)
     finally:
@@ -303,11 +339,19 @@ def run_job(
     assert sink is not None
     history = list(sink.history)
     summary = JobSummary(
-        batches=sum(1 for b in history if not b.skipped), skipped_batches=sum(1 for b in history if b.skipped),
-        rows=sink.rows_written, elapsed_s=time.monotonic() - started, end_offsets=dict(sink.committed().end_offsets),
+        batches=sum(1 for b in history if not b.skipped),
+        skipped_batches=sum(1 for b in history if b.skipped),
+        rows=sink.rows_written,
+        elapsed_s=time.monotonic() - started,
+        end_offsets=dict(sink.committed().end_offsets),
     )
-    logger.info("job stopped after %.1f s: %d batches, %d rows, %d replayed batches skipped", summary.elapsed_s,
-                summary.batches, summary.rows, summary.skipped_batches)
+    logger.info(
+        "job stopped after %.1f s: %d batches, %d rows, %d replayed batches skipped",
+        summary.elapsed_s,
+        summary.batches,
+        summary.rows,
+        summary.skipped_batches,
+    )
     return summary
 
 
@@ -345,4 +389,3 @@ def _wait(query: Any, sink: SegmentLogSink, spec: JobSpec, stop: threading.Event
         if now >= next_report:
             progress.report(query)
             next_report = now + spec.progress_interval_s
-

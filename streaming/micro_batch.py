@@ -63,7 +63,6 @@ logger = logging.getLogger(__name__)
 SINK_COLUMNS = ("key", "value", "topic", "partition", "headers", "timestamp")
 
 
-
 @dataclass(frozen=True, slots=True)
 class TopicLayout:
     """What splitting and encoding need to know about a target topic."""
@@ -129,8 +128,13 @@ def _topic_codes(table: pa.Table, default_topic: str | None, first_row: int) -> 
 
 
 def _partitions(
-    table: pa.Table, keys: pa.Array, topics: list[str], codes: np.ndarray, layouts: list[TopicLayout],
-    null_key_starts: list[int], first_row: int,
+    table: pa.Table,
+    keys: pa.Array,
+    topics: list[str],
+    codes: np.ndarray,
+    layouts: list[TopicLayout],
+    null_key_starts: list[int],
+    first_row: int,
 ) -> tuple[np.ndarray, dict[str, int]]:
     """Each row's partition: the ``partition`` column where set, else Kafka's default partitioner;
     and per topic the rows spread round robin (null key, no partition), from ``null_key_starts``."""
@@ -177,7 +181,9 @@ def _too_large(error: RecordTooLargeError, row: int, topic: str, layout: TopicLa
         return RecordTooLargeError(
             f"row {row} of the micro-batch for topic {topic!r} needs a {size}-byte record batch, more than "
             f"max.message.bytes={layout.max_message_bytes}",
-            size=size, limit=layout.max_message_bytes, index=row,
+            size=size,
+            limit=layout.max_message_bytes,
+            index=row,
         )
     return RecordBatchTooLargeError(
         f"row {row} of the micro-batch for topic {topic!r} needs a {size}-byte record batch, more than "
@@ -252,7 +258,10 @@ def split_record_batch(
         rows = grouped.slice(start, end - start)
         try:
             encoded = encode_batches(
-                rows, 0, max_batch_bytes=topic_layout.max_batch_bytes, batch_size=topic_layout.batch_size,
+                rows,
+                0,
+                max_batch_bytes=topic_layout.max_batch_bytes,
+                batch_size=topic_layout.batch_size,
                 compression=topic_layout.compression,
                 timestamp_type=LOG_APPEND_TIME if topic_layout.log_append_time else CREATE_TIME,
                 log_append_time_ms=now_ms if topic_layout.log_append_time else None,
@@ -309,8 +318,13 @@ class MicroBatchEncoder:
         started = time.perf_counter()
         try:
             return split_record_batch(
-                batch, default_topic=self._default_topic, layout=self._layout, null_key_start=self._null_key_start,
-                now_ms=self._now_ms, first_row=first_row, round_robin_before=before,
+                batch,
+                default_topic=self._default_topic,
+                layout=self._layout,
+                null_key_start=self._null_key_start,
+                now_ms=self._now_ms,
+                first_row=first_row,
+                round_robin_before=before,
             )
         finally:
             with self._timing:
@@ -344,8 +358,9 @@ class MicroBatchEncoder:
             split = splits[index]
             for part in (split.result() if isinstance(split, Future) else split).parts:
                 pieces.setdefault((part.topic, part.partition), []).extend(part.pieces)
-        return [PartitionBatches(topic, partition, tuple(pieces[(topic, partition)])) for topic, partition in
-                sorted(pieces)]
+        return [
+            PartitionBatches(topic, partition, tuple(pieces[(topic, partition)])) for topic, partition in sorted(pieces)
+        ]
 
     def _shifted(self, split: SplitBatch, before: Mapping[str, int]) -> SplitBatch | None:
         """``split`` (split as if no round robin came before) with its round robin going on after
@@ -359,12 +374,16 @@ class MicroBatchEncoder:
         if any(shift and rows[topic] != split.round_robin_rows[topic] for topic, shift in shifts.items()):
             return None  # keyed and null-key rows of one topic: the null-key rows' partitions change alone
         moved = [
-            PartitionBatches(part.topic, (part.partition + shifts.get(part.topic, 0))
-                             % self._layout(part.topic).num_partitions, part.pieces)
+            PartitionBatches(
+                part.topic,
+                (part.partition + shifts.get(part.topic, 0)) % self._layout(part.topic).num_partitions,
+                part.pieces,
+            )
             for part in split.parts
         ]
-        return SplitBatch(split.num_rows, split.round_robin_rows,
-                          tuple(sorted(moved, key=lambda part: (part.topic, part.partition))))
+        return SplitBatch(
+            split.num_rows, split.round_robin_rows, tuple(sorted(moved, key=lambda part: (part.topic, part.partition)))
+        )
 
     def cancel(self) -> None:
         """Drop the batches not started yet (the micro-batch failed)."""

@@ -92,9 +92,7 @@ def murmur2(keys: pa.Array | pa.ChunkedArray) -> np.ndarray:
     return out.view(np.int32)
 
 
-def partition_for_keys(
-    keys: pa.Array | pa.ChunkedArray, num_partitions: int, *, null_key_start: int = 0
-) -> np.ndarray:
+def partition_for_keys(keys: pa.Array | pa.ChunkedArray, num_partitions: int, *, null_key_start: int = 0) -> np.ndarray:
     """The partition (int32) Kafka's default partitioner picks for each key.
 
     Keyed rows: ``(murmur2(key) & 0x7fffffff) % num_partitions``. Null-key rows: round robin in

@@ -89,8 +89,9 @@ def read_checkpoint_query_id(checkpoint_location: str) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as e:
-        raise StorageError(f"cannot read Spark checkpoint metadata {path}: {e.strerror}", path=path,
-                           errno=e.errno) from e
+        raise StorageError(
+            f"cannot read Spark checkpoint metadata {path}: {e.strerror}", path=path, errno=e.errno
+        ) from e
     try:
         query_id = json.loads(text.splitlines()[0])["id"]
     except (IndexError, KeyError, TypeError, json.JSONDecodeError) as e:

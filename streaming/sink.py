@@ -154,8 +154,10 @@ class SegmentLogSink:
         if writes not in WRITES:
             raise ConfigError(f"writes must be one of {', '.join(WRITES)}, got {writes!r}")
         if writes == "executors" and (topic is None or log_manager is not None):
-            raise ConfigError("writes='executors' needs the sink's topic option and no shared log_manager "
-                              "(the executors take the partitions' write locks)")
+            raise ConfigError(
+                "writes='executors' needs the sink's topic option and no shared log_manager "
+                "(the executors take the partitions' write locks)"
+            )
         if num_partitions is not None and num_partitions < 1:
             raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
         self.log_dir = Path(log_dir)
@@ -267,8 +269,13 @@ class SegmentLogSink:
             if skipped is not None:
                 return skipped
             t0 = time.perf_counter()
-            encoder = MicroBatchEncoder(self._executor(), default_topic=self.topic, layout=self._layout,
-                                        null_key_start=batch_id, now_ms=int(time.time() * 1000))
+            encoder = MicroBatchEncoder(
+                self._executor(),
+                default_topic=self.topic,
+                layout=self._layout,
+                null_key_start=batch_id,
+                now_ms=int(time.time() * 1000),
+            )
             order: list[int] = []
             try:
                 for item in collect():  # read to its end: the Spark job's errors come last
@@ -294,9 +301,18 @@ class SegmentLogSink:
             t6 = time.perf_counter()
             rows = sum(part.num_rows for part in parts)
             stats = BatchStats(
-                batch_id, query_id, skipped=False, rows=rows, end_offsets=end_offsets, truncated=truncated,
-                collect_ms=(t1 - t0) * 1e3, split_ms=encoder.split_ms, prepare_ms=(t2 - t1) * 1e3,
-                append_ms=(t3 - t2) * 1e3, flush_ms=(t4 - t3) * 1e3, commit_ms=(t5 - t4) * 1e3,
+                batch_id,
+                query_id,
+                skipped=False,
+                rows=rows,
+                end_offsets=end_offsets,
+                truncated=truncated,
+                collect_ms=(t1 - t0) * 1e3,
+                split_ms=encoder.split_ms,
+                prepare_ms=(t2 - t1) * 1e3,
+                append_ms=(t3 - t2) * 1e3,
+                flush_ms=(t4 - t3) * 1e3,
+                commit_ms=(t5 - t4) * 1e3,
                 publish_ms=(t6 - t5) * 1e3,
             )
             self._record(stats)
@@ -324,8 +340,15 @@ class SegmentLogSink:
                 self._publish_unowned(committed.end_offsets)
                 self._recovered = True
             plan = WritePlan(
-                str(self.log_dir), self.sink_id, self.topic, layout, self.settings.log_config(self.topic), query_id,
-                batch_id, int(time.time() * 1000), uuid.uuid4().hex,
+                str(self.log_dir),
+                self.sink_id,
+                self.topic,
+                layout,
+                self.settings.log_config(self.topic),
+                query_id,
+                batch_id,
+                int(time.time() * 1000),
+                uuid.uuid4().hex,
                 {p: end for (t, p), end in committed.end_offsets.items() if t == self.topic},
             )
             t1 = time.perf_counter()
@@ -334,9 +357,12 @@ class SegmentLogSink:
             end_offsets = dict(committed.end_offsets)
             for result in results:
                 if result.start != plan.committed_ends[result.partition]:
-                    raise StorageError(f"batch {batch_id}: partition {self.topic}-{result.partition} was written from "
-                                       f"offset {result.start}, not its committed end "
-                                       f"{plan.committed_ends[result.partition]}", path=self.log_dir)
+                    raise StorageError(
+                        f"batch {batch_id}: partition {self.topic}-{result.partition} was written from "
+                        f"offset {result.start}, not its committed end "
+                        f"{plan.committed_ends[result.partition]}",
+                        path=self.log_dir,
+                    )
                 end_offsets[(self.topic, result.partition)] = result.end
             self._commit(SinkCommit(self.sink_id, query_id, batch_id, end_offsets, int(time.time() * 1000)))
             t3 = time.perf_counter()
@@ -344,9 +370,15 @@ class SegmentLogSink:
             self._publish_unowned(written)
             t4 = time.perf_counter()
             stats = BatchStats(
-                batch_id, query_id, skipped=False, rows=sum(result.end - result.start for result in results),
-                end_offsets=end_offsets, collect_ms=(t2 - t1) * 1e3, prepare_ms=(t1 - t0) * 1e3,
-                commit_ms=(t3 - t2) * 1e3, publish_ms=(t4 - t3) * 1e3,
+                batch_id,
+                query_id,
+                skipped=False,
+                rows=sum(result.end - result.start for result in results),
+                end_offsets=end_offsets,
+                collect_ms=(t2 - t1) * 1e3,
+                prepare_ms=(t1 - t0) * 1e3,
+                commit_ms=(t3 - t2) * 1e3,
+                publish_ms=(t4 - t3) * 1e3,
             )
             self._record(stats)
             logger.debug("sink %s: committed batch %d on the executors %s", self.sink_id, batch_id, stats)
@@ -369,8 +401,11 @@ class SegmentLogSink:
         checkpoint_partition(self.log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE, {tp: offsets[tp] for tp in new})
         baseline = dataclasses.replace(committed, end_offsets=offsets)
         self.commit_log.write(baseline)
-        logger.info("sink %s: recorded starting offsets of %s", self.sink_id,
-                    ", ".join(f"{t}-{p}@{offsets[(t, p)]}" for t, p in new))
+        logger.info(
+            "sink %s: recorded starting offsets of %s",
+            self.sink_id,
+            ", ".join(f"{t}-{p}@{offsets[(t, p)]}" for t, p in new),
+        )
         return baseline
 
     def _publish_unowned(self, end_offsets: Mapping[TopicPartition, int]) -> None:
@@ -427,8 +462,14 @@ class SegmentLogSink:
         config = self.settings.log_config(topic)
         # Batches are stored as encoded: in the topic's stored codec (a broker would recompress to
         # it), stamped with the append time for LogAppendTime topics.
-        layout = TopicLayout(wanted, config.max_message_bytes, config.segment_bytes,
-                             config.stored_codec(), config.is_log_append_time, config.batch_size)
+        layout = TopicLayout(
+            wanted,
+            config.max_message_bytes,
+            config.segment_bytes,
+            config.stored_codec(),
+            config.is_log_append_time,
+            config.batch_size,
+        )
         self._layouts[topic] = layout
         return layout
 
@@ -454,8 +495,11 @@ class SegmentLogSink:
             log.update_high_watermark(log.log_end_offset)
         baseline = dataclasses.replace(committed, end_offsets=offsets)
         self.commit_log.write(baseline)
-        logger.info("sink %s: recorded starting offsets of %s", self.sink_id,
-                    ", ".join(f"{t}-{p}@{offsets[(t, p)]}" for t, p in sorted(new)))
+        logger.info(
+            "sink %s: recorded starting offsets of %s",
+            self.sink_id,
+            ", ".join(f"{t}-{p}@{offsets[(t, p)]}" for t, p in sorted(new)),
+        )
         return baseline
 
     def _recover(self, committed: SinkCommit, manager: LogManager) -> dict[TopicPartition, int]:
@@ -485,8 +529,15 @@ class SegmentLogSink:
                     path=self.log_dir,
                 )
             if leo > end:
-                logger.warning("sink %s: removing %d uncommitted records from %s-%d (offsets %d..%d)", self.sink_id,
-                               leo - end, tp[0], tp[1], end, leo - 1)
+                logger.warning(
+                    "sink %s: removing %d uncommitted records from %s-%d (offsets %d..%d)",
+                    self.sink_id,
+                    leo - end,
+                    tp[0],
+                    tp[1],
+                    end,
+                    leo - 1,
+                )
                 log.truncate_to(end)
                 truncated[tp] = leo - end
             if log.high_watermark != end:

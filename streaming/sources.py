@@ -46,17 +46,21 @@ def rate_events(spark: SparkSession, rows_per_second: int, *, num_users: int = N
         raise ConfigError(f"rows.per.second must be >= 1, got {rows_per_second}")
     rate = spark.readStream.format("rate").option("rowsPerSecond", rows_per_second).load()
     user = F.pmod(F.xxhash64(F.col("value")), F.lit(num_users))
-    kind = F.element_at(F.array(*[F.lit(t) for t in EVENT_TYPES]),
-                        (F.pmod(F.xxhash64(F.col("value"), F.lit(1)), F.lit(len(EVENT_TYPES))) + 1).cast("int"))
+    kind = F.element_at(
+        F.array(*[F.lit(t) for t in EVENT_TYPES]),
+        (F.pmod(F.xxhash64(F.col("value"), F.lit(1)), F.lit(len(EVENT_TYPES))) + 1).cast("int"),
+    )
     user_id = F.concat(F.lit("user-"), F.lpad(user.cast("string"), 6, "0"))
     amount = F.when(kind == "purchase", F.round(F.pmod(F.col("value") * 7919, F.lit(50000)) / 100.0, 2))
-    event = F.to_json(F.struct(
-        F.col("value").alias("event_id"),
-        user_id.alias("user_id"),
-        kind.alias("type"),
-        amount.alias("amount"),
-        F.date_format(F.col("timestamp"), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("time"),
-    ))
+    event = F.to_json(
+        F.struct(
+            F.col("value").alias("event_id"),
+            user_id.alias("user_id"),
+            kind.alias("type"),
+            amount.alias("amount"),
+            F.date_format(F.col("timestamp"), "yyyy-MM-dd'T'HH:mm:ss.SSSXXX").alias("time"),
+        )
+    )
     headers = F.array(
         F.struct(F.lit("source").alias("key"), F.lit("seglog-rate").cast("binary").alias("value")),
         F.struct(F.lit("event-type").alias("key"), kind.cast("binary").alias("value")),
@@ -105,8 +109,9 @@ def file_events(
     return df.select(key.alias("key"), F.to_json(F.struct(*[F.col(c) for c in df.columns])).alias("value"))
 
 
-def kafka_events(spark: SparkSession, bootstrap_servers: str, subscribe: str, *,
-                 starting_offsets: str = "latest") -> DataFrame:
+def kafka_events(
+    spark: SparkSession, bootstrap_servers: str, subscribe: str, *, starting_offsets: str = "latest"
+) -> DataFrame:
     """Spark's Kafka source (``key``, ``value``, ``headers``, ``timestamp`` kept)."""
     df = _load_or_explain(
         "kafka",

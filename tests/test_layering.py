@@ -89,8 +89,16 @@ def test_the_checker_sees_every_kind_of_import(tmp_path: Path) -> None:
         "from importlib import import_module\nimport_module(NAME)\n"
     )
     found = {target for _, target in imports("indexer.records.mod", source)}
-    assert {"maintenance.jobs", "streaming", "streaming.sink", "indexer.records.sibling", "indexer.up.x",
-            "maintenance.scheduler", "seglog.cli", None} <= found
+    assert {
+        "maintenance.jobs",
+        "streaming",
+        "streaming.sink",
+        "indexer.records.sibling",
+        "indexer.up.x",
+        "maintenance.scheduler",
+        "seglog.cli",
+        None,
+    } <= found
 
 
 def test_importing_the_engine_loads_no_spark_or_scheduler() -> None:

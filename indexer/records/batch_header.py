@@ -167,9 +167,7 @@ def parse_batch_header(
     """Decode the v2 header at ``buf[offset:offset+61]`` (no validation beyond the length)."""
     fields = _HEADER.unpack_from(buf, offset)
     # attributes: Kafka narrows the int16 to its low byte; keep the low byte only.
-    return BatchHeader._make(
-        (*fields[:5], fields[5] & 0xFF, *fields[6:], offset if position is None else position)
-    )
+    return BatchHeader._make((*fields[:5], fields[5] & 0xFF, *fields[6:], offset if position is None else position))
 
 
 def pack_batch_header(header: BatchHeader) -> bytes:

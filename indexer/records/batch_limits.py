@@ -57,9 +57,7 @@ class BatchLimits:
                 limit=self.max_message_bytes,
                 index=index,
             )
-        return RecordBatchTooLargeError(
-            f"{what} is larger than segment.bytes = {self.segment_bytes}{place}"
-        )
+        return RecordBatchTooLargeError(f"{what} is larger than segment.bytes = {self.segment_bytes}{place}")
 
     def check(
         self, sizes: np.ndarray, first_offsets: np.ndarray, *, where: str | os.PathLike[str] | None = None

@@ -96,8 +96,7 @@ def _unpack_versioned(
     """
     if len(data) < layout.size:
         raise InvalidRecordError(
-            f"Invalid value size found for {what}. Must have at least {layout.size} bytes, "
-            f"but found only {len(data)}"
+            f"Invalid value size found for {what}. Must have at least {layout.size} bytes, but found only {len(data)}"
         )
     version, field = layout.unpack_from(data, 0)
     if version < 0:
@@ -116,9 +115,7 @@ class EndTransactionMarker:
 
     def __post_init__(self) -> None:
         if not self.control_type.is_end_txn_marker:
-            raise ValueError(
-                f"Invalid control record type for end transaction marker: {self.control_type.name}"
-            )
+            raise ValueError(f"Invalid control record type for end transaction marker: {self.control_type.name}")
 
     @classmethod
     def parse(cls, key: bytes | memoryview, value: bytes | memoryview) -> EndTransactionMarker:
@@ -130,9 +127,7 @@ class EndTransactionMarker:
         """
         _, control_type = parse_control_record_key(key)
         if not control_type.is_end_txn_marker:
-            raise InvalidRecordError(
-                f"Invalid type for end transaction marker control record: {control_type.name}"
-            )
+            raise InvalidRecordError(f"Invalid type for end transaction marker control record: {control_type.name}")
         _, coordinator_epoch = _unpack_versioned(
             _MARKER_VALUE, value, "end transaction marker", CURRENT_END_TXN_MARKER_VERSION
         )
@@ -172,9 +167,7 @@ def encode_end_txn_marker_batch(
     Matches Kafka's ``MemoryRecords.withEndTransactionMarker``: transactional + control attributes,
     CreateTime, base and max timestamp ``timestamp_ms``, baseSequence -1, one record.
     """
-    marker = EndTransactionMarker(
-        ControlRecordType.COMMIT if commit else ControlRecordType.ABORT, coordinator_epoch
-    )
+    marker = EndTransactionMarker(ControlRecordType.COMMIT if commit else ControlRecordType.ABORT, coordinator_epoch)
     key, value = marker.serialize()
     record = b"".join((_MARKER_RECORD_PREFIX, key, _MARKER_VALUE_LENGTH, value, _NO_HEADERS))
     attributes = TRANSACTIONAL_FLAG_MASK | CONTROL_FLAG_MASK | (CREATE_TIME << 3)

@@ -722,9 +722,14 @@ class FileRecords:
                 end, buf = position + got, buf[:got]
             part, stop, status = self._scan_buffer(buf, position, position, position + buf.size, verify_crc)
             parts.append(part)
-            if part.error is not None or position + got >= end or status not in (
-                _batch_scan.STOP_PARTIAL,
-                _batch_scan.STOP_END,
+            if (
+                part.error is not None
+                or position + got >= end
+                or status
+                not in (
+                    _batch_scan.STOP_PARTIAL,
+                    _batch_scan.STOP_END,
+                )
             ):
                 break
             # the chunk cut an entry: go on from its start; one larger than a chunk is read whole

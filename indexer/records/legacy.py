@@ -143,9 +143,7 @@ def _parse_entry(view: memoryview, q: int, end: int, file_position: int, path: P
         )
     entry_end = q + LOG_OVERHEAD + size
     if entry_end > end:
-        raise _corrupt(
-            f"Legacy message of size {size} is truncated ({end - q} bytes left)", path, file_position
-        )
+        raise _corrupt(f"Legacy message of size {size} is truncated ({end - q} bytes left)", path, file_position)
     crc, magic, attributes = _CRC_MAGIC_ATTRIBUTES.unpack_from(view, q + LEGACY_CRC_OFFSET)
     if magic == MAGIC_V0:
         timestamp_type, timestamp, cursor = NO_TIMESTAMP_TYPE, NO_TIMESTAMP, q + LEGACY_TIMESTAMP_OFFSET
@@ -236,9 +234,7 @@ def _deep_entries(wrapper: LegacyEntry, path: PathLike) -> list[LegacyEntry]:
         inner.append(entry)
         q += entry.size_in_bytes
     if not inner:
-        raise _corrupt(
-            "Found invalid compressed record set with no inner records", path, position, InvalidRecordError
-        )
+        raise _corrupt("Found invalid compressed record set with no inner records", path, position, InvalidRecordError)
     if wrapper.magic == MAGIC_V0:
         return inner
     base_offset = wrapper.offset - inner[-1].offset

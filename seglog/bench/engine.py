@@ -174,8 +174,13 @@ def _kafka_python_encoder(values: np.ndarray, timestamps: list[int]) -> Callable
 
     def builder() -> Any:
         return DefaultRecordBatchBuilder(
-            magic=2, compression_type=0, is_transactional=False, producer_id=-1, producer_epoch=-1,
-            base_sequence=-1, batch_size=MAX_BATCH_BYTES,
+            magic=2,
+            compression_type=0,
+            is_transactional=False,
+            producer_id=-1,
+            producer_epoch=-1,
+            base_sequence=-1,
+            batch_size=MAX_BATCH_BYTES,
         )
 
     rows = [bytes(v) for v in values]
@@ -209,10 +214,19 @@ def bench_encoding(table: pa.Table, values: np.ndarray) -> BenchResult:
         base_s = min(base_s, seconds)
     first = encoded.buffer[: int(encoded.sizes[0])].tobytes()
     return throughput_result(
-        "batch encoding (v2, 100-byte values)", "records/s", n / ours_s,
-        "kafka-python DefaultRecordBatchBuilder", n / base_s, 20.0,
-        records=n, batches=len(encoded), baseline_batches=len(batches),
-        first_batch_identical=first == batches[0], seconds=ours_s, baseline_seconds=base_s, runs=REPEATS,
+        "batch encoding (v2, 100-byte values)",
+        "records/s",
+        n / ours_s,
+        "kafka-python DefaultRecordBatchBuilder",
+        n / base_s,
+        20.0,
+        records=n,
+        batches=len(encoded),
+        baseline_batches=len(batches),
+        first_batch_identical=first == batches[0],
+        seconds=ours_s,
+        baseline_seconds=base_s,
+        runs=REPEATS,
     )
 
 
@@ -256,9 +270,17 @@ def bench_append(table: pa.Table, scratch: Path) -> BenchResult:
         base_s = min(base_s, seconds)
         drop_page_cache(target)
     return throughput_result(
-        "append through Log.append (encode+write+index)", "MB/s", written / ours_s / 1e6,
-        "plain sequential file write of the same bytes", len(data) / base_s / 1e6, 0.8,
-        records=table.num_rows, bytes=written, seconds=ours_s, baseline_seconds=base_s, runs=APPEND_REPEATS,
+        "append through Log.append (encode+write+index)",
+        "MB/s",
+        written / ours_s / 1e6,
+        "plain sequential file write of the same bytes",
+        len(data) / base_s / 1e6,
+        0.8,
+        records=table.num_rows,
+        bytes=written,
+        seconds=ours_s,
+        baseline_seconds=base_s,
+        runs=APPEND_REPEATS,
     )
 
 
@@ -291,13 +313,33 @@ def bench_random_fetch(table: pa.Table, scratch: Path) -> list[BenchResult]:
             log.close()
     ours, base = percentiles(samples[0] / 1000.0), percentiles(samples[1] / 1000.0)
     baseline = f"batches up to max.message.bytes ({default.max_message_bytes} bytes)"
-    details = {"records": table.num_rows, "batch_size": default.batch_size, "batches": batches[0],
-               "baseline_batches": batches[1], "fetches": len(starts), "records_per_fetch": FETCH_RECORDS}
+    details = {
+        "records": table.num_rows,
+        "batch_size": default.batch_size,
+        "batches": batches[0],
+        "baseline_batches": batches[1],
+        "fetches": len(starts),
+        "records_per_fetch": FETCH_RECORDS,
+    }
     return [
-        latency_result(f"random fetch of {FETCH_RECORDS} records p50 (read_records)", "us", ours["p50"], baseline,
-                       base["p50"], 2.0, **details),
-        latency_result(f"random fetch of {FETCH_RECORDS} records p99 (read_records)", "us", ours["p99"], baseline,
-                       base["p99"], None, **details),
+        latency_result(
+            f"random fetch of {FETCH_RECORDS} records p50 (read_records)",
+            "us",
+            ours["p50"],
+            baseline,
+            base["p50"],
+            2.0,
+            **details,
+        ),
+        latency_result(
+            f"random fetch of {FETCH_RECORDS} records p99 (read_records)",
+            "us",
+            ours["p99"],
+            baseline,
+            base["p99"],
+            None,
+            **details,
+        ),
     ]
 
 
@@ -350,13 +392,24 @@ def bench_index_lookups(sizes: Sizes, scratch: Path) -> list[BenchResult]:
     base_us = percentiles(base_ns / 1000.0)
     many_rate, bisect_rate = targets.size / many_s, sample.size / bisect_s
     many = BenchResult(
-        "offset index: vectorised lookups (lookup_many)", "lookups/s", many_rate,
-        "pure-Python bisect over a list", bisect_rate, many_rate / bisect_rate, 10_000_000.0, "value>=",
+        "offset index: vectorised lookups (lookup_many)",
+        "lookups/s",
+        many_rate,
+        "pure-Python bisect over a list",
+        bisect_rate,
+        many_rate / bisect_rate,
+        10_000_000.0,
+        "value>=",
         {"entries": entries, "targets": int(targets.size), "agrees_with_bisect": agree},
     )
     p50 = latency_result(
-        "offset index: single lookup p50", "us", ours_us["p50"], "pure-Python bisect over a list",
-        base_us["p50"], None, entries=entries,
+        "offset index: single lookup p50",
+        "us",
+        ours_us["p50"],
+        "pure-Python bisect over a list",
+        base_us["p50"],
+        None,
+        entries=entries,
     )
     p50.details.update({f"{k}_us": v for k, v in ours_us.items()})
     p50.details.update({f"baseline_{k}_us": v for k, v in base_us.items()})
@@ -364,8 +417,13 @@ def bench_index_lookups(sizes: Sizes, scratch: Path) -> list[BenchResult]:
         many,
         p50,
         latency_result(
-            "offset index: single lookup p99", "us", ours_us["p99"], "pure-Python bisect over a list",
-            base_us["p99"], None, entries=entries,
+            "offset index: single lookup p99",
+            "us",
+            ours_us["p99"],
+            "pure-Python bisect over a list",
+            base_us["p99"],
+            None,
+            entries=entries,
         ),
     ]
 
@@ -390,7 +448,7 @@ def bench_page_faults(sizes: Sizes, scratch: Path) -> list[BenchResult]:
     drop_page_cache(path)
     page = resource.getpagesize()
     with OffsetIndex(path, 0, max_index_size=sizes.index_bytes + 4 * page, writable=True) as index:
-        tail = keys[-(index.warm_entries):]
+        tail = keys[-(index.warm_entries) :]
         for t in tail[:: max(1, len(tail) // 16)]:  # re-warm the tail: what recent lookups keep cached
             index.lookup(int(t))
         # Grow past a page boundary: appends land on a new page, as an active segment's index does.
@@ -414,12 +472,24 @@ def bench_page_faults(sizes: Sizes, scratch: Path) -> list[BenchResult]:
     details = {"entries": entries, "appended": grown, "tail_lookups": len(targets), "same_slots": same}
     return [
         latency_result(
-            "warm/cold search: major faults of tail lookups", "faults", warm_faults,
-            "plain binary search", plain_faults, 0.0, goal_kind="value==", **details,
+            "warm/cold search: major faults of tail lookups",
+            "faults",
+            warm_faults,
+            "plain binary search",
+            plain_faults,
+            0.0,
+            goal_kind="value==",
+            **details,
         ),
         latency_result(
-            "plain binary search: major faults of tail lookups", "faults", plain_faults,
-            "warm/cold search", warm_faults, 1.0, goal_kind="value>=", **details,
+            "plain binary search: major faults of tail lookups",
+            "faults",
+            plain_faults,
+            "warm/cold search",
+            warm_faults,
+            1.0,
+            goal_kind="value>=",
+            **details,
         ),
     ]
 
@@ -478,7 +548,15 @@ def bench_recovery(sizes: Sizes, scratch: Path) -> BenchResult:
     finally:
         segment.close()
     return throughput_result(
-        "segment recovery (CRC + index rebuild)", "MB/s", size / seconds / 1e6,
-        "read the file once (8 MiB chunks)", size / base_s / 1e6, 0.5,
-        bytes=size, truncated=truncated, index_entries=index_entries, seconds=seconds, baseline_seconds=base_s,
+        "segment recovery (CRC + index rebuild)",
+        "MB/s",
+        size / seconds / 1e6,
+        "read the file once (8 MiB chunks)",
+        size / base_s / 1e6,
+        0.5,
+        bytes=size,
+        truncated=truncated,
+        index_entries=index_entries,
+        seconds=seconds,
+        baseline_seconds=base_s,
     )

@@ -127,9 +127,17 @@ def bench_recovery(log_dir: Path, total_bytes: int) -> BenchResult:
     seconds, outcome = timed(lambda: recover_log_dir(log_dir, settings, progress=False))
     assert not outcome.failed and not outcome.committed_data_lost
     return throughput_result(
-        "log directory recovery (seglog recover)", "MB/s", size / seconds / 1e6,
-        "read every .log once (8 MiB chunks)", size / base_s / 1e6, 0.5,
-        bytes=size, partitions=RECOVERY_PARTITIONS, segments=len(logs), seconds=seconds, baseline_seconds=base_s,
+        "log directory recovery (seglog recover)",
+        "MB/s",
+        size / seconds / 1e6,
+        "read every .log once (8 MiB chunks)",
+        size / base_s / 1e6,
+        0.5,
+        bytes=size,
+        partitions=RECOVERY_PARTITIONS,
+        segments=len(logs),
+        seconds=seconds,
+        baseline_seconds=base_s,
     )
 
 
@@ -196,7 +204,13 @@ def bench_retention(log_dir: Path, partitions: int, segments: int) -> BenchResul
     base_s, _ = timed(engine_pass)
     value = float(np.median(samples))
     return latency_result(
-        f"retention pass, {partitions} partitions x {segments} segments", "s", value,
-        f"open each log + delete_old_segments (scaled from {sampled} partitions)", base_s * partitions / sampled,
-        1.0, goal_kind="value<=", passes=PASSES, **percentiles(samples),
+        f"retention pass, {partitions} partitions x {segments} segments",
+        "s",
+        value,
+        f"open each log + delete_old_segments (scaled from {sampled} partitions)",
+        base_s * partitions / sampled,
+        1.0,
+        goal_kind="value<=",
+        passes=PASSES,
+        **percentiles(samples),
     )

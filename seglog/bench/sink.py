@@ -108,9 +108,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog bench sink``."""
     add_suite_arguments(parser, quick="small workload, one round (about a minute)")
     parser.add_argument("--work-dir", metavar="DIR", help="where inputs and outputs go (default: a temp dir)")
-    parser.add_argument("--master", action="append", metavar="MASTER",
-                        help="Spark master to measure on, repeatable (default: local[2], then local-cluster[2,1,1024]: "
-                             "two executor JVMs)")
+    parser.add_argument(
+        "--master",
+        action="append",
+        metavar="MASTER",
+        help="Spark master to measure on, repeatable (default: local[2], then local-cluster[2,1,1024]: "
+        "two executor JVMs)",
+    )
 
 
 def make_inputs(directory: Path, workload: Workload, *, seed: int = 1) -> None:
@@ -161,8 +165,14 @@ def run_query(spark: SparkSession, inputs: Path, out: Path, files_per_trigger: i
     chosen = SIDES[side]
     if chosen is not None:
         config, writes = chosen
-        sink = SegmentLogSink(out / "logs", topic="bench", num_partitions=NUM_PARTITIONS, config=config,
-                              checkpoint_location=checkpoint, writes=writes)
+        sink = SegmentLogSink(
+            out / "logs",
+            topic="bench",
+            num_partitions=NUM_PARTITIONS,
+            config=config,
+            checkpoint_location=checkpoint,
+            writes=writes,
+        )
         writer = df.writeStream.foreachBatch(sink)
     else:
         writer = df.writeStream.format("parquet").option("path", str(out / "parquet"))
@@ -212,48 +222,107 @@ def run_suite(spark: SparkSession, workload: Workload, work_dir: Path) -> list[B
             cpu[side].append(run.driver_cpu_s / run.micro_batches)
             if side == COMPRESSED:
                 batch_stats.extend(run.stats)
-            logger.info("round %d %s: %.2f s, driver CPU %.3f s per micro-batch", r, side, run.seconds,
-                        cpu[side][-1])
+            logger.info("round %d %s: %.2f s, driver CPU %.3f s per micro-batch", r, side, run.seconds, cpu[side][-1])
             shutil.rmtree(out, ignore_errors=True)
     rates = {side: workload.rows / statistics.median(seconds) for side, seconds in times.items()}
     overhead = [b.commit_overhead_ms for b in batch_stats]
     whole = [b.collect_ms + b.prepare_ms + b.append_ms + b.commit_overhead_ms for b in batch_stats]
-    details: dict[str, Any] = {"master": master, "rows": workload.rows, "files": workload.files,
-               "files_per_trigger": workload.files_per_trigger, "rounds": workload.rounds, "partitions": NUM_PARTITIONS,
-               **{f"{side}_seconds": seconds for side, seconds in times.items()},
-               **{f"{side}_driver_cpu_s_per_micro_batch": seconds for side, seconds in cpu.items()}}
+    details: dict[str, Any] = {
+        "master": master,
+        "rows": workload.rows,
+        "files": workload.files,
+        "files_per_trigger": workload.files_per_trigger,
+        "rounds": workload.rounds,
+        "partitions": NUM_PARTITIONS,
+        **{f"{side}_seconds": seconds for side, seconds in times.items()},
+        **{f"{side}_driver_cpu_s_per_micro_batch": seconds for side, seconds in cpu.items()},
+    }
     overhead_p = percentiles(overhead)
     parquet = "Spark Parquet file sink (snappy)"
     if local:
         results = [
-            throughput_result("sink rows/s (lz4 batches, driver writes)", "rows/s", rates[COMPRESSED], parquet,
-                              rates[PARQUET], 1.2, round_ratios=_round_ratios(times, COMPRESSED), **details),
-            throughput_result("sink rows/s (uncompressed batches)", "rows/s", rates[UNCOMPRESSED], parquet,
-                              rates[PARQUET], None, round_ratios=_round_ratios(times, UNCOMPRESSED), **details),
-            throughput_result("sink rows/s (lz4 batches, executor writes)", "rows/s", rates[EXECUTORS], parquet,
-                              rates[PARQUET], None, round_ratios=_round_ratios(times, EXECUTORS), **details),
+            throughput_result(
+                "sink rows/s (lz4 batches, driver writes)",
+                "rows/s",
+                rates[COMPRESSED],
+                parquet,
+                rates[PARQUET],
+                1.2,
+                round_ratios=_round_ratios(times, COMPRESSED),
+                **details,
+            ),
+            throughput_result(
+                "sink rows/s (uncompressed batches)",
+                "rows/s",
+                rates[UNCOMPRESSED],
+                parquet,
+                rates[PARQUET],
+                None,
+                round_ratios=_round_ratios(times, UNCOMPRESSED),
+                **details,
+            ),
+            throughput_result(
+                "sink rows/s (lz4 batches, executor writes)",
+                "rows/s",
+                rates[EXECUTORS],
+                parquet,
+                rates[PARQUET],
+                None,
+                round_ratios=_round_ratios(times, EXECUTORS),
+                **details,
+            ),
         ]
     else:
         results = [
-            throughput_result("sink rows/s (lz4 batches, executor writes)", "rows/s", rates[EXECUTORS], parquet,
-                              rates[PARQUET], 1.0, round_ratios=_round_ratios(times, EXECUTORS), **details),
-            throughput_result("sink rows/s (lz4 batches, driver writes)", "rows/s", rates[COMPRESSED], parquet,
-                              rates[PARQUET], None, round_ratios=_round_ratios(times, COMPRESSED), **details),
-            latency_result("driver CPU per micro-batch (executor writes)", "s",
-                           statistics.median(cpu[EXECUTORS]), "driver-collect path (driver writes)",
-                           statistics.median(cpu[COMPRESSED]), 10.0, **details),
+            throughput_result(
+                "sink rows/s (lz4 batches, executor writes)",
+                "rows/s",
+                rates[EXECUTORS],
+                parquet,
+                rates[PARQUET],
+                1.0,
+                round_ratios=_round_ratios(times, EXECUTORS),
+                **details,
+            ),
+            throughput_result(
+                "sink rows/s (lz4 batches, driver writes)",
+                "rows/s",
+                rates[COMPRESSED],
+                parquet,
+                rates[PARQUET],
+                None,
+                round_ratios=_round_ratios(times, COMPRESSED),
+                **details,
+            ),
+            latency_result(
+                "driver CPU per micro-batch (executor writes)",
+                "s",
+                statistics.median(cpu[EXECUTORS]),
+                "driver-collect path (driver writes)",
+                statistics.median(cpu[COMPRESSED]),
+                10.0,
+                **details,
+            ),
         ]
     return [
         *results,
-        latency_result("sink commit overhead per micro-batch", "ms", overhead_p["p50"], "whole sink call (p50)",
-                       percentiles(whole)["p50"], None, micro_batches=len(overhead), overhead=overhead_p,
-                       sink_call=percentiles(whole),
-                       collect=percentiles([b.collect_ms for b in batch_stats]),
-                       split=percentiles([b.split_ms for b in batch_stats]),
-                       prepare=percentiles([b.prepare_ms for b in batch_stats]),
-                       append=percentiles([b.append_ms for b in batch_stats]),
-                       flush=percentiles([b.flush_ms for b in batch_stats]),
-                       commit=percentiles([b.commit_ms + b.publish_ms for b in batch_stats])),
+        latency_result(
+            "sink commit overhead per micro-batch",
+            "ms",
+            overhead_p["p50"],
+            "whole sink call (p50)",
+            percentiles(whole)["p50"],
+            None,
+            micro_batches=len(overhead),
+            overhead=overhead_p,
+            sink_call=percentiles(whole),
+            collect=percentiles([b.collect_ms for b in batch_stats]),
+            split=percentiles([b.split_ms for b in batch_stats]),
+            prepare=percentiles([b.prepare_ms for b in batch_stats]),
+            append=percentiles([b.append_ms for b in batch_stats]),
+            flush=percentiles([b.flush_ms for b in batch_stats]),
+            commit=percentiles([b.commit_ms + b.publish_ms for b in batch_stats]),
+        ),
     ]
 
 

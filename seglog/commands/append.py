@@ -192,8 +192,9 @@ def _to_headers(lists: pa.ListArray, encoding: str, fail: Any) -> pa.Array:
             raise fail(int(rows[bad[0]]), "each header must be a [key, value] pair")
         keys = pc.list_element(pairs, 0)
         if keys.null_count:
-            raise fail(int(rows[np.flatnonzero(keys.is_null().to_numpy(zero_copy_only=False))[0]]),
-                       "a header key is null")
+            raise fail(
+                int(rows[np.flatnonzero(keys.is_null().to_numpy(zero_copy_only=False))[0]]), "a header key is null"
+            )
         values = _to_binary(pc.list_element(pairs, 1), encoding, "a header value", fail, rows)
         values = values.cast(pa.binary())
     else:

@@ -195,15 +195,31 @@ def render_text(description: dict[str, Any]) -> list[str]:
         ]
         rows = [
             (
-                s["base_offset"], _value(s["last_offset"]), s["size_bytes"], s["batches"], s["records"],
-                _time(s["first_timestamp"]), _time(s["max_timestamp"]),
-                _value(s["index_entries"]), _value(s["time_index_entries"]),
+                s["base_offset"],
+                _value(s["last_offset"]),
+                s["size_bytes"],
+                s["batches"],
+                s["records"],
+                _time(s["first_timestamp"]),
+                _time(s["max_timestamp"]),
+                _value(s["index_entries"]),
+                _value(s["time_index_entries"]),
                 _value(s.get("invalid_bytes")) if "invalid_bytes" in s else "",
             )
             for s in p["segments"]
         ]
-        headers = ("base offset", "last offset", "bytes", "batches", "records", "first timestamp",
-                   "max timestamp", "index", "timeindex", "invalid bytes")
+        headers = (
+            "base offset",
+            "last offset",
+            "bytes",
+            "batches",
+            "records",
+            "first timestamp",
+            "max timestamp",
+            "index",
+            "timeindex",
+            "invalid bytes",
+        )
         lines += format_table(headers, rows, indent="  ")
         for s in p["segments"]:
             if "invalid_bytes" in s:

@@ -101,9 +101,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--verify-index-only", action="store_true", help="check .index/.timeindex entries without printing them"
     )
-    parser.add_argument(
-        "--index-sanity-check", action="store_true", help="run the index sanity check only"
-    )
+    parser.add_argument("--index-sanity-check", action="store_true", help="run the index sanity check only")
     parser.add_argument(
         "--max-message-size",
         type=positive_int,
@@ -154,8 +152,15 @@ class DumpProblems:
 
     def __bool__(self) -> bool:
         return any(
-            (self.failed_sanity_checks, self.index_mismatches, self.timestamp_mismatches, self.out_of_order_timestamps,
-             self.shallow_offsets_not_found, self.non_consecutive_offsets, self.invalid_logs)
+            (
+                self.failed_sanity_checks,
+                self.index_mismatches,
+                self.timestamp_mismatches,
+                self.out_of_order_timestamps,
+                self.shallow_offsets_not_found,
+                self.non_consecutive_offsets,
+                self.invalid_logs,
+            )
         )
 
     def summary_lines(self) -> list[str]:
@@ -370,7 +375,9 @@ class _DeepIteration:
         if int(counts.sum()) != table.num_rows:
             raise InvalidRecordError(
                 f"batches at positions {first}..{first + self.window_bytes} of {self.path} declare "
-                f"{int(counts.sum())} records but hold {table.num_rows}", path=self.path, position=first,
+                f"{int(counts.sum())} records but hold {table.num_rows}",
+                path=self.path,
+                position=first,
             )
         offsets = table.column("offset").to_numpy()
         self._check_offsets(offsets)
@@ -439,11 +446,21 @@ def _record_lines(
             pa.array(np.repeat(np.asarray([h.timestamp_type for h in headers], dtype=np.int64), counts) + 1)
         )
         parts += [
-            _lit(f"{prefix}offset: "), pc.cast(table.column("offset").combine_chunks(), pa.string()),
-            _lit(" "), ts_names, _lit(": "), pc.cast(table.column("timestamp").combine_chunks(), pa.string()),
-            _lit(" keySize: "), _sizes(keys), _lit(" valueSize: "), _sizes(values),
-            _lit(" sequence: "), pc.cast(pa.array(_sequences(headers, counts, offsets)), pa.string()),
-            _lit(" headerKeys: ["), _header_keys_text(table.column("headers").combine_chunks()), _lit("]"),
+            _lit(f"{prefix}offset: "),
+            pc.cast(table.column("offset").combine_chunks(), pa.string()),
+            _lit(" "),
+            ts_names,
+            _lit(": "),
+            pc.cast(table.column("timestamp").combine_chunks(), pa.string()),
+            _lit(" keySize: "),
+            _sizes(keys),
+            _lit(" valueSize: "),
+            _sizes(values),
+            _lit(" sequence: "),
+            pc.cast(pa.array(_sequences(headers, counts, offsets)), pa.string()),
+            _lit(" headerKeys: ["),
+            _header_keys_text(table.column("headers").combine_chunks()),
+            _lit("]"),
         ]
         prefix = " "
         if control.any():
@@ -453,10 +470,20 @@ def _record_lines(
         keys_text = _as_text(keys)
         values_text = _as_text(values)
         empty = _lit("")
-        parts.append(pc.if_else(pc.and_(data_rows, pc.is_valid(keys_text)),
-                                pc.binary_join_element_wise(_lit(prefix + "key: "), keys_text, empty), empty))
-        parts.append(pc.if_else(pc.and_(data_rows, pc.is_valid(values_text)),
-                                pc.binary_join_element_wise(_lit(" payload: "), values_text, empty), empty))
+        parts.append(
+            pc.if_else(
+                pc.and_(data_rows, pc.is_valid(keys_text)),
+                pc.binary_join_element_wise(_lit(prefix + "key: "), keys_text, empty),
+                empty,
+            )
+        )
+        parts.append(
+            pc.if_else(
+                pc.and_(data_rows, pc.is_valid(values_text)),
+                pc.binary_join_element_wise(_lit(" payload: "), values_text, empty),
+                empty,
+            )
+        )
     if not parts:  # --skip-record-metadata without data: Kafka prints an empty line per record
         return _Lines("\n" * n, np.arange(1, n + 1, dtype=np.int64))
     parts.append(_lit("\n"))
@@ -596,8 +623,10 @@ def dump_time_index(path: Path, name: str, options: DumpOptions, out: TextIO, pr
     """Entries of a ``.timeindex`` file, each checked against the batch holding its offset (spec 7.4)."""
     base_offset = _base_offset_of(path)
     log_path = _sibling(path, LOG_FILE_SUFFIX)
-    with OffsetIndex(_sibling(path, INDEX_FILE_SUFFIX), base_offset, -1, writable=False) as index, \
-            TimeIndex(path, base_offset, -1, writable=False) as time_index:
+    with (
+        OffsetIndex(_sibling(path, INDEX_FILE_SUFFIX), base_offset, -1, writable=False) as index,
+        TimeIndex(path, base_offset, -1, writable=False) as time_index,
+    ):
         if options.index_sanity_check:
             time_index.sanity_check()
             out.write(f"{name} passed sanity check.\n")

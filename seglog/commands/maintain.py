@@ -30,7 +30,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--log-dir", required=True, metavar="DIR", help="the log directory to maintain")
     parser.add_argument(
-        "--once", metavar="JOB", choices=sorted(JOBS),
+        "--once",
+        metavar="JOB",
+        choices=sorted(JOBS),
         help=f"run one job and exit instead of running the daemon ({', '.join(JOBS)})",
     )
     parser.add_argument("--json", action="store_true", help="with --once: print the job report as JSON")

@@ -61,8 +61,14 @@ def _text(doc: dict[str, Any]) -> Iterator[str]:
     verb = {"list": "", "purge": "deleted: ", "purge-dry-run": "would delete: "}[doc["action"]]
     yield f"{verb}{len(files)} quarantine files, {sum(f['size'] for f in files)} bytes in {doc['log_dir']}"
     rows = [
-        (p["partition"], Path(f["path"]).name, f["base_offset"], f["position"], f["size"],
-         time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(f["modified_ms"] / 1000)))
+        (
+            p["partition"],
+            Path(f["path"]).name,
+            f["base_offset"],
+            f["position"],
+            f["size"],
+            time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(f["modified_ms"] / 1000)),
+        )
         for p in doc["partitions"]
         for f in p["files"]
     ]

@@ -91,7 +91,8 @@ def run(args: argparse.Namespace) -> int:
                 raise OffsetOutOfRangeError(
                     f"offset {start} is outside {args.topic}-{args.partition}, which holds offsets "
                     f"{log.log_start_offset}..{log.log_end_offset - 1} (log end offset {log.log_end_offset})",
-                    offset=start, path=log.directory,
+                    offset=start,
+                    path=log.directory,
                 )
         remaining = args.max_records
         out = Output()

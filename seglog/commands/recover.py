@@ -33,21 +33,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--dry-run", action="store_true", help="report what recovery would do; write nothing (not even lock files)"
     )
     parser.add_argument(
-        "--from-recovery-point", action="store_true",
+        "--from-recovery-point",
+        action="store_true",
         help="validate only from each partition's checkpointed recovery point on, as a broker's startup does "
-             "(default: validate every segment)",
+        "(default: validate every segment)",
     )
     parser.add_argument(
-        "--strategy", choices=("salvage", "truncate"), default=None,
+        "--strategy",
+        choices=("salvage", "truncate"),
+        default=None,
         help="what to do with a damaged segment: salvage keeps every intact batch around the damage (default); "
-             "truncate is Kafka's recovery: cut at the first damage and drop every later segment (sets "
-             "recovery.strategy)",
+        "truncate is Kafka's recovery: cut at the first damage and drop every later segment (sets "
+        "recovery.strategy)",
     )
     parser.add_argument(
-        "--accept-data-loss", action="store_true",
+        "--accept-data-loss",
+        action="store_true",
         help="when committed records are lost for good, record the loss in DIR/seglog-accepted-data-loss.jsonl "
-             "and move each such partition's end up to its committed offset, so the sink can start again "
-             "(the lost offsets stay a gap)",
+        "and move each such partition's end up to its committed offset, so the sink can start again "
+        "(the lost offsets stay a gap)",
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
@@ -58,19 +62,38 @@ def _text(doc: dict[str, Any]) -> Iterator[str]:
     from seglog.output import format_table
 
     head = "dry run of recovery" if doc["dry_run"] else "recovery"
-    yield f"{head} of {doc['log_dir']}: {len(doc['partitions'])} partitions, {doc['bytes_total']} bytes, " \
-          f"{doc['duration_s']:.2f} s"
+    yield (
+        f"{head} of {doc['log_dir']}: {len(doc['partitions'])} partitions, {doc['bytes_total']} bytes, "
+        f"{doc['duration_s']:.2f} s"
+    )
     rows = [
         (
-            p["partition"], p["status"], p["log_end_offset"], p["committed_offset"], p["segments_recovered"],
-            p["bytes_truncated"], p["batches_dropped"], p["segments_deleted"], p["indexes_rebuilt"],
+            p["partition"],
+            p["status"],
+            p["log_end_offset"],
+            p["committed_offset"],
+            p["segments_recovered"],
+            p["bytes_truncated"],
+            p["batches_dropped"],
+            p["segments_deleted"],
+            p["indexes_rebuilt"],
             p["committed_offsets_lost"],
         )
         for p in doc["partitions"]
     ]
     yield from format_table(
-        ("partition", "status", "log end", "committed", "recovered", "bytes truncated", "batches dropped",
-         "segments deleted", "indexes rebuilt", "committed lost"),
+        (
+            "partition",
+            "status",
+            "log end",
+            "committed",
+            "recovered",
+            "bytes truncated",
+            "batches dropped",
+            "segments deleted",
+            "indexes rebuilt",
+            "committed lost",
+        ),
         rows,
         indent="  ",
     )
@@ -107,8 +130,11 @@ def run(args: argparse.Namespace) -> int:
     if args.strategy is not None:
         args.config = [*args.config, f"recovery.strategy={args.strategy}"]
     outcome = recover_log_dir(
-        log_dir, settings_from_args(args), dry_run=args.dry_run,
-        from_recovery_point=args.from_recovery_point, accept_data_loss=args.accept_data_loss,
+        log_dir,
+        settings_from_args(args),
+        dry_run=args.dry_run,
+        from_recovery_point=args.from_recovery_point,
+        accept_data_loss=args.accept_data_loss,
         progress=None if not args.no_progress else False,
     )
     Output(json_mode=args.json).emit(outcome.to_json(), _text)

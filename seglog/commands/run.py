@@ -59,11 +59,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run = parser.add_argument_group("run")
     run.add_argument("--trigger", metavar="INTERVAL", help="micro-batch interval, e.g. '2 seconds' [trigger.interval]")
     run.add_argument("--available-now", action="store_true", help="process what the source has now, then stop")
-    run.add_argument("--duration", type=float, metavar="SECONDS",
-                     help="stop cleanly this many seconds after the command started")
+    run.add_argument(
+        "--duration", type=float, metavar="SECONDS", help="stop cleanly this many seconds after the command started"
+    )
     run.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
-    run.add_argument("--progress-interval", type=float, default=10.0, metavar="SECONDS",
-                     help="seconds between progress lines (default: 10)")
+    run.add_argument(
+        "--progress-interval",
+        type=float,
+        default=10.0,
+        metavar="SECONDS",
+        help="seconds between progress lines (default: 10)",
+    )
     run.add_argument("--no-maintenance", action="store_true", help="do not run the maintenance scheduler in-process")
     add_log_config_arguments(parser, sections=("streaming", "maintenance"))
 
@@ -96,21 +102,39 @@ def run(args: argparse.Namespace) -> int:
     MaintenanceSettings.from_settings(settings)  # a bad [maintenance] value fails now, not after Spark's start
     spec = JobSpec.from_settings(
         settings,
-        log_dir=args.log_dir, checkpoint_location=args.checkpoint_location, topic=args.topic,
-        num_partitions=args.partitions, source=args.source, rows_per_second=args.rows_per_second,
-        input_path=args.input, input_format=args.format, max_files_per_trigger=args.max_files_per_trigger,
-        key_column=args.key_column, kafka_bootstrap_servers=args.kafka_bootstrap_servers,
-        kafka_subscribe=args.kafka_subscribe, starting_offsets=args.starting_offsets, trigger_interval=args.trigger,
-        available_now=args.available_now or None, master=args.master, progress_interval_s=args.progress_interval,
+        log_dir=args.log_dir,
+        checkpoint_location=args.checkpoint_location,
+        topic=args.topic,
+        num_partitions=args.partitions,
+        source=args.source,
+        rows_per_second=args.rows_per_second,
+        input_path=args.input,
+        input_format=args.format,
+        max_files_per_trigger=args.max_files_per_trigger,
+        key_column=args.key_column,
+        kafka_bootstrap_servers=args.kafka_bootstrap_servers,
+        kafka_subscribe=args.kafka_subscribe,
+        starting_offsets=args.starting_offsets,
+        trigger_interval=args.trigger,
+        available_now=args.available_now or None,
+        master=args.master,
+        progress_interval_s=args.progress_interval,
     )
     progress = logging.getLogger(PROGRESS_LOGGER)
     if progress.getEffectiveLevel() > logging.INFO:
         progress.setLevel(logging.INFO)  # live progress is the point of this command, even without -v
     stop = threading.Event()
     with _stop_on_signals(stop):
-        summary = run_job(spec, settings, duration_s=args.duration, stop=stop,
-                          maintenance=None if args.no_maintenance else start_maintenance)
+        summary = run_job(
+            spec,
+            settings,
+            duration_s=args.duration,
+            stop=stop,
+            maintenance=None if args.no_maintenance else start_maintenance,
+        )
     offsets = ", ".join(f"{t}-{p}: {o}" for (t, p), o in sorted(summary.end_offsets.items())) or "none"
-    print(f"{summary.batches} micro-batches, {summary.rows} rows in {summary.elapsed_s:.1f} s; "
-          f"committed end offsets: {offsets}")
+    print(
+        f"{summary.batches} micro-batches, {summary.rows} rows in {summary.elapsed_s:.1f} s; "
+        f"committed end offsets: {offsets}"
+    )
     return 0

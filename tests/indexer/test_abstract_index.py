@@ -280,9 +280,7 @@ def test_warm_cold_search_equals_plain_binary_search(
                 above = [i for i, v in enumerate(values) if v >= target]
                 assert llb == (below[-1] if below else -1)
                 expected_sub = above[0] if above else -1
-                if (
-                    values and target == values[0]
-                ):  # Kafka quirk, see test_smallest_upper_bound_of_first_entry
+                if values and target == values[0]:  # Kafka quirk, see test_smallest_upper_bound_of_first_entry
                     expected_sub = 1 if len(values) > 1 else -1
                 assert sub == expected_sub
     finally:

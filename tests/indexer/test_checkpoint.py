@@ -122,9 +122,7 @@ def test_topic_with_whitespace_cannot_be_written(tmp_path: Path) -> None:
 
 
 _topics = st.text(alphabet="abcxyz._-0123456789", min_size=1, max_size=20)
-_offsets = st.dictionaries(
-    st.tuples(_topics, st.integers(0, 2**31 - 1)), st.integers(-(2**63), 2**63 - 1), max_size=20
-)
+_offsets = st.dictionaries(st.tuples(_topics, st.integers(0, 2**31 - 1)), st.integers(-(2**63), 2**63 - 1), max_size=20)
 
 
 @settings(max_examples=50, deadline=None)
@@ -153,22 +151,13 @@ def test_every_vector_checkpoint_reads(vectors_dir: Path) -> None:
             assert [e.epoch for e in entries] == sorted(e.epoch for e in entries)
             read += 1
     assert read >= 200
-    recovery = OffsetCheckpointFile(
-        vectors_dir / "multi-segment-3x" / file_names.RECOVERY_POINT_CHECKPOINT_FILE
-    )
+    recovery = OffsetCheckpointFile(vectors_dir / "multi-segment-3x" / file_names.RECOVERY_POINT_CHECKPOINT_FILE)
     assert recovery.read()[("invoice", 0)] == 90867
     assert OffsetCheckpointFile(vectors_dir / "multi-segment-3x" / "cleaner-offset-checkpoint").read() == {}
     assert (
-        len(
-            OffsetCheckpointFile(
-                vectors_dir / "gzip-large-records" / "recovery-point-offset-checkpoint"
-            ).read()
-        )
-        == 57
+        len(OffsetCheckpointFile(vectors_dir / "gzip-large-records" / "recovery-point-offset-checkpoint").read()) == 57
     )
-    epochs = LeaderEpochCheckpointFile(
-        vectors_dir / "mixed-codecs-epochs" / "lsx1-0" / "leader-epoch-checkpoint"
-    )
+    epochs = LeaderEpochCheckpointFile(vectors_dir / "mixed-codecs-epochs" / "lsx1-0" / "leader-epoch-checkpoint")
     assert epochs.read() == [
         EpochEntry(0, 0),
         EpochEntry(1, 9),

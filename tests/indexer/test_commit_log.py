@@ -51,7 +51,9 @@ def test_failed_write_keeps_previous_record(tmp_path: Path, monkeypatch: pytest.
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
 
     monkeypatch.setattr(os, "replace", no_space)
-    with pytest.raises(StorageError, match="Failed to write sink commit record .*seglog-sink.s.json: No space left") as info:
+    with pytest.raises(
+        StorageError, match="Failed to write sink commit record .*seglog-sink.s.json: No space left"
+    ) as info:
         log.write(SinkCommit("s", "q", 2, {("t", 0): 9}))
     assert info.value.errno == errno.ENOSPC
     monkeypatch.undo()
@@ -65,8 +67,10 @@ def test_failed_write_keeps_previous_record(tmp_path: Path, monkeypatch: pytest.
         (b"[]", "not a JSON object"),
         (b'{"version": 9}', "has version 9"),
         (b'{"version": 1, "sink_id": "s"}', "is malformed"),
-        (b'{"version": 1, "sink_id": "x", "query_id": null, "batch_id": 0, "committed_at_ms": 0, "end_offsets": {}}',
-         "belongs to sink 'x'"),
+        (
+            b'{"version": 1, "sink_id": "x", "query_id": null, "batch_id": 0, "committed_at_ms": 0, "end_offsets": {}}',
+            "belongs to sink 'x'",
+        ),
     ],
 )
 def test_malformed_records_name_the_file(tmp_path: Path, content: bytes, message: str) -> None:

@@ -39,9 +39,7 @@ from tests.budget import scaled
 from tests.indexer.helpers import Batch, log_batches, segment_batches
 
 # Kafka's truncation (recovery.strategy=truncate); salvage, the default, is tested in test_salvage.py.
-CONFIG = LogConfig(
-    segment_bytes=1500, index_interval_bytes=200, file_delete_delay_ms=0, recovery_strategy="truncate"
-)
+CONFIG = LogConfig(segment_bytes=1500, index_interval_bytes=200, file_delete_delay_ms=0, recovery_strategy="truncate")
 FAST = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 FEW = settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 SLOW = settings(

@@ -107,14 +107,22 @@ def test_a_record_too_large_names_the_limit_it_breaks(open_log: Any) -> None:
     codec=st.sampled_from(["none", "lz4", "zstd"]),
 )
 def test_every_stored_batch_fits_every_limit(
-    tmp_path_factory: pytest.TempPathFactory, sizes: list[int], max_message: int, segment: int, batch_size: int,
+    tmp_path_factory: pytest.TempPathFactory,
+    sizes: list[int],
+    max_message: int,
+    segment: int,
+    batch_size: int,
     codec: str,
 ) -> None:
     """Any limits, any records: the append stores everything in batches within max.message.bytes
     and segment.bytes (and batch.size unless alone), or refuses the first record no batch can hold,
     naming the limit, and writes nothing."""
-    config = {"max.message.bytes": max_message, "segment.bytes": segment, "batch.size": batch_size,
-              "compression.type": codec}
+    config = {
+        "max.message.bytes": max_message,
+        "segment.bytes": segment,
+        "batch.size": batch_size,
+        "compression.type": codec,
+    }
     values = [bytes([i % 251]) * n for i, n in enumerate(sizes)]
     directory = tmp_path_factory.mktemp("limits") / "t-0"
     with Log.open(directory, LogConfig.from_mapping(config), clock=MockClock(T0)) as log:

@@ -40,9 +40,7 @@ def snapshot(directory: Path) -> dict[str, bytes]:
     return {p.name: p.read_bytes() for p in sorted(directory.iterdir()) if p.is_file()}
 
 
-def loader(
-    directory: Path, clock: MockClock | None = None, config: LogConfig = CONFIG, **kwargs: object
-) -> LogLoader:
+def loader(directory: Path, clock: MockClock | None = None, config: LogConfig = CONFIG, **kwargs: object) -> LogLoader:
     return LogLoader(directory, config, clock=clock or MockClock(), **kwargs)  # type: ignore[arg-type]
 
 
@@ -62,10 +60,7 @@ def load(directory: Path, clock: MockClock | None = None, **kwargs: object) -> L
 
 
 def decisions(report: RecoveryReport) -> list[tuple]:
-    return [
-        (s.kind, Path(s.path).name, s.bytes_truncated, s.batches_dropped, s.segment_bytes)
-        for s in report.steps
-    ]
+    return [(s.kind, Path(s.path).name, s.bytes_truncated, s.batches_dropped, s.segment_bytes) for s in report.steps]
 
 
 def close(loaded: LoadedLog) -> None:
@@ -207,9 +202,7 @@ def test_each_recovered_segment_is_read_once(tmp_path: Path, monkeypatch: pytest
     close(loaded)
 
 
-def test_the_next_segment_is_read_ahead_while_one_is_recovered(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_the_next_segment_is_read_ahead_while_one_is_recovered(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     directory = tmp_path / "t-0"
     write_log(directory)
     logs = segment_logs(directory)
@@ -369,9 +362,7 @@ def test_offset_overflow_splits_the_segment(tmp_path: Path) -> None:
     directory = tmp_path / "t-0"
     directory.mkdir()
     high = 3_000_000_000  # cannot be stored relative to base 0 (KAFKA-6264)
-    (directory / f"{0:020d}.log").write_bytes(
-        _raw_batches(0, 3) + _raw_batches(high, 2) + _raw_batches(high + 2, 1)
-    )
+    (directory / f"{0:020d}.log").write_bytes(_raw_batches(0, 3) + _raw_batches(high, 2) + _raw_batches(high + 2, 1))
     clock = MockClock()
     loaded = load(directory, clock, recovery_point=0)
     [split] = loaded.report.of_kind(StepKind.SPLIT_OVERFLOWED_SEGMENT)
@@ -468,9 +459,7 @@ def test_vectors_load_without_data_loss(vectors_dir: Path, tmp_path: Path, parti
     assert not loaded.report.data_lost and loaded.next_offset == in_place.next_offset
     last_log = segment_logs(directory)[-1]
     scan = FileRecords.open(last_log, mutable=False).scan()
-    expected_end = (
-        int(scan.last_offsets[-1]) + 1 if len(scan) else file_names.offset_from_file_name(last_log.name)
-    )
+    expected_end = int(scan.last_offsets[-1]) + 1 if len(scan) else file_names.offset_from_file_name(last_log.name)
     assert loaded.next_offset == expected_end
     close(loaded)
     again = LogLoader(directory, LogConfig(), had_clean_shutdown=True, clock=MockClock()).load()

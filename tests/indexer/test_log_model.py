@@ -49,9 +49,7 @@ CONFIG = LogConfig.from_mapping(
 blobs = st.one_of(st.none(), st.binary(max_size=40))
 headers = st.lists(st.fixed_dictionaries({"key": st.text(max_size=5), "value": blobs}), max_size=2)
 rows = st.lists(
-    st.fixed_dictionaries(
-        {"key": blobs, "value": blobs, "timestamp": st.integers(T0, T0 + 6000), "headers": headers}
-    ),
+    st.fixed_dictionaries({"key": blobs, "value": blobs, "timestamp": st.integers(T0, T0 + 6000), "headers": headers}),
     min_size=0,
     max_size=12,
 )
@@ -199,9 +197,7 @@ class LogModel(RuleBasedStateMachine):
             strict=True,
         )
         for offset, (key, value, timestamp, hdrs) in zip(visible, got, strict=True):
-            assert (key, value, timestamp, hdrs or []) == self.records[offset], (
-                offset
-            )  # no headers may read as null
+            assert (key, value, timestamp, hdrs or []) == self.records[offset], offset  # no headers may read as null
         bounded = self.log.read_records(self.lso)
         assert bounded.column("offset").to_pylist() == [o for o in visible if o < self.hw]
 

@@ -49,10 +49,12 @@ def build_log(directory: Path, clock: MockClock) -> Log:
     log = Log.open(directory, LogConfig.from_mapping(CONFIG), clock=clock)
     for b in range(BATCHES):
         first = b * RECORDS_PER_BATCH
-        log.append({
-            "value": [b"v" * 40] * RECORDS_PER_BATCH,
-            "timestamp": [T0 + 1000 * (first + i) for i in range(RECORDS_PER_BATCH)],
-        })
+        log.append(
+            {
+                "value": [b"v" * 40] * RECORDS_PER_BATCH,
+                "timestamp": [T0 + 1000 * (first + i) for i in range(RECORDS_PER_BATCH)],
+            }
+        )
     log.update_high_watermark(log.log_end_offset)
     assert log.num_segments >= 5
     return log

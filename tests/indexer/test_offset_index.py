@@ -191,9 +191,7 @@ def test_sanity_check_rejects_length_not_multiple_of_eight(tmp_path: Path) -> No
     path.write_bytes(bytes(20))
     with OffsetIndex(path, 0, writable=False) as idx:
         assert idx.entries == 2  # every complete slot counts
-        with pytest.raises(
-            CorruptIndexError, match="found 20 bytes which is neither positive nor a multiple of 8"
-        ):
+        with pytest.raises(CorruptIndexError, match="found 20 bytes which is neither positive nor a multiple of 8"):
             idx.sanity_check()
 
 
@@ -255,9 +253,9 @@ def test_random_appends_match_sorted_list_model(
             got = idx.fetch_upper_bound_offset(OffsetPosition(0, 0), p)
             assert got == (OffsetPosition(offsets[jv], positions[jv]) if jv >= 0 else None)
         many_offsets, many_positions = idx.lookup_many(np.array([base + t for t in targets], dtype=np.int64))
-        assert [
-            OffsetPosition(int(o), int(p)) for o, p in zip(many_offsets, many_positions, strict=True)
-        ] == [idx.lookup(base + t) for t in targets]
+        assert [OffsetPosition(int(o), int(p)) for o, p in zip(many_offsets, many_positions, strict=True)] == [
+            idx.lookup(base + t) for t in targets
+        ]
         target = base + truncate_at
         idx.truncate_to(target)
         kept = [o for o in offsets if o < target]

@@ -104,8 +104,12 @@ def _poll(log: Log, start: int, max_records: int) -> tuple[list[int], CorruptRec
 
 
 @SETTINGS
-@given(kind=st.sampled_from(KINDS), pick=st.integers(0, 10**6), where=st.integers(0, 10**6),
-       max_records=st.integers(20, 80))
+@given(
+    kind=st.sampled_from(KINDS),
+    pick=st.integers(0, 10**6),
+    where=st.integers(0, 10**6),
+    max_records=st.integers(20, 80),
+)
 def test_reads_return_the_records_before_the_damage_then_name_it(
     tmp_path_factory: pytest.TempPathFactory, kind: str, pick: int, where: int, max_records: int
 ) -> None:

@@ -36,9 +36,7 @@ def batches(
     table = to_append_table({"value": values, "timestamp": stamps}, now_ms=T0)
     if per_batch is None:
         return encode_batches(table, base_offset)
-    parts = [
-        encode_batches(table.slice(i, per_batch), base_offset + i) for i in range(0, len(values), per_batch)
-    ]
+    parts = [encode_batches(table.slice(i, per_batch), base_offset + i) for i in range(0, len(values), per_batch)]
     starts = np.cumsum([0] + [p.total_bytes for p in parts[:-1]])
     shifted = [dataclasses.replace(p, positions=p.positions + start) for p, start in zip(parts, starts, strict=True)]
     return EncodedBatches(
@@ -94,9 +92,7 @@ def test_single_record_batch_sizes_are_kafkas() -> None:
         (2147483648, 4294967296),
     ],
 )
-def test_append_for_log_segment_offset_overflow(
-    tmp_path: Path, clock: MockClock, base: int, largest: int
-) -> None:
+def test_append_for_log_segment_offset_overflow(tmp_path: Path, clock: MockClock, base: int, largest: int) -> None:
     seg = open_segment(tmp_path, base, clock)
     data = raw(batches(base if base >= 0 else 0, [b"hello"]))
     with pytest.raises(LogSegmentOffsetOverflowError) as info:
@@ -227,9 +223,7 @@ def test_append_batches_matches_one_append_per_batch(
     tmp_path_factory: pytest.TempPathFactory, sizes: list[int], interval: int, split: int, stamps: list[int]
 ) -> None:
     values = [bytes(n) for n in sizes]
-    table = to_append_table(
-        {"value": values, "timestamp": [T0 + s for s in stamps[: len(values)]]}, now_ms=T0
-    )
+    table = to_append_table({"value": values, "timestamp": [T0 + s for s in stamps[: len(values)]]}, now_ms=T0)
     encoded = encode_batches(table, 7, max_batch_bytes=61 + 21 + 120)  # about one record per batch
     clock = MockClock(T0)
     one_by_one, at_once = tmp_path_factory.mktemp("one"), tmp_path_factory.mktemp("all")
@@ -520,9 +514,9 @@ def test_close_writes_final_time_index_entry_and_trims(tmp_path: Path, clock: Mo
     seg.close()
     assert (tmp_path / "00000000000000000000.index").stat().st_size == 0
     # one 12-byte entry: (max timestamp, offset of the batch that carried it)
-    assert (tmp_path / "00000000000000000000.timeindex").read_bytes() == (T0 + 9).to_bytes(8, "big") + (
-        1
-    ).to_bytes(4, "big")
+    assert (tmp_path / "00000000000000000000.timeindex").read_bytes() == (T0 + 9).to_bytes(8, "big") + (1).to_bytes(
+        4, "big"
+    )
 
 
 def test_read_only_segment_without_index_files(tmp_path: Path, clock: MockClock) -> None:

@@ -175,9 +175,7 @@ def test_sanity_check(tmp_path: Path, index: TimeIndex) -> None:
     bad_length.write_bytes(data[:59])
     with TimeIndex(bad_length, BASE, writable=False) as idx:
         assert idx.entries == 4
-        with pytest.raises(
-            CorruptIndexError, match="found 59 bytes which is neither positive nor a multiple of 12"
-        ):
+        with pytest.raises(CorruptIndexError, match="found 59 bytes which is neither positive nor a multiple of 12"):
             idx.sanity_check()
 
 
@@ -248,9 +246,7 @@ def test_random_appends_match_model(
             i = bisect.bisect_right(stamps, t) - 1
             assert idx.lookup(t) == (TimestampOffset(*model[i]) if i >= 0 else TimestampOffset(-1, base))
         got_ts, got_off = idx.lookup_many(np.array(targets, dtype=np.int64))
-        assert list(zip(got_ts.tolist(), got_off.tolist(), strict=True)) == [
-            tuple(idx.lookup(t)) for t in targets
-        ]
+        assert list(zip(got_ts.tolist(), got_off.tolist(), strict=True)) == [tuple(idx.lookup(t)) for t in targets]
         target = base + truncate_at
         idx.truncate_to(target)
         # Entries with offset < target survive; with equal offsets Kafka's search may stop on any of them.
@@ -345,6 +341,7 @@ def test_append_many_equals_repeated_maybe_append_or_writes_nothing(
         TimeIndex(directory / "one.timeindex", base, 12 * slots) as one,
         TimeIndex(directory / "many.timeindex", base, 12 * slots) as many,
     ):
+
         def singles(idx: TimeIndex, pairs: list[tuple[int, int]]) -> None:
             for t, o in pairs:
                 idx.maybe_append(t, o, skip_full_check=skip_full_check)

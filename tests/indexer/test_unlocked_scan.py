@@ -63,8 +63,13 @@ def segment_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     verify_crc=st.booleans(),
 )
 def test_pread_scan_equals_the_mapped_scan(
-    segment_log: Path, tmp_path_factory: pytest.TempPathFactory, chunk: int, hop: int, start_batch: int,
-    tail: bytes, verify_crc: bool,
+    segment_log: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    chunk: int,
+    hop: int,
+    start_batch: int,
+    tail: bytes,
+    verify_crc: bool,
 ) -> None:
     """Any chunk size (smaller than one batch too), header hops over batches of any size, any start,
     torn or garbage tails: the same arrays, valid bytes and error as the mapped walk."""

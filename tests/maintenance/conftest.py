@@ -27,7 +27,10 @@ REPO = Path(__file__).resolve().parents[2]
 def small_config(**overrides: object) -> LogConfig:
     """Tiny segments (a few batches each) so tests get many real segment files quickly."""
     values: dict[str, object] = {
-        "segment.bytes": 600, "index.interval.bytes": 100, "file.delete.delay.ms": 1000, "segment.index.bytes": 4096,
+        "segment.bytes": 600,
+        "index.interval.bytes": 100,
+        "file.delete.delay.ms": 1000,
+        "segment.index.bytes": 4096,
     }
     values.update({k.replace("_", "."): v for k, v in overrides.items()})
     return LogConfig.from_mapping(values)
@@ -88,9 +91,22 @@ def wait_for(q: queue.Queue[str], needle: str, timeout: float = 60) -> list[str]
 def live_writer(log_dir: Path) -> Iterator[subprocess.Popen[str]]:
     """Another process holding partition t-0 open (its writer lock) after 20 committed appends."""
     proc = subprocess.Popen(
-        [sys.executable, "-m", "tests.maintenance.writer_proc", "--log-dir", str(log_dir), "--appends", "20",
-         "--segment-bytes", "300", "--hold"],
-        cwd=REPO, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+        [
+            sys.executable,
+            "-m",
+            "tests.maintenance.writer_proc",
+            "--log-dir",
+            str(log_dir),
+            "--appends",
+            "20",
+            "--segment-bytes",
+            "300",
+            "--hold",
+        ],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     out = lines_of(proc.stdout)  # type: ignore[arg-type]
     wait_for(out, "COMMITTED 100")

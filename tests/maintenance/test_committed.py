@@ -22,10 +22,18 @@ from tests.maintenance.conftest import append_batches, settings_for, small_confi
 
 
 def sink_record(log_dir: Path, sink_id: str, offsets: dict[str, dict[str, int]]) -> None:
-    (log_dir / f"seglog-sink.{sink_id}.json").write_text(json.dumps({
-        "version": 1, "sink_id": sink_id, "query_id": "q", "batch_id": 1, "committed_at_ms": 0,
-        "end_offsets": offsets,
-    }))
+    (log_dir / f"seglog-sink.{sink_id}.json").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "sink_id": sink_id,
+                "query_id": "q",
+                "batch_id": 1,
+                "committed_at_ms": 0,
+                "end_offsets": offsets,
+            }
+        )
+    )
 
 
 def test_the_larger_of_checkpoint_and_sink_records_wins(log_dir: Path, caplog: pytest.LogCaptureFixture) -> None:

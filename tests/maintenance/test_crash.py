@@ -21,8 +21,15 @@ from tests.maintenance.writer_proc import values_for
 
 SEGLOG = [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
 WRITER = [sys.executable, "-m", "tests.maintenance.writer_proc"]
-TOPIC = {"segment.bytes": 2000, "index.interval.bytes": 200, "segment.index.bytes": 4096,
-         "retention.bytes": 4000, "retention.ms": -1, "segment.ms": 300, "file.delete.delay.ms": 50}
+TOPIC = {
+    "segment.bytes": 2000,
+    "index.interval.bytes": 200,
+    "segment.index.bytes": 4096,
+    "retention.bytes": 4000,
+    "retention.ms": -1,
+    "segment.ms": 300,
+    "file.delete.delay.ms": 50,
+}
 
 
 def settings() -> Settings:
@@ -62,20 +69,32 @@ def test_sigkill_writer_and_daemon_at_random_moments(tmp_path: Path) -> None:
     log_dir = tmp_path / "logs"
     conf = tmp_path / "seglog.toml"
     conf.write_text(
-        "[topic]\n" + "".join(f'"{k}" = {json.dumps(v)}\n' for k, v in TOPIC.items())
+        "[topic]\n"
+        + "".join(f'"{k}" = {json.dumps(v)}\n' for k, v in TOPIC.items())
         + '[maintenance]\n"log.initial.task.delay.ms" = 0\n"log.retention.check.interval.ms" = 20\n'
         + '"seglog.roll.check.interval.ms" = 20\n"seglog.index.check.interval.ms" = 50\n'
     )
     # Partition 1: written once, then left to the daemon (which rolls, deletes and truncates it).
-    idle = subprocess.run([*WRITER, "--log-dir", str(log_dir), "--partition", "1", "--appends", "60"],
-                          cwd=REPO, capture_output=True, text=True, timeout=120)
+    idle = subprocess.run(
+        [*WRITER, "--log-dir", str(log_dir), "--partition", "1", "--appends", "60"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert idle.returncode == 0, idle.stderr
     committed = {0: 0, 1: last_committed(idle.stdout.splitlines())}
     for _trial in range(3):
-        writer = subprocess.Popen([*WRITER, "--log-dir", str(log_dir), "--partition", "0"],
-                                  cwd=REPO, stdout=subprocess.PIPE, text=True)
-        daemon = subprocess.Popen([*SEGLOG, "-v", "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
-                                  cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        writer = subprocess.Popen(
+            [*WRITER, "--log-dir", str(log_dir), "--partition", "0"], cwd=REPO, stdout=subprocess.PIPE, text=True
+        )
+        daemon = subprocess.Popen(
+            [*SEGLOG, "-v", "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
+            cwd=REPO,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
         try:
             out, err = lines_of(writer.stdout), lines_of(daemon.stderr)  # type: ignore[arg-type]
             wait_for(out, "READY")

@@ -41,12 +41,22 @@ def expired_partition(log_dir: Path, appends: int = 12) -> Path:
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_daemon_stops_gracefully_on_signals(tmp_path: Path, log_dir: Path, sig: signal.Signals) -> None:
     directory = expired_partition(log_dir)
-    conf = write_conf(tmp_path / "seglog.toml", {"retention.ms": 60_000, "segment.bytes": 600},
-                      {"log.initial.task.delay.ms": 0, "log.retention.check.interval.ms": 100,
-                       "seglog.roll.check.interval.ms": 100, "seglog.index.check.interval.ms": 100})
+    conf = write_conf(
+        tmp_path / "seglog.toml",
+        {"retention.ms": 60_000, "segment.bytes": 600},
+        {
+            "log.initial.task.delay.ms": 0,
+            "log.retention.check.interval.ms": 100,
+            "seglog.roll.check.interval.ms": 100,
+            "seglog.index.check.interval.ms": 100,
+        },
+    )
     proc = subprocess.Popen(
         [*SEGLOG, "-v", "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
-        cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
     )
     try:
         err = lines_of(proc.stderr)  # type: ignore[arg-type]
@@ -68,7 +78,10 @@ def test_once_runs_one_job_and_exits(tmp_path: Path, log_dir: Path) -> None:
     conf = write_conf(tmp_path / "seglog.toml", {"retention.ms": 60_000, "segment.bytes": 600}, {})
     done = subprocess.run(
         [*SEGLOG, "maintain", "--log-dir", str(log_dir), "--conf", str(conf), "--once", "retention", "--json"],
-        cwd=REPO, capture_output=True, text=True, timeout=120,
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)

@@ -57,7 +57,7 @@ class TestRetention:
             assert 0 < len(expired) < len(before) - 1
             report = JOBS["retention"].fn(owned(log_dir, {("t", 0): log}, clock))
             assert report.details == {"segments_deleted": len(expired)}
-            assert [s.base_offset for s in log.segments] == before[len(expired):]
+            assert [s.base_offset for s in log.segments] == before[len(expired) :]
             assert log.log_start_offset == before[len(expired)]
             # Renamed now, removed after file.delete.delay.ms (1 s in these tests).
             assert len(files_with_suffix(log.directory, ".log.deleted")) == len(expired)
@@ -111,7 +111,7 @@ class TestRetention:
         report = JOBS["retention"].fn(access)
         assert report.details == {"segments_deleted": len(plan.base_offsets)}
         remaining = sorted(int(p.name.split(".")[0]) for p in directory.glob("*.log"))
-        assert remaining == bases[len(plan.base_offsets):]
+        assert remaining == bases[len(plan.base_offsets) :]
         # The borrowed partition was released: another writer can open it right away.
         Log.open(directory, small_config(), clock=clock).close()
 
@@ -264,10 +264,18 @@ class TestIndexCare:
         log.close()
         OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE).write({("t", 0): hw - 6})
         # A sink commit record is ahead of the high watermark checkpoint (crash between commit and publish).
-        (log_dir / "seglog-sink.events.json").write_text(json.dumps({
-            "version": 1, "sink_id": "events", "query_id": "q", "batch_id": 3, "committed_at_ms": START_MS,
-            "end_offsets": {"t": {"0": hw}},
-        }))
+        (log_dir / "seglog-sink.events.json").write_text(
+            json.dumps(
+                {
+                    "version": 1,
+                    "sink_id": "events",
+                    "query_id": "q",
+                    "batch_id": 3,
+                    "committed_at_ms": START_MS,
+                    "end_offsets": {"t": {"0": hw}},
+                }
+            )
+        )
         access = BorrowedLogs(log_dir, settings_for(small_config()), clock=clock)
         # The writer closed cleanly: its tail is trusted, nothing is opened.
         assert JOBS["index"].fn(access).partitions == 0
@@ -286,8 +294,10 @@ class TestIndexCare:
 def test_a_failing_partition_is_reported_and_the_others_still_run(
     log_dir: Path, clock: MockClock, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    logs = {("a", 0): committed_log(log_dir, clock, 12, "a-0", retention_ms=5_000),
-            ("b", 0): committed_log(log_dir, clock, 12, "b-0", retention_ms=5_000)}
+    logs = {
+        ("a", 0): committed_log(log_dir, clock, 12, "a-0", retention_ms=5_000),
+        ("b", 0): committed_log(log_dir, clock, 12, "b-0", retention_ms=5_000),
+    }
     try:
         broken = logs[("a", 0)]
         path = broken.segments.first_segment().log.path
@@ -374,8 +384,9 @@ def test_readers_and_appends_interleave_with_the_jobs(log_dir: Path, clock: Mock
     """
     from indexer.errors import OffsetOutOfRangeError
 
-    log = committed_log(log_dir, clock, 10, retention_bytes=2500, retention_ms=-1, segment_ms=2_000,
-                        file_delete_delay_ms=500)
+    log = committed_log(
+        log_dir, clock, 10, retention_bytes=2500, retention_ms=-1, segment_ms=2_000, file_delete_delay_ms=500
+    )
     access = owned(log_dir, {("t", 0): log}, clock)
     stop = threading.Event()
     problems: list[BaseException] = []

@@ -51,13 +51,17 @@ def test_largest_timestamp_from_the_time_index_tail(log_dir: Path, clock: MockCl
     # An un-trimmed index ends in zero slots: the real last entry is still found.
     with open(meta.time_index_path(first), "ab") as f:
         f.write(bytes(24))
-    assert largest_timestamp(scan_partition(directory, small_config(), log_start_offset=0, high_watermark=0),
-                             first) == expected
+    assert (
+        largest_timestamp(scan_partition(directory, small_config(), log_start_offset=0, high_watermark=0), first)
+        == expected
+    )
     # No time index entry at all: the .log mtime, as Kafka.
     meta.time_index_path(second).write_bytes(b"")
     os.utime(meta.log_path(second), ns=(START_MS * 1_000_000, 1_234_000_000))
-    assert largest_timestamp(scan_partition(directory, small_config(), log_start_offset=0, high_watermark=0),
-                             second) == 1_234
+    assert (
+        largest_timestamp(scan_partition(directory, small_config(), log_start_offset=0, high_watermark=0), second)
+        == 1_234
+    )
 
 
 def test_first_batch_max_timestamp_reads_one_header(log_dir: Path, clock: MockClock) -> None:

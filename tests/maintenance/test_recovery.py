@@ -26,6 +26,7 @@ def index_problem(directory: Path, base: int, _size: int, following: int | None)
     problem = segment_index_problem(directory, base, next_base_offset=following, against_log=True)
     return None if problem is None else str(problem)
 
+
 PARTITIONS = ("t-0", "t-1")
 
 
@@ -66,12 +67,22 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def digest(log_dir: Path) -> dict[str, str]:
     return {
         str(p.relative_to(log_dir)): hashlib.sha256(p.read_bytes()).hexdigest()
-        for p in sorted(log_dir.rglob("*")) if p.is_file()
+        for p in sorted(log_dir.rglob("*"))
+        if p.is_file()
     }
 
 
-DAMAGE = ("bit-flip", "torn-write", "garbage-tail", "zeroed-index", "missing-index", "wrong-size-index",
-          "stray-swap", "stray-deleted", "stray-cleaned")
+DAMAGE = (
+    "bit-flip",
+    "torn-write",
+    "garbage-tail",
+    "zeroed-index",
+    "missing-index",
+    "wrong-size-index",
+    "stray-swap",
+    "stray-deleted",
+    "stray-cleaned",
+)
 
 
 def damage(partition: Path, kind: str, rng: random.Random) -> Batch | None:
@@ -156,8 +167,10 @@ def fuzz(template: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], *, 
         if kind in ("zeroed-index", "missing-index", "wrong-size-index"):
             assert row["indexes_rebuilt"] == 1, (trial, kind, row)
         # `seglog read` works afterwards and returns exactly the surviving records.
-        assert main(["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", damaged[-1],
-                     "--from-offset", "0"]) == 0
+        assert (
+            main(["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", damaged[-1], "--from-offset", "0"])
+            == 0
+        )
         records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
         assert [r["offset"] for r in records] == list(range(survivors))
         assert [r["value"] for r in records] == ["v" * 40] * survivors
@@ -181,7 +194,12 @@ def test_dry_run_changes_nothing_and_predicts_the_recovery(template: Path, tmp_p
     real = recover_log_dir(log_dir, settings, progress=False)
     for d, r in zip(dry.partitions, real.partitions, strict=True):
         assert (d.partition, d.bytes_truncated, d.batches_dropped, d.segments_deleted, d.log_end_offset) == (
-            r.partition, r.bytes_truncated, r.batches_dropped, r.segments_deleted, r.log_end_offset)
+            r.partition,
+            r.bytes_truncated,
+            r.batches_dropped,
+            r.segments_deleted,
+            r.log_end_offset,
+        )
     assert dry.committed_data_lost and real.committed_data_lost and real.exit_status() == EXIT_COMMITTED_DATA_LOST
     assert not dry.marked_clean and real.marked_clean
 
@@ -221,8 +239,24 @@ def test_recover_command_prints_a_report(template: Path, tmp_path: Path, capsys:
     assert main(["recover", "--log-dir", str(log_dir), "--no-progress", *config]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert lines[0].startswith(f"recovery of {log_dir}: 2 partitions")
-    assert lines[1].split() == ["partition", "status", "log", "end", "committed", "recovered", "bytes", "truncated",
-                                "batches", "dropped", "segments", "deleted", "indexes", "rebuilt", "committed", "lost"]
+    assert lines[1].split() == [
+        "partition",
+        "status",
+        "log",
+        "end",
+        "committed",
+        "recovered",
+        "bytes",
+        "truncated",
+        "batches",
+        "dropped",
+        "segments",
+        "deleted",
+        "indexes",
+        "rebuilt",
+        "committed",
+        "lost",
+    ]
     assert [line.split()[:2] for line in lines[2:4]] == [["t-0", "recovered"], ["t-1", "recovered"]]
     assert lines[-1] == "no committed data lost; the directory is marked cleanly shut down"
     assert (log_dir / ".kafka_cleanshutdown").exists()

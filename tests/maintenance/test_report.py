@@ -21,11 +21,14 @@ def test_errors_are_recorded_with_partition_and_file(caplog: pytest.LogCaptureFi
             report.count("segments_deleted", 3)
     assert report.partitions == 3 and report.actions == 3
     assert [(e.partition, e.path) for e in report.errors] == [
-        ("t-0", "/logs/t-0/00000000000000000000.log"), ("t-1", "/logs/t-1/00000000000000000042.index")]
+        ("t-0", "/logs/t-0/00000000000000000000.log"),
+        ("t-1", "/logs/t-1/00000000000000000042.index"),
+    ]
     assert "t-0 (/logs/t-0/00000000000000000000.log): StorageError: rename failed" in caplog.text
     report.checked = 4
     assert report.summary().startswith(
-        "retention: 4 partitions checked, 3 worked on, 3 actions (segments_deleted=3), 0 skipped, 2 errors")
+        "retention: 4 partitions checked, 3 worked on, 3 actions (segments_deleted=3), 0 skipped, 2 errors"
+    )
     assert report.to_json()["errors"][1]["partition"] == "t-1"
 
 

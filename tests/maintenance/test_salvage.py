@@ -74,8 +74,10 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     with LogManager(log_dir, settings, clock=MockClock(1_700_000_000_000)) as manager:
         log = manager.get_or_create_log(TOPIC, 0)
         for _ in range(48):
-            rows = [bytes(rng.integers(0, 256, int(rng.integers(10, 120)), dtype=np.uint8)) for _ in
-                    range(int(rng.integers(1, 6)))]
+            rows = [
+                bytes(rng.integers(0, 256, int(rng.integers(10, 120)), dtype=np.uint8))
+                for _ in range(int(rng.integers(1, 6)))
+            ]
             info = log.append({"value": rows})
             values.update(zip(range(info.first_offset, info.last_offset + 1), rows, strict=True))
         log.update_high_watermark(log.log_end_offset)
@@ -124,8 +126,8 @@ def _apply(partition: Path, damage: list[tuple[str, int, bytes]]) -> dict[str, b
 
 def _is_damaged(batch: Batch, now: bytes) -> bool:
     changed = np.flatnonzero(
-        np.frombuffer(batch.raw, dtype=np.uint8) != np.frombuffer(now[batch.position : batch.position + batch.size],
-                                                                   dtype=np.uint8)
+        np.frombuffer(batch.raw, dtype=np.uint8)
+        != np.frombuffer(now[batch.position : batch.position + batch.size], dtype=np.uint8)
     )
     return bool(np.any(~np.isin(changed, EPOCH)))
 
@@ -193,9 +195,7 @@ def test_salvage_keeps_every_undamaged_batch(
         # A base offset (outside the CRC) damaged where no neighbour contradicts it cannot be told
         # from a true one (docs/recovery.md): every intact batch is kept, nothing else but that batch.
         kept = [(b.segment, b.raw) for b in after]
-        assert [k for k in kept if k in {(b.segment, now[b]) for b in intact}] == [
-            (b.segment, now[b]) for b in intact
-        ]
+        assert [k for k in kept if k in {(b.segment, now[b]) for b in intact}] == [(b.segment, now[b]) for b in intact]
         assert set(kept) <= {(b.segment, now[b]) for b in template.batches}
         return
     assert result["lost_offsets"] == _ranges(lost), result["steps"]
@@ -217,8 +217,23 @@ def test_salvage_keeps_every_undamaged_batch(
     assert found == expected_quarantine
     assert sorted(result["quarantined"]) == sorted(expected_quarantine)  # type: ignore[index]
 
-    assert main(["read", "--log-dir", str(log_dir), "--topic", TOPIC, "--partition", "0", "--from-beginning",
-                 "--encoding", "base64"]) == 0
+    assert (
+        main(
+            [
+                "read",
+                "--log-dir",
+                str(log_dir),
+                "--topic",
+                TOPIC,
+                "--partition",
+                "0",
+                "--from-beginning",
+                "--encoding",
+                "base64",
+            ]
+        )
+        == 0
+    )
     records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     expected = [o for b in intact for o in range(b.base_offset, b.last_offset + 1)]
     assert [r["offset"] for r in records] == expected
@@ -281,8 +296,13 @@ def test_sigkill_during_salvage_then_rerun_gives_the_same_result(
         log_dir = tmp_path / f"trial-{trial}" / "logs"
         shutil.copytree(damaged_big, log_dir)
         salvaged_before_kill = rng.randrange(segments)
-        proc = subprocess.Popen([*SEGLOG, "-v", "recover", "--log-dir", str(log_dir), "--no-progress"],
-                                cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+        proc = subprocess.Popen(
+            [*SEGLOG, "-v", "recover", "--log-dir", str(log_dir), "--no-progress"],
+            cwd=REPO,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            text=True,
+        )
         assert proc.stderr is not None
         seen = 0
         for line in proc.stderr:
@@ -400,8 +420,21 @@ def test_quarantine_is_removed_only_by_purge_or_after_quarantine_retention(
     assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--older-than-ms", "3600000"]) == 0
     capsys.readouterr()
     assert sorted(p.name for p in partition.iterdir() if file_names.is_quarantine_file(p)) == quarantined
-    assert main(["maintain", "--log-dir", str(log_dir), "--once", "retention", "--json",
-                 "--config", "quarantine.retention.ms=0"]) == 0
+    assert (
+        main(
+            [
+                "maintain",
+                "--log-dir",
+                str(log_dir),
+                "--once",
+                "retention",
+                "--json",
+                "--config",
+                "quarantine.retention.ms=0",
+            ]
+        )
+        == 0
+    )
     assert not [p for p in partition.iterdir() if file_names.is_quarantine_file(p)]
 
     shutil.rmtree(log_dir)  # and once more, purged by hand

@@ -45,8 +45,12 @@ def test_the_daemon_schedules_only_its_jobs(log_dir: Path) -> None:
 
 def test_unknown_job_names_are_rejected(log_dir: Path) -> None:
     with pytest.raises(ValueError, match="unknown maintenance job"):
-        add_jobs(new_scheduler(), OwnedLogs(log_dir, settings_for(small_config()), {}), MaintenanceSettings(),
-                 jobs=["vacuum"])
+        add_jobs(
+            new_scheduler(),
+            OwnedLogs(log_dir, settings_for(small_config()), {}),
+            MaintenanceSettings(),
+            jobs=["vacuum"],
+        )
 
 
 def test_a_crashing_job_is_logged_and_contained(

@@ -23,12 +23,23 @@ if TYPE_CHECKING:
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-TOPIC = {"segment.bytes": 65536, "retention.bytes": 262144, "segment.ms": 3000, "file.delete.delay.ms": 500,
-         "index.interval.bytes": 4096}
-MAINTENANCE = {"log.initial.task.delay.ms": 0, "log.retention.check.interval.ms": 500,
-               "seglog.roll.check.interval.ms": 500, "seglog.index.check.interval.ms": 2000,
-               "log.flush.offset.checkpoint.interval.ms": 1000, "log.flush.start.offset.checkpoint.interval.ms": 1000,
-               "replica.high.watermark.checkpoint.interval.ms": 1000, "log.flush.scheduler.interval.ms": 1000}
+TOPIC = {
+    "segment.bytes": 65536,
+    "retention.bytes": 262144,
+    "segment.ms": 3000,
+    "file.delete.delay.ms": 500,
+    "index.interval.bytes": 4096,
+}
+MAINTENANCE = {
+    "log.initial.task.delay.ms": 0,
+    "log.retention.check.interval.ms": 500,
+    "seglog.roll.check.interval.ms": 500,
+    "seglog.index.check.interval.ms": 2000,
+    "log.flush.offset.checkpoint.interval.ms": 1000,
+    "log.flush.start.offset.checkpoint.interval.ms": 1000,
+    "replica.high.watermark.checkpoint.interval.ms": 1000,
+    "log.flush.scheduler.interval.ms": 1000,
+}
 # ~40 s by default; SEGLOG_SOAK_SECONDS shortens or lengthens it.
 DURATION_S = float(os.environ.get("SEGLOG_SOAK_SECONDS", "40"))
 
@@ -43,21 +54,42 @@ def test_sink_and_maintenance_run_together(
     log_dir.mkdir()
     conf = tmp_path / "seglog.toml"
     conf.write_text(
-        "[topic]\n" + "".join(f'"{k}" = {json.dumps(v)}\n' for k, v in TOPIC.items())
-        + "[maintenance]\n" + "".join(f'"{k}" = {json.dumps(v)}\n' for k, v in MAINTENANCE.items())
+        "[topic]\n"
+        + "".join(f'"{k}" = {json.dumps(v)}\n' for k, v in TOPIC.items())
+        + "[maintenance]\n"
+        + "".join(f'"{k}" = {json.dumps(v)}\n' for k, v in MAINTENANCE.items())
     )
     settings = load_settings(conf)
     daemon = subprocess.Popen(
-        [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())",
-         "-v", "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
-        cwd=REPO, stderr=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True,
+        [
+            sys.executable,
+            "-c",
+            "import sys; from seglog.cli import main; sys.exit(main())",
+            "-v",
+            "maintain",
+            "--log-dir",
+            str(log_dir),
+            "--conf",
+            str(conf),
+        ],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
     )
     try:
         err = lines_of(daemon.stderr)  # type: ignore[arg-type]
         wait_for(err, "seglog maintain on")
-        spec = JobSpec(log_dir=log_dir, checkpoint_location=str(tmp_path / "checkpoint"), topic="soak",
-                       num_partitions=2, source="rate", rows_per_second=3000, trigger_interval="1 second",
-                       progress_interval_s=3600)
+        spec = JobSpec(
+            log_dir=log_dir,
+            checkpoint_location=str(tmp_path / "checkpoint"),
+            topic="soak",
+            num_partitions=2,
+            source="rate",
+            rows_per_second=3000,
+            trigger_interval="1 second",
+            progress_interval_s=3600,
+        )
         with caplog.at_level(logging.INFO, logger="maintenance"):
             summary = run_job(spec, settings, duration_s=DURATION_S, spark=spark, maintenance=start_maintenance)
         daemon.send_signal(signal.SIGTERM)

@@ -54,8 +54,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--segment-bytes", type=int, default=2000)
     parser.add_argument("--hold", action="store_true", help="keep the partition open until stdin closes")
     args = parser.parse_args(argv)
-    config = LogConfig.from_mapping({"segment.bytes": args.segment_bytes, "index.interval.bytes": 200,
-                                     "segment.index.bytes": 4096})
+    config = LogConfig.from_mapping(
+        {"segment.bytes": args.segment_bytes, "index.interval.bytes": 200, "segment.index.bytes": 4096}
+    )
     tp = (args.topic, args.partition)
     log = open_when_free(args.log_dir / f"{args.topic}-{args.partition}", config)
     print("READY", flush=True)

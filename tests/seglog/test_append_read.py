@@ -58,8 +58,12 @@ def test_parse_fields_nulls_and_headers() -> None:
     )
     assert table.column_names == ["key", "value", "timestamp", "headers"]
     assert table.to_pylist() == [
-        {"key": b"k", "value": b"v", "timestamp": 5,
-         "headers": [{"key": "a", "value": b"1"}, {"key": "b", "value": None}]},
+        {
+            "key": b"k",
+            "value": b"v",
+            "timestamp": 5,
+            "headers": [{"key": "a", "value": b"1"}, {"key": "b", "value": None}],
+        },
         {"key": None, "value": None, "timestamp": None, "headers": None},
         {"key": b"z", "value": None, "timestamp": None, "headers": []},
     ]
@@ -80,8 +84,11 @@ def test_parse_fields_nulls_and_headers() -> None:
         (b'{}\n{}\n{"headers": [[null, "v"]]}\n', "utf8", "in.jsonl: line 3: a header key is null"),
         (b'{"value": "abc"}\n', "base64", "in.jsonl: line 1: value is not valid base64"),
         (b'{}\n{"key": "ab!d"}\n', "base64", "in.jsonl: line 2: key is not valid base64"),
-        (b'{"headers": [["h", "QQ=="]]}\n{"headers": [["h", "Q"]]}\n', "base64",
-         "in.jsonl: line 2: a header value is not valid base64"),
+        (
+            b'{"headers": [["h", "QQ=="]]}\n{"headers": [["h", "Q"]]}\n',
+            "base64",
+            "in.jsonl: line 2: a header value is not valid base64",
+        ),
     ],
 )
 def test_parse_errors_name_the_line(data: bytes, encoding: str, message: str) -> None:
@@ -98,8 +105,13 @@ def test_empty_input_is_an_empty_table() -> None:
 @given(st.lists(st.one_of(st.none(), st.binary(max_size=70)), min_size=1, max_size=30))
 def test_base64_decoding_matches_the_standard_library(values: list[bytes | None]) -> None:
     lines = "".join(
-        json.dumps({"value": None if v is None else base64.b64encode(v).decode(),
-                    "headers": [] if v is None else [["h", base64.b64encode(v[::-1]).decode()]]}) + "\n"
+        json.dumps(
+            {
+                "value": None if v is None else base64.b64encode(v).decode(),
+                "headers": [] if v is None else [["h", base64.b64encode(v[::-1]).decode()]],
+            }
+        )
+        + "\n"
         for v in values
     )
     table = parse_json_lines(lines.encode(), encoding="base64")
@@ -120,8 +132,12 @@ _record = st.fixed_dictionaries(
         "value": st.one_of(st.none(), st.binary(max_size=40)),
         "headers": st.one_of(
             st.none(),
-            st.lists(st.fixed_dictionaries({"key": st.text(max_size=8),
-                                             "value": st.one_of(st.none(), st.binary(max_size=10))}), max_size=3),
+            st.lists(
+                st.fixed_dictionaries(
+                    {"key": st.text(max_size=8), "value": st.one_of(st.none(), st.binary(max_size=10))}
+                ),
+                max_size=3,
+            ),
         ),
     }
 )
@@ -141,7 +157,10 @@ def test_base64_rendering_round_trips(rows: list[dict], cut: int) -> None:  # ty
         doc = json.loads(line)
         assert list(doc) == ["offset", "timestamp", "timestampType", "key", "value", "headers"]
         assert (doc["offset"], doc["timestamp"], doc["timestampType"]) == (
-            row["offset"], row["timestamp"], row["timestampType"])
+            row["offset"],
+            row["timestamp"],
+            row["timestampType"],
+        )
         assert unb64(doc["key"]) == row["key"] and unb64(doc["value"]) == row["value"]
         assert [[k, unb64(v)] for k, v in doc["headers"]] == [[h["key"], h["value"]] for h in row["headers"] or []]
 
@@ -149,16 +168,27 @@ def test_base64_rendering_round_trips(rows: list[dict], cut: int) -> None:  # ty
 @settings(max_examples=80, deadline=None)
 @given(st.lists(st.tuples(st.one_of(st.none(), st.text(max_size=20)), st.text(max_size=20)), min_size=1, max_size=20))
 def test_text_rendering_round_trips(pairs: list[tuple[str | None, str]]) -> None:
-    rows = [{"offset": i, "timestamp": TS, "timestampType": 0, "key": None if k is None else k.encode(),
-             "value": v.encode(), "headers": [{"key": v, "value": v.encode()}]} for i, (k, v) in enumerate(pairs)]
+    rows = [
+        {
+            "offset": i,
+            "timestamp": TS,
+            "timestampType": 0,
+            "key": None if k is None else k.encode(),
+            "value": v.encode(),
+            "headers": [{"key": v, "value": v.encode()}],
+        }
+        for i, (k, v) in enumerate(pairs)
+    ]
     out = render_records_jsonl(pa.Table.from_pylist(rows, schema=READ_SCHEMA), "utf8")
     docs = [json.loads(line) for line in out.decode("utf-8").split("\n")[:-1]]
     assert [(d["key"], d["value"], d["headers"]) for d in docs] == [(k, v, [[v, v]]) for k, v in pairs]
 
 
 def test_text_rendering_refuses_invalid_utf8() -> None:
-    rows = [{"offset": 41, "timestamp": TS, "timestampType": 0, "key": b"ok", "value": b"ok", "headers": []},
-            {"offset": 42, "timestamp": TS, "timestampType": 0, "key": b"ok", "value": b"\xff", "headers": []}]
+    rows = [
+        {"offset": 41, "timestamp": TS, "timestampType": 0, "key": b"ok", "value": b"ok", "headers": []},
+        {"offset": 42, "timestamp": TS, "timestampType": 0, "key": b"ok", "value": b"\xff", "headers": []},
+    ]
     with pytest.raises(SchemaError, match="the value of the record at offset 42 is not valid UTF-8; use --encoding"):
         render_records_jsonl(pa.Table.from_pylist(rows, schema=READ_SCHEMA), "utf8")
     rows[1]["value"], rows[1]["headers"] = b"ok", [{"key": "h", "value": b"\xfe"}]
@@ -186,7 +216,7 @@ def test_append_then_read_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtu
         {"key": "k1", "value": "hello", "timestamp": TS, "headers": [["source", "web"]]},
         {"value": "tombstone next", "timestamp": TS + 1},
         {"key": "k1", "value": None, "timestamp": TS + 2},
-        {"key": "ünï", "value": "line\nbreak \"quoted\"", "timestamp": TS + 3, "headers": [["h", None]]},
+        {"key": "ünï", "value": 'line\nbreak "quoted"', "timestamp": TS + 3, "headers": [["h", None]]},
     ]
     log_dir = tmp_path / "logs"
     assert _append(tmp_path, log_dir, rows) == 0
@@ -205,8 +235,13 @@ def test_append_then_read_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtu
     # An independent decoder sees the same records, every CRC valid.
     independent = _kafka_python_records(log_dir / "t-0" / "00000000000000000000.log")
     assert [(o, ts, k, v) for o, ts, k, v, _ in independent] == [
-        (r["offset"], r["timestamp"], None if r["key"] is None else r["key"].encode(),
-         None if r["value"] is None else r["value"].encode()) for r in records
+        (
+            r["offset"],
+            r["timestamp"],
+            None if r["key"] is None else r["key"].encode(),
+            None if r["value"] is None else r["value"].encode(),
+        )
+        for r in records
     ]
     assert (log_dir / "replication-offset-checkpoint").read_text() == "0\n1\nt 0 6\n"
     assert "t 0 6" in (log_dir / "recovery-point-offset-checkpoint").read_text()
@@ -271,8 +306,7 @@ def test_bad_input_appends_nothing(tmp_path: Path, capsys: pytest.CaptureFixture
     assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source)]) == 1
     assert capsys.readouterr().err.endswith("bad.jsonl: line 2: value must be a string or null, got int\n")
     assert len(_read(capsys, log_dir, "--from-offset", "0")) == 1
-    assert main(["append", "--log-dir", str(tmp_path / "other"), "--topic", "t", "--partition", "0",
-                 str(source)]) == 1
+    assert main(["append", "--log-dir", str(tmp_path / "other"), "--topic", "t", "--partition", "0", str(source)]) == 1
     assert not (tmp_path / "other").exists()
 
 
@@ -281,8 +315,10 @@ def test_stdin_and_base64(tmp_path: Path, capsys: pytest.CaptureFixture[str], mo
     lines = _jsonl([{"key": base64.b64encode(b).decode(), "value": base64.b64encode(b[::-1]).decode()} for b in blobs])
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(lines.encode())))
     log_dir = tmp_path / "logs"
-    assert main(["append", "--log-dir", str(log_dir), "--topic", "bin", "--partition", "0",
-                 "--encoding", "base64", "-"]) == 0
+    assert (
+        main(["append", "--log-dir", str(log_dir), "--topic", "bin", "--partition", "0", "--encoding", "base64", "-"])
+        == 0
+    )
     capsys.readouterr()
     got = _read(capsys, log_dir, "--from-offset", "0", "--encoding", "base64", topic="bin")
     assert [base64.b64decode(r["key"]) for r in got] == blobs
@@ -298,8 +334,10 @@ def test_read_output_appends_elsewhere_unchanged(tmp_path: Path, capsys: pytest.
     capsys.readouterr()
     first = _read(capsys, log_dir, "--from-offset", "0")
     (tmp_path / "copy.jsonl").write_text(_jsonl(first))
-    assert main(["append", "--log-dir", str(log_dir), "--topic", "copy", "--partition", "0",
-                 str(tmp_path / "copy.jsonl")]) == 0
+    assert (
+        main(["append", "--log-dir", str(log_dir), "--topic", "copy", "--partition", "0", str(tmp_path / "copy.jsonl")])
+        == 0
+    )
     capsys.readouterr()
     assert _read(capsys, log_dir, "--from-offset", "0", topic="copy") == first
 
@@ -361,15 +399,33 @@ def test_every_vector_partition_reads_like_kafka_python(
         visible = min(high_watermarks.get((topic, 0), end), end)
         start = log_start_offsets.get((topic, 0), 0)
         expected = [r for r in expected if start <= r[0] < visible]
-        assert main(["read", "--log-dir", str(log_dir), "--topic", topic, "--partition", "0",
-                     "--from-offset", str(start), "--encoding", "base64"]) == 0
+        assert (
+            main(
+                [
+                    "read",
+                    "--log-dir",
+                    str(log_dir),
+                    "--topic",
+                    topic,
+                    "--partition",
+                    "0",
+                    "--from-offset",
+                    str(start),
+                    "--encoding",
+                    "base64",
+                ]
+            )
+            == 0
+        )
         got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
 
         def unb64(s: str | None) -> bytes | None:
             return None if s is None else base64.b64decode(s)
 
-        assert [(r["offset"], r["timestamp"], unb64(r["key"]), unb64(r["value"]),
-                 [(k, unb64(v)) for k, v in r["headers"]]) for r in got] == expected, directory.name
+        assert [
+            (r["offset"], r["timestamp"], unb64(r["key"]), unb64(r["value"]), [(k, unb64(v)) for k, v in r["headers"]])
+            for r in got
+        ] == expected, directory.name
 
 
 def test_reader_closing_the_pipe_is_not_an_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -377,9 +433,22 @@ def test_reader_closing_the_pipe_is_not_an_error(tmp_path: Path, capsys: pytest.
     value = "x" * 200
     assert _append(tmp_path, log_dir, [{"value": value}] * 5_000) == 0
     reader = subprocess.Popen(
-        [sys.executable, "-c", "import sys\nfrom seglog.cli import main\nsys.exit(main(sys.argv[1:]))",
-         "read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--from-offset", "0"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom seglog.cli import main\nsys.exit(main(sys.argv[1:]))",
+            "read",
+            "--log-dir",
+            str(log_dir),
+            "--topic",
+            "t",
+            "--partition",
+            "0",
+            "--from-offset",
+            "0",
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert reader.stdout is not None and reader.stderr is not None
     first = json.loads(reader.stdout.readline())

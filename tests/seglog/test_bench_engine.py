@@ -41,8 +41,11 @@ def test_quick_run_writes_the_json_report(tmp_path: Path, capsys: pytest.Capture
         assert result["suite"] == "engine" and result["quick"] is True
         assert result["value"] >= 0 and result["baseline_value"] >= 0
         if result["goal_kind"] == "ratio>=" and result["value"] and result["baseline_value"]:
-            expected = result["value"] / result["baseline_value"] if result["unit"] in ("records/s", "MB/s") \
+            expected = (
+                result["value"] / result["baseline_value"]
+                if result["unit"] in ("records/s", "MB/s")
                 else result["baseline_value"] / result["value"]
+            )
             assert math.isclose(result["ratio"], expected)
     encoding = doc[0]["details"]
     assert encoding["first_batch_identical"] is True  # same bytes as kafka-python's builder

@@ -36,12 +36,17 @@ def _fake_command(monkeypatch: pytest.MonkeyPatch, name: str, run) -> None:  # t
 
 def test_help_lists_every_command_and_imports_none(capsys: pytest.CaptureFixture[str]) -> None:
     code = subprocess.run(
-        [PYTHON, "-c",
-         "import sys\nfrom seglog.cli import main\n"
-         "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
-         "print([m for m in sys.modules if m.startswith('seglog.commands.') or m.split('.')[0] in "
-         "('pyspark', 'apscheduler', 'numba', 'pyarrow')])"],
-        capture_output=True, text=True, check=True,
+        [
+            PYTHON,
+            "-c",
+            "import sys\nfrom seglog.cli import main\n"
+            "try:\n    main(['--help'])\nexcept SystemExit:\n    pass\n"
+            "print([m for m in sys.modules if m.startswith('seglog.commands.') or m.split('.')[0] in "
+            "('pyspark', 'apscheduler', 'numba', 'pyarrow')])",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
     )
     for name, command in COMMANDS.items():
         assert name in code.stdout
@@ -209,15 +214,28 @@ def test_log_config_arguments_reach_the_settings(tmp_path: Path) -> None:
     conf.write_text('[topic]\n"segment.bytes" = 4096\n')
     parser = argparse.ArgumentParser()
     cli.add_log_config_arguments(parser)
-    args = parser.parse_args(["--conf", str(conf), "--config", "index.interval.bytes=10",
-                              "--config", "retention.ms=-1"])
+    args = parser.parse_args(
+        ["--conf", str(conf), "--config", "index.interval.bytes=10", "--config", "retention.ms=-1"]
+    )
     config = cli.settings_from_args(args).log_config("t")
     assert (config.segment_bytes, config.index_interval_bytes, config.retention_ms) == (4096, 10, -1)
 
 
 def test_bad_config_override_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["append", "--log-dir", str(tmp_path), "--topic", "t", "--partition", "0",
-                 "--config", "segment.bytes=tiny", str(tmp_path / "missing.jsonl")])
+    code = main(
+        [
+            "append",
+            "--log-dir",
+            str(tmp_path),
+            "--topic",
+            "t",
+            "--partition",
+            "0",
+            "--config",
+            "segment.bytes=tiny",
+            str(tmp_path / "missing.jsonl"),
+        ]
+    )
     assert code == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("seglog: ")
@@ -262,8 +280,22 @@ def test_bench_suite_without_module_is_one_line(
 
 def test_json_output_of_a_command_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "in.jsonl").write_text('{"value": "x"}\n')
-    assert main(["append", "--log-dir", str(tmp_path), "--topic", "t", "--partition", "0", "--json",
-                 str(tmp_path / "in.jsonl")]) == 0
+    assert (
+        main(
+            [
+                "append",
+                "--log-dir",
+                str(tmp_path),
+                "--topic",
+                "t",
+                "--partition",
+                "0",
+                "--json",
+                str(tmp_path / "in.jsonl"),
+            ]
+        )
+        == 0
+    )
     doc = json.loads(capsys.readouterr().out)
     assert doc["first_offset"] == 0 and doc["last_offset"] == 0
 

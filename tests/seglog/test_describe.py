@@ -91,8 +91,25 @@ def test_our_own_log_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
     log_dir = tmp_path / "logs"
     assert main(["topic", "create", "--log-dir", str(log_dir), "--topic", "events", "--partitions", "2"]) == 0
     for partition in (0, 1):
-        assert main(["append", "--log-dir", str(log_dir), "--topic", "events", "--partition", str(partition),
-                     "--config", "segment.bytes=300", "--config", "max.message.bytes=120", str(source)]) == 0
+        assert (
+            main(
+                [
+                    "append",
+                    "--log-dir",
+                    str(log_dir),
+                    "--topic",
+                    "events",
+                    "--partition",
+                    str(partition),
+                    "--config",
+                    "segment.bytes=300",
+                    "--config",
+                    "max.message.bytes=120",
+                    str(source),
+                ]
+            )
+            == 0
+        )
     capsys.readouterr()
     doc = _describe(capsys, log_dir)
     assert [(p["topic"], p["partition"]) for p in doc["partitions"]] == [("events", 0), ("events", 1)]

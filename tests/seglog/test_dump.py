@@ -194,8 +194,10 @@ def _write_log(directory: Path, batches: int = 30, records_per_batch: int = 20) 
     config = LogConfig(index_interval_bytes=1, segment_bytes=1 << 20)
     log = Log.open(directory, config)
     for i in range(batches):
-        rows = [{"key": f"k{i}-{j}", "value": f"value {i} {j}", "timestamp": 1_700_000_000_000 + 10 * i + j}
-                for j in range(records_per_batch)]
+        rows = [
+            {"key": f"k{i}-{j}", "value": f"value {i} {j}", "timestamp": 1_700_000_000_000 + 10 * i + j}
+            for j in range(records_per_batch)
+        ]
         log.append(rows)
     return log
 
@@ -262,8 +264,11 @@ def test_non_consecutive_offsets_and_trailing_bytes(tmp_path: Path) -> None:
     log.write_bytes(first + second + b"\x00" * 7)
     out, err, problems = _dump([log], deep_iteration=True)
     assert out.splitlines()[-1] == "Found 7 invalid bytes at the end of 00000000000000000000.log"
-    assert err.splitlines() == [f"Non-consecutive offsets in {log.absolute()}", "  2 is followed by 10",
-                                f"Invalid data in :{log.absolute()}: 7 invalid bytes at the end"]
+    assert err.splitlines() == [
+        f"Non-consecutive offsets in {log.absolute()}",
+        "  2 is followed by 10",
+        f"Invalid data in :{log.absolute()}: 7 invalid bytes at the end",
+    ]
     assert problems.non_consecutive_offsets == {str(log.absolute()): [(2, 10)]}
     out, _, _ = _dump([log], max_bytes=len(first))
     assert len([line for line in out.splitlines() if line.startswith("baseOffset")]) == 1
@@ -273,9 +278,7 @@ def test_non_consecutive_offsets_and_trailing_bytes(tmp_path: Path) -> None:
 def test_print_data_log_and_skip_record_metadata(tmp_path: Path) -> None:
     from indexer.records.columns import to_append_table
 
-    table = to_append_table(
-        {"key": [b"k1", None, b"\xff"], "value": [b"v1", b"v2", None]}, now_ms=1_700_000_000_000
-    )
+    table = to_append_table({"key": [b"k1", None, b"\xff"], "value": [b"v1", b"v2", None]}, now_ms=1_700_000_000_000)
     log = tmp_path / "00000000000000000000.log"
     log.write_bytes(encode_batches(table, 0).buffer.tobytes())
     out, _, _ = _dump([log], print_data_log=True, skip_record_metadata=True)

@@ -78,12 +78,7 @@ def arm(kill_batch: int, phase: str) -> None:
 
 def start_available_now(df: Any, sink: Any, checkpoint: str) -> Any:
     """Start streaming ``df`` into ``sink`` (a ``foreachBatch`` function) until its backlog is read."""
-    return (
-        df.writeStream.foreachBatch(sink)
-        .option("checkpointLocation", checkpoint)
-        .trigger(availableNow=True)
-        .start()
-    )
+    return df.writeStream.foreachBatch(sink).option("checkpointLocation", checkpoint).trigger(availableNow=True).start()
 
 
 def driver_parser(doc: str | None, phases: tuple[str, ...], *, json_input: bool) -> argparse.ArgumentParser:
@@ -113,9 +108,16 @@ def main(argv: list[str] | None = None) -> int:
     arm(args.kill_batch, args.kill_phase)
     settings = load_settings(overrides=parse_overrides(args.config))
     spec = JobSpec(
-        log_dir=Path(args.log_dir), checkpoint_location=args.checkpoint, topic="crash", num_partitions=args.partitions,
-        source="files", input_path=args.input, input_format="json", max_files_per_trigger=args.files_per_batch,
-        available_now=True, progress_interval_s=3600,
+        log_dir=Path(args.log_dir),
+        checkpoint_location=args.checkpoint,
+        topic="crash",
+        num_partitions=args.partitions,
+        source="files",
+        input_path=args.input,
+        input_format="json",
+        max_files_per_trigger=args.files_per_batch,
+        available_now=True,
+        progress_interval_s=3600,
         spark_conf=TEST_SPARK_CONF,
     )
     summary = run_job(spec, settings)

@@ -75,7 +75,7 @@ def check_crcs(path: Path) -> int:
     count = 0
     while position < len(data):
         header = parse_batch_header(data, position)
-        batch = data[position:position + header.size_in_bytes]
+        batch = data[position : position + header.size_in_bytes]
         assert len(batch) == header.size_in_bytes, f"truncated batch at {path}:{position}"
         assert header.magic == 2, f"magic {header.magic} at {path}:{position}"
         assert compute_batch_crc(batch) == header.crc, f"CRC mismatch at {path}:{position}"
@@ -102,8 +102,11 @@ def read_topic(log_dir: Path, topic: str, *, up_to_high_watermark: bool = True) 
                 for record in batch:
                     if limit is not None and record.offset >= limit:
                         continue
-                    out.append(Stored(partition, record.offset, record.key, record.value, record.timestamp,
-                                      tuple(record.headers)))
+                    out.append(
+                        Stored(
+                            partition, record.offset, record.key, record.value, record.timestamp, tuple(record.headers)
+                        )
+                    )
     return out
 
 

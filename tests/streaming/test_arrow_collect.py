@@ -74,9 +74,15 @@ def test_a_micro_batch_is_collected_from_its_own_plan(spark: SparkSession, tmp_p
         table = pa.Table.from_batches([batches[i] for i in order])
         collected.extend(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
 
-    query = (spark.readStream.schema("key string, value string").option("maxFilesPerTrigger", 1)
-             .json(str(tmp_path / "in")).writeStream.foreachBatch(check)
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    query = (
+        spark.readStream.schema("key string, value string")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(tmp_path / "in"))
+        .writeStream.foreachBatch(check)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     assert len(plans) == 2
     assert all("ExistingRDD" not in plan and "FileScan json" in plan for plan in plans)

@@ -29,7 +29,9 @@ def test_tiny_suite_reports_every_side(spark: SparkSession, tmp_path: Path) -> N
     results = run_suite(spark, Workload(files=2, rows_per_file=500, files_per_trigger=1, rounds=1), tmp_path)
     compressed, uncompressed, executors, overhead = results
     assert (compressed.name, compressed.baseline, compressed.goal) == (
-        "sink rows/s (lz4 batches, driver writes)", "Spark Parquet file sink (snappy)", 1.2
+        "sink rows/s (lz4 batches, driver writes)",
+        "Spark Parquet file sink (snappy)",
+        1.2,
     )
     assert (uncompressed.name, uncompressed.goal) == ("sink rows/s (uncompressed batches)", None)
     assert (executors.name, executors.goal) == ("sink rows/s (lz4 batches, executor writes)", None)
@@ -45,8 +47,10 @@ def test_tiny_suite_reports_every_side(spark: SparkSession, tmp_path: Path) -> N
     write_json(results, tmp_path / "out.json", suite="sink", quick=True)
     doc = json.loads((tmp_path / "out.json").read_text())
     assert [d["name"] for d in doc] == [
-        "sink rows/s (lz4 batches, driver writes)", "sink rows/s (uncompressed batches)",
-        "sink rows/s (lz4 batches, executor writes)", "sink commit overhead per micro-batch",
+        "sink rows/s (lz4 batches, driver writes)",
+        "sink rows/s (uncompressed batches)",
+        "sink rows/s (lz4 batches, executor writes)",
+        "sink commit overhead per micro-batch",
     ]
 
 
@@ -56,13 +60,18 @@ def test_the_lz4_sides_write_lz4_batches(spark: SparkSession, tmp_path: Path, si
     inputs = tmp_path / "input"
     make_inputs(inputs, Workload(1, 300, 1, 1))
     run_query(spark, inputs, tmp_path / "out", 1, side)
-    batches = [entry for path in sorted((tmp_path / "out" / "logs").glob("bench-*/*.log"))
-               for entry in FileRecords.open(path, mutable=False).batches()]
+    batches = [
+        entry
+        for path in sorted((tmp_path / "out" / "logs").glob("bench-*/*.log"))
+        for entry in FileRecords.open(path, mutable=False).batches()
+    ]
     assert batches and {batch.compression_name for batch in batches} == {"lz4"}
     manager = LogManager(tmp_path / "out" / "logs", load_settings(), read_only=True)
     try:
         values = sorted(
-            value for p in range(4) if (log := manager.get_log("bench", p)) is not None
+            value
+            for p in range(4)
+            if (log := manager.get_log("bench", p)) is not None
             for value in log.read_records(0, max_offset=log.high_watermark).column("value").to_pylist()
         )
     finally:

@@ -26,11 +26,25 @@ FILES = 7
 
 
 def _driver(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
-    cmd = [sys.executable, "-m", "tests.streaming.crash_driver", "--log-dir", str(tmp_path / "logs"),
-           "--checkpoint", str(tmp_path / "checkpoint"), "--input", str(tmp_path / "in"), "--partitions", "3",
-           "--config", "segment.bytes=8192", *extra]
-    return subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
-                            start_new_session=True)
+    cmd = [
+        sys.executable,
+        "-m",
+        "tests.streaming.crash_driver",
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--checkpoint",
+        str(tmp_path / "checkpoint"),
+        "--input",
+        str(tmp_path / "in"),
+        "--partitions",
+        "3",
+        "--config",
+        "segment.bytes=8192",
+        *extra,
+    ]
+    return subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    )
 
 
 def _reap(proc: subprocess.Popen[str]) -> None:

@@ -22,10 +22,17 @@ from tests.streaming.helpers import high_watermarks, read_topic
 
 def test_spec_defaults_come_from_the_streaming_section() -> None:
     spec = JobSpec.from_settings(load_settings())
-    assert (spec.log_dir, spec.checkpoint_location, spec.topic) == (Path("data/logs"), "data/checkpoints/events",
-                                                                     "events")
-    assert (spec.num_partitions, spec.source, spec.rows_per_second, spec.trigger_interval) == (4, "rate", 1000,
-                                                                                               "2 seconds")
+    assert (spec.log_dir, spec.checkpoint_location, spec.topic) == (
+        Path("data/logs"),
+        "data/checkpoints/events",
+        "events",
+    )
+    assert (spec.num_partitions, spec.source, spec.rows_per_second, spec.trigger_interval) == (
+        4,
+        "rate",
+        1000,
+        "2 seconds",
+    )
     spec = JobSpec.from_settings(load_settings(), topic="other", num_partitions="8", log_dir=None)
     assert (spec.topic, spec.num_partitions, spec.log_dir) == ("other", 8, Path("data/logs"))
 
@@ -62,8 +69,23 @@ def test_seglog_run_stops_cleanly_on_sigterm_and_seglog_read_shows_the_data(
     killer = threading.Thread(target=terminate_after_three_batches, daemon=True)
     killer.start()
     try:
-        code = main(["run", "--log-dir", str(logs), "--checkpoint-location", str(checkpoint), "--rows-per-second",
-                     "300", "--trigger", "1 second", "--progress-interval", "1", "--duration", "120"])
+        code = main(
+            [
+                "run",
+                "--log-dir",
+                str(logs),
+                "--checkpoint-location",
+                str(checkpoint),
+                "--rows-per-second",
+                "300",
+                "--trigger",
+                "1 second",
+                "--progress-interval",
+                "1",
+                "--duration",
+                "120",
+            ]
+        )
     finally:
         done.set()
         killer.join()

@@ -27,8 +27,7 @@ LAYOUT = TopicLayout(num_partitions=4, max_message_bytes=1048588, segment_bytes=
 
 
 def _split(table: pa.Table, *, topic: str | None = "t", layout: TopicLayout = LAYOUT, start: int = 0):
-    return split_record_batch(table, default_topic=topic, layout=lambda _t: layout, null_key_start=start,
-                              now_ms=1000)
+    return split_record_batch(table, default_topic=topic, layout=lambda _t: layout, null_key_start=start, now_ms=1000)
 
 
 def _decoded(part: PartitionBatches) -> pa.Table:
@@ -40,15 +39,23 @@ def _values(parts: tuple[PartitionBatches, ...] | list[PartitionBatches]) -> dic
     return {(p.topic, p.partition): _decoded(p).column("value").to_pylist() for p in parts}
 
 
-def _encode_arrivals(table: pa.Table, rows_per_batch: int, *, topic: str | None = "t", layout: TopicLayout = LAYOUT,
-                     start: int = 0, seed: int = 0) -> list[PartitionBatches]:
+def _encode_arrivals(
+    table: pa.Table,
+    rows_per_batch: int,
+    *,
+    topic: str | None = "t",
+    layout: TopicLayout = LAYOUT,
+    start: int = 0,
+    seed: int = 0,
+) -> list[PartitionBatches]:
     """``table`` cut into record batches that arrive in a random order, as Spark's collect sends them."""
     batches = table.to_batches(max_chunksize=rows_per_batch)
     arrival = list(range(len(batches)))
     random.Random(seed).shuffle(arrival)
     with ThreadPoolExecutor(2) as pool:
-        encoder = MicroBatchEncoder(pool, default_topic=topic, layout=lambda _t: layout, null_key_start=start,
-                                    now_ms=1000)
+        encoder = MicroBatchEncoder(
+            pool, default_topic=topic, layout=lambda _t: layout, null_key_start=start, now_ms=1000
+        )
         for index in arrival:
             encoder.submit(batches[index])
         return encoder.finish([arrival.index(i) for i in range(len(batches))])
@@ -71,16 +78,23 @@ def test_rows_go_where_kafka_sends_them_in_input_order() -> None:
 
 
 def test_explicit_partitions_topics_and_null_keys() -> None:
-    table = pa.table({
-        "value": [b"a", b"b", b"c", b"d", b"e"],
-        "topic": ["x", "y", "x", "x", "y"],
-        "partition": pa.array([3, None, None, 0, None], type=pa.int32()),
-        "extra": [1, 2, 3, 4, 5],
-    })
+    table = pa.table(
+        {
+            "value": [b"a", b"b", b"c", b"d", b"e"],
+            "topic": ["x", "y", "x", "x", "y"],
+            "partition": pa.array([3, None, None, 0, None], type=pa.int32()),
+            "extra": [1, 2, 3, 4, 5],
+        }
+    )
     split = _split(table, topic=None, start=1)
     # Null keys without a partition: round robin per topic from partition 1.
-    assert _values(split.parts) == {("x", 3): [b"a"], ("x", 1): [b"c"], ("x", 0): [b"d"], ("y", 1): [b"b"],
-                                    ("y", 2): [b"e"]}
+    assert _values(split.parts) == {
+        ("x", 3): [b"a"],
+        ("x", 1): [b"c"],
+        ("x", 0): [b"d"],
+        ("y", 1): [b"b"],
+        ("y", 2): [b"e"],
+    }
     assert split.round_robin_rows == {"x": 1, "y": 2}
 
 
@@ -128,21 +142,27 @@ def test_empty_batch_gives_no_parts_but_is_still_validated() -> None:
         (pa.table({"value": [b"v", b"w"], "topic": ["ok", None]}), None, InvalidTopicError, "row 1 has a null topic"),
         (pa.table({"value": [b"v"], "topic": ["bad/name"]}), None, InvalidTopicError, "'bad/name' is illegal"),
         (pa.table({"value": [b"v"]}), "..", InvalidTopicError, "cannot be '..'"),
-        (pa.table({"value": [b"v", b"w"], "partition": [0, 4]}), "t", UnknownTopicOrPartitionError,
-         "row 1: partition 4 of topic 't' is outside the topic's partitions 0..3"),
+        (
+            pa.table({"value": [b"v", b"w"], "partition": [0, 4]}),
+            "t",
+            UnknownTopicOrPartitionError,
+            "row 1: partition 4 of topic 't' is outside the topic's partitions 0..3",
+        ),
         (pa.table({"value": [b"v"], "partition": [-1]}), "t", UnknownTopicOrPartitionError, "partition -1"),
     ],
 )
-def test_bad_input_is_rejected_with_a_clear_message(table: pa.Table, topic: str | None, error: type,
-                                                    message: str) -> None:
+def test_bad_input_is_rejected_with_a_clear_message(
+    table: pa.Table, topic: str | None, error: type, message: str
+) -> None:
     with pytest.raises(error, match=message):
         _split(table, topic=topic)
 
 
 def test_record_too_large_names_the_first_such_row_its_size_and_the_limit() -> None:
     table = pa.table({"key": [b"a", b"b", b"c", b"d"], "value": [b"small", b"y" * 3000, b"x" * 2000, b"z"]})
-    with pytest.raises(RecordTooLargeError, match=r"row 1 .* 3071-byte record batch, more than max.message.bytes=2000$"
-                       ) as info:
+    with pytest.raises(
+        RecordTooLargeError, match=r"row 1 .* 3071-byte record batch, more than max.message.bytes=2000$"
+    ) as info:
         _split(table, layout=TopicLayout(4, 2000, 1 << 30))
     assert (info.value.index, info.value.size, info.value.limit) == (1, 3071, 2000)
     with pytest.raises(RecordBatchTooLargeError, match="row 1 .* more than segment.bytes=1000"):
@@ -163,15 +183,17 @@ def test_a_keyless_batch_is_relabelled_not_split_again(monkeypatch: pytest.Monke
     table = pa.table({"value": [str(i).encode() for i in range(999)], "topic": ["a", "b", "a"] * 333})
     expected = _values(_split(table, topic=None, start=5).parts)
     splits = []
-    monkeypatch.setattr(micro_batch, "split_record_batch",
-                        lambda *a, **k: splits.append(1) or split_record_batch(*a, **k))  # type: ignore[func-returns-value]
+    monkeypatch.setattr(
+        micro_batch, "split_record_batch", lambda *a, **k: splits.append(1) or split_record_batch(*a, **k)
+    )  # type: ignore[func-returns-value]
     parts = _encode_arrivals(table, 101, topic=None, start=5, seed=7)  # odd batches: most start mid-round
     assert _values(parts) == expected
     assert len(splits) == 10  # once per record batch
     mixed = table.append_column("key", pa.array([b"k" if i % 2 else None for i in range(999)], pa.binary()))
     splits.clear()
     assert _values(_encode_arrivals(mixed, 101, topic=None, start=5, seed=7)) == _values(
-        _split(mixed, topic=None, start=5).parts)
+        _split(mixed, topic=None, start=5).parts
+    )
     assert len(splits) > 10  # keyed and null-key rows mixed: split again
 
 

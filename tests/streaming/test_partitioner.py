@@ -33,15 +33,23 @@ def test_murmur2_matches_kafka_python_on_random_keys() -> None:
 
 def test_known_java_values() -> None:
     # Values printed by Java's Utils.murmur2 (also asserted in Kafka's UtilsTest.testMurmur2).
-    keys = [b"21", b"foobar", b"a-little-bit-long-string", b"a-little-bit-longer-string",
-            b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8"]
+    keys = [
+        b"21",
+        b"foobar",
+        b"a-little-bit-long-string",
+        b"a-little-bit-longer-string",
+        b"lkjh234lh9fiuh90y23oiuhsafujhadof229phr9h19h89h8",
+    ]
     expected = [-973932308, -790332482, -985981536, -1486304829, -58897971]
     assert murmur2(pa.array(keys)).tolist() == expected
 
 
 @settings(deadline=None)
-@given(st.lists(st.one_of(st.none(), st.binary(max_size=64)), min_size=1, max_size=50), st.integers(1, 64),
-       st.integers(0, 1000))
+@given(
+    st.lists(st.one_of(st.none(), st.binary(max_size=64)), min_size=1, max_size=50),
+    st.integers(1, 64),
+    st.integers(0, 1000),
+)
 def test_partition_for_keys_property(keys: list[bytes | None], n: int, start: int) -> None:
     parts = partition_for_keys(pa.array(keys, type=pa.binary()), n, null_key_start=start)
     assert parts.dtype == np.int32

@@ -30,10 +30,12 @@ SETTINGS = Settings()  # Kafka's defaults, whatever conf/seglog.toml says
 
 
 def _batch(start: int, n: int, keys: int = 10) -> pa.Table:
-    return pa.table({
-        "key": [f"k{i % keys}".encode() for i in range(start, start + n)],
-        "value": [f"v{i}".encode() for i in range(start, start + n)],
-    })
+    return pa.table(
+        {
+            "key": [f"k{i % keys}".encode() for i in range(start, start + n)],
+            "value": [f"v{i}".encode() for i in range(start, start + n)],
+        }
+    )
 
 
 def _sink(log_dir: Path, **kwargs: object) -> SegmentLogSink:

@@ -29,9 +29,16 @@ SETTINGS = Settings()
 
 def _run(spark: SparkSession, tmp_path: Path, files_per_batch: int = 1) -> JobSummary:
     spec = JobSpec(
-        log_dir=tmp_path / "logs", checkpoint_location=str(tmp_path / "checkpoint"), topic="ev", num_partitions=3,
-        source="files", input_path=str(tmp_path / "in"), input_format="json", max_files_per_trigger=files_per_batch,
-        available_now=True, progress_interval_s=3600,
+        log_dir=tmp_path / "logs",
+        checkpoint_location=str(tmp_path / "checkpoint"),
+        topic="ev",
+        num_partitions=3,
+        source="files",
+        input_path=str(tmp_path / "in"),
+        input_format="json",
+        max_files_per_trigger=files_per_batch,
+        available_now=True,
+        progress_interval_s=3600,
     )
     return run_job(spec, SETTINGS, spark=spark)
 
@@ -83,9 +90,14 @@ def test_restart_after_losing_the_last_spark_commit_adds_no_duplicates(spark: Sp
 def test_sink_takes_its_identity_from_the_running_query(spark: SparkSession, tmp_path: Path) -> None:
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
     sink = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS)
-    query = (spark.readStream.schema("key string, value string").json(str(tmp_path / "in"))
-             .writeStream.foreachBatch(sink).option("checkpointLocation", str(tmp_path / "ck"))
-             .trigger(availableNow=True).start())
+    query = (
+        spark.readStream.schema("key string, value string")
+        .json(str(tmp_path / "in"))
+        .writeStream.foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     sink.close()
     assert sink.committed().query_id == query.id
@@ -96,19 +108,27 @@ def test_a_sink_given_another_querys_checkpoint_fails_and_writes_nothing(spark: 
     """A copy-pasted ``checkpoint_location`` would make the sink skip this query's batches as the other
     query's committed ones while Spark commits them: the query fails instead, before any write."""
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
-    first = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS,
-                           checkpoint_location=str(tmp_path / "ckA"))
+    first = SegmentLogSink(
+        tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS, checkpoint_location=str(tmp_path / "ckA")
+    )
     df = spark.readStream.schema("key string, value string").json(str(tmp_path / "in"))
     df.writeStream.foreachBatch(first).option("checkpointLocation", str(tmp_path / "ckA")).trigger(
-        availableNow=True).start().awaitTermination()
+        availableNow=True
+    ).start().awaitTermination()
     first.close()
     before = snapshot(tmp_path / "logs")
     write_json_inputs(tmp_path / "in2", files=1, rows_per_file=10, keys=3)
-    second = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS,
-                            checkpoint_location=str(tmp_path / "ckA"))
-    query = (spark.readStream.schema("key string, value string").json(str(tmp_path / "in2"))
-             .writeStream.foreachBatch(second).option("checkpointLocation", str(tmp_path / "ckB"))
-             .trigger(availableNow=True).start())
+    second = SegmentLogSink(
+        tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS, checkpoint_location=str(tmp_path / "ckA")
+    )
+    query = (
+        spark.readStream.schema("key string, value string")
+        .json(str(tmp_path / "in2"))
+        .writeStream.foreachBatch(second)
+        .option("checkpointLocation", str(tmp_path / "ckB"))
+        .trigger(availableNow=True)
+        .start()
+    )
     with pytest.raises(StreamingQueryException, match="is the checkpoint of query"):
         query.awaitTermination()
     second.close()
@@ -125,15 +145,21 @@ def test_a_sink_given_another_querys_checkpoint_fails_and_writes_nothing(spark: 
         (lambda df: df.select(F.length("value").alias("value")), "column 'value': found type int32"),
     ],
 )
-def test_bad_input_fails_the_query_with_the_sink_error(spark: SparkSession, tmp_path: Path, shape: object,
-                                                       message: str, writes: str) -> None:
+def test_bad_input_fails_the_query_with_the_sink_error(
+    spark: SparkSession, tmp_path: Path, shape: object, message: str, writes: str
+) -> None:
     """On the executors too: the task's error reaches the driver as the sink's own error."""
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
     (tmp_path / "logs").mkdir()
     sink = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS, writes=writes)
     df = spark.readStream.schema("key string, value string").json(str(tmp_path / "in"))
-    query = (shape(df).writeStream.foreachBatch(sink)  # type: ignore[operator]
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    query = (
+        shape(df)
+        .writeStream.foreachBatch(sink)  # type: ignore[operator]
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     with pytest.raises(StreamingQueryException, match=message):
         query.awaitTermination()
     sink.close()
@@ -148,8 +174,13 @@ def test_bad_input_fails_the_query_with_the_sink_error(spark: SparkSession, tmp_
 def test_the_job_reraises_the_sinks_own_error_and_commits_nothing(spark: SparkSession, tmp_path: Path) -> None:
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
     spec = JobSpec(
-        log_dir=tmp_path / "logs", checkpoint_location=str(tmp_path / "checkpoint"), topic="ev", num_partitions=3,
-        source="files", input_path=str(tmp_path / "in"), available_now=True,
+        log_dir=tmp_path / "logs",
+        checkpoint_location=str(tmp_path / "checkpoint"),
+        topic="ev",
+        num_partitions=3,
+        source="files",
+        input_path=str(tmp_path / "in"),
+        available_now=True,
     )
     with pytest.raises(RecordTooLargeError, match="more than max.message.bytes=70"):
         run_job(spec, Settings(overrides={"max.message.bytes": 70}), spark=spark)
@@ -159,8 +190,9 @@ def test_the_job_reraises_the_sinks_own_error_and_commits_nothing(spark: SparkSe
 
 def test_only_the_sink_columns_travel_to_the_driver(spark: SparkSession) -> None:
     """Columns the sink ignores are dropped before the collect; a batch without ``value`` fails before any Spark job."""
-    df = spark.range(2).selectExpr("cast(id as string) as key", "repeat('x', 1000) as payload",
-                                   "cast(cast(id as string) as binary) as value")
+    df = spark.range(2).selectExpr(
+        "cast(id as string) as key", "repeat('x', 1000) as payload", "cast(cast(id as string) as binary) as value"
+    )
     assert _to_collect(df).columns == ["key", "value"]
     kafka_shaped = df.select("key", "value")
     assert _to_collect(kafka_shaped) is kafka_shaped
@@ -168,8 +200,9 @@ def test_only_the_sink_columns_travel_to_the_driver(spark: SparkSession) -> None
         _to_collect(df.drop("value"))
 
 
-def test_a_stateful_query_updates_its_state_once_per_batch(spark: SparkSession, tmp_path: Path,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_stateful_query_updates_its_state_once_per_batch(
+    spark: SparkSession, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """The sink collects the micro-batch from the query's own plan: with a streaming aggregation, each
     batch still runs (and updates the state store) exactly once, so the running counts are right."""
     direct: list[bool] = []
@@ -183,11 +216,21 @@ def test_a_stateful_query_updates_its_state_once_per_batch(spark: SparkSession, 
     rows = write_json_inputs(tmp_path / "in", files=3, rows_per_file=40, keys=4)
     (tmp_path / "logs").mkdir()
     sink = SegmentLogSink(tmp_path / "logs", topic="counts", num_partitions=1, settings=SETTINGS)
-    counts = (spark.readStream.schema("key string, value string").option("maxFilesPerTrigger", 1)
-              .json(str(tmp_path / "in")).groupBy("key").count()
-              .select("key", F.col("count").cast("string").alias("value")))
-    query = (counts.writeStream.outputMode("update").foreachBatch(sink)
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    counts = (
+        spark.readStream.schema("key string, value string")
+        .option("maxFilesPerTrigger", 1)
+        .json(str(tmp_path / "in"))
+        .groupBy("key")
+        .count()
+        .select("key", F.col("count").cast("string").alias("value"))
+    )
+    query = (
+        counts.writeStream.outputMode("update")
+        .foreachBatch(sink)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     sink.close()
     latest = {r.key: int(r.value) for r in read_topic(tmp_path / "logs", "counts")}  # offset order: last wins

@@ -20,16 +20,24 @@ pytestmark = pytest.mark.spark
 def _drain(df: DataFrame, tmp_path: Path) -> pa.Table:
     """Run ``df`` (a file stream) to the end and return everything as one Arrow table."""
     seen: list[pa.Table] = []
-    query = (df.writeStream.foreachBatch(lambda batch, _id: seen.append(batch.toArrow()))
-             .option("checkpointLocation", str(tmp_path / "ck")).trigger(availableNow=True).start())
+    query = (
+        df.writeStream.foreachBatch(lambda batch, _id: seen.append(batch.toArrow()))
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
     query.awaitTermination()
     return pa.concat_tables(seen)
 
 
 def test_rate_events_are_keyed_json_with_headers(spark: SparkSession) -> None:
     seen: list[pa.Table] = []
-    query = sources.rate_events(spark, 100).writeStream.foreachBatch(
-        lambda batch, _id: seen.append(batch.toArrow())).trigger(processingTime="500 milliseconds").start()
+    query = (
+        sources.rate_events(spark, 100)
+        .writeStream.foreachBatch(lambda batch, _id: seen.append(batch.toArrow()))
+        .trigger(processingTime="500 milliseconds")
+        .start()
+    )
     deadline = time.monotonic() + 30
     while sum(t.num_rows for t in seen) == 0 and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -41,14 +49,20 @@ def test_rate_events_are_keyed_json_with_headers(spark: SparkSession) -> None:
     assert row["key"] == event["user_id"].encode() and event["user_id"].startswith("user-")
     assert event["type"] in sources.EVENT_TYPES
     assert ("amount" in event) == (event["type"] == "purchase")
-    assert row["headers"] == [{"key": "source", "value": b"seglog-rate"},
-                              {"key": "event-type", "value": event["type"].encode()}]
+    assert row["headers"] == [
+        {"key": "source", "value": b"seglog-rate"},
+        {"key": "event-type", "value": event["type"].encode()},
+    ]
 
 
 def test_files_with_a_value_column_pass_through(spark: SparkSession, tmp_path: Path) -> None:
     (tmp_path / "in").mkdir()
-    pq.write_table(pa.table({"key": ["a", "b"], "value": [b"1", b"2"], "partition": pa.array([0, 1], pa.int32()),
-                             "other": [1, 2]}), tmp_path / "in" / "x.parquet")
+    pq.write_table(
+        pa.table(
+            {"key": ["a", "b"], "value": [b"1", b"2"], "partition": pa.array([0, 1], pa.int32()), "other": [1, 2]}
+        ),
+        tmp_path / "in" / "x.parquet",
+    )
     table = _drain(sources.file_events(spark, str(tmp_path / "in"), "parquet"), tmp_path)
     assert table.column_names == ["key", "value", "partition"]
     assert table.sort_by("key").column("value").to_pylist() == [b"1", b"2"]
@@ -60,8 +74,10 @@ def test_other_files_become_json_values_keyed_by_a_column(spark: SparkSession, t
     df = sources.file_events(spark, str(tmp_path / "in"), "csv", key_column="user", max_files_per_trigger=1)
     table = _drain(df, tmp_path).sort_by("key")
     assert table.column("key").to_pylist() == ["ann", "bob"]
-    assert [json.loads(v) for v in table.column("value").to_pylist()] == [{"user": "ann", "clicks": 3},
-                                                                           {"user": "bob", "clicks": 5}]
+    assert [json.loads(v) for v in table.column("value").to_pylist()] == [
+        {"user": "ann", "clicks": 3},
+        {"user": "bob", "clicks": 5},
+    ]
     with pytest.raises(ConfigError, match="key column 'nobody'"):
         sources.file_events(spark, str(tmp_path / "in"), "csv", key_column="nobody")
     with pytest.raises(ConfigError, match="file format"):

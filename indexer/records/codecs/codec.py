@@ -79,9 +79,7 @@ def get_codec(id_or_name: int | str) -> Codec:
     if isinstance(id_or_name, str):
         cid = COMPRESSION_IDS.get(id_or_name.lower())
         if cid is None:
-            raise ValueError(
-                f"Unknown compression name {id_or_name!r}; expected one of {sorted(COMPRESSION_IDS)}"
-            )
+            raise ValueError(f"Unknown compression name {id_or_name!r}; expected one of {sorted(COMPRESSION_IDS)}")
         return registry[cid]
     codec = registry.get(id_or_name)
     if codec is None:

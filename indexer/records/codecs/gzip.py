@@ -51,9 +51,7 @@ class GzipCodec(Codec):
             except zlib.error as e:
                 raise CorruptRecordError(f"gzip stream does not decode: {e}") from None
             if not inflater.eof:
-                raise CorruptRecordError(
-                    f"gzip stream is truncated (ends after {len(data)} compressed bytes)"
-                )
+                raise CorruptRecordError(f"gzip stream is truncated (ends after {len(data)} compressed bytes)")
             remaining = inflater.unused_data
             if not remaining.startswith(_GZIP_MAGIC):
                 return b"".join(parts)

@@ -93,8 +93,13 @@ class Lz4Codec(Codec):
     def compress(self, data: bytes | memoryview) -> bytes:
         # FLG 0x60, BD 0x40: independent 64 KiB blocks, no checksums beyond the header's, no content size
         frame: bytes = lz4.frame.compress(
-            data, compression_level=0, block_size=lz4.frame.BLOCKSIZE_MAX64KB, block_linked=False,
-            content_checksum=False, block_checksum=False, store_size=False,
+            data,
+            compression_level=0,
+            block_size=lz4.frame.BLOCKSIZE_MAX64KB,
+            block_linked=False,
+            content_checksum=False,
+            block_checksum=False,
+            store_size=False,
         )
         return frame
 
@@ -121,9 +126,7 @@ class Lz4Codec(Codec):
             raise CorruptRecordError("lz4 frame is truncated inside its descriptor")
         hc = view[hc_position]
         if hc != _header_checksum(view[4:hc_position]) and hc != _header_checksum(view[0:hc_position]):
-            raise CorruptRecordError(
-                "lz4 frame descriptor checksum mismatch (Stream frame descriptor corrupted)"
-            )
+            raise CorruptRecordError("lz4 frame descriptor checksum mismatch (Stream frame descriptor corrupted)")
         block_checksum = 4 if flg & _FLG_BLOCK_CHECKSUM else 0
         position = hc_position + 1
         parts: list[bytes] = []
@@ -140,9 +143,7 @@ class Lz4Codec(Codec):
             stored = bool(size & INCOMPRESSIBLE_MASK)
             size &= ~INCOMPRESSIBLE_MASK
             if size > max_block:
-                raise CorruptRecordError(
-                    f"lz4 block size {size} at byte {position - 4} exceeds max {max_block}"
-                )
+                raise CorruptRecordError(f"lz4 block size {size} at byte {position - 4} exceeds max {max_block}")
             if position + size + block_checksum > end:
                 raise CorruptRecordError(f"lz4 block at byte {position - 4} is truncated")
             block = view[position : position + size]
@@ -152,8 +153,6 @@ class Lz4Codec(Codec):
                 try:
                     n = cramjam.lz4.decompress_block_into(block, scratch)
                 except cramjam.DecompressionError as e:
-                    raise CorruptRecordError(
-                        f"lz4 block at byte {position - 4} does not decode: {e}"
-                    ) from None
+                    raise CorruptRecordError(f"lz4 block at byte {position - 4} does not decode: {e}") from None
                 parts.append(bytes(scratch[:n]))
             position += size + block_checksum
