@@ -106,6 +106,7 @@ class Log:
         next_offset: int,
         clock: Clock,
         read_only: bool,
+        next_offset_position: int | None = None,
         file_lock: FileLock | None,
         high_watermark: int | None,
     ) -> None:
@@ -123,7 +124,8 @@ class Log:
         self._closed = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
         active = segments.active_segment()
-        self._next_offset_metadata = LogOffsetMetadata(next_offset, active.base_offset, active.size)
+        end_position = active.size if next_offset_position is None else next_offset_position
+        self._next_offset_metadata = LogOffsetMetadata(next_offset, active.base_offset, end_position)
         hw = log_start_offset if high_watermark is None else high_watermark
         self._high_watermark_metadata = LogOffsetMetadata(log_start_offset)
         self._set_high_watermark(hw)
@@ -151,7 +153,8 @@ class Log:
         log), else at the log start offset, as in Kafka.
 
         Read-only: opens the ``.log`` files found, with indexes mapped read-only; the high watermark is
-        ``high_watermark`` if given, else the log end offset (everything on disk is visible).
+        ``high_watermark`` if given, else the log end offset (everything on disk is visible). The log
+        ends after the last whole batch: a tail its writer has reserved but not yet filled is not data.
 
         Raises:
             LogLockedError: another writer, in this or another process, holds the partition.
@@ -161,7 +164,8 @@ class Log:
         directory = Path(directory)
         clock = clock if clock is not None else SystemClock()
         if read_only:
-            segments, next_offset = cls._load_read_only(directory, config, clock)
+            segments, end = cls._load_read_only(directory, config, clock)
+            next_offset = end.message_offset
             first_base = segments.first_segment_base_offset() or 0
             return cls(
                 directory,
@@ -170,6 +174,7 @@ class Log:
                 log_start_offset=max(log_start_offset, first_base),
                 recovery_point=min(recovery_point, next_offset),
                 next_offset=next_offset,
+                next_offset_position=end.relative_position_in_segment,
                 clock=clock,
                 read_only=True,
                 file_lock=None,
@@ -213,7 +218,7 @@ class Log:
         return log
 
     @staticmethod
-    def _load_read_only(directory: Path, config: LogConfig, clock: Clock) -> tuple[LogSegments, int]:
+    def _load_read_only(directory: Path, config: LogConfig, clock: Clock) -> tuple[LogSegments, LogOffsetMetadata]:
         """Open the segments listed in ``directory``. A ``.log`` its writer renamed or deleted between
         the listing and its opening (retention) makes the listing stale: it is taken again, so the
         segments opened are ones the writer held together, never a set with a hole in it."""
@@ -235,7 +240,7 @@ class Log:
                 logger.debug("%s: a segment went away while the partition was opened; listing it again", directory)
         if segments.is_empty():
             raise StorageError(f"{directory} holds no log segment to read", path=directory, errno=errno.ENOENT)
-        return segments, segments.active_segment().read_next_offset()
+        return segments, segments.active_segment().read_end()
 
     # -- offsets -------------------------------------------------------------------------------
 

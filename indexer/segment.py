@@ -656,13 +656,21 @@ class LogSegment:
 
     def read_next_offset(self) -> int:
         """The offset after the segment's last complete batch (reads from the last index entry on)."""
+        return self.read_end().message_offset
+
+    def read_end(self) -> LogOffsetMetadata:
+        """The offset after the segment's last complete batch, and that batch's end position.
+
+        For a segment another process writes, the position is where readable data ends: the file
+        may be longer, its tail reserved (``posix_fallocate``) and still zeros while the writer fills it.
+        """
         index = self._index_for_read(self._lazy_offset_index)
         last_indexed = self.base_offset if index is None else index.last_offset
         # From the (verified) position of the last entry: its offset may be damaged, its batch is not.
         scan = self._scan_headers(self._lookup_position(last_indexed).position)
         if len(scan.last_offsets) == 0:
-            return self.base_offset
-        return int(scan.last_offsets[-1]) + 1
+            return LogOffsetMetadata(self.base_offset, self.base_offset, scan.valid_bytes)
+        return LogOffsetMetadata(int(scan.last_offsets[-1]) + 1, self.base_offset, scan.valid_bytes)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int | None = None) -> TimestampAndOffset | None:
         """The first record at or after ``starting_offset`` whose timestamp is ``>= timestamp``.

@@ -511,6 +511,35 @@ def test_read_only_log_sees_a_live_writer_and_refuses_mutations(open_log, tmp_pa
     reader.close()
 
 
+def test_read_only_log_opened_mid_append_ends_at_the_last_whole_batch(
+    open_log, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reader that opens while the writer's append has reserved its bytes (``posix_fallocate``:
+    zeros) but not yet filled them reads the committed batches only, never the zeros (a consumer
+    given those zeros as a batch aborts: librdkafka asserts on them)."""
+    writer = open_log()
+    writer.append(values(5, size=100))
+    writer.update_high_watermark(writer.log_end_offset)
+    committed = (tmp_path / "t-0" / "00000000000000000000.log").read_bytes()
+    seen: list[tuple[int, int, int, bytes]] = []
+    append_positioned = FileRecords.append_positioned
+
+    def reserve_then_read(self: FileRecords, size: int, fill: Any) -> int:
+        def fill_after_a_reader_opened(write: Any) -> None:
+            assert self.path.stat().st_size == len(committed) + size  # reserved, zeros for now
+            with Log.open(tmp_path / "t-0", LogConfig(), read_only=True, high_watermark=5) as reader:
+                records = reader.read(0, 1 << 20).records
+                assert isinstance(records, bytes)
+                seen.append((reader.log_end_offset, reader.high_watermark, reader.read(5, 1 << 20).records, records))
+            fill(write)
+
+        return append_positioned(self, size, fill_after_a_reader_opened)
+
+    monkeypatch.setattr(FileRecords, "append_positioned", reserve_then_read)
+    writer.append(values(5, size=100))
+    assert seen == [(5, 5, b"", committed)]
+
+
 def test_read_only_open_of_missing_directory(tmp_path: Path) -> None:
     with pytest.raises(StorageError):
         Log.open(tmp_path / "nope-0", LogConfig(), read_only=True)
