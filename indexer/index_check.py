@@ -133,6 +133,15 @@ def _first(bad: np.ndarray) -> int | None:
     return int(hits[0]) if hits.size else None
 
 
+def _out_of_order(message: str, path: Path, *bad_steps: np.ndarray) -> IndexProblem | None:
+    """The first entry that breaks the order (``bad_steps``: per-entry flags, checked in turn), or None."""
+    for bad in bad_steps:
+        slot = _first(bad)
+        if slot is not None:
+            return IndexProblem(path, f"{message} (e.g. zero-filled slots), from entry {slot}", slot)
+    return None
+
+
 def _sane_entries(
     index_class: type[OffsetIndex] | type[TimeIndex], path: Path, base_offset: int
 ) -> tuple[IndexProblem | None, np.ndarray, np.ndarray]:
@@ -164,15 +173,14 @@ def offset_index_problem(
     if problem is not None or not offsets.size:
         return problem
     limit = _NO_LIMIT if next_base_offset is None else next_base_offset
-    slot = _first(np.concatenate(([offsets[0] < base_offset], np.diff(offsets) <= 0)))
-    if slot is None:
-        slot = _first(np.concatenate(([positions[0] < 0], np.diff(positions) <= 0)))
-    if slot is not None:
-        return IndexProblem(
-            path,
-            f"index file {path} has entries that do not strictly increase (e.g. zero-filled slots), from entry {slot}",
-            slot,
-        )
+    problem = _out_of_order(
+        f"index file {path} has entries that do not strictly increase",
+        path,
+        np.concatenate(([offsets[0] < base_offset], np.diff(offsets) <= 0)),
+        np.concatenate(([positions[0] < 0], np.diff(positions) <= 0)),
+    )
+    if problem is not None:
+        return problem
     slot = _first((positions >= log_size) | (offsets >= limit))
     if slot is not None:
         entry = f"entry {slot}: offset {int(offsets[slot])}, position {int(positions[slot])}"
@@ -204,15 +212,14 @@ def time_index_problem(
     if problem is not None or not offsets.size:
         return problem
     limit = _NO_LIMIT if next_base_offset is None else next_base_offset
-    slot = _first(np.concatenate(([offsets[0] < base_offset], np.diff(timestamps) <= 0)))
-    if slot is None:
-        slot = _first(np.concatenate(([False], np.diff(offsets) < 0)))
-    if slot is not None:
-        return IndexProblem(
-            path,
-            f"time index file {path} has entries that do not increase (e.g. zero-filled slots), from entry {slot}",
-            slot,
-        )
+    problem = _out_of_order(
+        f"time index file {path} has entries that do not increase",
+        path,
+        np.concatenate(([offsets[0] < base_offset], np.diff(timestamps) <= 0)),
+        np.concatenate(([False], np.diff(offsets) < 0)),
+    )
+    if problem is not None:
+        return problem
     slot = _first(offsets >= limit)
     if slot is not None:
         return IndexProblem(

@@ -54,7 +54,7 @@ from indexer.file_names import (
     transaction_index_file,
 )
 from indexer.lock import FileLock
-from indexer.log_loader import LogLoader
+from indexer.log_loader import LoadedLog, LogLoader
 from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset
 from indexer.records.append_pipeline import AppendSummary, Fill, check_stored_as_is, plan_append
 from indexer.records.batch_header import LOG_OVERHEAD, SIZE_OFFSET
@@ -193,17 +193,8 @@ class Log:
                 had_clean_shutdown=had_clean_shutdown,
                 clock=clock,
             ).load()
-            log = cls(
-                directory,
-                config,
-                loaded.segments,
-                log_start_offset=loaded.log_start_offset,
-                recovery_point=loaded.recovery_point,
-                next_offset=loaded.next_offset,
-                clock=clock,
-                read_only=False,
-                file_lock=file_lock,
-                high_watermark=high_watermark,
+            log = cls.from_loaded(
+                directory, config, loaded, clock=clock, file_lock=file_lock, high_watermark=high_watermark
             )
         except BaseException:
             file_lock.release()
@@ -216,6 +207,31 @@ class Log:
             log.recovery_point,
         )
         return log
+
+    @classmethod
+    def from_loaded(
+        cls,
+        directory: Path,
+        config: LogConfig,
+        loaded: LoadedLog,
+        *,
+        clock: Clock,
+        file_lock: FileLock,
+        high_watermark: int | None,
+    ) -> Log:
+        """The writable log of what :meth:`LogLoader.load` recovered, under ``file_lock`` (held)."""
+        return cls(
+            directory,
+            config,
+            loaded.segments,
+            log_start_offset=loaded.log_start_offset,
+            recovery_point=loaded.recovery_point,
+            next_offset=loaded.next_offset,
+            clock=clock,
+            read_only=False,
+            file_lock=file_lock,
+            high_watermark=high_watermark,
+        )
 
     @staticmethod
     def _load_read_only(directory: Path, config: LogConfig, clock: Clock) -> tuple[LogSegments, LogOffsetMetadata]:

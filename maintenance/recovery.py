@@ -277,18 +277,7 @@ def recover_partition(
             return result, {}
         before = _index_digests(path)
         loaded = loader.load()
-        log = Log(
-            path,
-            config,
-            loaded.segments,
-            log_start_offset=loaded.log_start_offset,
-            recovery_point=loaded.recovery_point,
-            next_offset=loaded.next_offset,
-            clock=clock,
-            read_only=False,
-            file_lock=lock,
-            high_watermark=high_watermark,
-        )
+        log = Log.from_loaded(path, config, loaded, clock=clock, file_lock=lock, high_watermark=high_watermark)
         if recovery_point > 0:  # segments below it were loaded, not recovered: check every index entry
             _rebuild_damaged_indexes(log, path, config)
         _fill_from_report(result, loaded.report, committed_offset)
