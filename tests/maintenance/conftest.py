@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import queue
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
@@ -22,6 +24,7 @@ __all__ = ["spark"]
 
 START_MS = 1_700_000_000_000
 REPO = Path(__file__).resolve().parents[2]
+SEGLOG = [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
 
 
 def small_config(**overrides: object) -> LogConfig:
@@ -85,6 +88,35 @@ def wait_for(q: queue.Queue[str], needle: str, timeout: float = 60) -> list[str]
         if needle in line:
             return seen
     raise AssertionError(f"{needle!r} not seen within {timeout}s; got {seen[-20:]}")
+
+
+def write_conf(path: Path, topic: Mapping[str, object], maintenance: Mapping[str, object]) -> Path:
+    """A ``seglog.toml`` at ``path`` with the ``[topic]`` and ``[maintenance]`` settings given; returns ``path``."""
+    lines = ["[topic]"] + [f'"{k}" = {json.dumps(v)}' for k, v in topic.items()]
+    lines += ["[maintenance]"] + [f'"{k}" = {json.dumps(v)}' for k, v in maintenance.items()]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+@contextmanager
+def maintain_daemon(log_dir: Path, conf: Path) -> Iterator[tuple[subprocess.Popen[str], queue.Queue[str]]]:
+    """``seglog -v maintain`` on ``log_dir`` with ``conf`` as a process of its own, and the lines of its stderr,
+    once it has said it is on; killed on the way out if it is still running."""
+    proc = subprocess.Popen(
+        [*SEGLOG, "-v", "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
+        cwd=REPO,
+        stderr=subprocess.PIPE,
+        stdout=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        err = lines_of(proc.stderr)  # type: ignore[arg-type]
+        wait_for(err, "seglog maintain on")
+        yield proc, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
 
 
 @pytest.fixture

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import random
 import signal
 import subprocess
@@ -16,10 +15,9 @@ from indexer.config import LogConfig, Settings
 from indexer.log import Log
 from maintenance.recovery import recover_log_dir
 from seglog.cli import main
-from tests.maintenance.conftest import REPO, lines_of, wait_for
+from tests.maintenance.conftest import REPO, lines_of, maintain_daemon, wait_for, write_conf
 from tests.maintenance.writer_proc import values_for
 
-SEGLOG = [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
 WRITER = [sys.executable, "-m", "tests.maintenance.writer_proc"]
 TOPIC = {
     "segment.bytes": 2000,
@@ -67,12 +65,15 @@ def drain(q: object) -> list[str]:
 def test_sigkill_writer_and_daemon_at_random_moments(tmp_path: Path) -> None:
     rng = random.Random(4242)
     log_dir = tmp_path / "logs"
-    conf = tmp_path / "seglog.toml"
-    conf.write_text(
-        "[topic]\n"
-        + "".join(f'"{k}" = {json.dumps(v)}\n' for k, v in TOPIC.items())
-        + '[maintenance]\n"log.initial.task.delay.ms" = 0\n"log.retention.check.interval.ms" = 20\n'
-        + '"seglog.roll.check.interval.ms" = 20\n"seglog.index.check.interval.ms" = 50\n'
+    conf = write_conf(
+        tmp_path / "seglog.toml",
+        TOPIC,
+        {
+            "log.initial.task.delay.ms": 0,
+            "log.retention.check.interval.ms": 20,
+            "seglog.roll.check.interval.ms": 20,
+            "seglog.index.check.interval.ms": 50,
+        },
     )
     # Partition 1: written once, then left to the daemon (which rolls, deletes and truncates it).
     idle = subprocess.run(
@@ -88,27 +89,19 @@ def test_sigkill_writer_and_daemon_at_random_moments(tmp_path: Path) -> None:
         writer = subprocess.Popen(
             [*WRITER, "--log-dir", str(log_dir), "--partition", "0"], cwd=REPO, stdout=subprocess.PIPE, text=True
         )
-        daemon = subprocess.Popen(
-            [*SEGLOG, "-v", "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
-            cwd=REPO,
-            stderr=subprocess.PIPE,
-            stdout=subprocess.DEVNULL,
-            text=True,
-        )
         try:
-            out, err = lines_of(writer.stdout), lines_of(daemon.stderr)  # type: ignore[arg-type]
-            wait_for(out, "READY")
-            wait_for(err, "seglog maintain on")
-            for proc in rng.sample([writer, daemon], 2):  # both die, in random order, at random moments
-                time.sleep(rng.uniform(0.05, 1.0))
-                proc.send_signal(signal.SIGKILL)
-                proc.wait(timeout=30)
+            out = lines_of(writer.stdout)  # type: ignore[arg-type]
+            with maintain_daemon(log_dir, conf) as (daemon, _err):
+                wait_for(out, "READY")
+                for proc in rng.sample([writer, daemon], 2):  # both die, in random order, at random moments
+                    time.sleep(rng.uniform(0.05, 1.0))
+                    proc.send_signal(signal.SIGKILL)
+                    proc.wait(timeout=30)
             committed[0] = max(committed[0], last_committed(drain(out)))
         finally:
-            for proc in (writer, daemon):
-                if proc.poll() is None:
-                    proc.kill()
-                    proc.wait()
+            if writer.poll() is None:
+                writer.kill()
+                writer.wait()
         outcome = recover_log_dir(log_dir, settings(), progress=False)
         assert outcome.exit_status() == 0, [p.to_json() for p in outcome.partitions]
         assert outcome.marked_clean

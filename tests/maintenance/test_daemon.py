@@ -6,7 +6,6 @@ import json
 import logging
 import signal
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,16 +14,16 @@ from indexer.clock import MockClock
 from indexer.log import Log
 from maintenance.access import BorrowedLogs
 from maintenance.jobs import JOBS
-from tests.maintenance.conftest import REPO, append_batches, lines_of, settings_for, small_config, wait_for
-
-SEGLOG = [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
-
-
-def write_conf(path: Path, topic: dict[str, object], maintenance: dict[str, object]) -> Path:
-    lines = ["[topic]"] + [f'"{k}" = {json.dumps(v)}' for k, v in topic.items()]
-    lines += ["[maintenance]"] + [f'"{k}" = {json.dumps(v)}' for k, v in maintenance.items()]
-    path.write_text("\n".join(lines) + "\n")
-    return path
+from tests.maintenance.conftest import (
+    REPO,
+    SEGLOG,
+    append_batches,
+    maintain_daemon,
+    settings_for,
+    small_config,
+    wait_for,
+    write_conf,
+)
 
 
 def expired_partition(log_dir: Path, appends: int = 12) -> Path:
@@ -51,23 +50,11 @@ def test_daemon_stops_gracefully_on_signals(tmp_path: Path, log_dir: Path, sig: 
             "seglog.index.check.interval.ms": 100,
         },
     )
-    proc = subprocess.Popen(
-        [*SEGLOG, "-v", "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
-        cwd=REPO,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        err = lines_of(proc.stderr)  # type: ignore[arg-type]
-        wait_for(err, "seglog maintain on")
+    with maintain_daemon(log_dir, conf) as (proc, err):
         wait_for(err, "retention: 1 partitions")  # the first retention pass deleted the expired segments
         proc.send_signal(sig)
         assert proc.wait(timeout=30) == 0
         wait_for(err, "stopped", timeout=5)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
     assert len(list(directory.glob("*.log"))) == 1
     Log.open(directory, small_config()).close()  # the daemon left the partition free
 

@@ -26,7 +26,6 @@ import random
 import shutil
 import signal
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -47,8 +46,9 @@ from indexer.records.file_records import FileRecords
 from maintenance.recovery import EXIT_COMMITTED_DATA_LOST
 from seglog.cli import main
 from tests.budget import fuzz_settings, scaled
+from tests.cli import maintain_once, read_records
 from tests.indexer.helpers import Batch, log_batches
-from tests.maintenance.conftest import REPO, settings_for, small_config
+from tests.maintenance.conftest import REPO, SEGLOG, settings_for, small_config
 
 TOPIC = "t"
 PARTITION_DIR = f"{TOPIC}-0"
@@ -217,24 +217,7 @@ def test_salvage_keeps_every_undamaged_batch(
     assert found == expected_quarantine
     assert sorted(result["quarantined"]) == sorted(expected_quarantine)  # type: ignore[index]
 
-    assert (
-        main(
-            [
-                "read",
-                "--log-dir",
-                str(log_dir),
-                "--topic",
-                TOPIC,
-                "--partition",
-                "0",
-                "--from-beginning",
-                "--encoding",
-                "base64",
-            ]
-        )
-        == 0
-    )
-    records = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    records = read_records(capsys, log_dir, TOPIC, "--from-beginning", "--encoding", "base64")
     expected = [o for b in intact for o in range(b.base_offset, b.last_offset + 1)]
     assert [r["offset"] for r in records] == expected
     assert all(base64.b64decode(r["value"]) == template.values[r["offset"]] for r in records)
@@ -245,8 +228,6 @@ def test_salvage_keeps_every_undamaged_batch(
 
 
 # -- SIGKILL during salvage ---------------------------------------------------------------------
-
-SEGLOG = [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
 
 
 def _state(partition: Path) -> dict[str, bytes]:
@@ -364,8 +345,7 @@ def test_accept_data_loss_records_it_and_lets_the_sink_start(
     # The lost offsets stay a gap: the sink starts and writes after them, the read skips them.
     with SegmentLogSink(log_dir, topic=TOPIC, num_partitions=1, settings=settings, sink_id="events") as sink:
         sink.write_batch(row, 8, query_id="query-1")
-    assert main(["read", "--log-dir", str(log_dir), "--topic", TOPIC, "--partition", "0", "--from-beginning"]) == 0
-    offsets = [json.loads(line)["offset"] for line in capsys.readouterr().out.splitlines()]
+    offsets = [r["offset"] for r in read_records(capsys, log_dir, TOPIC, "--from-beginning")]
     assert offsets == [*range(lost["first"]), end]
     assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == 0  # nothing left to report
     assert len(read_accepted_losses(log_dir)) == 1
@@ -415,26 +395,12 @@ def test_quarantine_is_removed_only_by_purge_or_after_quarantine_retention(
     assert sorted(Path(q["path"]).name for q in listed) == quarantined
 
     # The retention job keeps them by default (quarantine.retention.ms = -1), deletes them when due.
-    assert main(["maintain", "--log-dir", str(log_dir), "--once", "retention"]) == 0
+    assert maintain_once(log_dir, "retention") == 0
     assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--all", "--dry-run"]) == 0
     assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--older-than-ms", "3600000"]) == 0
     capsys.readouterr()
     assert sorted(p.name for p in partition.iterdir() if file_names.is_quarantine_file(p)) == quarantined
-    assert (
-        main(
-            [
-                "maintain",
-                "--log-dir",
-                str(log_dir),
-                "--once",
-                "retention",
-                "--json",
-                "--config",
-                "quarantine.retention.ms=0",
-            ]
-        )
-        == 0
-    )
+    assert maintain_once(log_dir, "retention", "--json", "--config", "quarantine.retention.ms=0") == 0
     assert not [p for p in partition.iterdir() if file_names.is_quarantine_file(p)]
 
     shutil.rmtree(log_dir)  # and once more, purged by hand

@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -16,7 +13,7 @@ import pytest
 from indexer.config import LogConfig, load_settings
 from indexer.log import Log
 from maintenance.recovery import recover_log_dir
-from tests.maintenance.conftest import REPO, lines_of, wait_for
+from tests.maintenance.conftest import maintain_daemon, wait_for, write_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -52,34 +49,9 @@ def test_sink_and_maintenance_run_together(
 
     log_dir = tmp_path / "logs"
     log_dir.mkdir()
-    conf = tmp_path / "seglog.toml"
-    conf.write_text(
-        "[topic]\n"
-        + "".join(f'"{k}" = {json.dumps(v)}\n' for k, v in TOPIC.items())
-        + "[maintenance]\n"
-        + "".join(f'"{k}" = {json.dumps(v)}\n' for k, v in MAINTENANCE.items())
-    )
+    conf = write_conf(tmp_path / "seglog.toml", TOPIC, MAINTENANCE)
     settings = load_settings(conf)
-    daemon = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            "import sys; from seglog.cli import main; sys.exit(main())",
-            "-v",
-            "maintain",
-            "--log-dir",
-            str(log_dir),
-            "--conf",
-            str(conf),
-        ],
-        cwd=REPO,
-        stderr=subprocess.PIPE,
-        stdout=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        err = lines_of(daemon.stderr)  # type: ignore[arg-type]
-        wait_for(err, "seglog maintain on")
+    with maintain_daemon(log_dir, conf) as (daemon, err):
         spec = JobSpec(
             log_dir=log_dir,
             checkpoint_location=str(tmp_path / "checkpoint"),
@@ -95,10 +67,6 @@ def test_sink_and_maintenance_run_together(
         daemon.send_signal(signal.SIGTERM)
         assert daemon.wait(timeout=60) == 0
         daemon_log = "".join(wait_for(err, "stopped", timeout=10))
-    finally:
-        if daemon.poll() is None:
-            daemon.kill()
-            daemon.wait()
     assert summary.rows > 0 and summary.batches > 5
     failures = [r for r in caplog.records if r.name.startswith("maintenance") and r.levelno >= logging.ERROR]
     assert failures == []

@@ -23,6 +23,7 @@ from indexer.records.columns import HEADERS_TYPE, READ_SCHEMA
 from seglog.cli import main
 from seglog.commands.append import parse_json_lines
 from seglog.output import render_records_jsonl
+from tests.cli import append_file, read_records
 
 with warnings.catch_warnings():  # kafka-python's package import uses a deprecated importlib API
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -35,15 +36,10 @@ def _jsonl(rows: list[dict]) -> str:  # type: ignore[type-arg]
     return "".join(json.dumps(r) + "\n" for r in rows)
 
 
-def _read(capsys: pytest.CaptureFixture[str], log_dir: Path, *extra: str, topic: str = "t") -> list[dict]:  # type: ignore[type-arg]
-    assert main(["read", "--log-dir", str(log_dir), "--topic", topic, "--partition", "0", *extra]) == 0
-    return [json.loads(line) for line in capsys.readouterr().out.splitlines()]
-
-
 def _append(tmp_path: Path, log_dir: Path, rows: list[dict], *extra: str, topic: str = "t") -> int:  # type: ignore[type-arg]
     source = tmp_path / "input.jsonl"
     source.write_text(_jsonl(rows))
-    return main(["append", "--log-dir", str(log_dir), "--topic", topic, "--partition", "0", *extra, str(source)])
+    return append_file(log_dir, topic, source, *extra)
 
 
 # --- parsing ------------------------------------------------------------------------------------
@@ -225,7 +221,7 @@ def test_append_then_read_round_trip(tmp_path: Path, capsys: pytest.CaptureFixtu
     result = json.loads(capsys.readouterr().out)
     assert (result["first_offset"], result["last_offset"], result["high_watermark"]) == (4, 5, 6)
 
-    records = _read(capsys, log_dir, "--from-offset", "0")
+    records = read_records(capsys, log_dir, "t", "--from-offset", "0")
     expected = rows + rows[:2]
     assert [r["offset"] for r in records] == list(range(6))
     for got, want in zip(records, expected, strict=True):
@@ -254,7 +250,8 @@ def test_append_fits_batches_to_a_small_segment_bytes(tmp_path: Path, capsys: py
     overrides = ["--config", "segment.bytes=262144", "--config", "batch.size=1048588"]
     assert _append(tmp_path, log_dir, rows, *overrides) == 0
     capsys.readouterr()
-    assert [row["value"] for row in _read(capsys, log_dir, "--from-offset", "0")] == [r["value"] for r in rows]
+    stored = [row["value"] for row in read_records(capsys, log_dir, "t", "--from-offset", "0")]
+    assert stored == [r["value"] for r in rows]
     segments = sorted((log_dir / "t-0").glob("*.log"))
     assert len(segments) > 2 and all(p.stat().st_size <= 262144 for p in segments)
 
@@ -264,12 +261,12 @@ def test_read_by_timestamp_and_max_records(tmp_path: Path, capsys: pytest.Captur
     rows = [{"value": f"v{i}", "timestamp": TS + 10 * i} for i in range(100)]
     assert _append(tmp_path, log_dir, rows, "--config", "segment.bytes=400", "--config", "max.message.bytes=150") == 0
     capsys.readouterr()
-    got = _read(capsys, log_dir, "--from-timestamp", str(TS + 421), "--max-records", "3")
+    got = read_records(capsys, log_dir, "t", "--from-timestamp", str(TS + 421), "--max-records", "3")
     assert [(r["offset"], r["value"]) for r in got] == [(43, "v43"), (44, "v44"), (45, "v45")]
-    assert _read(capsys, log_dir, "--from-timestamp", str(TS + 10_000)) == []
-    assert len(_read(capsys, log_dir, "--from-offset", "0")) == 100
-    assert _read(capsys, log_dir, "--from-offset", "97", "--max-records", "0") == []
-    assert [r["offset"] for r in _read(capsys, log_dir, "--from-offset", "97")] == [97, 98, 99]
+    assert read_records(capsys, log_dir, "t", "--from-timestamp", str(TS + 10_000)) == []
+    assert len(read_records(capsys, log_dir, "t", "--from-offset", "0")) == 100
+    assert read_records(capsys, log_dir, "t", "--from-offset", "97", "--max-records", "0") == []
+    assert [r["offset"] for r in read_records(capsys, log_dir, "t", "--from-offset", "97")] == [97, 98, 99]
 
 
 def test_read_from_beginning_starts_at_the_log_start_offset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -285,7 +282,7 @@ def test_read_from_beginning_starts_at_the_log_start_offset(tmp_path: Path, caps
         manager.close()
     assert main(["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--from-offset", "0"]) == 1
     assert "OffsetOutOfRangeError" in capsys.readouterr().err
-    assert [r["offset"] for r in _read(capsys, log_dir, "--from-beginning")] == list(range(4, 10))
+    assert [r["offset"] for r in read_records(capsys, log_dir, "t", "--from-beginning")] == list(range(4, 10))
 
 
 def test_read_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -305,7 +302,7 @@ def test_bad_input_appends_nothing(tmp_path: Path, capsys: pytest.CaptureFixture
     source.write_text('{"value": "fine"}\n{"value": 3}\n')
     assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source)]) == 1
     assert capsys.readouterr().err.endswith("bad.jsonl: line 2: value must be a string or null, got int\n")
-    assert len(_read(capsys, log_dir, "--from-offset", "0")) == 1
+    assert len(read_records(capsys, log_dir, "t", "--from-offset", "0")) == 1
     assert main(["append", "--log-dir", str(tmp_path / "other"), "--topic", "t", "--partition", "0", str(source)]) == 1
     assert not (tmp_path / "other").exists()
 
@@ -320,7 +317,7 @@ def test_stdin_and_base64(tmp_path: Path, capsys: pytest.CaptureFixture[str], mo
         == 0
     )
     capsys.readouterr()
-    got = _read(capsys, log_dir, "--from-offset", "0", "--encoding", "base64", topic="bin")
+    got = read_records(capsys, log_dir, "bin", "--from-offset", "0", "--encoding", "base64")
     assert [base64.b64decode(r["key"]) for r in got] == blobs
     assert [base64.b64decode(r["value"]) for r in got] == [b[::-1] for b in blobs]
     assert main(["read", "--log-dir", str(log_dir), "--topic", "bin", "--partition", "0", "--from-offset", "0"]) == 1
@@ -332,14 +329,14 @@ def test_read_output_appends_elsewhere_unchanged(tmp_path: Path, capsys: pytest.
     rows = [{"key": f"k{i}", "value": f"v{i}", "timestamp": TS + i, "headers": [["n", str(i)]]} for i in range(20)]
     assert _append(tmp_path, log_dir, rows) == 0
     capsys.readouterr()
-    first = _read(capsys, log_dir, "--from-offset", "0")
+    first = read_records(capsys, log_dir, "t", "--from-offset", "0")
     (tmp_path / "copy.jsonl").write_text(_jsonl(first))
     assert (
         main(["append", "--log-dir", str(log_dir), "--topic", "copy", "--partition", "0", str(tmp_path / "copy.jsonl")])
         == 0
     )
     capsys.readouterr()
-    assert _read(capsys, log_dir, "--from-offset", "0", topic="copy") == first
+    assert read_records(capsys, log_dir, "copy", "--from-offset", "0") == first
 
 
 def test_read_works_while_a_writer_holds_the_partition(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -350,14 +347,14 @@ def test_read_works_while_a_writer_holds_the_partition(tmp_path: Path, capsys: p
     try:
         log = writer.get_or_create_log("t", 0)
         log.append([{"value": "c"}])  # written, but the high watermark has not moved yet
-        assert [r["value"] for r in _read(capsys, log_dir, "--from-offset", "0")] == ["a", "b"]
+        assert [r["value"] for r in read_records(capsys, log_dir, "t", "--from-offset", "0")] == ["a", "b"]
     finally:
         writer.close()
 
 
 def test_read_broker_vectors(vectors_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log_dir = vectors_dir / "snappy-headers"
-    records = _read(capsys, log_dir, "--from-offset", "0", "--encoding", "base64", topic="some-topic")
+    records = read_records(capsys, log_dir, "some-topic", "--from-offset", "0", "--encoding", "base64")
     independent = _kafka_python_records(log_dir / "some-topic-0" / "00000000000000000000.log")
     assert len(records) == len(independent) > 0
     for got, (offset, ts, key, value, headers) in zip(records, independent, strict=True):
@@ -399,25 +396,7 @@ def test_every_vector_partition_reads_like_kafka_python(
         visible = min(high_watermarks.get((topic, 0), end), end)
         start = log_start_offsets.get((topic, 0), 0)
         expected = [r for r in expected if start <= r[0] < visible]
-        assert (
-            main(
-                [
-                    "read",
-                    "--log-dir",
-                    str(log_dir),
-                    "--topic",
-                    topic,
-                    "--partition",
-                    "0",
-                    "--from-offset",
-                    str(start),
-                    "--encoding",
-                    "base64",
-                ]
-            )
-            == 0
-        )
-        got = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+        got = read_records(capsys, log_dir, topic, "--from-offset", str(start), "--encoding", "base64")
 
         def unb64(s: str | None) -> bytes | None:
             return None if s is None else base64.b64decode(s)

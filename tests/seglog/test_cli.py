@@ -16,6 +16,7 @@ import pytest
 from indexer.errors import CorruptIndexError
 from seglog import cli
 from seglog.cli import COMMANDS, Command, main
+from tests.cli import append_file
 
 PYTHON = sys.executable
 
@@ -222,20 +223,7 @@ def test_log_config_arguments_reach_the_settings(tmp_path: Path) -> None:
 
 
 def test_bad_config_override_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(
-        [
-            "append",
-            "--log-dir",
-            str(tmp_path),
-            "--topic",
-            "t",
-            "--partition",
-            "0",
-            "--config",
-            "segment.bytes=tiny",
-            str(tmp_path / "missing.jsonl"),
-        ]
-    )
+    code = append_file(tmp_path, "t", tmp_path / "missing.jsonl", "--config", "segment.bytes=tiny")
     assert code == 1
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 1 and err[0].startswith("seglog: ")
@@ -280,22 +268,7 @@ def test_bench_suite_without_module_is_one_line(
 
 def test_json_output_of_a_command_is_valid(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (tmp_path / "in.jsonl").write_text('{"value": "x"}\n')
-    assert (
-        main(
-            [
-                "append",
-                "--log-dir",
-                str(tmp_path),
-                "--topic",
-                "t",
-                "--partition",
-                "0",
-                "--json",
-                str(tmp_path / "in.jsonl"),
-            ]
-        )
-        == 0
-    )
+    assert append_file(tmp_path, "t", tmp_path / "in.jsonl", "--json") == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["first_offset"] == 0 and doc["last_offset"] == 0
 

@@ -20,6 +20,7 @@ from indexer.file_names import PARTITION_LOCK_FILE, TOPICS_FILE
 from indexer.lock import FileLock
 from indexer.log_manager import LogManager
 from seglog.cli import main
+from tests.cli import append_file, maintain_once
 
 REPO = Path(__file__).resolve().parents[2]
 TS = 1_700_000_000_000
@@ -35,9 +36,7 @@ def _records(n: int, start: int = 0) -> str:
 def _append(tmp_path: Path, log_dir: Path, text: str, partition: int = 0, *extra: str) -> int:
     source = tmp_path / "in.jsonl"
     source.write_text(text)
-    return main(
-        ["append", "--log-dir", str(log_dir), "--topic", "events", "--partition", str(partition), *extra, str(source)]
-    )
+    return append_file(log_dir, "events", source, *extra, partition=partition)
 
 
 @pytest.fixture
@@ -363,28 +362,14 @@ def test_recover_exits_1_when_a_writer_holds_a_partition(log_dir: Path, capsys: 
 def test_maintain_counts_every_partition_and_takes_maintenance_keys(
     log_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert (
-        main(
-            [
-                "maintain",
-                "--log-dir",
-                str(log_dir),
-                "--once",
-                "retention",
-                "--config",
-                "log.retention.check.interval.ms=1000",
-                "--config",
-                "retention.ms=-1",
-            ]
-        )
-        == 0
-    )
+    config = ["--config", "log.retention.check.interval.ms=1000", "--config", "retention.ms=-1"]
+    assert maintain_once(log_dir, "retention", *config) == 0
     assert capsys.readouterr().out.startswith("retention: 2 partitions checked, 0 worked on")
-    assert main(["maintain", "--log-dir", str(log_dir), "--once", "retention", "--config", "retention.ms=1"]) == 0
+    assert maintain_once(log_dir, "retention", "--config", "retention.ms=1") == 0
     out = capsys.readouterr().out.splitlines()  # the records are from 2023: every segment breaches retention.ms
     assert out[0].startswith("retention: 2 partitions checked, 2 worked on")
     assert out[1:] == [f"  events-{p}: deleted segment 0 (retention.ms breached)" for p in (0, 1)]
-    assert main(["maintain", "--log-dir", str(log_dir), "--once", "retention", "--config", "bogus.key=1"]) == 1
+    assert maintain_once(log_dir, "retention", "--config", "bogus.key=1") == 1
     line = _one_error_line(capsys.readouterr().err, "ConfigError")
     assert "log.retention.check.interval.ms" in line and "retention.ms" in line
     # A command that does not use [maintenance] keys does not take them.

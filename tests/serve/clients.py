@@ -9,8 +9,8 @@ from __future__ import annotations
 import subprocess
 import time
 import warnings
-from collections.abc import Mapping
-from typing import NamedTuple
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, NamedTuple
 
 import confluent_kafka
 
@@ -52,6 +52,26 @@ class _Until:
         return now < self.deadline and (self.linger_until is None or now < self.linger_until)
 
 
+def _consume(
+    consumer: Any,
+    partitions: list[Any] | None,
+    topics: list[str] | None,
+    poll: Callable[[], Iterable[tuple[str, int, Record]]],
+    until: _Until,
+) -> Received:
+    """Assign ``consumer`` its ``partitions`` (or, with none, subscribe it to ``topics``), then gather the
+    ``(topic, partition, record)`` that each ``poll()`` returns until ``until`` says to stop."""
+    if partitions is not None:
+        consumer.assign(partitions)
+    else:
+        consumer.subscribe(topics or [])
+    out: Received = {}
+    while until.more(out):
+        for topic, partition, record in poll():
+            _add(out, topic, partition, record)
+    return out
+
+
 def kafka_python(
     bootstrap: str,
     expected: int,
@@ -72,28 +92,27 @@ def kafka_python(
         isolation_level="read_committed" if committed else "read_uncommitted",
         fetch_max_wait_ms=100,
     )
-    if assign is not None:
-        consumer.assign([TopicPartition(t, p) for t, p in assign])
-    else:
-        consumer.subscribe(topics or [])
-    out: Received = {}
-    until = _Until(expected, timeout_s, linger_s)
+
+    def poll() -> list[tuple[str, int, Record]]:
+        return [
+            (
+                m.topic,
+                m.partition,
+                Record(
+                    m.offset,
+                    m.key,
+                    m.value,
+                    tuple((k, bytes(v)) for k, v in m.headers),
+                    -1 if m.timestamp is None else m.timestamp,
+                ),
+            )
+            for batch in consumer.poll(timeout_ms=200).values()
+            for m in batch
+        ]
+
+    partitions = None if assign is None else [TopicPartition(t, p) for t, p in assign]
     try:
-        while until.more(out):
-            for batch in consumer.poll(timeout_ms=200).values():
-                for m in batch:
-                    _add(
-                        out,
-                        m.topic,
-                        m.partition,
-                        Record(
-                            m.offset,
-                            m.key,
-                            m.value,
-                            tuple((k, bytes(v)) for k, v in m.headers),
-                            -1 if m.timestamp is None else m.timestamp,
-                        ),
-                    )
+        out = _consume(consumer, partitions, topics, poll, _Until(expected, timeout_s, linger_s))
         if group is not None:
             consumer.commit()
     finally:
@@ -124,25 +143,24 @@ def confluent(
         **(extra or {}),
     }
     consumer = confluent_kafka.Consumer(conf)
-    if assign is not None:
-        consumer.assign([confluent_kafka.TopicPartition(t, p, confluent_kafka.OFFSET_BEGINNING) for t, p in assign])
-    else:
-        consumer.subscribe(topics or [])
-    out: Received = {}
-    until = _Until(expected, timeout_s, linger_s)
+
+    def poll() -> list[tuple[str, int, Record]]:
+        m = consumer.poll(0.2)
+        if m is None:
+            return []
+        if m.error():
+            if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
+                return []
+            raise AssertionError(f"confluent-kafka error: {m.error()}")
+        headers = tuple((k, bytes(v)) for k, v in (m.headers() or []))
+        kind, timestamp = m.timestamp()
+        timestamp = -1 if kind == confluent_kafka.TIMESTAMP_NOT_AVAILABLE else timestamp
+        return [(m.topic(), m.partition(), Record(m.offset(), m.key(), m.value(), headers, timestamp))]
+
+    beginning = confluent_kafka.OFFSET_BEGINNING
+    partitions = None if assign is None else [confluent_kafka.TopicPartition(t, p, beginning) for t, p in assign]
     try:
-        while until.more(out):
-            m = consumer.poll(0.2)
-            if m is None:
-                continue
-            if m.error():
-                if m.error().code() == confluent_kafka.KafkaError._PARTITION_EOF:
-                    continue
-                raise AssertionError(f"confluent-kafka error: {m.error()}")
-            headers = tuple((k, bytes(v)) for k, v in (m.headers() or []))
-            kind, timestamp = m.timestamp()
-            timestamp = -1 if kind == confluent_kafka.TIMESTAMP_NOT_AVAILABLE else timestamp
-            _add(out, m.topic(), m.partition(), Record(m.offset(), m.key(), m.value(), headers, timestamp))
+        out = _consume(consumer, partitions, topics, poll, _Until(expected, timeout_s, linger_s))
         if assign is None:
             consumer.commit(asynchronous=False)
     finally:

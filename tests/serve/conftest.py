@@ -7,10 +7,15 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+import warnings
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+
+with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.protocol.consumer import FetchRequest
 
 SEGLOG = [sys.executable, "-X", "faulthandler", "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
 _SERVING = re.compile(r"serving .* on 127\.0\.0\.1:(\d+) ")
@@ -65,6 +70,25 @@ class ServeProcess:
                 self.proc.wait()
         self._stderr.close()
         return self.proc.returncode
+
+
+def fetch_request(
+    version: int, limits: Mapping[int, int], *, max_bytes: int, fetch_offset: int = 0, topic_id: object = None
+) -> FetchRequest:
+    """A Fetch of topic ``t`` at ``version`` that does not wait and reads uncommitted: each partition of
+    ``limits`` (partition -> its ``partition_max_bytes``) from ``fetch_offset``; ``topic_id`` for the
+    versions that name topics by id."""
+    topic = FetchRequest.FetchTopic(
+        topic="t",
+        partitions=[
+            FetchRequest.FetchTopic.FetchPartition(partition=p, fetch_offset=fetch_offset, partition_max_bytes=limit)
+            for p, limit in limits.items()
+        ],
+        **({} if topic_id is None else {"topic_id": topic_id}),
+    )
+    return FetchRequest(
+        version=version, max_wait_ms=0, min_bytes=0, max_bytes=max_bytes, isolation_level=0, topics=[topic]
+    )
 
 
 @pytest.fixture

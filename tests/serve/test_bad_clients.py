@@ -14,12 +14,11 @@ import pytest
 
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
-from tests.serve.conftest import ServeProcess
+from tests.serve.conftest import ServeProcess, fetch_request
 
 with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
-    from kafka.protocol.consumer import FetchRequest
     from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
     from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
@@ -112,21 +111,7 @@ def test_api_versions_of_a_newer_client_is_answered_unsupported_at_v0(server: Se
 
 
 def test_client_that_never_reads_does_not_stop_the_others(server: ServeProcess) -> None:
-    fetch = FetchRequest(
-        version=11,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=50_000_000,
-        isolation_level=0,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic="t",
-                partitions=[
-                    FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=50_000_000)
-                ],
-            )
-        ],
-    )
+    fetch = fetch_request(11, {0: 50_000_000}, max_bytes=50_000_000)
     stuck = _connect(server)
     stuck.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     frame = _request(fetch, 11, 1)

@@ -12,34 +12,18 @@ from typing import Any
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
 from indexer.records.file_records import FileRecords
-from tests.serve.conftest import ServeProcess
+from tests.serve.conftest import ServeProcess, fetch_request
 from tests.serve.test_bad_clients import _read_frame, _request
 
 with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.protocol.consumer import FetchRequest, FetchResponse
+    from kafka.protocol.consumer import FetchResponse
 
     from seglog.serve import protocol
 
 
 def _fetch(server: ServeProcess, offset: int) -> Any:
-    request = FetchRequest(
-        version=11,
-        max_wait_ms=0,
-        min_bytes=0,
-        max_bytes=1 << 20,
-        isolation_level=0,
-        topics=[
-            FetchRequest.FetchTopic(
-                topic="t",
-                partitions=[
-                    FetchRequest.FetchTopic.FetchPartition(
-                        partition=0, fetch_offset=offset, partition_max_bytes=1 << 20
-                    )
-                ],
-            )
-        ],
-    )
+    request = fetch_request(11, {0: 1 << 20}, max_bytes=1 << 20, fetch_offset=offset)
     with socket.create_connection(("127.0.0.1", server.port), timeout=10) as sock:
         sock.sendall(_request(request, 11))
         return FetchResponse.decode(_read_frame(sock), version=11, header=True).responses[0].partitions[0]

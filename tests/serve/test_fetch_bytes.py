@@ -16,11 +16,11 @@ import pytest
 
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
-from tests.serve.conftest import ServeProcess
+from tests.serve.conftest import ServeProcess, fetch_request
 
 with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.protocol.consumer import FetchRequest, FetchResponse
+    from kafka.protocol.consumer import FetchResponse
     from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
     from seglog.serve.fetch import SENDFILE_MIN_BYTES
@@ -67,23 +67,7 @@ def test_fetch_carries_the_stored_bytes(serve: Callable[..., ServeProcess], tmp_
         topic_id = metadata.topics[0].topic_id
         # partition 0 is cut by its limit (mid-batch), 1 and 2 come whole
         limits = {0: len(stored[0]) // 2 + 7, 1: 1 << 20, 2: 1 << 22}
-        fetch = FetchRequest(
-            version=version,
-            max_wait_ms=0,
-            min_bytes=0,
-            max_bytes=1 << 24,
-            isolation_level=0,
-            topics=[
-                FetchRequest.FetchTopic(
-                    topic="t",
-                    topic_id=topic_id,
-                    partitions=[
-                        FetchRequest.FetchTopic.FetchPartition(partition=p, fetch_offset=0, partition_max_bytes=limit)
-                        for p, limit in limits.items()
-                    ],
-                )
-            ],
-        )
+        fetch = fetch_request(version, limits, max_bytes=1 << 24, topic_id=topic_id)
         response = FetchResponse.decode(_exchange(sock, fetch, version), version=version, header=True)
     assert response.header.correlation_id == version
     (topic,) = response.responses

@@ -1,4 +1,5 @@
-"""Test helpers: deterministic input files, and an independent reader of what the sink wrote.
+"""Test helpers: deterministic input files, and an independent reader of what the sink wrote; the
+streaming queries and the driver subprocesses that several test files start.
 
 The reader decodes the ``.log`` files with kafka-python (not with seglog's own decoder), checks
 every batch's CRC-32C, and cuts each partition at its high watermark from
@@ -9,11 +10,16 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import struct
+import subprocess
+import sys
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from indexer.checkpoint import OffsetCheckpointFile
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, is_log_file, partition_dirs
@@ -22,6 +28,12 @@ from indexer.records.batch_header import compute_batch_crc, parse_batch_header
 with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka.record.memory_records import MemoryRecords
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.streaming import StreamingQuery
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 @dataclass(frozen=True)
@@ -142,3 +154,67 @@ def check_indexes(log_dir: Path, topic: str) -> int:
                 assert timestamp >= last_timestamp and relative >= 0, f"{segment}: time index entry {i // 12}"
                 last_timestamp = timestamp
     return checked
+
+
+def json_input_stream(spark: SparkSession, directory: Path, *, files_per_trigger: int | None = None) -> DataFrame:
+    """The files of :func:`write_json_inputs` in ``directory`` as a streaming DataFrame of ``key`` and ``value``
+    strings; ``files_per_trigger`` is Spark's ``maxFilesPerTrigger``."""
+    reader = spark.readStream.schema("key string, value string")
+    if files_per_trigger is not None:
+        reader = reader.option("maxFilesPerTrigger", files_per_trigger)
+    return reader.json(str(directory))
+
+
+def start_foreach_batch(
+    df: DataFrame,
+    function: Callable[[DataFrame, int], None],
+    checkpoint: Path,
+    *,
+    processing_time: str | None = None,
+    output_mode: str | None = None,
+) -> StreamingQuery:
+    """Start the streaming query of ``df`` into ``foreachBatch(function)``, checkpointed at ``checkpoint``:
+    with ``Trigger.AvailableNow``, or a trigger every ``processing_time`` when given."""
+    writer = df.writeStream
+    if output_mode is not None:
+        writer = writer.outputMode(output_mode)
+    writer = writer.foreachBatch(function).option("checkpointLocation", str(checkpoint))
+    if processing_time is None:
+        return writer.trigger(availableNow=True).start()
+    return writer.trigger(processingTime=processing_time).start()
+
+
+def start_driver(module: str, tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    """Start the driver script ``module`` (``python -m``) on ``tmp_path``'s ``logs``, ``checkpoint`` and ``in``
+    with ``args``, in a session of its own (so that :func:`reap_driver` can kill its JVMs with it); its stdout
+    is a pipe of text lines."""
+    cmd = [
+        sys.executable,
+        "-m",
+        module,
+        "--log-dir",
+        str(tmp_path / "logs"),
+        "--checkpoint",
+        str(tmp_path / "checkpoint"),
+        "--input",
+        str(tmp_path / "in"),
+        *args,
+    ]
+    return subprocess.Popen(
+        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    )
+
+
+def reap_driver(proc: subprocess.Popen[str], timeout_s: float) -> str:
+    """Wait up to ``timeout_s`` for a driver of :func:`start_driver`, then SIGKILL what is left of its process
+    group (its Spark JVMs); returns the rest of its output."""
+    try:
+        out, _ = proc.communicate(timeout=timeout_s)
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if proc.stdout is not None:
+            proc.stdout.close()
+    return out

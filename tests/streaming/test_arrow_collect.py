@@ -12,7 +12,7 @@ from pyspark.sql import functions as F
 
 from indexer.errors import ConfigError
 from streaming.arrow_collect import collect_arrow, micro_batch_plan
-from tests.streaming.helpers import write_json_inputs
+from tests.streaming.helpers import json_input_stream, start_foreach_batch, write_json_inputs
 
 pytestmark = pytest.mark.spark
 
@@ -74,15 +74,7 @@ def test_a_micro_batch_is_collected_from_its_own_plan(spark: SparkSession, tmp_p
         table = pa.Table.from_batches([batches[i] for i in order])
         collected.extend(zip(table.column("key").to_pylist(), table.column("value").to_pylist(), strict=True))
 
-    query = (
-        spark.readStream.schema("key string, value string")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(tmp_path / "in"))
-        .writeStream.foreachBatch(check)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = start_foreach_batch(json_input_stream(spark, tmp_path / "in", files_per_trigger=1), check, tmp_path / "ck")
     query.awaitTermination()
     assert len(plans) == 2
     assert all("ExistingRDD" not in plan and "FileScan json" in plan for plan in plans)

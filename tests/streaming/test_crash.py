@@ -8,7 +8,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter
 from pathlib import Path
@@ -16,48 +15,22 @@ from pathlib import Path
 import pytest
 
 from indexer.commit_log import SinkCommitLog
-from tests.streaming.helpers import read_topic, write_json_inputs
+from tests.streaming.helpers import read_topic, reap_driver, start_driver, write_json_inputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 DRIVER_TIMEOUT_S = 120
 FILES = 7
 
 
 def _driver(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
-    cmd = [
-        sys.executable,
-        "-m",
-        "tests.streaming.crash_driver",
-        "--log-dir",
-        str(tmp_path / "logs"),
-        "--checkpoint",
-        str(tmp_path / "checkpoint"),
-        "--input",
-        str(tmp_path / "in"),
-        "--partitions",
-        "3",
-        "--config",
-        "segment.bytes=8192",
-        *extra,
-    ]
-    return subprocess.Popen(
-        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
+    return start_driver(
+        "tests.streaming.crash_driver", tmp_path, "--partitions", "3", "--config", "segment.bytes=8192", *extra
     )
 
 
-def _reap(proc: subprocess.Popen[str]) -> None:
-    """Wait for the driver, then SIGKILL what is left of its process group (its Spark JVM)."""
-    try:
-        proc.wait(timeout=DRIVER_TIMEOUT_S)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        if proc.stdout is not None:
-            proc.stdout.close()
+def _reap(proc: subprocess.Popen[str]) -> str:
+    return reap_driver(proc, DRIVER_TIMEOUT_S)
 
 
 def _kill_at_phase(tmp_path: Path, batch: int, phase: str) -> None:
@@ -96,8 +69,7 @@ def test_sigkill_during_batches_then_restart_keeps_every_row_exactly_once(tmp_pa
         _kill_at_phase(tmp_path, committed + 1, phase)
     _kill_at_random_time(tmp_path, rng)
     final = _driver(tmp_path)
-    out, _ = final.communicate(timeout=DRIVER_TIMEOUT_S)
-    _reap(final)
+    out = _reap(final)
     assert final.returncode == 0, out
     stored = read_topic(tmp_path / "logs", "crash")  # asserts every batch's CRC
     assert Counter((r.key, r.value) for r in stored) == Counter((k.encode(), v.encode()) for k, v in rows)

@@ -12,7 +12,6 @@ import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -23,25 +22,17 @@ import pytest
 from indexer.commit_log import SinkCommitLog
 from streaming.partitioner import partition_for_keys
 from tests.budget import scaled
-from tests.streaming.helpers import check_indexes, read_topic, write_json_inputs
+from tests.streaming.helpers import check_indexes, read_topic, reap_driver, start_driver, write_json_inputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-REPO = Path(__file__).resolve().parents[2]
 DRIVER_TIMEOUT_S = 240
 
 
 def _driver(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
-    cmd = [
-        sys.executable,
-        "-m",
+    return start_driver(
         "tests.streaming.cluster_driver",
-        "--log-dir",
-        str(tmp_path / "logs"),
-        "--checkpoint",
-        str(tmp_path / "checkpoint"),
-        "--input",
-        str(tmp_path / "in"),
+        tmp_path,
         "--config",
         "segment.bytes=65536",
         "--config",  # several batches per partition and micro-batch, so appends add index entries
@@ -49,22 +40,11 @@ def _driver(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
         "--config",
         "index.interval.bytes=512",
         *extra,
-    ]
-    return subprocess.Popen(
-        cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, start_new_session=True
     )
 
 
 def _reap(proc: subprocess.Popen[str]) -> str:
-    """Wait for the driver, SIGKILL what is left of its process group (its JVMs); returns its output."""
-    try:
-        out, _ = proc.communicate(timeout=DRIVER_TIMEOUT_S)
-    finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-    return out
+    return reap_driver(proc, DRIVER_TIMEOUT_S)
 
 
 def _check_exactly_once(log_dir: Path, rows: list[tuple[str, str]], batches: int) -> None:

@@ -20,7 +20,7 @@ from indexer.config import Settings
 from indexer.log_manager import LogManager
 from streaming.reader import offsets_behind_latest
 from streaming.sink import SegmentLogSink
-from tests.streaming.helpers import read_topic
+from tests.streaming.helpers import read_topic, start_foreach_batch
 
 pytestmark = pytest.mark.spark
 
@@ -79,12 +79,10 @@ def test_available_now_reads_everything_once_within_max_offsets_per_trigger(
     values = [f"v{i:03d}" for i in range(50)]
     append(log_dir, "ev", values, 0)
     sink = Batches()
-    query = (
-        stream(spark, log_dir, subscribe="ev", startingOffsets="earliest", maxOffsetsPerTrigger="7")
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
+    query = start_foreach_batch(
+        stream(spark, log_dir, subscribe="ev", startingOffsets="earliest", maxOffsetsPerTrigger="7"),
+        sink,
+        tmp_path / "ckpt",
     )
     query.awaitTermination(120)
     assert sink.values() == sorted(v.encode() for v in values)  # everything, exactly once
@@ -97,12 +95,8 @@ def test_available_now_reads_everything_once_within_max_offsets_per_trigger(
     assert offsets_behind_latest(progress[-1]["sources"][0])["maxOffsetsBehindLatest"] == 0
     # Restarted from its checkpoint, the query has nothing left to read.
     again = Batches()
-    rerun = (
-        stream(spark, log_dir, subscribe="ev", startingOffsets="earliest")
-        .writeStream.foreachBatch(again)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
+    rerun = start_foreach_batch(
+        stream(spark, log_dir, subscribe="ev", startingOffsets="earliest"), again, tmp_path / "ckpt"
     )
     rerun.awaitTermination(120)
     assert again.values() == []
@@ -113,12 +107,11 @@ def test_running_query_waits_for_min_offsets_until_max_trigger_delay(spark: Spar
     append(log_dir, "ev", ["old"], 0)  # before the query: not read (startingOffsets defaults to latest)
     sink = Batches()
     started = time.monotonic()  # the source's delay clock starts at its first trigger, after this
-    query = (
-        stream(spark, log_dir, subscribe="ev", minOffsetsPerTrigger="10", maxTriggerDelay="6s")
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(processingTime="300 milliseconds")
-        .start()
+    query = start_foreach_batch(
+        stream(spark, log_dir, subscribe="ev", minOffsetsPerTrigger="10", maxTriggerDelay="6s"),
+        sink,
+        tmp_path / "ckpt",
+        processing_time="300 milliseconds",
     )
     try:
         deadline = time.monotonic() + 90
@@ -159,7 +152,7 @@ def test_fail_on_data_loss_when_retention_deletes_a_segment_under_the_query(
             deleted.append(log.log_start_offset)
 
     sink = Batches(retention)  # batch 0 holds offsets 0..4
-    query = (
+    query = start_foreach_batch(
         stream(
             spark,
             log_dir,
@@ -167,11 +160,9 @@ def test_fail_on_data_loss_when_retention_deletes_a_segment_under_the_query(
             startingOffsets="earliest",
             maxOffsetsPerTrigger="5",
             failOnDataLoss=str(fail_on_data_loss).lower(),
-        )
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(availableNow=True)
-        .start()
+        ),
+        sink,
+        tmp_path / "ckpt",
     )
     stored = read_topic(log_dir, "dl")  # what retention left, decoded by kafka-python
     if fail_on_data_loss:
@@ -192,12 +183,11 @@ def test_running_query_picks_up_new_topics_of_its_pattern(spark: SparkSession, t
     log_dir = tmp_path / "logs"
     append(log_dir, "t1", ["a"], 0)
     sink = Batches()
-    query = (
-        stream(spark, log_dir, subscribePattern="t[0-9]", startingOffsets="earliest")
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ckpt"))
-        .trigger(processingTime="200 milliseconds")
-        .start()
+    query = start_foreach_batch(
+        stream(spark, log_dir, subscribePattern="t[0-9]", startingOffsets="earliest"),
+        sink,
+        tmp_path / "ckpt",
+        processing_time="200 milliseconds",
     )
     try:
         query.processAllAvailable()
@@ -252,18 +242,16 @@ def test_fail_on_data_loss_when_a_partition_is_recreated_shorter_between_runs(
 
     def run() -> Batches:
         sink = Batches()
-        query = (
+        query = start_foreach_batch(
             stream(
                 spark,
                 log_dir,
                 subscribe="tr",
                 startingOffsets="earliest",
                 failOnDataLoss=str(fail_on_data_loss).lower(),
-            )
-            .writeStream.foreachBatch(sink)
-            .option("checkpointLocation", str(tmp_path / "ckpt"))
-            .trigger(availableNow=True)
-            .start()
+            ),
+            sink,
+            tmp_path / "ckpt",
         )
         query.awaitTermination(120)
         return sink

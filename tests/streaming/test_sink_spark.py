@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from collections import Counter, defaultdict
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 import pytest
@@ -20,26 +21,29 @@ from streaming.arrow_collect import micro_batch_plan
 from streaming.job import JobSpec, JobSummary, run_job
 from streaming.partitioner import partition_for_keys
 from streaming.sink import SegmentLogSink, _to_collect
-from tests.streaming.helpers import read_topic, snapshot, write_json_inputs
+from tests.streaming.helpers import json_input_stream, read_topic, snapshot, start_foreach_batch, write_json_inputs
 
 pytestmark = pytest.mark.spark
 
 SETTINGS = Settings()
 
 
-def _run(spark: SparkSession, tmp_path: Path, files_per_batch: int = 1) -> JobSummary:
-    spec = JobSpec(
+def _spec(tmp_path: Path, **options: Any) -> JobSpec:
+    """The job of topic ``ev`` (3 partitions) over the files of ``tmp_path / "in"``, until they are all read."""
+    return JobSpec(
         log_dir=tmp_path / "logs",
         checkpoint_location=str(tmp_path / "checkpoint"),
         topic="ev",
         num_partitions=3,
         source="files",
         input_path=str(tmp_path / "in"),
-        input_format="json",
-        max_files_per_trigger=files_per_batch,
         available_now=True,
-        progress_interval_s=3600,
+        **options,
     )
+
+
+def _run(spark: SparkSession, tmp_path: Path, files_per_batch: int = 1) -> JobSummary:
+    spec = _spec(tmp_path, input_format="json", max_files_per_trigger=files_per_batch, progress_interval_s=3600)
     return run_job(spec, SETTINGS, spark=spark)
 
 
@@ -90,14 +94,7 @@ def test_restart_after_losing_the_last_spark_commit_adds_no_duplicates(spark: Sp
 def test_sink_takes_its_identity_from_the_running_query(spark: SparkSession, tmp_path: Path) -> None:
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
     sink = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS)
-    query = (
-        spark.readStream.schema("key string, value string")
-        .json(str(tmp_path / "in"))
-        .writeStream.foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = start_foreach_batch(json_input_stream(spark, tmp_path / "in"), sink, tmp_path / "ck")
     query.awaitTermination()
     sink.close()
     assert sink.committed().query_id == query.id
@@ -111,24 +108,14 @@ def test_a_sink_given_another_querys_checkpoint_fails_and_writes_nothing(spark: 
     first = SegmentLogSink(
         tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS, checkpoint_location=str(tmp_path / "ckA")
     )
-    df = spark.readStream.schema("key string, value string").json(str(tmp_path / "in"))
-    df.writeStream.foreachBatch(first).option("checkpointLocation", str(tmp_path / "ckA")).trigger(
-        availableNow=True
-    ).start().awaitTermination()
+    start_foreach_batch(json_input_stream(spark, tmp_path / "in"), first, tmp_path / "ckA").awaitTermination()
     first.close()
     before = snapshot(tmp_path / "logs")
     write_json_inputs(tmp_path / "in2", files=1, rows_per_file=10, keys=3)
     second = SegmentLogSink(
         tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS, checkpoint_location=str(tmp_path / "ckA")
     )
-    query = (
-        spark.readStream.schema("key string, value string")
-        .json(str(tmp_path / "in2"))
-        .writeStream.foreachBatch(second)
-        .option("checkpointLocation", str(tmp_path / "ckB"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = start_foreach_batch(json_input_stream(spark, tmp_path / "in2"), second, tmp_path / "ckB")
     with pytest.raises(StreamingQueryException, match="is the checkpoint of query"):
         query.awaitTermination()
     second.close()
@@ -152,14 +139,8 @@ def test_bad_input_fails_the_query_with_the_sink_error(
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
     (tmp_path / "logs").mkdir()
     sink = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS, writes=writes)
-    df = spark.readStream.schema("key string, value string").json(str(tmp_path / "in"))
-    query = (
-        shape(df)
-        .writeStream.foreachBatch(sink)  # type: ignore[operator]
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    df = json_input_stream(spark, tmp_path / "in")
+    query = start_foreach_batch(shape(df), sink, tmp_path / "ck")  # type: ignore[operator]
     with pytest.raises(StreamingQueryException, match=message):
         query.awaitTermination()
     sink.close()
@@ -173,17 +154,8 @@ def test_bad_input_fails_the_query_with_the_sink_error(
 
 def test_the_job_reraises_the_sinks_own_error_and_commits_nothing(spark: SparkSession, tmp_path: Path) -> None:
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
-    spec = JobSpec(
-        log_dir=tmp_path / "logs",
-        checkpoint_location=str(tmp_path / "checkpoint"),
-        topic="ev",
-        num_partitions=3,
-        source="files",
-        input_path=str(tmp_path / "in"),
-        available_now=True,
-    )
     with pytest.raises(RecordTooLargeError, match="more than max.message.bytes=70"):
-        run_job(spec, Settings(overrides={"max.message.bytes": 70}), spark=spark)
+        run_job(_spec(tmp_path), Settings(overrides={"max.message.bytes": 70}), spark=spark)
     assert SinkCommitLog(tmp_path / "logs", "ev").read().batch_id == -1
     assert read_topic(tmp_path / "logs", "ev", up_to_high_watermark=False) == []
 
@@ -217,20 +189,12 @@ def test_a_stateful_query_updates_its_state_once_per_batch(
     (tmp_path / "logs").mkdir()
     sink = SegmentLogSink(tmp_path / "logs", topic="counts", num_partitions=1, settings=SETTINGS)
     counts = (
-        spark.readStream.schema("key string, value string")
-        .option("maxFilesPerTrigger", 1)
-        .json(str(tmp_path / "in"))
+        json_input_stream(spark, tmp_path / "in", files_per_trigger=1)
         .groupBy("key")
         .count()
         .select("key", F.col("count").cast("string").alias("value"))
     )
-    query = (
-        counts.writeStream.outputMode("update")
-        .foreachBatch(sink)
-        .option("checkpointLocation", str(tmp_path / "ck"))
-        .trigger(availableNow=True)
-        .start()
-    )
+    query = start_foreach_batch(counts, sink, tmp_path / "ck", output_mode="update")
     query.awaitTermination()
     sink.close()
     latest = {r.key: int(r.value) for r in read_topic(tmp_path / "logs", "counts")}  # offset order: last wins

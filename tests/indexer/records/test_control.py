@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import struct
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,38 +26,43 @@ COMMIT_VECTOR = bytes.fromhex(
 )
 
 
+# (marker, its control type): the COMMIT marker of COMMIT_VECTOR, and an ABORT one with every field set
+MARKERS = [
+    (
+        {"base_offset": 5, "producer_id": 1, "producer_epoch": 0, "coordinator_epoch": 0, "commit": True},
+        ControlRecordType.COMMIT,
+    ),
+    (
+        {"base_offset": 1234, "producer_id": 98765, "producer_epoch": 3, "coordinator_epoch": 17, "commit": False},
+        ControlRecordType.ABORT,
+    ),
+]
+
+
 def test_commit_marker_batch_matches_the_spec_vector() -> None:
-    batch = encode_end_txn_marker_batch(
-        base_offset=5,
-        producer_id=1,
-        producer_epoch=0,
-        coordinator_epoch=0,
-        commit=True,
-        timestamp_ms=1700000000000,
-    )
+    batch = encode_end_txn_marker_batch(**MARKERS[0][0], timestamp_ms=1700000000000)  # type: ignore[arg-type]
     assert batch == COMMIT_VECTOR
     assert len(batch) == END_TXN_MARKER_BATCH_SIZE
 
 
-def test_abort_marker_batch_decodes_with_kafka_python() -> None:
-    batch = encode_end_txn_marker_batch(
-        base_offset=1234,
-        producer_id=98765,
-        producer_epoch=3,
-        coordinator_epoch=17,
-        commit=False,
-        timestamp_ms=1700000000123,
-        partition_leader_epoch=9,
-    )
+@pytest.mark.parametrize(("marker", "control_type"), MARKERS, ids=["commit", "abort"])
+def test_marker_batch_decodes_with_kafka_python(marker: dict[str, Any], control_type: ControlRecordType) -> None:
+    batch = encode_end_txn_marker_batch(**marker, timestamp_ms=1700000000123, partition_leader_epoch=9)
+    assert len(batch) == END_TXN_MARKER_BATCH_SIZE
     header = parse_batch_header(batch)
     assert header.crc == compute_batch_crc(batch)
     assert (header.is_control, header.is_transactional, header.partition_leader_epoch) == (True, True, 9)
     decoded = MemoryRecords(batch).next_batch()
     assert decoded.validate_crc()
-    assert (decoded.base_offset, decoded.producer_id, decoded.producer_epoch) == (1234, 98765, 3)
+    assert (decoded.base_offset, decoded.producer_id, decoded.producer_epoch) == (
+        marker["base_offset"],
+        marker["producer_id"],
+        marker["producer_epoch"],
+    )
     (record,) = list(decoded)
-    assert parse_control_record_key(record.key) == (0, ControlRecordType.ABORT)
-    assert EndTransactionMarker.parse(record.key, record.value) == EndTransactionMarker(ControlRecordType.ABORT, 17)
+    assert parse_control_record_key(record.key) == (0, control_type)
+    marker_record = EndTransactionMarker(control_type, marker["coordinator_epoch"])
+    assert EndTransactionMarker.parse(record.key, record.value) == marker_record
 
 
 @pytest.mark.parametrize("control_type", [t for t in ControlRecordType if t is not ControlRecordType.UNKNOWN])

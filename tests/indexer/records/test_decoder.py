@@ -22,7 +22,7 @@ from indexer.records.batch_header import (
 from indexer.records.columns import READ_SCHEMA, to_append_table
 from indexer.records.decoder import decode_batch, decode_records
 from indexer.records.encoder import encode_batches
-from tests.indexer.records.helpers import table_rows
+from tests.indexer.records.helpers import record_dicts, table_rows
 from tests.kafka_python import MemoryRecords, MemoryRecordsBuilder
 
 TS = 1_700_000_000_000
@@ -95,16 +95,8 @@ def test_vectors_cover_compression_headers_and_control() -> None:
     assert with_headers > 0 and control > 0
 
 
-_bytes = st.one_of(st.none(), st.binary(max_size=40), st.builds(lambda n: b"z" * n, st.integers(64, 9000)))
-_headers = st.one_of(
-    st.none(),
-    st.lists(
-        st.fixed_dictionaries({"key": st.text(max_size=8), "value": st.one_of(st.none(), st.binary(max_size=9))}),
-        max_size=3,
-    ),
-)
-_record = st.fixed_dictionaries(
-    {"key": _bytes, "value": _bytes, "timestamp": st.integers(-(2**62), 2**62), "headers": _headers}
+_record = record_dicts(
+    max_small=40, max_large=9000, max_timestamp=2**62, max_header_key=8, max_header_value=9, max_headers=3
 )
 
 

@@ -21,6 +21,7 @@ from indexer.records.batch_header import (
 )
 from indexer.records.columns import HEADERS_TYPE, to_append_table
 from indexer.records.encoder import encode_batches, encode_planned, plan_batches
+from tests.indexer.records.helpers import record_dicts
 from tests.kafka_python import DefaultRecordBatch, DefaultRecordBatchBuilder, MemoryRecords
 
 TS = 1_700_000_000_000
@@ -64,18 +65,9 @@ def test_appendix_b_vectors(value: str, expected: bytes) -> None:
     assert (encoded.first_offset, encoded.last_offset, encoded.max_timestamp) == (0, 0, TS)
 
 
-_large = st.builds(lambda n, b: bytes([b]) * n, st.integers(64, 20_000), st.integers(0, 255))
-_bytes = st.one_of(st.none(), st.binary(max_size=80), _large)
-_headers = st.one_of(
-    st.none(),
-    st.lists(
-        st.fixed_dictionaries({"key": st.text(max_size=10), "value": st.one_of(st.none(), st.binary(max_size=70))}),
-        max_size=4,
-    ),
-)
 _rows = st.lists(
-    st.fixed_dictionaries(
-        {"key": _bytes, "value": _bytes, "timestamp": st.integers(-(2**61), 2**61), "headers": _headers}
+    record_dicts(
+        max_small=80, max_large=20_000, max_timestamp=2**61, max_header_key=10, max_header_value=70, max_headers=4
     ),
     min_size=1,
     max_size=40,
