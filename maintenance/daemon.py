@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
@@ -40,6 +40,19 @@ def run_once(log_dir: Path, settings: Settings, job: str) -> JobReport | None:
 
 
 @contextmanager
+def handling_stop_signals(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
+    """``handler`` handles SIGTERM and SIGINT while inside; the previous handlers are restored afterwards.
+
+    For the long-running commands, which stop cleanly on either (this daemon, ``seglog run``)."""
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
+
+
+@contextmanager
 def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
     """Set ``stop`` on SIGTERM/SIGINT while inside; restore the previous handlers afterwards."""
 
@@ -47,12 +60,8 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
         logger.info("received %s, stopping after the running jobs", signal.Signals(signum).name)
         stop.set()
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    with handling_stop_signals(handler):
         yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def run_daemon(log_dir: Path, settings: Settings, *, stop: threading.Event | None = None) -> int:

@@ -27,14 +27,13 @@ from __future__ import annotations
 import argparse
 import bisect
 import functools
-import logging
 import math
 import resource
 import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -54,21 +53,20 @@ from indexer.segment import LogSegment
 from seglog.bench.report import (
     BenchResult,
     add_suite_arguments,
+    cold_read_seconds,
     drop_page_cache,
     latency_result,
     percentiles,
     publish,
+    recovery_result,
     throughput_result,
     timed,
 )
-
-logger = logging.getLogger(__name__)
 
 VALUE_BYTES = 100
 TIMESTAMP_BASE_MS = 1_700_000_000_000
 MAX_BATCH_BYTES = 1048588  # Kafka's max.message.bytes default
 MiB = 1 << 20
-READ_CHUNK_BYTES = 8 * MiB
 REPEATS = 3  # runs of each side of the encoding figure; the best of each is kept
 # Runs of each side of the append figure, alternating; the best of each is kept. An append takes ~30 ms
 # and uses both cores, so one busy moment of the shared machine moves a single run by 30% or more.
@@ -82,14 +80,13 @@ INDEX_OFFSET_STRIDE = 100
 INDEX_POSITION_STRIDE = 1024
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``seglog bench engine``."""
-    add_suite_arguments(
-        parser,
-        quick="smaller inputs (200k records, 128 MiB segment)",
-        scratch="where to write scratch files (default: the system temp dir; needs a disk, not tmpfs, "
-        "for the page-cache figures)",
-    )
+# Options of ``seglog bench engine``: the common ones.
+add_arguments = functools.partial(
+    add_suite_arguments,
+    quick="smaller inputs (200k records, 128 MiB segment)",
+    scratch="where to write scratch files (default: the system temp dir; needs a disk, not tmpfs, "
+    "for the page-cache figures)",
+)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -515,22 +512,6 @@ def _write_segment(path: Path, target_bytes: int) -> int:
     return copies * encoded.total_bytes
 
 
-def cold_read_seconds(paths: Sequence[Path]) -> float:
-    """Seconds to read ``paths`` once in ``READ_CHUNK_BYTES`` chunks, evicted from the page cache first:
-    the baseline of the recovery figures (recovery reads its input at least once)."""
-    for path in paths:
-        drop_page_cache(path)
-
-    def read_once() -> None:
-        for path in paths:
-            with open(path, "rb", buffering=0) as f:
-                while f.read(READ_CHUNK_BYTES):
-                    pass
-
-    seconds, _ = timed(read_once)
-    return seconds
-
-
 def bench_recovery(sizes: Sizes, scratch: Path) -> BenchResult:
     """MB/s of ``LogSegment.recover`` vs one read of the same file, page cache dropped before each."""
     directory = scratch / "recover-0"
@@ -542,21 +523,16 @@ def bench_recovery(sizes: Sizes, scratch: Path) -> BenchResult:
     config = LogConfig(segment_bytes=1 << 30)
     segment = LogSegment.open(directory, 0, config, clock=SystemClock(), file_already_exists=True)
     try:
-        drop_page_cache(path)
-        seconds, truncated = timed(segment.recover)
+        seconds, truncated = timed(segment.recover, evict=[path])
         index_entries = segment.offset_index.entries
     finally:
         segment.close()
-    return throughput_result(
+    return recovery_result(
         "segment recovery (CRC + index rebuild)",
-        "MB/s",
-        size / seconds / 1e6,
         "read the file once (8 MiB chunks)",
-        size / base_s / 1e6,
-        0.5,
-        bytes=size,
+        size,
+        seconds,
+        base_s,
         truncated=truncated,
         index_entries=index_entries,
-        seconds=seconds,
-        baseline_seconds=base_s,
     )

@@ -19,11 +19,11 @@ examples:
 from __future__ import annotations
 
 import argparse
+import functools
 import logging
 import os
 import shutil
 import struct
-import tempfile
 import time
 from pathlib import Path
 
@@ -33,11 +33,12 @@ import pyarrow as pa
 from seglog.bench.report import (
     BenchResult,
     add_suite_arguments,
-    drop_page_cache,
+    cold_read_seconds,
     latency_result,
     percentiles,
     publish,
-    throughput_result,
+    recovery_result,
+    scratch_directory,
     timed,
 )
 
@@ -50,42 +51,13 @@ BASELINE_PARTITIONS = 10
 PASSES = 5
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``seglog bench maintenance``."""
-    add_suite_arguments(
-        parser,
-        quick="64 MiB to recover, 20 partitions x 1,000 segments",
-        scratch="scratch directory; the retention directory built there is reused by later runs "
-        "(default: a temporary directory, removed afterwards)",
-    )
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run both figures, print the table, write the JSON; 0 even when a goal is missed."""
-    if args.scale <= 0:
-        raise ValueError(f"--scale must be > 0, got {args.scale}")
-    recovery_bytes = int((64 if args.quick else 256) * MiB * args.scale)
-    partitions = max(1, int((20 if args.quick else 100) * args.scale))
-    segments = max(2, int(SEGMENTS_PER_PARTITION * min(1.0, args.scale)))
-    scratch = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="seglog-bench-maintenance-"))
-    scratch.mkdir(parents=True, exist_ok=True)
-    try:
-        results = [
-            bench_recovery(scratch / "recovery", recovery_bytes),
-            bench_retention(scratch / f"retention-{partitions}x{segments}", partitions, segments),
-        ]
-    finally:
-        shutil.rmtree(scratch / "recovery", ignore_errors=True)
-        if not args.dir:
-            shutil.rmtree(scratch, ignore_errors=True)
-    publish(results, json_path=args.json, suite="maintenance", quick=args.quick)
-    return 0
-
-
-def _drop_page_cache(paths: list[Path]) -> None:
-    """Evict every file of ``paths`` from the page cache."""
-    for path in paths:
-        drop_page_cache(path)
+# Options of ``seglog bench maintenance``: the common ones.
+add_arguments = functools.partial(
+    add_suite_arguments,
+    quick="64 MiB to recover, 20 partitions x 1,000 segments",
+    scratch="scratch directory; the retention directory built there is reused by later runs "
+    "(default: a temporary directory, removed afterwards)",
+)
 
 
 def _records(count: int, value_bytes: int = 100) -> dict[str, pa.Array]:
@@ -102,7 +74,6 @@ def bench_recovery(log_dir: Path, total_bytes: int) -> BenchResult:
     from indexer.config import LogConfig, Settings
     from indexer.log import Log
     from maintenance.recovery import recover_log_dir
-    from seglog.bench.engine import cold_read_seconds
 
     config = LogConfig(segment_bytes=32 * MiB)
     settings = Settings(topic_defaults=config.to_dict(), source="bench")
@@ -123,21 +94,16 @@ def bench_recovery(log_dir: Path, total_bytes: int) -> BenchResult:
     size = sum(p.stat().st_size for p in logs)
 
     base_s = cold_read_seconds(logs)
-    _drop_page_cache(logs)
-    seconds, outcome = timed(lambda: recover_log_dir(log_dir, settings, progress=False))
+    seconds, outcome = timed(lambda: recover_log_dir(log_dir, settings, progress=False), evict=logs)
     assert not outcome.failed and not outcome.committed_data_lost
-    return throughput_result(
+    return recovery_result(
         "log directory recovery (seglog recover)",
-        "MB/s",
-        size / seconds / 1e6,
         "read every .log once (8 MiB chunks)",
-        size / base_s / 1e6,
-        0.5,
-        bytes=size,
+        size,
+        seconds,
+        base_s,
         partitions=RECOVERY_PARTITIONS,
         segments=len(logs),
-        seconds=seconds,
-        baseline_seconds=base_s,
     )
 
 
@@ -214,3 +180,19 @@ def bench_retention(log_dir: Path, partitions: int, segments: int) -> BenchResul
         passes=PASSES,
         **percentiles(samples),
     )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run both figures, print the table, write the JSON; 0 even when a goal is missed."""
+    if args.scale <= 0:
+        raise ValueError(f"--scale must be > 0, got {args.scale}")
+    recovery_bytes = int((64 if args.quick else 256) * MiB * args.scale)
+    partitions = max(1, int((20 if args.quick else 100) * args.scale))
+    segments = max(2, int(SEGMENTS_PER_PARTITION * min(1.0, args.scale)))
+    with scratch_directory(args.dir, "seglog-bench-maintenance-", removed=["recovery"]) as scratch:
+        results = [
+            bench_recovery(scratch / "recovery", recovery_bytes),
+            bench_retention(scratch / f"retention-{partitions}x{segments}", partitions, segments),
+        ]
+    publish(results, json_path=args.json, suite="maintenance", quick=args.quick)
+    return 0

@@ -14,9 +14,12 @@ import logging
 import math
 import os
 import platform
+import shutil
 import sys
+import tempfile
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -24,6 +27,8 @@ from typing import Any, Literal
 import numpy as np
 
 logger = logging.getLogger(__name__)
+
+READ_CHUNK_BYTES = 8 << 20  # the read size of the cold-read baseline
 
 
 @dataclass
@@ -159,18 +164,71 @@ def publish(results: Sequence[BenchResult], *, json_path: str | None, suite: str
         logger.info("wrote %s", json_path)
 
 
-def timed(fn: Callable[[], Any]) -> tuple[float, Any]:
-    """``(seconds, result)`` of one call of ``fn``."""
+def timed(fn: Callable[[], Any], *, evict: Iterable[str | os.PathLike[str]] = ()) -> tuple[float, Any]:
+    """``(seconds, result)`` of one call of ``fn``; the files of ``evict`` are evicted from the page cache
+    first (untimed), for a figure whose reads must go to the disk."""
+    drop_page_cache(*evict)
     start = time.perf_counter()
     result = fn()
     return time.perf_counter() - start, result
 
 
-def drop_page_cache(path: str | os.PathLike[str]) -> None:
-    """Write ``path`` back and evict it from the page cache, so the next read goes to the disk."""
-    fd = os.open(path, os.O_RDONLY)
+def drop_page_cache(*paths: str | os.PathLike[str]) -> None:
+    """Write each of ``paths`` back and evict it from the page cache, so the next read goes to the disk."""
+    for path in paths:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def cold_read_seconds(paths: Sequence[Path]) -> float:
+    """Seconds to read ``paths`` once in ``READ_CHUNK_BYTES`` chunks, evicted from the page cache first:
+    the baseline of the recovery figures (recovery reads its input at least once)."""
+
+    def read_once() -> None:
+        for path in paths:
+            with open(path, "rb", buffering=0) as f:
+                while f.read(READ_CHUNK_BYTES):
+                    pass
+
+    seconds, _ = timed(read_once, evict=paths)
+    return seconds
+
+
+def recovery_result(
+    name: str, baseline: str, size: int, seconds: float, baseline_seconds: float, **details: Any
+) -> BenchResult:
+    """A recovery figure: MB/s of recovering ``size`` bytes in ``seconds`` against reading them once from
+    the disk in ``baseline_seconds`` (:func:`cold_read_seconds`); goal 0.5x, as recovery reads its input
+    at least once and checks every byte."""
+    return throughput_result(
+        name,
+        "MB/s",
+        size / seconds / 1e6,
+        baseline,
+        size / baseline_seconds / 1e6,
+        0.5,
+        bytes=size,
+        **details,
+        seconds=seconds,
+        baseline_seconds=baseline_seconds,
+    )
+
+
+@contextmanager
+def scratch_directory(directory: str | None, prefix: str, *, removed: Sequence[str]) -> Iterator[Path]:
+    """The scratch directory of a run: ``directory`` (``--dir``, created if need be and kept, so a suite
+    may leave inputs there for later runs) or a new temporary directory named ``prefix...``, removed
+    afterwards. Either way its entries named in ``removed`` (one run's outputs) are removed afterwards."""
+    scratch = Path(directory) if directory else Path(tempfile.mkdtemp(prefix=prefix))
+    scratch.mkdir(parents=True, exist_ok=True)
     try:
-        os.fsync(fd)
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        yield scratch
     finally:
-        os.close(fd)
+        for name in removed:
+            shutil.rmtree(scratch / name, ignore_errors=True)
+        if not directory:
+            shutil.rmtree(scratch, ignore_errors=True)

@@ -25,14 +25,12 @@ examples:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import os
-import re
-import shutil
 import socket
 import subprocess
-import sys
 import tempfile
 import threading
 import time
@@ -44,8 +42,16 @@ import numpy as np
 
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
-from seglog.bench.report import BenchResult, add_suite_arguments, latency_result, percentiles, publish
+from seglog.bench.report import (
+    BenchResult,
+    add_suite_arguments,
+    latency_result,
+    percentiles,
+    publish,
+    scratch_directory,
+)
 from seglog.bench.report import throughput_result as throughput
+from seglog.commands.serve import listening_port, loopback_command
 from seglog.serve.catalog import WAITING_POLL_S
 
 logger = logging.getLogger(__name__)
@@ -54,16 +60,14 @@ MiB = 1024 * 1024
 RECORD_BYTES = 1024
 APPEND_RECORDS = 50_000
 POLL_MS = 10
-_SERVING = re.compile(r"serving .* on 127\.0\.0\.1:(\d+) ")
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Options of ``seglog bench serve``."""
-    add_suite_arguments(
-        parser,
-        quick="64 MiB to consume, 100 latency samples",
-        scratch="scratch directory (default: a temporary directory, removed afterwards)",
-    )
+# Options of ``seglog bench serve``: the common ones.
+add_arguments = functools.partial(
+    add_suite_arguments,
+    quick="64 MiB to consume, 100 latency samples",
+    scratch="scratch directory (default: a temporary directory, removed afterwards)",
+)
 
 
 class _Server:
@@ -71,29 +75,14 @@ class _Server:
 
     def __init__(self, log_dir: Path) -> None:
         self._stderr = tempfile.TemporaryFile()
-        self.proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-c",
-                "import sys; from seglog.cli import main; sys.exit(main())",
-                "serve",
-                "--log-dir",
-                str(log_dir),
-                "--bind",
-                "127.0.0.1:0",
-                "-v",
-                "--poll-ms",
-                str(POLL_MS),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=self._stderr,
-        )
+        command = loopback_command(log_dir, "--poll-ms", str(POLL_MS))
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self._stderr)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and self.proc.poll() is None:
             self._stderr.seek(0)
-            found = _SERVING.search(self._stderr.read().decode(errors="replace"))
-            if found:
-                self.bootstrap = f"127.0.0.1:{found.group(1)}"
+            port = listening_port(self._stderr.read().decode(errors="replace"))
+            if port is not None:
+                self.bootstrap = f"127.0.0.1:{port}"
                 return
             time.sleep(0.05)
         self.close()
@@ -382,14 +371,7 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--scale must be > 0, got {args.scale}")
     total = int((64 if args.quick else 256) * MiB * args.scale)
     samples = max(10, int((100 if args.quick else 500) * min(1.0, args.scale)))
-    scratch = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="seglog-bench-serve-"))
-    scratch.mkdir(parents=True, exist_ok=True)
-    try:
+    with scratch_directory(args.dir, "seglog-bench-serve-", removed=["throughput", "latency"]) as scratch:
         results = bench_throughput(scratch / "throughput", total) + bench_latency(scratch / "latency", samples)
-    finally:
-        shutil.rmtree(scratch / "throughput", ignore_errors=True)
-        shutil.rmtree(scratch / "latency", ignore_errors=True)
-        if not args.dir:
-            shutil.rmtree(scratch, ignore_errors=True)
     publish(results, json_path=args.json, suite="serve", quick=args.quick)
     return 0

@@ -37,7 +37,7 @@ import re
 import struct
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TextIO
 
@@ -133,6 +133,11 @@ class DumpOptions:
     max_bytes: int = INT32_MAX
     skip_record_metadata: bool = False
 
+    @classmethod
+    def from_args(cls, args: argparse.Namespace) -> DumpOptions:
+        """The options given on ``seglog dump``'s command line: each field is the flag of its name."""
+        return cls(**{option.name: getattr(args, option.name) for option in fields(cls)})
+
     @property
     def is_deep_iteration(self) -> bool:
         return self.deep_iteration or self.print_data_log
@@ -205,16 +210,7 @@ def run(args: argparse.Namespace) -> int:
     files = list(args.paths) + [f for group in args.files for f in group.split(",") if f]
     if not files:
         raise ValueError("no files to dump: name them as arguments or with --files f1,f2")
-    options = DumpOptions(
-        print_data_log=args.print_data_log,
-        deep_iteration=args.deep_iteration,
-        verify_index_only=args.verify_index_only,
-        index_sanity_check=args.index_sanity_check,
-        max_message_size=args.max_message_size,
-        max_bytes=args.max_bytes,
-        skip_record_metadata=args.skip_record_metadata,
-    )
-    problems = dump_files(files, options, sys.stdout, sys.stderr)
+    problems = dump_files(files, DumpOptions.from_args(args), sys.stdout, sys.stderr)
     return 1 if problems else 0
 
 
@@ -582,13 +578,27 @@ def _entries_until_zero_slot(offsets: np.ndarray, base_offset: int) -> int:
     return int(repeats[0]) + 1 if repeats.size else len(offsets)
 
 
-def _sanity_check(index: OffsetIndex | TimeIndex, path: Path, problems: DumpProblems) -> None:
-    """Kafka's sanity check of an index (size, last entry) as a reported problem: the entries are
-    still dumped and checked, but a file a broker would refuse to load is said so up front."""
+def _index_entries(
+    index: OffsetIndex | TimeIndex, path: Path, name: str, options: DumpOptions, out: TextIO, problems: DumpProblems
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """The entries of ``index`` Kafka dumps, those before its zero tail, as ``(offsets, positions)`` of a
+    ``.index`` or ``(offsets, timestamps)`` of a ``.timeindex``; None when ``--index-sanity-check`` asked
+    for Kafka's sanity check alone (run here: a failure raises, a pass is printed).
+
+    Otherwise a failed sanity check (size, last entry) is a reported problem: the entries are still
+    dumped and checked, but a file a broker would refuse to load is said so up front."""
+    if options.index_sanity_check:
+        index.sanity_check()
+        out.write(f"{name} passed sanity check.\n")
+        return None
     try:
         index.sanity_check()
     except CorruptIndexError as e:
         problems.failed_sanity_checks[str(path.absolute())] = str(e)
+    keys, values = index.to_arrays()
+    offsets, other = (values, keys) if isinstance(index, TimeIndex) else (keys, values)
+    count = _entries_until_zero_slot(offsets, index.base_offset)
+    return offsets[:count], other[:count]
 
 
 def dump_offset_index(path: Path, name: str, options: DumpOptions, out: TextIO, problems: DumpProblems) -> None:
@@ -599,14 +609,10 @@ def dump_offset_index(path: Path, name: str, options: DumpOptions, out: TextIO, 
         if index.entries == 0:
             out.write(f"{name} is empty.\n")
             return
-        if options.index_sanity_check:
-            index.sanity_check()
-            out.write(f"{name} passed sanity check.\n")
-            return
-        _sanity_check(index, path, problems)
-        all_offsets, all_positions = index.to_arrays()
-    count = _entries_until_zero_slot(all_offsets, base_offset)
-    index_offsets, positions = all_offsets[:count], all_positions[:count]
+        entries = _index_entries(index, path, name, options, out, problems)
+    if entries is None:
+        return
+    index_offsets, positions = entries
     scan = scan_headers(log_path)
     consistent, log_offsets = offset_entries_agree(scan, index_offsets, positions, options.max_message_size)
     bad = np.flatnonzero(~consistent)
@@ -627,16 +633,12 @@ def dump_time_index(path: Path, name: str, options: DumpOptions, out: TextIO, pr
         OffsetIndex(_sibling(path, INDEX_FILE_SUFFIX), base_offset, -1, writable=False) as index,
         TimeIndex(path, base_offset, -1, writable=False) as time_index,
     ):
-        if options.index_sanity_check:
-            time_index.sanity_check()
-            out.write(f"{name} passed sanity check.\n")
+        entries = _index_entries(time_index, path, name, options, out, problems)
+        if entries is None:
             return
-        _sanity_check(time_index, path, problems)
-        all_timestamps, all_offsets = time_index.to_arrays()
-        count = _entries_until_zero_slot(all_offsets, base_offset)
-        entry_offsets, entry_timestamps = all_offsets[:count], all_timestamps[:count]
+        entry_offsets, entry_timestamps = entries
         _, start_positions = index.lookup_many(entry_offsets)
-    if count:
+    if entry_offsets.size:
         scan = scan_headers(log_path)
         _check_time_entries(str(path.absolute()), entry_offsets, entry_timestamps, start_positions, scan, problems)
     if not options.verify_index_only:

@@ -77,6 +77,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @contextmanager
 def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
     """SIGINT/SIGTERM set ``stop``; a second SIGINT raises KeyboardInterrupt. Handlers restored after."""
+    from maintenance.daemon import handling_stop_signals
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         if stop.is_set() and signum == signal.SIGINT:
@@ -84,12 +85,8 @@ def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
         logger.warning("%s received: stopping cleanly (Ctrl-C again to abort)", signal.Signals(signum).name)
         stop.set()
 
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
+    with handling_stop_signals(handler):
         yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -22,10 +22,31 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import re
 import signal
+import sys
 from pathlib import Path
 
 from seglog.cli import add_log_config_arguments, non_negative_int, positive_int, settings_from_args
+
+SEGLOG_MAIN = "import sys; from seglog.cli import main; sys.exit(main())"  # ``python -c`` this: the CLI
+# The line a server logs (with -v) once it listens on a loopback port: Server.start's.
+_LISTENING = re.compile(r"serving .* on 127\.0\.0\.1:(\d+) ")
+
+
+def loopback_command(log_dir: Path, *options: str) -> list[str]:
+    """The command line of ``seglog serve`` over ``log_dir`` in a subprocess of this Python, on a free
+    loopback port and with ``-v``, so that its stderr says which port (:func:`listening_port`): how
+    benchmarks and tests start a real server."""
+    serve = ["serve", "--log-dir", str(log_dir), "--bind", "127.0.0.1:0", "-v", *options]
+    return [sys.executable, "-c", SEGLOG_MAIN, *serve]
+
+
+def listening_port(stderr: str) -> int | None:
+    """The port a server started by :func:`loopback_command` listens on, from what it wrote to stderr so
+    far (None while it has not said)."""
+    found = _LISTENING.search(stderr)
+    return int(found.group(1)) if found else None
 
 
 def _bind(text: str) -> tuple[str, int]:

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 from dataclasses import dataclass
@@ -44,7 +45,7 @@ from indexer.errors import StorageError
 from seglog.serve import fetch, protocol
 from seglog.serve.catalog import INTERNAL_TOPICS, Catalog
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
-from seglog.serve.groups import GroupCoordinator
+from seglog.serve.groups import GroupCoordinator, JoinResult, SyncResult
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +69,15 @@ class ServeOptions:
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
     poll_ms: int = 10  # how often the writer's checkpoints are looked at
     rescan_ms: int = 500  # how often the directory is listed for new partitions
+
+
+def _group_response(
+    response: type[Any], request: protocol.Request, result: JoinResult | SyncResult, **fields: Any
+) -> Any:
+    """``response`` at the request's version carrying every field of the coordinator's ``result`` (its
+    fields are the response's), then ``fields`` (ones it lacks, or a field in another form)."""
+    carried = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
+    return response(version=request.version, throttle_time_ms=0, **{**carried, **fields})
 
 
 class Server:
@@ -327,16 +337,12 @@ class Server:
             JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=None, metadata=meta)
             for m, meta in result.members
         ]
-        return JoinGroupResponse(
-            version=request.version,
-            throttle_time_ms=0,
-            error_code=result.error_code,
-            generation_id=result.generation_id,
-            protocol_type=result.protocol_type,
+        return _group_response(
+            JoinGroupResponse,
+            request,
+            result,
             protocol_name=result.protocol_name or ("" if request.version < 7 else None),
-            leader=result.leader,
             skip_assignment=False,
-            member_id=result.member_id,
             members=members,
         )
 
@@ -344,14 +350,7 @@ class Server:
         body = request.body
         assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
         result = await self.groups.sync(body.group_id, body.member_id, body.generation_id, assignments)
-        return SyncGroupResponse(
-            version=request.version,
-            throttle_time_ms=0,
-            error_code=result.error_code,
-            protocol_type=result.protocol_type,
-            protocol_name=result.protocol_name,
-            assignment=result.assignment,
-        )
+        return _group_response(SyncGroupResponse, request, result)
 
     def _Heartbeat(self, request: protocol.Request) -> Any:
         body = request.body
