@@ -51,16 +51,32 @@ def rate_limit(
 def split_ranges(
     ranges: list[OffsetRange], *, min_partitions: int | None, max_records_per_partition: int | None
 ) -> list[OffsetRange]:
-    """Split large ranges into several tasks: first into pieces of at most ``maxRecordsPerPartition``,
-    then, while there are fewer than ``minPartitions``, each range into a number of pieces in proportion
-    to its size (at least one), as ``KafkaOffsetRangeCalculator`` does. Empty ranges are dropped."""
+    """Split large ranges into several tasks, as Spark's ``KafkaOffsetRangeCalculator`` does: first into
+    pieces of at most ``maxRecordsPerPartition``; then, when there are fewer than ``minPartitions``,
+    the large ones in proportion to their size. A partition whose pieces would each get one task stays
+    as it is, and its records and task count are left out of the proportion given to the others. So
+    the count is about ``minPartitions``, more or less by rounding. Empty ranges are dropped."""
     ranges = [r for r in ranges if r.size > 0]
     if max_records_per_partition is not None:
         ranges = [p for r in ranges for p in _split(r, math.ceil(r.size / max_records_per_partition))]
-    if min_partitions is not None and 0 < len(ranges) < min_partitions:
-        total = sum(r.size for r in ranges)
-        ranges = [p for r in ranges for p in _split(r, max(1, round(r.size / total * min_partitions)))]
-    return ranges
+    if min_partitions is None or not 0 < len(ranges) < min_partitions:
+        return ranges
+    total = sum(r.size for r in ranges)
+    unsplit = [r for r in ranges if _part_count(r.size, total, min_partitions) == 1]
+    kept = {(r.topic, r.partition) for r in unsplit}
+    split_total = total - sum(r.size for r in unsplit)
+    split_min = max(min_partitions - len(unsplit), 1)
+    return [
+        piece
+        for r in ranges
+        for piece in _split(r, 1 if (r.topic, r.partition) in kept else _part_count(r.size, split_total, split_min))
+    ]
+
+
+def _part_count(size: int, total: int, min_partitions: int) -> int:
+    """Tasks for a range of ``size`` of ``total`` records: its share of ``min_partitions``, rounded half
+    up (Scala's ``math.round``), at least one."""
+    return max(math.floor(size / total * min_partitions + 0.5), 1)
 
 
 def _split(piece: OffsetRange, parts: int) -> list[OffsetRange]:

@@ -43,6 +43,7 @@ from numba.cpython.unsafe.numbers import leading_zeros
 from numba.extending import intrinsic
 
 from indexer._bytes import get_be, put_be
+from indexer.limits import INT32_MAX
 from indexer.records._batch_scan import _crc32c_hw
 
 # Columns of the entry table returned by scan_batches (one row per log entry, any magic).
@@ -437,8 +438,8 @@ def write_batches(
         sequence = base_sequence
         if base_sequence >= 0:  # DefaultRecordBatch.incrementSequence: wrap at INT_MAX
             sequence = base_sequence + first
-            if sequence > 2147483647:
-                sequence -= 2147483648
+            if sequence > INT32_MAX:
+                sequence -= INT32_MAX + 1
         put_be(out, p + 53, sequence, 4)
         put_be(out, p + 57, last - first, 4)
         pos = p + _HEADER_SIZE

@@ -25,6 +25,7 @@ from typing import Any
 from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
 
 from indexer.errors import CorruptRecordError, OffsetOutOfRangeError, SeglogError
+from indexer.limits import INT32_MAX
 from indexer.log import Log
 from indexer.records.file_records import FileSlice
 from seglog.serve import protocol
@@ -116,7 +117,7 @@ def _fetch_once(catalog: Catalog, request: Any, version: int) -> tuple[Any, dict
     """The response as things stand, the slices its placeholders stand for, the record bytes it
     carries, and whether a partition has an error."""
     committed = request.isolation_level == READ_COMMITTED
-    budget = request.max_bytes if version >= 3 else 2**31 - 1
+    budget = request.max_bytes if version >= 3 else INT32_MAX
     total = 0
     errors = False
     slices: dict[bytes, FileSlice] = {}

@@ -139,7 +139,38 @@ def test_split_ranges_cover_each_range_contiguously(
             continue
         assert mine[0].start == r.start and mine[-1].end == r.end
         assert all(a.end == b.start for a, b in zip(mine, mine[1:], strict=False)) and all(p.size > 0 for p in mine)
-        if max_records is not None and min_partitions is None:
+        if max_records is not None:
             assert all(p.size <= max_records for p in mine)
-    if min_partitions is not None and sum(sizes) >= min_partitions and len([s for s in sizes if s]) < min_partitions:
+    nonempty = len([s for s in sizes if s])
+    if (
+        min_partitions is not None
+        and max_records is None
+        and sum(sizes) >= min_partitions
+        and nonempty < min_partitions
+    ):
         assert len(pieces) >= min(min_partitions, sum(sizes)) - len(sizes)  # roughly minPartitions, as Kafka's
+
+
+@pytest.mark.parametrize(
+    ("sizes", "min_partitions", "max_records", "expected"),
+    [
+        # A small partition is left whole, and its task is taken out of what the large ones share
+        # (4 + 20 records, minPartitions 3: 1 + 2 tasks; KafkaOffsetRangeCalculatorSuite's case).
+        ([4, 20], 3, None, [[4], [10, 10]]),
+        ([1, 1, 100], 4, None, [[1], [1], [50, 50]]),
+        ([5, 5, 5, 5, 5, 5, 5, 5, 25], 10, None, [[5]] * 8 + [[12, 13]]),
+        ([3, 3, 3], 4, None, [[3], [3], [3]]),  # each share rounds to one task: fewer than 4
+        # maxRecordsPerPartition first, then minPartitions over the pieces (10 records by 2: 5 tasks,
+        # each a share of 1.4 of 7: none is split again).
+        ([10], 7, 2, [[2, 2, 2, 2, 2]]),
+        ([10], 3, 4, [[3, 3, 4]]),
+        # A share of exactly 2.5 tasks rounds up, as Scala's math.round (Python's round gives 2).
+        ([5, 5], 5, None, [[1, 2, 2], [1, 2, 2]]),
+    ],
+)
+def test_split_ranges_as_kafkas_calculator(
+    sizes: list[int], min_partitions: int, max_records: int | None, expected: list[list[int]]
+) -> None:
+    ranges = [OffsetRange("t", p, 0, size) for p, size in enumerate(sizes)]
+    pieces = split_ranges(ranges, min_partitions=min_partitions, max_records_per_partition=max_records)
+    assert [[q.size for q in pieces if q.partition == p] for p in range(len(sizes))] == expected
