@@ -331,6 +331,7 @@ def update_checkpoint(
     *,
     lock_path: str | os.PathLike[str],
     remove: Iterable[TopicPartition] = (),
+    expected: Mapping[TopicPartition, int | None] | None = None,
     timeout: float | None = DEFAULT_LOCK_TIMEOUT_S,
 ) -> dict[TopicPartition, int]:
     """Read-merge-write an offset checkpoint shared by several processes; returns what was written.
@@ -341,6 +342,11 @@ def update_checkpoint(
     directory's lock (``lock_path``, normally ``<log dir>/.lock``) is held only for the
     read-merge-write, so no process loses another's entries. An unreadable existing file is logged
     and replaced (its entries cannot be recovered anyway).
+
+    ``expected`` makes the change of each partition it names conditional: the entry (None: no entry)
+    the change was computed from. A partition whose entry differs, because another process has
+    written it since, is left as found: a process that held a partition for a while (the maintenance
+    daemon) never puts back an older high watermark over a writer's newer one.
 
     Raises:
         LogLockedError: the directory lock was not free within ``timeout`` seconds.
@@ -355,9 +361,16 @@ def update_checkpoint(
         except StorageError as e:
             logger.warning("replacing unreadable checkpoint file %s: %s", checkpoint.path, e)
             merged = {}
+        found = dict(merged)
+        expected = expected or {}
+
+        def still(tp: TopicPartition) -> bool:
+            return tp not in expected or found.get(tp) == expected[tp]
+
         for tp in remove:
-            merged.pop(tp, None)
-        merged.update(updates)
+            if still(tp):
+                merged.pop(tp, None)
+        merged.update((tp, offset) for tp, offset in updates.items() if still(tp))
         checkpoint.write(merged)
         return merged
     finally:

@@ -94,17 +94,27 @@ def read_checkpoint(log_dir: Path, kind: str) -> dict[TopicPartition, int]:
         return {}
 
 
-def write_checkpoint(log_dir: Path, kind: str, values: dict[TopicPartition, int | None]) -> int:
+def write_checkpoint(
+    log_dir: Path,
+    kind: str,
+    values: dict[TopicPartition, int | None],
+    *,
+    expected: dict[TopicPartition, int | None] | None = None,
+) -> int:
     """Merge ``values`` (None: drop the entry) into checkpoint ``kind`` of ``log_dir``.
 
     Entries of partitions other processes own are kept: a read-merge-write under the log
-    directory's ``.lock``. Returns the number of entries written for ``values``.
+    directory's ``.lock``. With ``expected`` (the entries the values were computed from), a
+    partition whose entry another process changed meanwhile is left as it is (see
+    :func:`indexer.checkpoint.update_checkpoint`). Returns the number of entries in ``values``.
     """
     updates = {tp: v for tp, v in values.items() if v is not None}
     remove = [tp for tp, v in values.items() if v is None]
     if updates or remove:
         lock_path = log_dir / LOG_DIR_LOCK_FILE
-        update_checkpoint(log_dir / CHECKPOINT_FILES[kind], updates, lock_path=lock_path, remove=remove)
+        update_checkpoint(
+            log_dir / CHECKPOINT_FILES[kind], updates, lock_path=lock_path, remove=remove, expected=expected
+        )
     return len(updates)
 
 
@@ -234,8 +244,11 @@ class BorrowedLogs(LogAccess):
                         self._release(tp, log, released)
             finally:
                 for kind in kinds:
+                    # Only where nobody wrote since this pass read the file: a writer (executor writes
+                    # publish high watermarks without the partition lock) may have moved on meanwhile.
+                    read = {tp: checkpoints[kind].get(tp) for tp in released[kind]}
                     try:
-                        write_checkpoint(self.log_dir, kind, released[kind])
+                        write_checkpoint(self.log_dir, kind, released[kind], expected=read)
                     except Exception:
                         logger.exception("writing %s failed", CHECKPOINT_FILES[kind])
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from indexer.checkpoint import OffsetCheckpointFile
+from indexer.checkpoint import OffsetCheckpointFile, update_checkpoint
 from indexer.clock import MockClock
 from indexer.file_names import partition_dirs
 from indexer.log import Log
@@ -57,6 +57,27 @@ def test_borrowed_partitions_are_released_and_reopened_clean_only_when_untouched
     # Every pass checkpointed what it released.
     recovery_points = OffsetCheckpointFile(log_dir / "recovery-point-offset-checkpoint").read()
     assert recovery_points == {("t", 0): writer.log_end_offset}
+
+
+def test_a_pass_never_puts_back_an_older_high_watermark(log_dir: Path, clock: MockClock) -> None:
+    """Executor writes publish a partition's high watermark without its lock, so one may land while the
+    daemon holds the partition: the daemon's checkpoint write after the pass keeps the newer value,
+    and still writes the entries nobody changed."""
+    for partition in (0, 1):
+        log = Log.open(log_dir / f"t-{partition}", small_config(), clock=clock)
+        append_batches(log, clock, 4)
+        log.close()
+    hw_file = log_dir / "replication-offset-checkpoint"
+    update_checkpoint(hw_file, {("t", 0): 3, ("t", 1): 3}, lock_path=log_dir / ".lock")
+    access = BorrowedLogs(log_dir, settings_for(small_config()), clock=clock)
+    report = JobReport("test")
+    for tp, _borrowed in access.each_log(report):
+        if tp == ("t", 0):  # the driver commits the batch its executors wrote
+            update_checkpoint(hw_file, {("t", 0): 12}, lock_path=log_dir / ".lock")
+    assert report.errors == []
+    assert OffsetCheckpointFile(hw_file).read() == {("t", 0): 12, ("t", 1): 3}
+    recovery_points = OffsetCheckpointFile(log_dir / "recovery-point-offset-checkpoint").read()
+    assert recovery_points == {("t", 0): 12, ("t", 1): 12}
 
 
 def test_a_stopped_access_borrows_nothing(log_dir: Path, clock: MockClock) -> None:
