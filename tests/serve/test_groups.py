@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+import threading
 import time
 import warnings
 from collections.abc import Callable
@@ -45,23 +46,52 @@ def _consumer(bootstrap: str) -> KafkaConsumer:
     return consumer
 
 
+Assignments = list[set[TopicPartition]]
+
+
 def _poll_until(
     consumers: list[KafkaConsumer],
-    done: Callable[[], bool],
+    done: Callable[[Assignments], bool],
     seen: dict[TopicPartition, list[int]],
     timeout_s: float = 60,
 ) -> None:
+    """Poll each consumer in a thread of its own, as applications run them, until ``done`` holds for
+    their latest assignments. (One thread polling several consumers in turn, 50 ms each, left each
+    one's join half-done while it polled the others: the leader kept re-joining, a rebalance storm.)"""
+    stop, lock = threading.Event(), threading.Lock()
+    assignments: Assignments = [set() for _ in consumers]
+    errors: list[BaseException] = []
+
+    def run(i: int, consumer: KafkaConsumer) -> None:
+        try:
+            while not stop.is_set():
+                polled = consumer.poll(timeout_ms=100)
+                with lock:
+                    for tp, records in polled.items():
+                        seen.setdefault(tp, []).extend(r.offset for r in records)
+                    assignments[i] = set(consumer.assignment())
+        except BaseException as e:  # reported by the waiting loop
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(i, c), daemon=True) for i, c in enumerate(consumers)]
+    for thread in threads:
+        thread.start()
     deadline = time.monotonic() + timeout_s
-    while not done():
-        assert time.monotonic() < deadline, [c.assignment() for c in consumers]
-        for consumer in consumers:
-            for tp, records in consumer.poll(timeout_ms=50).items():
-                seen.setdefault(tp, []).extend(r.offset for r in records)
+    try:
+        while True:
+            with lock:
+                if done(assignments):
+                    return
+                assert not errors and time.monotonic() < deadline, (assignments, errors)
+            time.sleep(0.05)
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(10)
 
 
-def _split(consumers: list[KafkaConsumer]) -> bool:
+def _split(assigned: Assignments) -> bool:
     """Every partition assigned to exactly one consumer, every consumer holding at least one."""
-    assigned = [c.assignment() for c in consumers]
     every = [tp for a in assigned for tp in a]
     return all(assigned) and len(every) == len(set(every)) == PARTITIONS
 
@@ -75,7 +105,7 @@ def test_group_rebalances_on_leave_and_resumes_after_restart(
     consumers = [_consumer(server.bootstrap) for _ in range(3)]
     seen: dict[TopicPartition, list[int]] = {}
     _poll_until(
-        consumers, lambda: _split(consumers) and sum(len(set(v)) for v in seen.values()) == PARTITIONS * RECORDS, seen
+        consumers, lambda a: _split(a) and sum(len(set(v)) for v in seen.values()) == PARTITIONS * RECORDS, seen
     )
     assert {tp: sorted(set(v)) for tp, v in seen.items()} == {
         TopicPartition(TOPIC, p): list(range(RECORDS)) for p in range(PARTITIONS)
@@ -84,7 +114,7 @@ def test_group_rebalances_on_leave_and_resumes_after_restart(
         consumer.commit()
 
     consumers.pop().close()  # LeaveGroup: the other two take its partitions over
-    _poll_until(consumers, lambda: _split(consumers), seen)
+    _poll_until(consumers, _split, seen)
     assert "left" in server.log_text()
     for consumer in consumers:
         consumer.close()
@@ -95,7 +125,7 @@ def test_group_rebalances_on_leave_and_resumes_after_restart(
     server = serve(log_dir)
     resumed = _consumer(server.bootstrap)
     after: dict[TopicPartition, list[int]] = {}
-    _poll_until([resumed], lambda: sum(len(v) for v in after.values()) >= PARTITIONS * 10, after)
+    _poll_until([resumed], lambda _: sum(len(v) for v in after.values()) >= PARTITIONS * 10, after)
     time.sleep(0.5)
     for tp, records in resumed.poll(timeout_ms=300).items():
         after.setdefault(tp, []).extend(r.offset for r in records)
@@ -133,10 +163,10 @@ def test_member_killed_without_leaving_is_expired_and_its_partitions_move(
     try:
         consumer = _consumer(server.bootstrap)
         seen: dict[TopicPartition, list[int]] = {}
-        _poll_until([consumer], lambda: 0 < len(consumer.assignment()) < PARTITIONS, seen)
+        _poll_until([consumer], lambda a: 0 < len(a[0]) < PARTITIONS, seen)
         kcat.send_signal(signal.SIGKILL)
         kcat.wait(10)
-        _poll_until([consumer], lambda: len(consumer.assignment()) == PARTITIONS, seen, timeout_s=40)
+        _poll_until([consumer], lambda a: len(a[0]) == PARTITIONS, seen, timeout_s=40)
         consumer.close()
     finally:
         if kcat.poll() is None:
