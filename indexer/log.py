@@ -103,10 +103,9 @@ class Log:
         *,
         log_start_offset: int,
         recovery_point: int,
-        next_offset: int,
+        end: LogOffsetMetadata,
         clock: Clock,
         read_only: bool,
-        next_offset_position: int | None = None,
         file_lock: FileLock | None,
         high_watermark: int | None,
     ) -> None:
@@ -123,9 +122,7 @@ class Log:
         self._last_flush_ms = clock.milliseconds()
         self._closed = False
         self._pending_deletes: list[tuple[int, LogSegment]] = []
-        active = segments.active_segment()
-        end_position = active.size if next_offset_position is None else next_offset_position
-        self._next_offset_metadata = LogOffsetMetadata(next_offset, active.base_offset, end_position)
+        self._next_offset_metadata = end
         hw = log_start_offset if high_watermark is None else high_watermark
         self._high_watermark_metadata = LogOffsetMetadata(log_start_offset)
         self._set_high_watermark(hw)
@@ -165,20 +162,18 @@ class Log:
         clock = clock if clock is not None else SystemClock()
         if read_only:
             segments, end = cls._load_read_only(directory, config, clock)
-            next_offset = end.message_offset
             first_base = segments.first_segment_base_offset() or 0
             return cls(
                 directory,
                 config,
                 segments,
                 log_start_offset=max(log_start_offset, first_base),
-                recovery_point=min(recovery_point, next_offset),
-                next_offset=next_offset,
-                next_offset_position=end.relative_position_in_segment,
+                recovery_point=min(recovery_point, end.message_offset),
+                end=end,
                 clock=clock,
                 read_only=True,
                 file_lock=None,
-                high_watermark=next_offset if high_watermark is None else high_watermark,
+                high_watermark=end.message_offset if high_watermark is None else high_watermark,
             )
         with storage_errors(directory, "create the partition directory"):
             directory.mkdir(parents=True, exist_ok=True)
@@ -219,14 +214,16 @@ class Log:
         file_lock: FileLock,
         high_watermark: int | None,
     ) -> Log:
-        """The writable log of what :meth:`LogLoader.load` recovered, under ``file_lock`` (held)."""
+        """The writable log of what :meth:`LogLoader.load` recovered, under ``file_lock`` (held): it ends
+        where its active segment does (recovery cut any partial tail)."""
+        active = loaded.segments.active_segment()
         return cls(
             directory,
             config,
             loaded.segments,
             log_start_offset=loaded.log_start_offset,
             recovery_point=loaded.recovery_point,
-            next_offset=loaded.next_offset,
+            end=LogOffsetMetadata(loaded.next_offset, active.base_offset, active.size),
             clock=clock,
             read_only=False,
             file_lock=file_lock,
