@@ -75,4 +75,8 @@ def test_sigkill_during_batches_then_restart_keeps_every_row_exactly_once(tmp_pa
     assert Counter((r.key, r.value) for r in stored) == Counter((k.encode(), v.encode()) for k, v in rows)
     unpublished = read_topic(tmp_path / "logs", "crash", up_to_high_watermark=False)
     assert len(unpublished) == len(stored)  # nothing uncommitted left behind the high watermark
-    assert SinkCommitLog(tmp_path / "logs", "crash").read().batch_id == FILES - 1
+    # The sink's commit record names Spark's last committed batch. That is FILES - 1 unless a kill fell
+    # between the file source's own log and Spark's offset log: Spark then plans the next batch over
+    # two files, so there is one batch fewer (the rows, checked above, are the same).
+    spark_batches = [int(p.name) for p in (tmp_path / "checkpoint" / "commits").iterdir() if p.name.isdigit()]
+    assert SinkCommitLog(tmp_path / "logs", "crash").read().batch_id == max(spark_batches) >= FILES - 2
