@@ -6,12 +6,16 @@ lz4 batches: the usual Kafka producer codec) and as Parquet files (snappy, Spark
 exactly the rows the seglog source returns. Each side is a streaming query with the same trigger
 (``availableNow``) and the same micro-batch size (``maxOffsetsPerTrigger`` = ``maxFilesPerTrigger`` x
 rows per file, 4 tasks per micro-batch on both sides) into Spark's no-op sink, one after the other in
-one Spark session, each side leading a round in turn, after an unmeasured round of both.
+one Spark session, each side leading a round in turn, after an unmeasured round of each.
 
 Results (the shape of every ``seglog bench`` suite, :mod:`seglog.bench.report`):
 
 * ``reader rows/s``: rows / wall time of the whole query (median of the rounds), seglog over Parquet
   (goal >= 1.0x); the details give each round's own ratio and the rows each query counted;
+* ``floor: a Python streaming source that only hands over prebuilt batches``: the same rows, micro-
+  batches and tasks through :class:`FloorSource`, a Python data source whose tasks only hand Spark
+  memory-mapped Arrow batches: Spark's own cost for any Python source, so the most the seglog source
+  could reach (no goal);
 * ``reader rows/s, 2 executors over 1``: the seglog query on ``local-cluster[2,1,1024]`` over
   ``local-cluster[1,1,1024]`` (separate executor JVMs with their own Python workers; one session each,
   one after the other in this process): how the read scales per added executor (no goal; the details
@@ -42,15 +46,21 @@ from typing import TYPE_CHECKING
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
 from indexer.config import Settings
 from indexer.records.isolation import IsolationLevel
 from seglog.bench.report import BenchResult, add_suite_arguments, publish, throughput_result
-from streaming.reader import RangeToRead, read_range
+from streaming.reader import KAFKA_SCHEMA, RangeToRead, read_range
 from streaming.sink import SegmentLogSink
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from pyspark.sql import SparkSession
+    from pyspark.sql.streaming.datasource import ReadLimit
+    from pyspark.sql.types import StructType
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +69,8 @@ TOPIC = "bench"
 NUM_PARTITIONS = 4
 NUM_USERS = 10_000
 FILES_PER_TRIGGER = NUM_PARTITIONS  # 4 tasks per micro-batch on both sides
-SEGLOG, PARQUET = "seglog", "parquet"
+SEGLOG, PARQUET, FLOOR = "seglog", "parquet", "floor"
+SIDES = (SEGLOG, PARQUET, FLOOR)
 
 
 @dataclass(frozen=True)
@@ -129,10 +140,57 @@ def make_inputs(work_dir: Path, workload: Workload, *, seed: int = 1) -> None:
         )
     ]
     table = pa.Table.from_batches(batches)
+    floor = work_dir / FLOOR
+    floor.mkdir(parents=True, exist_ok=True)
     for f, start in enumerate(range(0, table.num_rows, workload.rows_per_file)):
         path = parquet / f"part-{f:05d}.parquet"
         pq.write_table(table.slice(start, workload.rows_per_file), path)
         os.utime(path, (f, f))  # oldest first: Spark's file source takes files in modification order
+        with pa.OSFile(str(floor / f"part-{f:05d}.arrow"), "wb") as sink, pa.ipc.new_file(sink, table.schema) as ipc:
+            ipc.write_table(table.slice(start, workload.rows_per_file))
+
+
+class FloorSource(DataSource):
+    """``format("seglog_bench_floor")``: Spark's path for a Python streaming source with no work in it,
+    the floor under the seglog source. Each task hands Spark one file of the seglog source's rows as
+    prebuilt Arrow batches (memory-mapped, uncompressed Arrow IPC), :data:`FILES_PER_TRIGGER` tasks per
+    micro-batch as the other sides read them."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "seglog_bench_floor"
+
+    def schema(self) -> StructType:
+        return KAFKA_SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return _FloorStreamReader(sorted(str(p) for p in Path(self.options["path"]).glob("*.arrow")))
+
+
+class _FloorStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets count files; each micro-batch takes the next :data:`FILES_PER_TRIGGER`."""
+
+    def __init__(self, files: list[str]) -> None:
+        self.files = files
+
+    def initialOffset(self) -> dict[str, int]:
+        return {"file": 0}
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        return ReadMaxRows(FILES_PER_TRIGGER)  # only says "limited": latestOffset takes whole files
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        pass  # the files do not change
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        return {"file": min(start["file"] + FILES_PER_TRIGGER, len(self.files))}
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> list[InputPartition]:
+        return [InputPartition(path) for path in self.files[start["file"] : end["file"]]]
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        with pa.memory_map(partition.value) as source:
+            yield from pa.ipc.open_file(source).read_all().to_batches()
 
 
 def run_query(
@@ -147,6 +205,9 @@ def run_query(
             .option("maxOffsetsPerTrigger", workload.rows_per_trigger)
             .load(str(work_dir / "logs"))
         )
+    elif side == FLOOR:
+        spark.dataSource.register(FloorSource)
+        df = spark.readStream.format(FloorSource.name()).load(str(work_dir / FLOOR))
     else:
         schema = spark.read.parquet(str(work_dir / "parquet")).schema
         df = (
@@ -167,33 +228,43 @@ def run_query(
     return elapsed, rows
 
 
-def compare(spark: SparkSession, work_dir: Path, workload: Workload) -> BenchResult:
-    """The seglog source against the Parquet file source, side by side in ``spark``."""
-    for side in (SEGLOG, PARQUET):  # an unmeasured round: JIT, numba, the Python workers, the page cache
+def compare(spark: SparkSession, work_dir: Path, workload: Workload) -> list[BenchResult]:
+    """The seglog source and the Python source floor against the Parquet file source, side by side in
+    ``spark``."""
+    for side in SIDES:  # an unmeasured round: JIT, numba, the Python workers, the page cache
         run_query(spark, work_dir, workload, side, work_dir / f"warmup-{side}")
-    times: dict[str, list[float]] = {SEGLOG: [], PARQUET: []}
-    counted: dict[str, list[int]] = {SEGLOG: [], PARQUET: []}
+    times: dict[str, list[float]] = {side: [] for side in SIDES}
+    counted: dict[str, list[int]] = {side: [] for side in SIDES}
     for r in range(workload.rounds):
-        for side in (SEGLOG, PARQUET) if r % 2 == 0 else (PARQUET, SEGLOG):
+        for side in SIDES[r % len(SIDES) :] + SIDES[: r % len(SIDES)]:  # each side leads a round in turn
             seconds, rows = run_query(spark, work_dir, workload, side, work_dir / f"round{r}-{side}")
             times[side].append(seconds)
             counted[side].append(rows)
             logger.info("round %d %s: %.2f s, %d rows", r, side, seconds, rows)
     rates = {side: workload.rows / statistics.median(seconds) for side, seconds in times.items()}
-    return throughput_result(
-        "reader rows/s",
-        "rows/s",
-        rates[SEGLOG],
-        "Spark Parquet file source (snappy)",
-        rates[PARQUET],
-        1.0,
-        rows=workload.rows,
-        rows_per_trigger=workload.rows_per_trigger,
-        rounds=workload.rounds,
-        round_ratios=[p / s for s, p in zip(times[SEGLOG], times[PARQUET], strict=True)],
-        rows_counted=counted,
+    details = {
+        "rows": workload.rows,
+        "rows_per_trigger": workload.rows_per_trigger,
+        "rounds": workload.rounds,
+        "rows_counted": counted,
         **{f"{side}_seconds": seconds for side, seconds in times.items()},
-    )
+    }
+    return [
+        throughput_result(
+            name,
+            "rows/s",
+            rates[side],
+            "Spark Parquet file source (snappy)",
+            rates[PARQUET],
+            goal,
+            round_ratios=[p / s for s, p in zip(times[side], times[PARQUET], strict=True)],
+            **details,
+        )
+        for side, name, goal in (
+            (SEGLOG, "reader rows/s", 1.0),
+            (FLOOR, "floor: a Python streaming source that only hands over prebuilt batches", None),
+        )
+    ]
 
 
 def executors_scaling(work_dir: Path, workload: Workload) -> BenchResult:
@@ -228,7 +299,7 @@ def executors_scaling(work_dir: Path, workload: Workload) -> BenchResult:
 def run_suite(spark: SparkSession, workload: Workload, work_dir: Path) -> list[BenchResult]:
     """The side-by-side comparison in ``spark`` (inputs made under ``work_dir`` first)."""
     make_inputs(work_dir, workload)
-    return [compare(spark, work_dir, workload)]
+    return compare(spark, work_dir, workload)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -4,13 +4,15 @@ Figures (the server runs as a `seglog serve` subprocess on a free loopback port;
 baseline run side by side in this process):
 
 * consume MB/s with confluent-kafka (librdkafka) and with kafka-python: one partition of 1 KiB
-  records, 256 MiB (``--quick`` 64 MiB) of `.log` bytes, from the beginning to the end, vs
+  records, 512 MiB (``--quick`` 64 MiB) of `.log` bytes, from the beginning to the end, vs
   `sendfile` of the same `.log` files to a loopback socket drained by a thread (the bytes a
   broker would send, with no protocol: the physical limit). Goal: confluent-kafka >= 0.5x, the
-  median of three rounds, each a `sendfile` baseline then a consumer (the rounds are in the JSON
-  details). The consumers take up to 1,000 messages a call (``consume(n)``). The clock starts at each
-  consumer's first record: its start-up (connection, metadata, offsets, first fetch) is reported
-  apart, as ``startup_s`` in the JSON details.
+  median of five rounds, each a `sendfile` baseline then a consumer (the rounds are in the JSON
+  details). The consumers fetch 16 MiB at a time (``max.partition.fetch.bytes``; an eighth of the data
+  in smaller runs) and take up to 1,000 messages a call (``consume(n)``). The clock starts at each
+  consumer's first record, and the records of its first fetch (already received then) are left out
+  of the count: its start-up (connection, metadata, offsets, first fetch) is reported apart, as
+  ``startup_s`` in the JSON details.
 * the same confluent-kafka consume loop over the same records already queued in librdkafka (no server
   in the timed part): what the client's per-record cost allows, the ceiling of the first figure.
 * end-to-end latency, p50 and p99: from the start of a commit of one record (append,
@@ -45,6 +47,7 @@ import numpy as np
 
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
+from indexer.records.framing import whole_entries
 from seglog.bench.report import (
     BenchResult,
     add_suite_arguments,
@@ -61,7 +64,8 @@ logger = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 RECORD_BYTES = 1024
-ROUNDS = 3  # of the confluent-kafka figure and its baseline, interleaved; the medians are reported
+PARTITION_FETCH_BYTES = 16 * MiB  # max.partition.fetch.bytes of both consumers (at most an eighth of the data)
+ROUNDS = 5  # of the confluent-kafka figure and its baseline, interleaved; the medians are reported
 APPEND_RECORDS = 50_000
 POLL_MS = 10
 
@@ -99,8 +103,22 @@ class _Server:
         self._stderr.close()
 
 
-def _write(log_dir: Path, total_bytes: int) -> int:
-    """One partition of ``total_bytes`` of 1 KiB records; returns the record count."""
+@dataclass(frozen=True, slots=True)
+class _Workload:
+    """What the consumers read: ``records`` in partition ``bench-0``, fetched ``fetch_bytes`` at a time
+    (``max.partition.fetch.bytes``), the first fetch from the beginning holding ``first_fetch`` of them."""
+
+    bootstrap: str
+    records: int
+    fetch_bytes: int
+    first_fetch: int
+
+
+def _write(log_dir: Path, total_bytes: int) -> tuple[int, int, int]:
+    """One partition of ``total_bytes`` of 1 KiB records; returns the record count, the consumers'
+    ``max.partition.fetch.bytes`` and how many records their first fetch from the beginning holds (the
+    whole batches in its first ``max.partition.fetch.bytes``, what the server sends)."""
+    fetch_bytes = min(PARTITION_FETCH_BYTES, total_bytes // 8)
     rng = np.random.default_rng(7)
     values = [rng.bytes(RECORD_BYTES) for _ in range(256)]
     records = 0
@@ -111,7 +129,9 @@ def _write(log_dir: Path, total_bytes: int) -> int:
             records += APPEND_RECORDS
         log.update_high_watermark(log.log_end_offset)
         manager.checkpoint_high_watermarks()
-    return records
+        first = log.read(0, fetch_bytes).records
+    assert isinstance(first, bytes)  # read without as_slice
+    return records, fetch_bytes, whole_entries(first)[1]
 
 
 def _sendfile_baseline(paths: list[Path]) -> float:
@@ -150,17 +170,23 @@ class _Consumed:
     rest_s: float
     rest_fraction: float  # of the records (and, records being equal, of the bytes) in ``rest_s``
 
+    @classmethod
+    def timed(cls, start: float, first: float, end: float, records: int, first_fetch: int) -> _Consumed:
+        """A run from ``start``, its first record at ``first`` and its last at ``end``: the records of the
+        first fetch arrived before the clock started (``first``), so they are not in the timed part."""
+        return cls(first - start, end - first, (records - first_fetch) / records)
+
     def mb_per_s(self, size: int) -> float:
         return size * self.rest_fraction / MiB / self.rest_s
 
 
-def _confluent_config(bootstrap: str, **overrides: object) -> dict[str, object]:
+def _confluent_config(workload: _Workload, **overrides: object) -> dict[str, object]:
     return {
-        "bootstrap.servers": bootstrap,
+        "bootstrap.servers": workload.bootstrap,
         "group.id": "bench",
         "enable.auto.commit": False,
         "fetch.max.bytes": 64 * MiB,
-        "max.partition.fetch.bytes": 16 * MiB,
+        "max.partition.fetch.bytes": workload.fetch_bytes,
         # librdkafka stops fetching for fetch.queue.backoff.ms (default 1 s) whenever its queue is full
         # (queued.max.messages.kbytes, 64 MiB): with a server faster than the application, a bounded run
         # would mostly measure those pauses.
@@ -180,11 +206,12 @@ def _count(messages: list[Any]) -> int:
     return sum(1 for m in messages if not m.error())
 
 
-def _confluent(bootstrap: str, records: int) -> _Consumed:
+def _confluent(workload: _Workload) -> _Consumed:
     import confluent_kafka
 
+    records = workload.records
     start = time.perf_counter()
-    consumer = confluent_kafka.Consumer(_confluent_config(bootstrap))
+    consumer = confluent_kafka.Consumer(_confluent_config(workload))
     consumer.assign([confluent_kafka.TopicPartition("bench", 0, confluent_kafka.OFFSET_BEGINNING)])
     got = 0
     while got == 0:
@@ -194,15 +221,16 @@ def _confluent(bootstrap: str, records: int) -> _Consumed:
         got += _count(consumer.consume(_batch(records - got), 1.0))
     end = time.perf_counter()
     consumer.close()
-    return _Consumed(first - start, end - first, (records - 1) / records)
+    return _Consumed.timed(start, first, end, records, workload.first_fetch)
 
 
-def _confluent_queued(bootstrap: str, records: int) -> _Consumed:
+def _confluent_queued(workload: _Workload) -> _Consumed:
     """The same consume loop over records librdkafka already holds (its queue sized for all of them,
     filled before the clock starts): the client's own per-record cost, no server in it. The records
     taken while waiting for the queue to fill are not in the timed part."""
     import confluent_kafka
 
+    records = workload.records
     queued: list[int] = []
 
     def stats(text: str) -> None:
@@ -211,7 +239,7 @@ def _confluent_queued(bootstrap: str, records: int) -> _Consumed:
 
     consumer = confluent_kafka.Consumer(
         _confluent_config(
-            bootstrap,
+            workload,
             **{
                 "queued.max.messages.kbytes": 2_097_151,
                 "queued.min.messages": 10_000_000,
@@ -236,15 +264,16 @@ def _confluent_queued(bootstrap: str, records: int) -> _Consumed:
     return _Consumed(start - begin, end - start, timed / records)
 
 
-def _kafka_python(bootstrap: str, records: int) -> _Consumed:
+def _kafka_python(workload: _Workload) -> _Consumed:
     from kafka import KafkaConsumer, TopicPartition
 
+    records = workload.records
     start = time.perf_counter()
     consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
+        bootstrap_servers=workload.bootstrap,
         auto_offset_reset="earliest",
         enable_auto_commit=False,
-        max_partition_fetch_bytes=16 * MiB,
+        max_partition_fetch_bytes=workload.fetch_bytes,
         fetch_max_bytes=64 * MiB,
     )
     consumer.assign([TopicPartition("bench", 0)])
@@ -256,21 +285,22 @@ def _kafka_python(bootstrap: str, records: int) -> _Consumed:
         got += sum(len(v) for v in consumer.poll(timeout_ms=1000, max_records=100_000).values())
     end = time.perf_counter()
     consumer.close()
-    return _Consumed(first - start, end - first, (records - 1) / records)
+    return _Consumed.timed(start, first, end, records, workload.first_fetch)
 
 
 def bench_throughput(log_dir: Path, total_bytes: int) -> list[BenchResult]:
-    records = _write(log_dir, total_bytes)
+    records, fetch_bytes, first_fetch = _write(log_dir, total_bytes)
     paths = sorted((log_dir / "bench-0").glob("*.log"))
     size = sum(p.stat().st_size for p in paths)
     server = _Server(log_dir)
+    workload = _Workload(server.bootstrap, records, fetch_bytes, first_fetch)
     try:
         limits, rounds = [], []
         for _ in range(ROUNDS):  # interleaved: a busy moment of the machine falls on both sides alike
             limits.append(size / MiB / _sendfile_baseline(paths))
-            rounds.append(_confluent(server.bootstrap, records))
-        queued = _confluent_queued(server.bootstrap, records)
-        kafka_python = _kafka_python(server.bootstrap, records)
+            rounds.append(_confluent(workload))
+        queued = _confluent_queued(workload)
+        kafka_python = _kafka_python(workload)
     finally:
         server.close()
     limit = statistics.median(limits)
@@ -278,6 +308,8 @@ def bench_throughput(log_dir: Path, total_bytes: int) -> list[BenchResult]:
     details = {
         "bytes": size,
         "records": records,
+        "max_partition_fetch_bytes": fetch_bytes,
+        "first_fetch_records": first_fetch,
         "rounds_limit_mb_per_s": [round(x, 1) for x in limits],
         "rounds_confluent_mb_per_s": [round(r.mb_per_s(size), 1) for r in rounds],
     }
@@ -391,7 +423,7 @@ def run(args: argparse.Namespace) -> int:
     """Run the figures, print the table, write the JSON; 0 even when a goal is missed."""
     if args.scale <= 0:
         raise ValueError(f"--scale must be > 0, got {args.scale}")
-    total = int((64 if args.quick else 256) * MiB * args.scale)
+    total = int((64 if args.quick else 512) * MiB * args.scale)
     samples = max(10, int((100 if args.quick else 500) * min(1.0, args.scale)))
     with scratch_directory(args.dir, "seglog-bench-serve-", removed=["throughput", "latency"]) as scratch:
         results = bench_throughput(scratch / "throughput", total) + bench_latency(scratch / "latency", samples)

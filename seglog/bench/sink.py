@@ -9,9 +9,12 @@ unmeasured round of every side (JIT and numba compilation, page cache).
 
 On a ``local[...]`` master (default ``local[2]``) the sides are the sink with lz4-compressed batches
 written on the driver (what ``writes="auto"`` picks there), the same uncompressed, the same lz4 sink
-written on the executors, and Parquet. On any other master (``local-cluster[2,1,1024]``: two executor
-JVMs) they are the lz4 sink written on the executors (what ``auto`` picks there), the same written on
-the driver (the driver-collect path), and Parquet.
+written on the executors, the driver path's floor and Parquet. On any other master
+(``local-cluster[2,1,1024]``: two executor JVMs) they are the lz4 sink written on the executors (what
+``auto`` picks there), the same written on the driver (the driver-collect path), the executor path's
+floor and Parquet. A floor writes nothing: it hands each micro-batch's rows to Python where that
+path gets them (collected to the driver; into the executors' Python workers by a ``mapInArrow``
+that counts them), so no Python sink on that path can be faster.
 
 Results (the shape of every ``seglog bench`` suite, :mod:`seglog.bench.report`):
 
@@ -21,9 +24,12 @@ Results (the shape of every ``seglog bench`` suite, :mod:`seglog.bench.report`):
   codec; the details give each round's own ratio too (the sides of a round run back to back, so a slow
   spell of the shared machine moves them all);
 * ``sink rows/s (uncompressed batches)``: driver writes with ``compression.type=none`` (no goal);
+* ``floor: ...`` rows/s: the floor of the master's goal path, over Parquet (no goal);
 * ``driver CPU per micro-batch (executor writes)`` (cluster masters): CPU seconds of the driver's
   Python process and JVM per micro-batch, against the driver-collect path's (goal: at most 10% of
-  it, ratio >= 10x);
+  it, ratio >= 10x); ``driver CPU per micro-batch (Spark's Parquet sink)`` beside it is Spark's own
+  driver work per micro-batch (listing the source, planning, scheduling, the query's progress),
+  which any sink pays, so the floor of the first figure;
 * ``sink commit overhead per micro-batch``: fsync + commit record + high watermark publication,
   p50 over every micro-batch of the driver-written lz4 runs, against the p50 of the whole sink call
   (details: p90/p99/max and each phase).
@@ -62,10 +68,13 @@ from seglog.bench.report import (
     publish,
     throughput_result,
 )
+from streaming.arrow_collect import collect_arrow, micro_batch_plan
 from streaming.sink import BatchStats, SegmentLogSink
 
 if TYPE_CHECKING:
-    from pyspark.sql import SparkSession
+    from collections.abc import Iterator
+
+    from pyspark.sql import DataFrame, SparkSession
 
 logger = logging.getLogger(__name__)
 
@@ -77,19 +86,24 @@ NUM_USERS = 10_000
 # pages with snappy (Spark's default), Kafka batches with lz4 (compression.type, a producer or topic
 # setting); the uncompressed figure is reported beside it.
 COMPRESSED, UNCOMPRESSED, EXECUTORS, PARQUET = "seglog-lz4", "seglog-none", "seglog-lz4-executors", "parquet"
-SIDES: dict[str, tuple[dict[str, str], str] | None] = {
+# Floors, no sink at all: each micro-batch's key and value only handed to Python, where each seglog path
+# gets them (collected to the driver as the driver path collects them; on the executors, a mapInArrow
+# that counts them), then dropped. No Python sink can be faster than its path's floor.
+COLLECT_FLOOR, EXECUTOR_FLOOR = "collect-only", "mapinarrow-only"
+SIDES: dict[str, tuple[dict[str, str], str]] = {
     COMPRESSED: ({"compression.type": "lz4"}, "driver"),
     UNCOMPRESSED: ({"compression.type": "none"}, "driver"),
     EXECUTORS: ({"compression.type": "lz4"}, "executors"),
-    PARQUET: None,
 }
 DEFAULT_MASTERS = ("local[2]", "local-cluster[2,1,1024]")
-LOCAL_SIDES = (COMPRESSED, UNCOMPRESSED, EXECUTORS, PARQUET)
-CLUSTER_SIDES = (EXECUTORS, COMPRESSED, PARQUET)
-RATE_FIGURES = {  # the name of each seglog side's rows/s figure
+LOCAL_SIDES = (COMPRESSED, UNCOMPRESSED, EXECUTORS, COLLECT_FLOOR, PARQUET)
+CLUSTER_SIDES = (EXECUTORS, COMPRESSED, EXECUTOR_FLOOR, PARQUET)
+RATE_FIGURES = {  # the name of each side's rows/s figure
     COMPRESSED: "sink rows/s (lz4 batches, driver writes)",
     UNCOMPRESSED: "sink rows/s (uncompressed batches)",
     EXECUTORS: "sink rows/s (lz4 batches, executor writes)",
+    COLLECT_FLOOR: "floor: rows collected to the driver, nothing written",
+    EXECUTOR_FLOOR: "floor: rows into executors' Python (mapInArrow), nothing written",
 }
 
 
@@ -161,15 +175,20 @@ def driver_cpu_seconds(spark: SparkSession) -> float:
 
 
 def run_query(spark: SparkSession, inputs: Path, out: Path, files_per_trigger: int, side: str) -> QueryRun:
-    """Run one availableNow query of ``side`` (a key of :data:`SIDES`) to the end."""
+    """Run one availableNow query of ``side`` (a key of :data:`SIDES`, :data:`PARQUET` or a floor) to the end."""
 
     schema = spark.read.parquet(str(inputs)).schema
     df = spark.readStream.schema(schema).option("maxFilesPerTrigger", files_per_trigger).parquet(str(inputs))
     checkpoint = str(out / "checkpoint")
     sink = None
-    chosen = SIDES[side]
-    if chosen is not None:
-        config, writes = chosen
+    if side == PARQUET:
+        writer = df.writeStream.format("parquet").option("path", str(out / "parquet"))
+    elif side == COLLECT_FLOOR:
+        writer = df.writeStream.foreachBatch(_collect_only)
+    elif side == EXECUTOR_FLOOR:
+        writer = df.writeStream.foreachBatch(_map_in_arrow_only)
+    else:
+        config, writes = SIDES[side]
         sink = SegmentLogSink(
             out / "logs",
             topic="bench",
@@ -179,8 +198,6 @@ def run_query(spark: SparkSession, inputs: Path, out: Path, files_per_trigger: i
             writes=writes,
         )
         writer = df.writeStream.foreachBatch(sink)
-    else:
-        writer = df.writeStream.format("parquet").option("path", str(out / "parquet"))
     _settle(spark)
     cpu = driver_cpu_seconds(spark)
     started = time.perf_counter()
@@ -195,6 +212,22 @@ def run_query(spark: SparkSession, inputs: Path, out: Path, files_per_trigger: i
         stats = [b for b in sink.history if not b.skipped]
         micro_batches = len(stats)
     return QueryRun(elapsed, cpu, max(micro_batches, 1), stats)
+
+
+def _collect_only(batch_df: DataFrame, batch_id: int) -> None:
+    """The driver path's floor: the micro-batch (key and value, the sink's columns) collected as the sink
+    collects it."""
+    for _ in collect_arrow(micro_batch_plan(batch_df) or batch_df):
+        pass
+
+
+def _count_rows(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    yield pa.RecordBatch.from_pydict({"rows": [sum(batch.num_rows for batch in batches)]})
+
+
+def _map_in_arrow_only(batch_df: DataFrame, batch_id: int) -> None:
+    """The executor path's floor: the micro-batch's key and value handed to the executors' Python workers."""
+    batch_df.select("key", "value").mapInArrow(_count_rows, "rows long").collect()
 
 
 def _settle(spark: SparkSession) -> None:
@@ -269,6 +302,17 @@ def run_suite(spark: SparkSession, workload: Workload, work_dir: Path) -> list[B
                 "driver-collect path (driver writes)",
                 statistics.median(cpu[COMPRESSED]),
                 10.0,
+                **details,
+            )
+        )
+        results.append(  # the floor under every foreachBatch sink: Spark's own driver work per micro-batch
+            latency_result(
+                "driver CPU per micro-batch (Spark's Parquet sink)",
+                "s",
+                statistics.median(cpu[PARQUET]),
+                "driver-collect path (driver writes)",
+                statistics.median(cpu[COMPRESSED]),
+                None,
                 **details,
             )
         )

@@ -58,6 +58,7 @@ def test_bench_serve_writes_the_figures(tmp_path: Path) -> None:
     for row in rows:
         assert row["suite"] == "serve" and row["value"] > 0 and row["baseline_value"] > 0
     assert rows[0]["goal"] == 0.5
+    assert 0 < rows[0]["details"]["first_fetch_records"] < rows[0]["details"]["records"]  # left out of the timed part
     assert rows[0]["details"]["startup_s"] > 0 and rows[2]["details"]["startup_s"] > 0
     assert rows[3]["details"]["lost"] == 0 and rows[3]["details"]["writer_publish_ms_p50"] > 0
     assert not any(tmp_path.glob("throughput*")) and not any(tmp_path.glob("latency*"))

@@ -27,7 +27,7 @@ def test_inputs_are_deterministic(tmp_path: Path) -> None:
 
 def test_tiny_suite_reports_every_side(spark: SparkSession, tmp_path: Path) -> None:
     results = run_suite(spark, Workload(files=2, rows_per_file=500, files_per_trigger=1, rounds=1), tmp_path)
-    compressed, uncompressed, executors, overhead = results
+    compressed, uncompressed, executors, floor, overhead = results
     assert (compressed.name, compressed.baseline, compressed.goal) == (
         "sink rows/s (lz4 batches, driver writes)",
         "Spark Parquet file sink (snappy)",
@@ -35,7 +35,8 @@ def test_tiny_suite_reports_every_side(spark: SparkSession, tmp_path: Path) -> N
     )
     assert (uncompressed.name, uncompressed.goal) == ("sink rows/s (uncompressed batches)", None)
     assert (executors.name, executors.goal) == ("sink rows/s (lz4 batches, executor writes)", None)
-    for rate in (compressed, uncompressed, executors):
+    assert (floor.name, floor.goal) == ("floor: rows collected to the driver, nothing written", None)
+    for rate in (compressed, uncompressed, executors, floor):
         assert rate.value > 0 and rate.baseline_value > 0
         assert rate.ratio == pytest.approx(rate.value / rate.baseline_value)
         assert rate.details["round_ratios"] == [pytest.approx(rate.ratio)]  # one round: its ratio is the median's
@@ -50,6 +51,7 @@ def test_tiny_suite_reports_every_side(spark: SparkSession, tmp_path: Path) -> N
         "sink rows/s (lz4 batches, driver writes)",
         "sink rows/s (uncompressed batches)",
         "sink rows/s (lz4 batches, executor writes)",
+        "floor: rows collected to the driver, nothing written",
         "sink commit overhead per micro-batch",
     ]
 
