@@ -34,6 +34,8 @@ from streaming.executor_writes import (
     encode_pieces,
     left_clean,
     write_partition,
+    write_pieces,
+    write_tasks,
 )
 from streaming.fence import PartitionFence
 from streaming.micro_batch import TopicLayout
@@ -103,6 +105,30 @@ def test_encoding_is_deterministic(log_dir: Path) -> None:
     first = pa.Table.from_batches(list(encode_pieces(plan, 3, iter([_rows(0, 500)]))))
     again = pa.Table.from_batches(list(encode_pieces(plan, 3, iter([_rows(0, 500)]))))
     assert first.equals(again) and first.num_rows == 2
+
+
+@pytest.mark.parametrize(("partitions", "cores", "tasks"), [(4, 2, 2), (2, 8, 2), (3, 3, 3), (1, 0, 1)])
+def test_one_wave_of_write_tasks(partitions: int, cores: int, tasks: int) -> None:
+    assert write_tasks(partitions, cores) == tasks
+
+
+def test_one_task_writes_each_of_its_partitions_in_row_order(log_dir: Path) -> None:
+    """Fewer write tasks than partitions: a task gets every piece of its partitions from every encode
+    task, in any order, and writes each partition in the micro-batch's row order."""
+    plan = _plan(log_dir, 0)
+    encoded = [encode_pieces(plan, task, iter([_rows(task * 300, 300)])) for task in (1, 0)]  # out of order
+    received = pa.Table.from_batches([b for batches in encoded for b in batches], schema=PIECES_SCHEMA)
+    assert sorted(set(received.column("partition").to_pylist())) == [0, 1]
+    written = write_pieces(plan, "a", iter(received.to_batches(max_chunksize=1)))
+    results = pa.Table.from_batches(list(written)).to_pylist()
+    assert [(r["partition"], r["start"], r["wrote"]) for r in results] == [(0, 0, True), (1, 0, True)]
+    assert sum(r["rows"] for r in results) == 600
+    _commit(log_dir, 0, {r["partition"]: r["end"] for r in results})
+    for partition in (0, 1):
+        stored = [r for r in read_topic(log_dir, "t") if r.partition == partition]
+        assert [r.offset for r in stored] == list(range(len(stored)))
+        seqs = [int(r.value[1:]) for r in stored]  # type: ignore[index]
+        assert seqs == sorted(seqs) and len(stored) == results[partition]["end"]
 
 
 def test_attempt_writes_and_a_duplicate_of_a_finished_attempt_touches_nothing(log_dir: Path) -> None:
