@@ -11,7 +11,10 @@ decoded; ``records`` counts the offsets the batches cover, which is the number o
 compaction removed some). A partition that cannot be opened is listed
 with its error instead of stopping the command.
 ``--verify`` also checks every batch's CRC-32C (one compiled pass over each segment) and reports
-the first damaged batch of each segment; the exit status is then 1 when one was found.
+the first damaged batch of each segment and, under ``recovery.strategy=salvage`` (the default), what
+``seglog recover`` would do with it: the intact batches it keeps after the damage, the byte ranges it
+quarantines and the offsets they held (the engine's own salvage plan; nothing is written). The exit
+status is then 1 when damage was found.
 
 Everything is opened read-only (no lock, nothing written): this works while a writer runs and on
 read-only copies of broker directories.
@@ -40,6 +43,7 @@ from indexer.log_manager import LogManager
 from indexer.offset_index import OffsetIndex
 from indexer.quarantine import list_quarantine
 from indexer.records.batch_header import NO_TIMESTAMP
+from indexer.salvage import plan_salvage
 from indexer.time_index import TimeIndex
 from seglog.cli import add_log_config_arguments, log_dir_from_args, settings_from_args
 from seglog.output import Output, format_table
@@ -112,7 +116,14 @@ def _checkpoint(path: Path) -> dict[tuple[str, int], int]:
 
 def describe_partition(topic: str, partition: int, log: Any, *, verify: bool = False) -> dict[str, Any]:
     """Offsets and segments of one open (read-only) :class:`~indexer.log.Log`."""
-    segments = [describe_segment(segment, verify=verify) for segment in log.segments.values()]
+    salvage = log.config.recovery_strategy == "salvage"
+    bases = [segment.base_offset for segment in log.segments.values()]
+    segments = [
+        describe_segment(
+            segment, verify=verify, salvage=salvage, next_base=bases[i + 1] if i + 1 < len(bases) else None
+        )
+        for i, segment in enumerate(log.segments.values())
+    ]
     return {
         "topic": topic,
         "partition": partition,
@@ -128,10 +139,14 @@ def describe_partition(topic: str, partition: int, log: Any, *, verify: bool = F
     }
 
 
-def describe_segment(segment: Any, *, verify: bool = False) -> dict[str, Any]:
+def describe_segment(
+    segment: Any, *, verify: bool = False, salvage: bool = False, next_base: int | None = None
+) -> dict[str, Any]:
     """One segment from its batch headers (a vectorised scan, with every CRC checked when
     ``verify``) and its index file sizes. Damage: ``invalid_bytes`` from the first bad batch on,
-    and ``error`` saying what is wrong there."""
+    and ``error`` saying what is wrong there; with ``verify`` and ``salvage`` also ``salvage``, what
+    recovery would keep and remove (:func:`~indexer.salvage.plan_salvage`, given ``next_base``, the
+    next segment's base offset)."""
     records = segment.log
     scan = records.scan(verify_crc=verify)
     count = len(scan)
@@ -155,7 +170,24 @@ def describe_segment(segment: Any, *, verify: bool = False) -> dict[str, Any]:
     if scan.error is not None or scan.valid_bytes != segment.size:
         described["invalid_bytes"] = segment.size - scan.valid_bytes
         described["error"] = None if scan.error is None else str(scan.error)
+        if verify and salvage:
+            described["salvage"] = _salvage(records, segment.base_offset, next_base, scan)
     return described
+
+
+def _salvage(records: Any, base_offset: int, next_base: int | None, scan: Any) -> dict[str, Any]:
+    """What ``seglog recover`` would do with a damaged segment: its intact batches after the damage
+    (kept), the byte ranges it quarantines, the offsets those held."""
+    plan = plan_salvage(records, base_offset, next_base, scan)
+    after = plan.kept.positions >= scan.valid_bytes
+    return {
+        "kept_batches_after_damage": int(np.count_nonzero(after)),
+        "kept_offsets_after_damage": (
+            [int(plan.kept.base_offsets[after][0]), int(plan.kept.last_offsets[after][-1])] if after.any() else None
+        ),
+        "removed": [{"position": position, "bytes": length} for position, length in plan.removed],
+        "lost": [lost.to_dict() for lost in plan.lost],
+    }
 
 
 def _entries(path: Path, entry_size: int) -> int | None:
@@ -170,6 +202,19 @@ def _time(ms: int | None) -> str:
     if ms is None or ms < 0:
         return "-"
     return dt.datetime.fromtimestamp(ms / 1000, tz=dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
+
+
+def _salvage_text(plan: dict[str, Any]) -> str:
+    """One line for a segment's salvage plan."""
+    removed = ", ".join(f"{r['bytes']} bytes at {r['position']}" for r in plan["removed"])
+    lost = ", ".join(f"{r['first']}..{'end' if r['end'] is None else r['end'] - 1}" for r in plan["lost"])
+    kept = plan["kept_offsets_after_damage"]
+    after = (
+        f"keep {plan['kept_batches_after_damage']} intact batches after the damage (offsets {kept[0]}..{kept[1]})"
+        if kept
+        else "keep no batch after the damage"
+    )
+    return f"{after}, quarantine {removed or 'nothing'}; offsets lost: {lost or 'none'}"
 
 
 def _value(v: Any) -> str:
@@ -226,6 +271,8 @@ def render_text(description: dict[str, Any]) -> list[str]:
                 where = s["size_bytes"] - s["invalid_bytes"]
                 why = s.get("error") or "bytes that are not a whole batch (cut or damaged)"
                 lines.append(f"  segment {s['base_offset']}: invalid from position {where}: {why}")
+                if "salvage" in s:
+                    lines.append(f"    seglog recover would {_salvage_text(s['salvage'])}")
         if p["quarantine"]:
             size = sum(q["size"] for q in p["quarantine"])
             lines.append(

@@ -146,3 +146,53 @@ def test_unreadable_partition_is_listed_with_its_error(tmp_path: Path, capsys: p
     assert main(["describe", "--log-dir", str(tmp_path), "--json"]) == 1
     doc = json.loads(capsys.readouterr().out)
     assert doc["partitions"][0]["topic"] == "empty" and "StorageError" in doc["partitions"][0]["error"]
+
+
+def test_verify_reports_what_recover_would_salvage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Damage in the middle of a segment: ``--verify`` names the intact batches after it and the
+    offsets lost exactly as ``recover --dry-run`` does, and ``recover`` then keeps those batches."""
+    log_dir = tmp_path / "logs"
+    for i in range(4):  # four batches of two records
+        source = tmp_path / f"in{i}.jsonl"
+        source.write_text(f'{{"value": "v{i}-a"}}\n{{"value": "v{i}-b"}}\n')
+        assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source)]) == 0
+    log = log_dir / "t-0" / "00000000000000000000.log"
+    second = _batches(log)[1]
+    data = bytearray(log.read_bytes())
+    size = len(data) // 4  # the batches are the same size
+    data[size + 30] ^= 0xFF  # inside the second batch (offsets 2..3), covered by its CRC
+    log.write_bytes(bytes(data))
+    capsys.readouterr()
+
+    assert main(["describe", "--log-dir", str(log_dir), "--verify", "--json"]) == 1
+    segment = json.loads(capsys.readouterr().out)["partitions"][0]["segments"][0]
+    assert segment["salvage"] == {
+        "kept_batches_after_damage": 2,
+        "kept_offsets_after_damage": [4, 7],
+        "removed": [{"position": size, "bytes": size}],
+        "lost": [{"first": second[0], "end": second[1] + 1}],
+    }
+    assert main(["describe", "--log-dir", str(log_dir), "--verify"]) == 1
+    assert "seglog recover would keep 2 intact batches after the damage (offsets 4..7)" in capsys.readouterr().out
+
+    assert main(["recover", "--log-dir", str(log_dir), "--dry-run", "--json"]) == 3  # committed offsets lost
+    (partition,) = json.loads(capsys.readouterr().out)["partitions"]
+    assert [(r["first"], r["last"]) for r in partition["lost_offsets"]] == [(2, 3)]
+    assert main(["recover", "--log-dir", str(log_dir), "--accept-data-loss"]) == 0
+    assert [(base, last) for base, last, _ in _batches(log)] == [(0, 1), (4, 5), (6, 7)]
+
+
+def test_verify_under_truncate_reports_no_salvage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"value": "a"}\n{"value": "b"}\n')
+    log_dir = tmp_path / "logs"
+    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source)]) == 0
+    log = log_dir / "t-0" / "00000000000000000000.log"
+    data = bytearray(log.read_bytes())
+    data[-1] ^= 0xFF
+    log.write_bytes(bytes(data))
+    capsys.readouterr()
+    argv = ["describe", "--log-dir", str(log_dir), "--verify", "--json", "--config", "recovery.strategy=truncate"]
+    assert main(argv) == 1
+    segment = json.loads(capsys.readouterr().out)["partitions"][0]["segments"][0]
+    assert segment["invalid_bytes"] == len(data) and "salvage" not in segment
