@@ -266,8 +266,8 @@ class LogSegment:
         try:
             first = next(batches, None)
             problem = entry_batch_problem(first, self.base_offset, entry.offset)
-        except CorruptRecordError as e:
-            first, problem = None, f"no batch starts there ({e})"
+        except CorruptRecordError as e:  # the walk from the segment start then meets the damage, if in the .log
+            first, problem = None, f"the bytes there are not a batch ({e}): a wrong position, or damage in the .log"
         if problem is None:
             assert first is not None
             return entry, itertools.chain((first,), batches)
