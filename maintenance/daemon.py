@@ -26,7 +26,7 @@ from indexer.config import Settings
 from maintenance.access import BorrowedLogs
 from maintenance.jobs import JOBS
 from maintenance.report import JobReport
-from maintenance.scheduler import add_jobs, new_scheduler, run_job
+from maintenance.scheduler import run_job, start_maintenance
 from maintenance.settings import MaintenanceSettings
 
 logger = logging.getLogger(__name__)
@@ -71,19 +71,15 @@ def run_daemon(log_dir: Path, settings: Settings, *, stop: threading.Event | Non
     graceful stop.
     """
     stop = stop or threading.Event()
-    periods = MaintenanceSettings.from_settings(settings)
-    access = BorrowedLogs(log_dir, settings)
+    MaintenanceSettings.from_settings(settings)  # a bad [maintenance] value fails before anything starts
     with _stop_on_signals(stop):
-        scheduler = new_scheduler()
-        added = add_jobs(scheduler, access, periods)
-        scheduler.start()
-        logger.info("seglog maintain on %s: %s", log_dir, ", ".join(added) or "no jobs")
+        handle = start_maintenance(log_dir, settings)
+        logger.info("seglog maintain on %s: %s", log_dir, ", ".join(handle.jobs) or "no jobs")
         try:
             # Event.wait with a timeout keeps the main thread responsive to signals.
             while not stop.wait(0.5):
                 pass
         finally:
-            access.stop()  # a pass in progress ends after its current partition
-            scheduler.shutdown(wait=True)
+            handle.stop()  # lets the running jobs finish; a pass in progress ends after its partition
     logger.info("seglog maintain on %s stopped", log_dir)
     return 0

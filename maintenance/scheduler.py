@@ -17,6 +17,7 @@ import logging
 import threading
 from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 from apscheduler.executors.pool import ThreadPoolExecutor
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -26,7 +27,7 @@ from indexer.config import Settings
 from indexer.file_names import parse_topic_partition_name
 from indexer.log import Log
 from indexer.log_manager import LogManager
-from maintenance.access import LogAccess, OwnedLogs
+from maintenance.access import BorrowedLogs, LogAccess, OwnedLogs
 from maintenance.jobs import JOBS
 from maintenance.report import JobReport
 from maintenance.settings import MaintenanceSettings, is_never
@@ -98,12 +99,9 @@ def add_jobs(
     return added
 
 
-def new_scheduler(blocking: bool = False) -> BaseScheduler:
-    """A UTC scheduler with a small thread pool (UTC: no dependence on the host's time zone)."""
-    from apscheduler.schedulers.blocking import BlockingScheduler
-
-    cls = BlockingScheduler if blocking else BackgroundScheduler
-    return cls(executors={"default": ThreadPoolExecutor(_WORKERS)}, timezone=UTC)
+def new_scheduler() -> BackgroundScheduler:
+    """A UTC background scheduler with a small thread pool (UTC: no dependence on the host's time zone)."""
+    return BackgroundScheduler(executors={"default": ThreadPoolExecutor(_WORKERS)}, timezone=UTC)
 
 
 class MaintenanceHandle:
@@ -127,6 +125,8 @@ class MaintenanceHandle:
         if self._stopped.is_set():
             return
         self._stopped.set()
+        if isinstance(self.access, BorrowedLogs):
+            self.access.stop()  # a pass in progress ends after its current partition
         if self.scheduler.running:
             self.scheduler.shutdown(wait=wait)
         logger.info("maintenance stopped")
@@ -148,25 +148,32 @@ def owned_logs(log_manager: LogManager) -> OwnedLogs:
 
 
 def start_maintenance(
-    log_manager: LogManager,
+    target: LogManager | Path,
     settings: MaintenanceSettings | Settings | None = None,
     *,
     jobs: Iterable[str] | None = None,
 ) -> MaintenanceHandle:
     """Run the maintenance jobs in the background of this process (the streaming main job's use).
 
-    Jobs act on the partitions ``log_manager`` has open in this process, under each Log's own lock,
-    so they interleave safely with the writer's appends. ``settings`` may be loaded
-    ``conf/seglog.toml`` settings or a :class:`MaintenanceSettings` (default: the manager's
-    settings' ``[maintenance]`` section).
+    Given a :class:`LogManager`, jobs act on the partitions it has open in this process, under each
+    Log's own lock, so they interleave safely with the writer's appends. Given a log directory, they
+    borrow each partition in turn as ``seglog maintain`` does (:class:`BorrowedLogs`): for writers
+    that hold no partition in this process (the sink's executor writes, whose tasks wait for a
+    borrowed partition). ``settings`` may be loaded ``conf/seglog.toml`` settings or a
+    :class:`MaintenanceSettings` (default: the manager's settings' ``[maintenance]`` section; required
+    with a directory).
     """
-    if settings is None:
-        settings = log_manager.settings
+    if isinstance(target, LogManager):
+        settings = target.settings if settings is None else settings
+        access: LogAccess = owned_logs(target)
+    elif isinstance(settings, Settings):
+        access = BorrowedLogs(target, settings)
+    else:
+        raise ValueError("start_maintenance on a log directory needs its Settings")
     if isinstance(settings, Settings):
         settings = MaintenanceSettings.from_settings(settings)
-    access = owned_logs(log_manager)
     scheduler = new_scheduler()
     added = add_jobs(scheduler, access, settings, jobs=jobs)
     scheduler.start()
-    logger.info("maintenance of %s started: %s", log_manager.log_dir, ", ".join(added) or "no jobs")
+    logger.info("maintenance of %s started: %s", access.log_dir, ", ".join(added) or "no jobs")
     return MaintenanceHandle(scheduler, access, added)

@@ -9,8 +9,11 @@ Defaults come from the ``[streaming]`` section of ``conf/seglog.toml`` (Kafka-st
 
 plus, for the other sources, ``input.path``, ``input.format`` (json|csv|parquet),
 ``max.files.per.trigger``, ``key.column``, ``kafka.bootstrap.servers``, ``kafka.subscribe``,
-``starting.offsets``. The job owns one :class:`~indexer.log_manager.LogManager` shared by the sink
-and the in-process maintenance scheduler the caller passes in (``seglog run`` passes
+``starting.offsets``, and ``writes`` (auto|driver|executors: where micro-batches are written, see
+:func:`~streaming.sink.writes_on_executors`). When the driver writes, the job owns one
+:class:`~indexer.log_manager.LogManager` (every partition's writer lock) shared by the sink and the
+in-process maintenance scheduler the caller passes in; when the executors write, it holds no
+partition and the scheduler borrows each in turn, as ``seglog maintain`` does (``seglog run`` passes
 :func:`maintenance.scheduler.start_maintenance`; this package never imports ``maintenance``).
 
 It stops when the stop event is set (the ``seglog run`` command sets it on Ctrl-C / SIGTERM), after
@@ -36,7 +39,7 @@ from indexer.file_names import is_log_file, partition_dir_name
 from indexer.log_manager import LogManager, check_log_dir
 from streaming import sources
 from streaming.session import build_spark_session
-from streaming.sink import SegmentLogSink
+from streaming.sink import WRITES, SegmentLogSink, writes_on_executors
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -61,6 +64,7 @@ _KEYS: dict[str, str] = {
     "kafka.bootstrap.servers": "kafka_bootstrap_servers",
     "kafka.subscribe": "kafka_subscribe",
     "starting.offsets": "starting_offsets",
+    "writes": "writes",
 }
 
 
@@ -125,12 +129,15 @@ class JobSpec:
     kafka_subscribe: str | None = None
     starting_offsets: str = "latest"
     master: str = "local[2]"
+    writes: str = "auto"
     spark_conf: Mapping[str, str] = field(default_factory=dict)
     progress_interval_s: float = 10.0
 
     def __post_init__(self) -> None:
         if self.source not in sources.SOURCES:
             raise ConfigError(f"source must be one of {sources.SOURCES}, got {self.source!r}")
+        if self.writes not in WRITES:
+            raise ConfigError(f"writes must be one of {', '.join(WRITES)}, got {self.writes!r}")
         if self.num_partitions < 1:
             raise ConfigError(f"num.partitions must be >= 1, got {self.num_partitions}")
         if self.source in ("files", "delta") and not self.input_path:
@@ -216,8 +223,9 @@ class Stoppable(Protocol):
     def stop(self) -> None: ...
 
 
-# Starts in-process maintenance on the job's LogManager, e.g. maintenance.scheduler.start_maintenance.
-MaintenanceStarter = Callable[[LogManager, Settings], Stoppable]
+# Starts in-process maintenance, e.g. maintenance.scheduler.start_maintenance: on the job's LogManager
+# (driver writes), or on the log directory, borrowing each partition in turn (executor writes).
+MaintenanceStarter = Callable[[LogManager | Path, Settings], Stoppable]
 
 
 class _Progress:
@@ -273,7 +281,10 @@ def run_job(
 ) -> JobSummary:
     """Run the streaming query until ``stop`` is set, ``duration_s`` passes or the query ends.
 
-    ``maintenance`` starts the in-process maintenance scheduler on the job's ``LogManager`` (None: none).
+    ``maintenance`` starts the in-process maintenance scheduler (None: none): on the job's
+    ``LogManager`` when the driver writes; on the log directory when the executors write
+    (``spec.writes``, see :func:`~streaming.sink.writes_on_executors`), since the job then holds no
+    partition and each executor task takes its partition's lock.
     ``duration_s`` counts from this call (Spark's start-up included); at the deadline no new
     micro-batch is started and the running one is allowed to finish.
 
@@ -285,18 +296,25 @@ def run_job(
     started = time.monotonic()
     deadline = None if duration_s is None else started + duration_s
     spec.check_paths()
-    log_manager = LogManager(spec.log_dir, settings)
+    on_executors = writes_on_executors(spec.writes, spec.master)
+    # Before Spark starts (it takes seconds): the topic's partition count and, when the driver writes,
+    # every partition's writer lock, held by the job (another `seglog run` on the same log directory
+    # fails here, in one line). Executor writes take each partition's lock in its task instead.
+    if on_executors:
+        with LogManager(spec.log_dir, settings) as manager:
+            manager.create_topic(spec.topic, spec.num_partitions, exist_ok=True)
+    log_manager = None if on_executors else LogManager(spec.log_dir, settings)
     scheduler = None
     sink = None
     query = None
     try:
-        # Before Spark starts (it takes seconds): the topic's partition count, and every partition's
-        # writer lock (another `seglog run` on the same log directory fails here, in one line).
-        count = log_manager.create_topic(spec.topic, spec.num_partitions, exist_ok=True)
-        for partition in range(count):
-            log_manager.get_or_create_log(spec.topic, partition)
+        if log_manager is not None:
+            count = log_manager.create_topic(spec.topic, spec.num_partitions, exist_ok=True)
+            for partition in range(count):
+                log_manager.get_or_create_log(spec.topic, partition)
         spark = spark or build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
-        scheduler = maintenance(log_manager, settings) if maintenance is not None else None
+        if maintenance is not None:
+            scheduler = maintenance(spec.log_dir if log_manager is None else log_manager, settings)
         sink = SegmentLogSink(
             spec.log_dir,
             topic=spec.topic,
@@ -304,6 +322,7 @@ def run_job(
             settings=settings,
             checkpoint_location=spec.checkpoint_location,
             log_manager=log_manager,
+            writes="executors" if on_executors else "driver",
         )
         writer = (
             build_source(spark, spec)
@@ -318,12 +337,13 @@ def run_job(
         )
         query = writer.start()
         logger.info(
-            "query %s (run %s) started: %s source -> %s in %s, checkpoint %s",
+            "query %s (run %s) started: %s source -> %s in %s, written on the %s, checkpoint %s",
             query.id,
             query.runId,
             spec.source,
             spec.topic,
             spec.log_dir,
+            "executors" if on_executors else "driver",
             spec.checkpoint_location,
         )
         # The duration counts from the command's start: Spark's start-up is part of it.
@@ -335,7 +355,8 @@ def run_job(
             sink.close()
         if scheduler is not None:
             scheduler.stop()
-        log_manager.close()
+        if log_manager is not None:
+            log_manager.close()
     assert sink is not None
     history = list(sink.history)
     summary = JobSummary(

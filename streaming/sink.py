@@ -205,11 +205,9 @@ class SegmentLogSink:
 
     def _on_executors(self, batch_df: DataFrame) -> bool:
         """Whether this micro-batch is written on the executors (see ``writes``)."""
-        if self.writes != "auto":
-            return self.writes == "executors"
-        master = batch_df.sparkSession.sparkContext.master or "local"
-        one_machine = master == "local" or master.startswith(("local[", "local-cluster["))
-        return self.topic is not None and self._log_manager is None and not one_machine
+        if self.topic is None or self._log_manager is not None:
+            return False  # executor writes need both (__init__ refuses writes="executors" without them)
+        return writes_on_executors(self.writes, batch_df.sparkSession.sparkContext.master or "local")
 
     def _resolve_query_id(self, batch_df: DataFrame) -> str:
         """The id of the query this micro-batch belongs to: ``query_id=``, else the one recorded in
@@ -617,6 +615,15 @@ class SegmentLogSink:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def writes_on_executors(writes: str, master: str) -> bool:
+    """Where ``writes`` (:data:`WRITES`) puts the micro-batches on Spark master ``master``: ``auto``
+    writes on the executors only where they run on other machines than the driver (not ``local``,
+    ``local[...]`` or ``local-cluster[...]``, where collecting to the driver measured faster)."""
+    if writes != "auto":
+        return writes == "executors"
+    return not (master == "local" or master.startswith(("local[", "local-cluster[")))
 
 
 def _to_collect(batch_df: DataFrame) -> DataFrame:

@@ -20,6 +20,11 @@ examples:
   seglog run --duration 60 --rows-per-second 5000
   seglog run --source files --input data/in --format json --available-now
   seglog run --source kafka --kafka-bootstrap-servers localhost:9092 --kafka-subscribe clicks
+  seglog run --master spark://host:7077 --log-dir /shared/logs --checkpoint-location /shared/cp
+
+On a cluster (--writes auto picks the executors there) each partition of a micro-batch is written by
+one Spark task where its rows are, and the driver handles only offsets and the commit record; the
+log directory must then be shared by the executors (docs/streaming.md says which filesystems).
 """
 
 from __future__ import annotations
@@ -63,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--duration", type=float, metavar="SECONDS", help="stop cleanly this many seconds after the command started"
     )
     run.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
+    run.add_argument(
+        "--writes",
+        choices=("auto", "driver", "executors"),
+        help="where micro-batches are written: the driver collects them, or each partition is written by "
+        "a task on the executors; auto: executors unless the master is local[...] or local-cluster[...] "
+        "[writes]",
+    )
     run.add_argument(
         "--progress-interval",
         type=float,
@@ -115,6 +127,7 @@ def run(args: argparse.Namespace) -> int:
         trigger_interval=args.trigger,
         available_now=args.available_now or None,
         master=args.master,
+        writes=args.writes,
         progress_interval_s=args.progress_interval,
     )
     progress = logging.getLogger(PROGRESS_LOGGER)

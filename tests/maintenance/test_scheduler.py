@@ -9,7 +9,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from apscheduler.schedulers.background import BackgroundScheduler
 
 from indexer.clock import MockClock
 from indexer.log_manager import LogManager
@@ -80,7 +79,7 @@ def test_runs_of_one_job_never_overlap(log_dir: Path, monkeypatch: pytest.Monkey
         return JobReport("roll")
 
     monkeypatch.setitem(JOBS, "roll", Job("roll", slow, "roll_check_interval_ms", True))
-    scheduler: BackgroundScheduler = new_scheduler()  # type: ignore[assignment]
+    scheduler = new_scheduler()
     settings = MaintenanceSettings(initial_task_delay_ms=0, roll_check_interval_ms=20)
     add_jobs(scheduler, OwnedLogs(log_dir, settings_for(small_config()), {}), settings, jobs=["roll"])
     logging.getLogger("apscheduler").setLevel(logging.ERROR)  # "maximum number of running instances" warnings

@@ -46,6 +46,7 @@ def test_spec_defaults_come_from_the_streaming_section() -> None:
         ({"source": "kafka", "kafka.subscribe": "x"}, "needs kafka.bootstrap.servers"),
         ({"num.partitions": "many"}, "num.partitions must be an integer"),
         ({"num.partitions": 0}, "num.partitions must be >= 1"),
+        ({"writes": "workers"}, "writes must be one of auto, driver, executors"),
     ],
 )
 def test_bad_streaming_settings_are_rejected(section: dict[str, object], message: str) -> None:

@@ -4,6 +4,7 @@ and bad input failing the query with the sink's own error."""
 from __future__ import annotations
 
 import json
+import logging
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -15,8 +16,10 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from indexer.commit_log import SinkCommitLog
-from indexer.config import Settings
+from indexer.config import LogConfig, Settings
 from indexer.errors import ConfigError, RecordTooLargeError, SchemaError
+from indexer.log import Log
+from indexer.sink_fence import fence_file
 from streaming.arrow_collect import micro_batch_plan
 from streaming.job import JobSpec, JobSummary, run_job
 from streaming.partitioner import partition_for_keys
@@ -69,6 +72,31 @@ def test_clean_run_writes_every_row_once_in_order_per_key(spark: SparkSession, t
     commit = SinkCommitLog(tmp_path / "logs", "ev").read()
     metadata = json.loads((tmp_path / "checkpoint" / "metadata").read_text())
     assert (commit.query_id, commit.batch_id) == (metadata["id"], 2)
+
+
+def test_the_job_writes_on_the_executors_with_maintenance_borrowing_the_partitions(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``writes=executors``: the job holds no partition (each task takes its partition's lock) and the
+    in-process maintenance borrows each partition in turn, as ``seglog maintain`` does; every row is
+    stored once, in key order, and the partitions are free afterwards."""
+    from maintenance.scheduler import start_maintenance
+
+    rows = write_json_inputs(tmp_path / "in", files=3, rows_per_file=400, keys=13)
+    spec = _spec(tmp_path, input_format="json", max_files_per_trigger=1, progress_interval_s=3600, writes="executors")
+    settings = Settings(
+        sections={"maintenance": {"log.initial.task.delay.ms": 0, "log.flush.scheduler.interval.ms": 50}}
+    )
+    caplog.set_level(logging.INFO)
+    summary = run_job(spec, settings, spark=spark, maintenance=start_maintenance)
+    assert (summary.batches, summary.rows) == (3, 1200)
+    _assert_exactly_once_in_key_order(tmp_path / "logs", rows)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("written on the executors" in m for m in messages)
+    assert any(f"maintenance of {tmp_path / 'logs'} started" in m for m in messages)
+    for partition in range(3):  # written by executor tasks (their fences), and free once the job stopped
+        assert fence_file(tmp_path / "logs" / f"ev-{partition}", "ev").exists()
+        Log.open(tmp_path / "logs" / f"ev-{partition}", LogConfig()).close()
 
 
 def test_restart_after_losing_the_last_spark_commit_adds_no_duplicates(spark: SparkSession, tmp_path: Path) -> None:
