@@ -115,7 +115,8 @@ class SegmentLogSink:
     across crashes and restarts (see the module docstring for the protocol and its crash windows).
 
     Args:
-        log_dir: the log directory (created if missing).
+        log_dir: the log directory (created if missing); a relative path is the driver's, made absolute
+            here (executor tasks run in other working directories).
         topic: default topic for every row (wins over a ``topic`` column, as in Spark).
         num_partitions: partitions of the topic; a new topic is created with all of them (default 1),
             an existing one must have exactly this many (default: its recorded count). Grow a topic
@@ -160,7 +161,7 @@ class SegmentLogSink:
             )
         if num_partitions is not None and num_partitions < 1:
             raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
-        self.log_dir = Path(log_dir)
+        self.log_dir = Path(log_dir).absolute()  # executor tasks run elsewhere: a relative path would be theirs
         self.topic = topic
         self.num_partitions = num_partitions
         self.writes = writes
