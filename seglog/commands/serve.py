@@ -15,6 +15,7 @@ docs/serve.md.
 examples:
   seglog serve --log-dir data/logs
   seglog serve --log-dir data/logs --bind 127.0.0.1:19092 -v
+  seglog serve --log-dir data/logs --brokers 4     # nodes on ports 9092-9095, partitions fetched in parallel
   kcat -b 127.0.0.1:9092 -C -t events -o beginning -e
 """
 
@@ -90,6 +91,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help="socket.request.max.bytes: larger requests close their connection",
     )
     parser.add_argument(
+        "--brokers",
+        type=positive_int,
+        default=1,
+        metavar="N",
+        help="present N broker nodes, node i on PORT+i, leading the partitions in turn, so that a consumer "
+        "fetches from N connections at once (default 1)",
+    )
+    parser.add_argument(
         "--poll-ms",
         type=positive_int,
         default=10,
@@ -115,6 +124,7 @@ def run(args: argparse.Namespace) -> int:
         max_request_bytes=args.socket_request_max_bytes,
         group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
         poll_ms=args.poll_ms,
+        brokers=args.brokers,
     )
     settings = settings_from_args(args)
 

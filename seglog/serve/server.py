@@ -49,7 +49,7 @@ from seglog.serve.groups import GroupCoordinator, JoinResult, SyncResult
 
 logger = logging.getLogger(__name__)
 
-NODE_ID = 0
+NODE_ID = 0  # the group coordinator's and the controller's node
 CLUSTER_ID = "seglog"
 _SEND_CHUNK_BYTES = 1024 * 1024
 _SENDFILE_CHUNK_BYTES = 4 * 1024 * 1024
@@ -69,6 +69,7 @@ class ServeOptions:
     group_initial_rebalance_delay_ms: int = 3000  # group.initial.rebalance.delay.ms
     poll_ms: int = 10  # how often the writer's checkpoints are looked at
     rescan_ms: int = 500  # how often the directory is listed for new partitions
+    brokers: int = 1  # broker nodes presented, each on a port of its own (see Server._Metadata)
 
 
 def _group_response(
@@ -90,35 +91,56 @@ class Server:
             GroupOffsets(options.group_offsets_dir or log_dir),
             initial_rebalance_delay_ms=options.group_initial_rebalance_delay_ms,
         )
-        self._server: asyncio.Server | None = None
+        self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: set[asyncio.Task[None]] = set()
         self.port = options.port
+        self.ports: list[int] = []  # node i's port: ports[0] is port, where clients bootstrap
         self.advertised_host = options.advertised_host or (
             socket.gethostname() if options.host in ("0.0.0.0", "::", "") else options.host
         )
 
     async def start(self) -> None:
-        """Bind and start serving (``port`` 0 picks a free port, then in :attr:`port`)."""
-        self._server = await asyncio.start_server(self._connection, self.options.host, self.options.port)
-        self.port = int(self._server.sockets[0].getsockname()[1])
+        """Bind and start serving (``port`` 0 picks a free port, then in :attr:`port`); with several
+        ``brokers``, node ``i`` listens on ``port + i`` (on free ports when ``port`` is 0), in
+        :attr:`ports`.
+
+        Raises:
+            OSError: a port cannot be bound (nothing is left listening).
+        """
+        try:
+            for node in range(self.options.brokers):
+                port = self.options.port + node if self.options.port else 0
+                server = await asyncio.start_server(self._connection, self.options.host, port)
+                self._servers.append(server)
+                self.ports.append(int(server.sockets[0].getsockname()[1]))
+        except OSError:
+            for server in self._servers:
+                server.close()
+            raise
+        self.port = self.ports[0]
         loop = asyncio.get_running_loop()
         self._tasks = [loop.create_task(self.catalog.follow(), name="catalog"), self.groups.run()]
+        others = f"; brokers 1..{len(self.ports) - 1} on ports {', '.join(map(str, self.ports[1:]))}"
         logger.info(
-            "serving %s on %s:%d (read-only, no authentication)", self.catalog.log_dir, self.options.host, self.port
+            "serving %s on %s:%d (read-only, no authentication)%s",
+            self.catalog.log_dir,
+            self.options.host,
+            self.port,
+            others if len(self.ports) > 1 else "",
         )
 
     async def close(self) -> None:
         """Stop accepting, close every connection, stop the background tasks, close the logs."""
-        if self._server is not None:
-            self._server.close()
+        for server in self._servers:
+            server.close()
         for task in [*self._tasks, *self._connections]:
             task.cancel()
         for task in [*self._tasks, *self._connections]:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
-        if self._server is not None:
-            await self._server.wait_closed()
+        for server in self._servers:
+            await server.wait_closed()
         self.catalog.close()
 
     # -- connections -----------------------------------------------------------------------------
@@ -226,6 +248,15 @@ class Server:
         return protocol.api_versions_response(request.version)
 
     def _Metadata(self, request: protocol.Request) -> Any:
+        """The topics and their partitions, led by the ``brokers`` nodes in turn (partition p by node
+        ``p % brokers``, on :attr:`ports` ``[p % brokers]``).
+
+        A client keeps one Fetch in flight per broker connection for the partitions that broker
+        leads (librdkafka: one thread per broker), so several nodes let one consumer fetch several
+        partitions at once. Every port serves every request: the data is the same whichever node is
+        asked. Each node has a port of its own because clients tell brokers apart by address too
+        (librdkafka 2.0 takes a second node id at the bootstrap address for the bootstrap broker).
+        """
         body, version = request.body, request.version
         topics = self.catalog.topics()
         if body.topics is None or (version == 0 and not body.topics):
@@ -254,10 +285,10 @@ class Server:
                 partition(
                     error_code=protocol.NONE,
                     partition_index=p,
-                    leader_id=NODE_ID,
+                    leader_id=p % len(self.ports),
                     leader_epoch=-1,
-                    replica_nodes=[NODE_ID],
-                    isr_nodes=[NODE_ID],
+                    replica_nodes=[p % len(self.ports)],
+                    isr_nodes=[p % len(self.ports)],
                     offline_replicas=[],
                 )
                 for p in topics[name]
@@ -271,13 +302,14 @@ class Server:
                     partitions=parts,
                 )
             )
-        broker = MetadataResponse.MetadataResponseBroker(
-            node_id=NODE_ID, host=self.advertised_host, port=self.port, rack=None
-        )
+        brokers = [
+            MetadataResponse.MetadataResponseBroker(node_id=node, host=self.advertised_host, port=port, rack=None)
+            for node, port in enumerate(self.ports)
+        ]
         return MetadataResponse(
             version=version,
             throttle_time_ms=0,
-            brokers=[broker],
+            brokers=brokers,
             cluster_id=CLUSTER_ID,
             controller_id=NODE_ID,
             topics=answers,

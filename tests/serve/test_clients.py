@@ -86,10 +86,16 @@ CONSUMERS: dict[str, Callable[[str, int], clients.Received]] = {
 }
 
 
+@pytest.mark.parametrize("brokers", [1, 3])
 @pytest.mark.parametrize("consumer", sorted(CONSUMERS))
-def test_consumer_reads_every_committed_record(serve: Callable[..., ServeProcess], written, consumer: str) -> None:
+def test_consumer_reads_every_committed_record(
+    serve: Callable[..., ServeProcess], written, consumer: str, brokers: int, tmp_path: Path
+) -> None:
+    """With ``--brokers 3`` the five partitions are led by three nodes on three ports: each client
+    fetches them over three connections at once (librdkafka from three broker threads). Group offsets
+    go to a directory of the test's own, so no run starts from another's commits."""
     log_dir, expected = written
-    server = serve(log_dir, "--group-offsets-dir", str(log_dir.parent))
+    server = serve(log_dir, "--group-offsets-dir", str(tmp_path), "--brokers", str(brokers))
     total = sum(len(r) for r in expected.values())
     received = CONSUMERS[consumer](server.bootstrap, total)  # and lingers: the uncommitted tail must not come
     _check(received, expected)

@@ -7,12 +7,15 @@ import json
 import socket
 import subprocess
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from indexer.config import load_settings
+from indexer.log_manager import LogManager
 from seglog.cli import main
-from tests.serve.conftest import SEGLOG
+from tests.serve.conftest import SEGLOG, ServeProcess
 
 
 def _run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -34,6 +37,32 @@ def test_port_in_use_is_one_line(tmp_path: Path) -> None:
     assert result.returncode == 1
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("seglog: OSError:") and "address already in use" in lines[0]
+
+
+def test_a_taken_port_of_another_broker_is_one_line(tmp_path: Path) -> None:
+    """``--brokers 2`` binds PORT and PORT+1: the second taken fails the command in one line."""
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        port = taken.getsockname()[1] - 1
+        result = _run("serve", "--log-dir", str(tmp_path), "--bind", f"127.0.0.1:{port}", "--brokers", "2")
+    assert result.returncode == 1
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("seglog: OSError:"), lines
+
+
+def test_brokers_lead_the_partitions_in_turn_each_on_a_port_of_its_own(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    from confluent_kafka.admin import AdminClient
+
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings()) as manager:
+        manager.create_topic("t", 5)
+    server = serve(log_dir, "--brokers", "3")
+    metadata = AdminClient({"bootstrap.servers": server.bootstrap}).list_topics(timeout=20)
+    ports = {node: broker.port for node, broker in metadata.brokers.items()}
+    assert ports == {0: server.port, 1: ports[1], 2: ports[2]} and len(set(ports.values())) == 3
+    assert {p: part.leader for p, part in metadata.topics["t"].partitions.items()} == {p: p % 3 for p in range(5)}
+    assert "brokers 1..2 on ports" in server.log_text()
 
 
 def test_bad_bind_is_a_usage_error(tmp_path: Path) -> None:
