@@ -15,6 +15,10 @@ baseline run side by side in this process):
   ``startup_s`` in the JSON details.
 * the same confluent-kafka consume loop over the same records already queued in librdkafka (no server
   in the timed part): what the client's per-record cost allows, the ceiling of the first figure.
+* consume MB/s of one confluent-kafka consumer of 4 partitions holding the same amount of data,
+  through ``seglog serve --brokers 4`` (one broker node per partition, fetched at once) against
+  ``--brokers 1``, measured between the consumer's receipt of 25% and of 95% of the records; the
+  median of five interleaved rounds (no goal).
 * end-to-end latency, p50 and p99: from the start of a commit of one record (append,
   `update_high_watermark`, the checkpoint the server follows) to its receipt by a confluent-kafka
   consumer tailing the partition (500 commits, ``--quick`` 100, 10-30 ms apart at random). The
@@ -68,6 +72,7 @@ PARTITION_FETCH_BYTES = 16 * MiB  # max.partition.fetch.bytes of both consumers 
 ROUNDS = 5  # of the confluent-kafka figure and its baseline, interleaved; the medians are reported
 APPEND_RECORDS = 50_000
 POLL_MS = 10
+PARTITIONS = 4  # of the --brokers figure
 
 
 # Options of ``seglog bench serve``: the common ones.
@@ -79,11 +84,11 @@ add_arguments = functools.partial(
 
 
 class _Server:
-    """`seglog serve` in a subprocess."""
+    """`seglog serve` in a subprocess, presenting ``brokers`` broker nodes."""
 
-    def __init__(self, log_dir: Path) -> None:
+    def __init__(self, log_dir: Path, brokers: int = 1) -> None:
         self._stderr = tempfile.TemporaryFile()
-        command = loopback_command(log_dir, "--poll-ms", str(POLL_MS))
+        command = loopback_command(log_dir, "--poll-ms", str(POLL_MS), "--brokers", str(brokers))
         self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=self._stderr)
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and self.proc.poll() is None:
@@ -114,22 +119,25 @@ class _Workload:
     first_fetch: int
 
 
-def _write(log_dir: Path, total_bytes: int) -> tuple[int, int, int]:
-    """One partition of ``total_bytes`` of 1 KiB records; returns the record count, the consumers'
-    ``max.partition.fetch.bytes`` and how many records their first fetch from the beginning holds (the
-    whole batches in its first ``max.partition.fetch.bytes``, what the server sends)."""
+def _write(log_dir: Path, total_bytes: int, partitions: int = 1) -> tuple[int, int, int]:
+    """``total_bytes`` of 1 KiB records in topic ``bench``, spread over ``partitions``; returns the record
+    count, the consumers' ``max.partition.fetch.bytes`` and how many records their first fetch of
+    partition 0 from the beginning holds (the whole batches in its first ``max.partition.fetch.bytes``,
+    what the server sends)."""
     fetch_bytes = min(PARTITION_FETCH_BYTES, total_bytes // 8)
     rng = np.random.default_rng(7)
     values = [rng.bytes(RECORD_BYTES) for _ in range(256)]
     records = 0
     with LogManager(log_dir, load_settings()) as manager:
-        log = manager.get_or_create_log("bench", 0)
-        while log.size_in_bytes < total_bytes:
-            log.append({"value": [values[i % 256] for i in range(APPEND_RECORDS)]})
-            records += APPEND_RECORDS
-        log.update_high_watermark(log.log_end_offset)
+        for partition in range(partitions):
+            log = manager.get_or_create_log("bench", partition)
+            while log.size_in_bytes < total_bytes // partitions:
+                count = min(APPEND_RECORDS, (total_bytes // partitions - log.size_in_bytes) // RECORD_BYTES + 1)
+                log.append({"value": [values[i % 256] for i in range(count)]})
+                records += count
+            log.update_high_watermark(log.log_end_offset)
         manager.checkpoint_high_watermarks()
-        first = log.read(0, fetch_bytes).records
+        first = manager.get_or_create_log("bench", 0).read(0, fetch_bytes).records
     assert isinstance(first, bytes)  # read without as_slice
     return records, fetch_bytes, whole_entries(first)[1]
 
@@ -346,6 +354,54 @@ def bench_throughput(log_dir: Path, total_bytes: int) -> list[BenchResult]:
     ]
 
 
+def _steady_mb_per_s(workload: _Workload, size: int, partitions: int) -> float:
+    """MB/s of a confluent-kafka consumer of every partition, between its receipt of 25% and of 95% of
+    the records (the steady part: its start-up and first fetches before, the last partial fetches after)."""
+    import confluent_kafka
+
+    consumer = confluent_kafka.Consumer(_confluent_config(workload))
+    consumer.assign(
+        [confluent_kafka.TopicPartition("bench", p, confluent_kafka.OFFSET_BEGINNING) for p in range(partitions)]
+    )
+    records, got = workload.records, 0
+    marks = {records // 4: 0.0, records * 95 // 100: 0.0}
+    for mark in marks:
+        while got < mark:
+            got += _count(consumer.consume(_batch(records - got), 1.0))
+        marks[mark] = time.perf_counter()
+    consumer.close()
+    (first, start), (last, end) = marks.items()
+    return size * (last - first) / records / MiB / (end - start)
+
+
+def bench_brokers(log_dir: Path, total_bytes: int) -> BenchResult:
+    """A consumer of :data:`PARTITIONS` partitions through ``seglog serve --brokers`` 1 and
+    :data:`PARTITIONS` (one node per partition), side by side, the rounds interleaved."""
+    records, fetch_bytes, _ = _write(log_dir, total_bytes, PARTITIONS)
+    size = sum(p.stat().st_size for p in log_dir.glob("bench-*/*.log"))
+    servers = {brokers: _Server(log_dir, brokers) for brokers in (1, PARTITIONS)}
+    rates: dict[int, list[float]] = {brokers: [] for brokers in servers}
+    try:
+        for _ in range(ROUNDS):
+            for brokers, server in servers.items():
+                workload = _Workload(server.bootstrap, records, fetch_bytes, 0)
+                rates[brokers].append(_steady_mb_per_s(workload, size, PARTITIONS))
+    finally:
+        for server in servers.values():
+            server.close()
+    return throughput(
+        f"consume {PARTITIONS} partitions via seglog serve --brokers {PARTITIONS} (confluent-kafka)",
+        "MB/s",
+        statistics.median(rates[PARTITIONS]),
+        "the same with --brokers 1",
+        statistics.median(rates[1]),
+        None,
+        bytes=size,
+        records=records,
+        **{f"rounds_brokers_{brokers}_mb_per_s": [round(x, 1) for x in r] for brokers, r in rates.items()},
+    )
+
+
 def bench_latency(log_dir: Path, samples: int) -> list[BenchResult]:
     import confluent_kafka
 
@@ -425,7 +481,12 @@ def run(args: argparse.Namespace) -> int:
         raise ValueError(f"--scale must be > 0, got {args.scale}")
     total = int((64 if args.quick else 512) * MiB * args.scale)
     samples = max(10, int((100 if args.quick else 500) * min(1.0, args.scale)))
-    with scratch_directory(args.dir, "seglog-bench-serve-", removed=["throughput", "latency"]) as scratch:
-        results = bench_throughput(scratch / "throughput", total) + bench_latency(scratch / "latency", samples)
+    removed = ["throughput", "brokers", "latency"]
+    with scratch_directory(args.dir, "seglog-bench-serve-", removed=removed) as scratch:
+        results = [
+            *bench_throughput(scratch / "throughput", total),
+            bench_brokers(scratch / "brokers", total),
+            *bench_latency(scratch / "latency", samples),
+        ]
     publish(results, json_path=args.json, suite="serve", quick=args.quick)
     return 0

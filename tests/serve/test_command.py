@@ -81,6 +81,7 @@ def test_bench_serve_writes_the_figures(tmp_path: Path) -> None:
         "consume via seglog serve (confluent-kafka)",
         "confluent-kafka consume loop, records already queued",
         "consume via seglog serve (kafka-python)",
+        "consume 4 partitions via seglog serve --brokers 4 (confluent-kafka)",
         "commit to consumer receipt p50",
         "commit to consumer receipt p99",
     ]
@@ -89,8 +90,12 @@ def test_bench_serve_writes_the_figures(tmp_path: Path) -> None:
     assert rows[0]["goal"] == 0.5
     assert 0 < rows[0]["details"]["first_fetch_records"] < rows[0]["details"]["records"]  # left out of the timed part
     assert rows[0]["details"]["startup_s"] > 0 and rows[2]["details"]["startup_s"] > 0
-    assert rows[3]["details"]["lost"] == 0 and rows[3]["details"]["writer_publish_ms_p50"] > 0
-    assert not any(tmp_path.glob("throughput*")) and not any(tmp_path.glob("latency*"))
+    assert rows[4]["details"]["lost"] == 0 and rows[4]["details"]["writer_publish_ms_p50"] > 0
+    assert (
+        not any(tmp_path.glob("throughput*"))
+        and not any(tmp_path.glob("brokers*"))
+        and not any(tmp_path.glob("latency*"))
+    )
 
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
