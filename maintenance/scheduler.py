@@ -160,8 +160,11 @@ def start_maintenance(
     borrow each partition in turn as ``seglog maintain`` does (:class:`BorrowedLogs`): for writers
     that hold no partition in this process (the sink's executor writes, whose tasks wait for a
     borrowed partition). ``settings`` may be loaded ``conf/seglog.toml`` settings or a
-    :class:`MaintenanceSettings` (default: the manager's settings' ``[maintenance]`` section; required
-    with a directory).
+    :class:`MaintenanceSettings` (default: the manager's settings' ``[maintenance]`` section); with a
+    directory it must be the loaded :class:`Settings`, which also give the partitions' topic configs.
+
+    Raises:
+        ValueError: a directory without its :class:`Settings`.
     """
     if isinstance(target, LogManager):
         settings = target.settings if settings is None else settings
