@@ -33,6 +33,15 @@ def _batches(path: Path) -> list[tuple[int, int, int]]:
     return out
 
 
+def _one_batch(tmp_path: Path) -> tuple[Path, Path]:
+    """A log directory whose partition ``t-0`` holds one batch of two records: (log dir, its .log)."""
+    source = tmp_path / "in.jsonl"
+    source.write_text('{"value": "a"}\n{"value": "b"}\n')
+    log_dir = tmp_path / "logs"
+    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source)]) == 0
+    return log_dir, log_dir / "t-0" / "00000000000000000000.log"
+
+
 @pytest.mark.parametrize(
     "name", ["multi-segment-3x", "gzip-large-records", "snappy-headers", "transactions-commit", "mixed-codecs-epochs"]
 )
@@ -122,11 +131,7 @@ def test_our_own_log_dir(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_a_damaged_segment_is_reported_not_fatal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    source = tmp_path / "in.jsonl"
-    source.write_text('{"value": "a"}\n{"value": "b"}\n')
-    log_dir = tmp_path / "logs"
-    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source)]) == 0
-    log = log_dir / "t-0" / "00000000000000000000.log"
+    log_dir, log = _one_batch(tmp_path)
     with open(log, "ab") as f:
         f.write(b"\x00" * 30)
     capsys.readouterr()
@@ -183,11 +188,7 @@ def test_verify_reports_what_recover_would_salvage(tmp_path: Path, capsys: pytes
 
 
 def test_verify_under_truncate_reports_no_salvage(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    source = tmp_path / "in.jsonl"
-    source.write_text('{"value": "a"}\n{"value": "b"}\n')
-    log_dir = tmp_path / "logs"
-    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source)]) == 0
-    log = log_dir / "t-0" / "00000000000000000000.log"
+    log_dir, log = _one_batch(tmp_path)
     data = bytearray(log.read_bytes())
     data[-1] ^= 0xFF
     log.write_bytes(bytes(data))
