@@ -39,7 +39,7 @@ from indexer.file_names import is_log_file, partition_dir_name
 from indexer.log_manager import LogManager, check_log_dir
 from streaming import sources
 from streaming.session import build_spark_session
-from streaming.sink import WRITES, SegmentLogSink, writes_on_executors
+from streaming.sink import SegmentLogSink, check_writes, writes_on_executors
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -136,8 +136,7 @@ class JobSpec:
     def __post_init__(self) -> None:
         if self.source not in sources.SOURCES:
             raise ConfigError(f"source must be one of {sources.SOURCES}, got {self.source!r}")
-        if self.writes not in WRITES:
-            raise ConfigError(f"writes must be one of {', '.join(WRITES)}, got {self.writes!r}")
+        check_writes(self.writes)
         if self.num_partitions < 1:
             raise ConfigError(f"num.partitions must be >= 1, got {self.num_partitions}")
         if self.source in ("files", "delta") and not self.input_path:

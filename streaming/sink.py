@@ -152,8 +152,7 @@ class SegmentLogSink:
     ) -> None:
         if topic is not None:
             validate_topic(topic)
-        if writes not in WRITES:
-            raise ConfigError(f"writes must be one of {', '.join(WRITES)}, got {writes!r}")
+        check_writes(writes)
         if writes == "executors" and (topic is None or log_manager is not None):
             raise ConfigError(
                 "writes='executors' needs the sink's topic option and no shared log_manager "
@@ -616,6 +615,12 @@ class SegmentLogSink:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_writes(writes: str) -> None:
+    """Raises :class:`ConfigError` unless ``writes`` is one of :data:`WRITES`."""
+    if writes not in WRITES:
+        raise ConfigError(f"writes must be one of {', '.join(WRITES)}, got {writes!r}")
 
 
 def writes_on_executors(writes: str, master: str) -> bool:
