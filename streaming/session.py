@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
@@ -61,7 +62,12 @@ def build_spark_session(
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in {**DEFAULT_SPARK_CONF, **(conf or {})}.items():
         builder = builder.config(key, value)
+    handler = signal.getsignal(signal.SIGINT)
     spark = builder.getOrCreate()
+    if handler is not None and handler not in (signal.default_int_handler, signal.getsignal(signal.SIGINT)):
+        # A new SparkContext takes over Ctrl-C (it cancels every job and raises KeyboardInterrupt): give
+        # it back to the caller that set its own, e.g. `seglog run`, which stops after the running batch.
+        signal.signal(signal.SIGINT, handler)
     spark.sparkContext.setLogLevel("WARN")
     logger.info("Spark %s session %r on %s", spark.version, app_name, master)
     return spark

@@ -110,3 +110,36 @@ def test_seglog_run_stops_cleanly_on_sigterm_and_seglog_read_shows_the_data(
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == hws[("events", 0)]
     assert json.loads(lines[0])["offset"] == 0
+
+
+@pytest.mark.spark
+def test_ctrl_c_stops_seglog_run_cleanly(tmp_path: Path) -> None:
+    """SIGINT (Ctrl-C) reaches `seglog run`'s own handler, not the one a new SparkContext installs (which
+    cancels every job and raises KeyboardInterrupt): the running batch finishes and the job exits 0."""
+    import subprocess
+    import sys
+    import time
+
+    from seglog.commands.serve import SEGLOG_MAIN
+
+    logs = tmp_path / "logs"
+    argv = ["run", "--log-dir", str(logs), "--checkpoint-location", str(tmp_path / "cp"), "--trigger", "1 second"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", SEGLOG_MAIN, *argv, "--rows-per-second", "200", "--duration", "120"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 90
+        while SinkCommitLog(logs, "events").read().batch_id < 1 and time.monotonic() < deadline:
+            time.sleep(0.2)
+        proc.send_signal(signal.SIGINT)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        proc.kill()
+    assert proc.returncode == 0, err[-3000:]
+    assert "micro-batches" in out and "KeyboardInterrupt" not in err and "interrupted" not in err
+    assert "SIGINT received: stopping cleanly" in err
+    stored = read_topic(logs, "events")
+    assert stored and len(stored) == sum(high_watermarks(logs).values())
