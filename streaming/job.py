@@ -280,10 +280,11 @@ def run_job(
 ) -> JobSummary:
     """Run the streaming query until ``stop`` is set, ``duration_s`` passes or the query ends.
 
-    ``maintenance`` starts the in-process maintenance scheduler (None: none): on the job's
-    ``LogManager`` when the driver writes; on the log directory when the executors write
-    (``spec.writes``, see :func:`~streaming.sink.writes_on_executors`), since the job then holds no
-    partition and each executor task takes its partition's lock.
+    ``spark`` runs the query in that session, whose master then decides ``writes=auto`` (None: a
+    session on ``spec.master``). ``maintenance`` starts the in-process maintenance scheduler (None:
+    none): on the job's ``LogManager`` when the driver writes; on the log directory when the
+    executors write (``spec.writes``, see :func:`~streaming.sink.writes_on_executors`), since the job
+    then holds no partition and each executor task takes its partition's lock.
     ``duration_s`` counts from this call (Spark's start-up included); at the deadline no new
     micro-batch is started and the running one is allowed to finish.
 
@@ -295,7 +296,7 @@ def run_job(
     started = time.monotonic()
     deadline = None if duration_s is None else started + duration_s
     spec.check_paths()
-    on_executors = writes_on_executors(spec.writes, spec.master)
+    on_executors = writes_on_executors(spec.writes, spark.sparkContext.master if spark else spec.master)
     # Before Spark starts (it takes seconds): the topic's partition count and, when the driver writes,
     # every partition's writer lock, held by the job (another `seglog run` on the same log directory
     # fails here, in one line). Executor writes take each partition's lock in its task instead.

@@ -207,7 +207,7 @@ class SegmentLogSink:
         """Whether this micro-batch is written on the executors (see ``writes``)."""
         if self.topic is None or self._log_manager is not None:
             return False  # executor writes need both (__init__ refuses writes="executors" without them)
-        return writes_on_executors(self.writes, batch_df.sparkSession.sparkContext.master or "local")
+        return writes_on_executors(self.writes, batch_df.sparkSession.sparkContext.master)
 
     def _resolve_query_id(self, batch_df: DataFrame) -> str:
         """The id of the query this micro-batch belongs to: ``query_id=``, else the one recorded in
@@ -623,13 +623,14 @@ def check_writes(writes: str) -> None:
         raise ConfigError(f"writes must be one of {', '.join(WRITES)}, got {writes!r}")
 
 
-def writes_on_executors(writes: str, master: str) -> bool:
+def writes_on_executors(writes: str, master: str | None) -> bool:
     """Where ``writes`` (:data:`WRITES`) puts the micro-batches on Spark master ``master``: ``auto``
     writes on the executors only where they run on other machines than the driver (not ``local``,
-    ``local[...]`` or ``local-cluster[...]``, where collecting to the driver measured faster)."""
+    ``local[...]`` or ``local-cluster[...]``, where collecting to the driver measured faster; None is
+    Spark's default, ``local``)."""
     if writes != "auto":
         return writes == "executors"
-    return not (master == "local" or master.startswith(("local[", "local-cluster[")))
+    return not (master is None or master == "local" or master.startswith(("local[", "local-cluster[")))
 
 
 def _to_collect(batch_df: DataFrame) -> DataFrame:

@@ -23,7 +23,7 @@ from indexer.errors import (
 )
 from indexer.log import Log
 from streaming.partitioner import partition_for_keys
-from streaming.sink import SegmentLogSink
+from streaming.sink import SegmentLogSink, writes_on_executors
 from tests.streaming.helpers import high_watermarks, read_topic, snapshot
 
 SETTINGS = Settings()  # Kafka's defaults, whatever conf/seglog.toml says
@@ -221,3 +221,20 @@ def test_options_are_validated_up_front(tmp_path: Path) -> None:
         SegmentLogSink(tmp_path, topic="t", num_partitions=0)
     with pytest.raises(ConfigError, match="unknown topic config key"):
         SegmentLogSink(tmp_path, topic="t", config={"segment.megabytes": 1})
+
+
+@pytest.mark.parametrize(
+    ("writes", "master", "on_executors"),
+    [
+        ("auto", None, False),
+        ("auto", "local", False),
+        ("auto", "local[2]", False),
+        ("auto", "local-cluster[2,1,1024]", False),
+        ("auto", "spark://host:7077", True),
+        ("auto", "yarn", True),
+        ("driver", "yarn", False),
+        ("executors", "local[2]", True),
+    ],
+)
+def test_where_micro_batches_are_written(writes: str, master: str | None, on_executors: bool) -> None:
+    assert writes_on_executors(writes, master) is on_executors

@@ -99,6 +99,18 @@ def test_the_job_writes_on_the_executors_with_maintenance_borrowing_the_partitio
         Log.open(tmp_path / "logs" / f"ev-{partition}", LogConfig()).close()
 
 
+def test_a_given_session_decides_where_the_job_writes_by_its_own_master(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``writes=auto`` with a SparkSession handed in follows that session's master (``local[...]``: the
+    driver writes), not ``spec.master``, which only names the master of a session the job starts."""
+    write_json_inputs(tmp_path / "in", files=1, rows_per_file=50, keys=5)
+    spec = _spec(tmp_path, input_format="json", progress_interval_s=3600, master="spark://cluster.example:7077")
+    caplog.set_level(logging.INFO)
+    assert run_job(spec, SETTINGS, spark=spark).rows == 50
+    assert any("written on the driver" in r.getMessage() for r in caplog.records)
+
+
 def test_restart_after_losing_the_last_spark_commit_adds_no_duplicates(spark: SparkSession, tmp_path: Path) -> None:
     rows = write_json_inputs(tmp_path / "in", files=2, rows_per_file=500, keys=11)
     _run(spark, tmp_path)
