@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig
+from indexer.data_loss import missing_committed_records
 from indexer.errors import (
     CorruptRecordError,
     InvalidOffsetError,
@@ -146,8 +147,10 @@ class Log:
 
         Writable: takes the partition lock, then loads and recovers the segments (``LogLoader``;
         ``recovery_point``, ``log_start_offset`` and ``had_clean_shutdown`` come from the log
-        directory's checkpoints). The high watermark starts at ``high_watermark`` (clamped to the
-        log), else at the log start offset, as in Kafka.
+        directory's checkpoints). The high watermark starts at ``high_watermark``, else at the log
+        start offset, as in Kafka; a log that ends below ``high_watermark`` lost committed records
+        (damage, recovery) and is refused until the loss is accepted (``seglog recover
+        --accept-data-loss``), so their offsets are never given to other records.
 
         Read-only: opens the ``.log`` files found, with indexes mapped read-only; the high watermark is
         ``high_watermark`` if given, else the log end offset (everything on disk is visible). The log
@@ -156,7 +159,7 @@ class Log:
         Raises:
             LogLockedError: another writer, in this or another process, holds the partition.
             StorageError: the directory or a file cannot be read or created (read-only: the directory
-                holds no ``.log`` file).
+                holds no ``.log`` file); writable: the log ends below ``high_watermark``.
         """
         directory = Path(directory)
         clock = clock if clock is not None else SystemClock()
@@ -188,6 +191,10 @@ class Log:
                 had_clean_shutdown=had_clean_shutdown,
                 clock=clock,
             ).load()
+            if high_watermark is not None and high_watermark > loaded.next_offset:
+                raise missing_committed_records(
+                    directory, loaded.next_offset, high_watermark, "its checkpointed high watermark"
+                )
             log = cls.from_loaded(
                 directory, config, loaded, clock=clock, file_lock=file_lock, high_watermark=high_watermark
             )
