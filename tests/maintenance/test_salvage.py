@@ -481,6 +481,16 @@ def test_quarantine_is_removed_only_by_purge_or_after_quarantine_retention(
     shutil.copytree(template.log_dir, log_dir)
     _apply(partition, [("zero:" + template.segments[1], 70, bytes(20))])
     assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == EXIT_COMMITTED_DATA_LOST
+    capsys.readouterr()
+    # Mistakes delete nothing: a negative age (it would select every file), a topic or partition
+    # that does not exist (a typo must not read as "nothing quarantined there").
+    assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--older-than-ms", "-1"]) == 2
+    assert "expected an integer >= 0" in capsys.readouterr().err
+    for selection in (["--topic", "tt"], ["--topic", TOPIC, "--partition", "7"]):
+        assert main(["quarantine", "purge", "--log-dir", str(log_dir), *selection, "--all"]) == 1
+        assert f"does not exist in {log_dir}; its partitions: {PARTITION_DIR}" in capsys.readouterr().err
+    assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--older-than-ms", "0", "--dry-run"]) == 0
+    assert "would delete: 1 quarantine files" in capsys.readouterr().out
     assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--topic", TOPIC, "--all"]) == 0
     assert "deleted: 1 quarantine files" in capsys.readouterr().out
     assert not [p for p in partition.iterdir() if file_names.is_quarantine_file(p)]
