@@ -538,6 +538,29 @@ class Log:
             self._check_writable("roll")
             return self._roll_locked(expected_next_offset)
 
+    def continue_at(self, offset: int) -> None:
+        """Make ``offset``, above the log end offset, the next offset: an empty active segment based
+        there, flushed with its index files, so the offsets in between stay a gap no record is ever
+        given (a loss of committed records accepted with ``seglog recover --accept-data-loss``).
+        A plain :meth:`roll` keeps the log end offset (Kafka rolls ahead only just before an append
+        at that offset). Thread-safe (takes the log lock).
+
+        Raises:
+            InvalidOffsetError: ``offset`` is not above the log end offset.
+        """
+        with self.lock:
+            self._check_writable("continue_at")
+            if offset <= self.log_end_offset:
+                raise InvalidOffsetError(
+                    f"cannot continue {self.directory.name} at offset {offset}: its log end offset is "
+                    f"{self.log_end_offset}",
+                    offset=offset,
+                    path=self.directory,
+                )
+            self._roll_locked(offset)
+            self._update_log_end_offset(offset)
+            self._flush_locked(offset, including=True)
+
     def _roll_locked(self, expected_next_offset: int | None) -> LogSegment:
         end = self.log_end_offset
         new_offset = max(expected_next_offset or 0, end)

@@ -318,7 +318,7 @@ def _accept_data_loss(tp: TopicPartition, log_dir: Path, log: Log, result: Parti
         },
     )
     if log.log_end_offset < committed:
-        log.roll(committed)
+        log.continue_at(committed)
         result.log_end_offset = committed
     result.accepted_data_loss = True
     logger.warning(

@@ -397,6 +397,8 @@ def test_a_loss_not_accepted_is_reported_until_accepted_and_its_offsets_never_re
     capsys.readouterr()
     [accepted] = read_accepted_losses(log_dir)
     assert accepted["lost"] == [{"first": lost["first"], "last": end - 1}]
+    empty = [log_dir / PARTITION_DIR / f"{end:020d}{suffix}" for suffix in (".log", ".index", ".timeindex")]
+    assert all(path.exists() for path in empty)  # a whole segment: the next open has nothing to rebuild
     assert append_file(log_dir, TOPIC, more) == 0
     assert capsys.readouterr().out.strip() == f"{PARTITION_DIR} {end}..{end}"
     assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == 0
