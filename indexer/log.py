@@ -192,6 +192,7 @@ class Log:
                 clock=clock,
             ).load()
             if high_watermark is not None and high_watermark > loaded.next_offset:
+                loaded.segments.close()  # trimmed, as a closed log leaves them
                 raise missing_committed_records(
                     directory, loaded.next_offset, high_watermark, "its checkpointed high watermark"
                 )

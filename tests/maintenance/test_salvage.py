@@ -391,6 +391,11 @@ def test_a_loss_not_accepted_is_reported_until_accepted_and_its_offsets_never_re
     assert append_file(log_dir, TOPIC, more) == 1
     message = f"ends at offset {lost['first']}, below its checkpointed high watermark {end}.*--accept-data-loss"
     assert re.search(message, capsys.readouterr().err)
+    active = max((log_dir / PARTITION_DIR).glob("*.index"))
+    assert active.stat().st_size == 0  # the refused open left the files as a closed log does (trimmed)
+    assert main(["describe", "--log-dir", str(log_dir), "--json", "--verify"]) == 1
+    described = json.loads(capsys.readouterr().out)["partitions"][0]
+    assert described["missing_committed"] == {"first": lost["first"], "last": end - 1}
 
     # Accepted later, the loss is recorded and writers go on after the gap.
     assert main(["recover", "--log-dir", str(log_dir), "--no-progress", "--accept-data-loss"]) == 0
