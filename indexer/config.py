@@ -225,6 +225,7 @@ class Settings:
     overrides: Mapping[str, Any] = field(default_factory=dict)
     source: str = "built-in defaults"
     files: tuple[str, ...] = ()  # the settings files read, in the order they were merged
+    section_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # from --config
 
     def log_config(self, topic: str | None = None) -> LogConfig:
         """The effective :class:`LogConfig` for ``topic``: defaults, file, topic table, overrides."""
@@ -236,6 +237,10 @@ class Settings:
     def section(self, name: str) -> Mapping[str, Any]:
         """A non-topic section such as ``[maintenance]`` or ``[streaming]`` (empty if absent)."""
         return self.sections.get(name, {})
+
+    def section_source(self, name: str, key: str) -> str:
+        """Where ``key`` of section ``name`` was set, for error messages: ``--config`` or the files."""
+        return "--config" if key in self.section_overrides.get(name, {}) else f"{self.source} [{name}]"
 
 
 def _check_tables(data: Mapping[str, Any], conf_path: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
@@ -318,6 +323,7 @@ def load_settings(
         overrides=dict(overrides or {}),
         source=" + ".join(str(f) for f in files) or "built-in defaults",
         files=tuple(str(f) for f in files),
+        section_overrides={name: dict(values) for name, values in (section_overrides or {}).items()},
     )
     logger.info("settings: %s", " then ".join(settings.files) or "no file, Kafka's defaults")
     settings.log_config()  # validate the overrides now, not at first use
