@@ -65,6 +65,9 @@ _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _COMPRESSION_TYPES = ("producer", "uncompressed", *_CODECS)
 RECOVERY_STRATEGIES = ("salvage", "truncate")
+# The settings file's tables besides [topic] and [topics."<name>"], read by the maintenance and
+# streaming layers (seglog.cli.CONFIG_SECTIONS maps each to the keys it takes).
+SECTIONS = ("maintenance", "streaming")
 
 CONF_ENV = "SEGLOG_CONF"
 # Where the packaged conf/seglog.toml is, first match wins: a source checkout or an editable install,
@@ -222,6 +225,7 @@ class Settings:
     overrides: Mapping[str, Any] = field(default_factory=dict)
     source: str = "built-in defaults"
     files: tuple[str, ...] = ()  # the settings files read, in the order they were merged
+    section_overrides: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # from --config
 
     def log_config(self, topic: str | None = None) -> LogConfig:
         """The effective :class:`LogConfig` for ``topic``: defaults, file, topic table, overrides."""
@@ -233,6 +237,36 @@ class Settings:
     def section(self, name: str) -> Mapping[str, Any]:
         """A non-topic section such as ``[maintenance]`` or ``[streaming]`` (empty if absent)."""
         return self.sections.get(name, {})
+
+    def section_source(self, name: str, key: str) -> str:
+        """Where ``key`` of section ``name`` was set, for error messages: ``--config`` or the files."""
+        return "--config" if key in self.section_overrides.get(name, {}) else f"{self.source} [{name}]"
+
+
+def _check_tables(data: Mapping[str, Any], conf_path: Path) -> tuple[dict[str, Any], dict[str, dict[str, Any]]]:
+    """The ``[topic]`` and ``[topics."<name>"]`` tables of a settings file, after checking that every
+    top-level entry is one of the tables seglog reads (a key outside any table, or a misspelt table
+    name, would otherwise be ignored without a word).
+
+    Raises:
+        ConfigError: naming the file and the entry.
+    """
+    known = {"topic": "[topic]", "topics": '[topics."<name>"]', **{name: f"[{name}]" for name in SECTIONS}}
+    for name, value in data.items():
+        if name not in known:
+            what = f"table [{name}]" if isinstance(value, dict) else f"key {name!r} outside any table"
+            raise ConfigError(
+                f"unknown {what} in configuration file {conf_path}; its tables: {', '.join(known.values())}"
+            )
+        if not isinstance(value, dict):
+            raise ConfigError(f"{name} in configuration file {conf_path} must be a table {known[name]}, got {value!r}")
+    topics: dict[str, dict[str, Any]] = data.get("topics", {})
+    for name, table in topics.items():
+        if not isinstance(table, dict):
+            raise ConfigError(
+                f'topics.{name} in configuration file {conf_path} must be a table [topics."{name}"], got {table!r}'
+            )
+    return data.get("topic", {}), topics
 
 
 def load_settings(
@@ -246,8 +280,9 @@ def load_settings(
     sections such as ``[maintenance]``, also from ``--config``).
 
     The file's ``[topic]`` table holds topic defaults, ``[topics."<name>"]`` per-topic
-    overrides; every other table is a named section. A later file replaces single keys of an
-    earlier one. ``$SEGLOG_CONF`` and ``path`` must exist; without any file, Kafka's defaults apply.
+    overrides; the other tables are the sections of :data:`SECTIONS` (``[maintenance]``,
+    ``[streaming]``), and anything else in a file is a :class:`ConfigError`. A later file replaces
+    single keys of an earlier one. ``$SEGLOG_CONF`` and ``path`` must exist; without any file, Kafka's defaults apply.
     Which files were read is logged at INFO (``seglog -v``) and kept in :attr:`Settings.files`.
     """
     files: list[Path] = []
@@ -269,19 +304,18 @@ def load_settings(
             data = tomllib.loads(conf_path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
             raise ConfigError(f"cannot read configuration file {conf_path}: {e}") from e
-        file_topics = data.pop("topics", {})
-        file_defaults = data.pop("topic", {})
+        file_defaults, file_topics = _check_tables(data, conf_path)
         # Validate each file on its own, so an error names the file that holds the bad key.
         LogConfig().with_overrides(file_defaults, source=f"{conf_path} [topic]")
         for name, table in file_topics.items():
             LogConfig().with_overrides(table, source=f'{conf_path} [topics."{name}"]')
             topics.setdefault(name, {}).update(table)
         topic_defaults.update(file_defaults)
-        for name, table in data.items():
-            if isinstance(table, dict):
-                sections.setdefault(name, {}).update(table)
-    for name, table in (section_overrides or {}).items():
-        sections.setdefault(name, {}).update(table)
+        for name in SECTIONS:
+            if name in data:
+                sections.setdefault(name, {}).update(data[name])
+    for name, values in (section_overrides or {}).items():
+        sections.setdefault(name, {}).update(values)
     settings = Settings(
         topic_defaults=topic_defaults,
         topics=topics,
@@ -289,6 +323,7 @@ def load_settings(
         overrides=dict(overrides or {}),
         source=" + ".join(str(f) for f in files) or "built-in defaults",
         files=tuple(str(f) for f in files),
+        section_overrides={name: dict(values) for name, values in (section_overrides or {}).items()},
     )
     logger.info("settings: %s", " then ".join(settings.files) or "no file, Kafka's defaults")
     settings.log_config()  # validate the overrides now, not at first use

@@ -34,6 +34,20 @@ def data_loss_file(log_dir: str | os.PathLike[str]) -> Path:
     return Path(log_dir) / file_names.DATA_LOSS_FILE
 
 
+def missing_committed_records(directory: Path, log_end_offset: int, committed: int, committed_by: str) -> StorageError:
+    """The error of a writer that finds partition ``directory`` ending at ``log_end_offset``, below
+    the offset ``committed_by`` (what recorded it, e.g. "its checkpointed high watermark") says was
+    committed: the records in between are gone, and writing on would give their offsets to others."""
+    log_dir = directory.parent
+    return StorageError(
+        f"partition {directory.name} in {log_dir} ends at offset {log_end_offset}, below {committed_by} "
+        f"{committed}: committed records (offsets {log_end_offset}..{committed - 1}) are missing. If they "
+        f"cannot be restored, accept the loss with `seglog recover --log-dir {log_dir} --accept-data-loss` "
+        "(it records what was lost and lets writers go on; see docs/recovery.md)",
+        path=directory,
+    )
+
+
 def record_accepted_loss(log_dir: str | os.PathLike[str], entry: Mapping[str, Any]) -> dict[str, Any]:
     """Append one acceptance (``entry`` plus host and pid) as a JSON line, fsynced; returns the line.
 

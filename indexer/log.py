@@ -36,6 +36,7 @@ import pyarrow as pa
 
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig
+from indexer.data_loss import missing_committed_records
 from indexer.errors import (
     CorruptRecordError,
     InvalidOffsetError,
@@ -146,8 +147,10 @@ class Log:
 
         Writable: takes the partition lock, then loads and recovers the segments (``LogLoader``;
         ``recovery_point``, ``log_start_offset`` and ``had_clean_shutdown`` come from the log
-        directory's checkpoints). The high watermark starts at ``high_watermark`` (clamped to the
-        log), else at the log start offset, as in Kafka.
+        directory's checkpoints). The high watermark starts at ``high_watermark``, else at the log
+        start offset, as in Kafka; a log that ends below ``high_watermark`` lost committed records
+        (damage, recovery) and is refused until the loss is accepted (``seglog recover
+        --accept-data-loss``), so their offsets are never given to other records.
 
         Read-only: opens the ``.log`` files found, with indexes mapped read-only; the high watermark is
         ``high_watermark`` if given, else the log end offset (everything on disk is visible). The log
@@ -156,7 +159,7 @@ class Log:
         Raises:
             LogLockedError: another writer, in this or another process, holds the partition.
             StorageError: the directory or a file cannot be read or created (read-only: the directory
-                holds no ``.log`` file).
+                holds no ``.log`` file); writable: the log ends below ``high_watermark``.
         """
         directory = Path(directory)
         clock = clock if clock is not None else SystemClock()
@@ -188,6 +191,11 @@ class Log:
                 had_clean_shutdown=had_clean_shutdown,
                 clock=clock,
             ).load()
+            if high_watermark is not None and high_watermark > loaded.next_offset:
+                loaded.segments.close()  # trimmed, as a closed log leaves them
+                raise missing_committed_records(
+                    directory, loaded.next_offset, high_watermark, "its checkpointed high watermark"
+                )
             log = cls.from_loaded(
                 directory, config, loaded, clock=clock, file_lock=file_lock, high_watermark=high_watermark
             )
@@ -530,6 +538,29 @@ class Log:
         with self.lock:
             self._check_writable("roll")
             return self._roll_locked(expected_next_offset)
+
+    def continue_at(self, offset: int) -> None:
+        """Make ``offset``, above the log end offset, the next offset: an empty active segment based
+        there, flushed with its index files, so the offsets in between stay a gap no record is ever
+        given (a loss of committed records accepted with ``seglog recover --accept-data-loss``).
+        A plain :meth:`roll` keeps the log end offset (Kafka rolls ahead only just before an append
+        at that offset). Thread-safe (takes the log lock).
+
+        Raises:
+            InvalidOffsetError: ``offset`` is not above the log end offset.
+        """
+        with self.lock:
+            self._check_writable("continue_at")
+            if offset <= self.log_end_offset:
+                raise InvalidOffsetError(
+                    f"cannot continue {self.directory.name} at offset {offset}: its log end offset is "
+                    f"{self.log_end_offset}",
+                    offset=offset,
+                    path=self.directory,
+                )
+            self._roll_locked(offset)
+            self._update_log_end_offset(offset)
+            self._flush_locked(offset, including=True)
 
     def _roll_locked(self, expected_next_offset: int | None) -> LogSegment:
         end = self.log_end_offset

@@ -136,9 +136,11 @@ def list_quarantine(partition_dir: Path) -> list[QuarantineFile]:
     return sorted(out, key=lambda q: (q.base_offset, q.position, q.path.name))
 
 
-def purge_quarantine(partition_dir: Path, *, older_than_ms: int | None = None, now_ms: int = 0) -> list[QuarantineFile]:
+def purge_quarantine(
+    partition_dir: Path, *, older_than_ms: int | None = None, now_ms: int = 0, dry_run: bool = False
+) -> list[QuarantineFile]:
     """Delete the partition's quarantine files (only those modified at least ``older_than_ms``
-    before ``now_ms`` when given); returns what was deleted.
+    before ``now_ms`` when given); returns what was deleted (``dry_run``: what would be, nothing is).
 
     Raises:
         StorageError: a file cannot be deleted.
@@ -147,10 +149,11 @@ def purge_quarantine(partition_dir: Path, *, older_than_ms: int | None = None, n
     for q in list_quarantine(partition_dir):
         if older_than_ms is not None and now_ms - q.modified_ms < older_than_ms:
             continue
-        with storage_errors(q.path, "delete"):
-            q.path.unlink(missing_ok=True)
+        if not dry_run:
+            with storage_errors(q.path, "delete"):
+                q.path.unlink(missing_ok=True)
         deleted.append(q)
-    if deleted:
+    if deleted and not dry_run:
         with storage_errors(partition_dir, "fsync"):
             fsync_directory(partition_dir)
     return deleted

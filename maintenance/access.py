@@ -84,6 +84,17 @@ def checkpoint_value(log: Log, kind: str) -> int | None:
     return None
 
 
+def released_values(log: Log, *, had_high_watermark: bool) -> dict[str, int | None]:
+    """The checkpoint entries a maintenance process or recovery writes back for a partition it opened
+    and closed: the log's own (:func:`checkpoint_value`), except that a partition that had no
+    high-watermark entry gets none. Only writers commit; the one a log opened without an entry
+    starts with (its log start offset) would hide every record from readers."""
+    values = {kind: checkpoint_value(log, kind) for kind in CHECKPOINT_FILES}
+    if not had_high_watermark:
+        values["high-watermark"] = None
+    return values
+
+
 def read_checkpoint(log_dir: Path, kind: str) -> dict[TopicPartition, int]:
     """Checkpoint ``kind`` of ``log_dir``; unreadable files count as empty, as in Kafka (spec 6.1)."""
     path = log_dir / CHECKPOINT_FILES[kind]
@@ -241,7 +252,7 @@ class BorrowedLogs(LogAccess):
                     try:
                         yield tp, log
                     finally:
-                        self._release(tp, log, released)
+                        self._release(tp, log, released, had_high_watermark=tp in checkpoints["high-watermark"])
             finally:
                 for kind in kinds:
                     # Only where nobody wrote since this pass read the file: a writer (executor writes
@@ -301,14 +312,22 @@ class BorrowedLogs(LogAccess):
             and st.st_mtime_ns == state.active_mtime_ns
         )
 
-    def _release(self, tp: TopicPartition, log: Log, released: dict[str, dict[TopicPartition, int | None]]) -> None:
-        """Flush, note the checkpoint values of and close a borrowed log; errors are logged, not raised."""
+    def _release(
+        self,
+        tp: TopicPartition,
+        log: Log,
+        released: dict[str, dict[TopicPartition, int | None]],
+        *,
+        had_high_watermark: bool,
+    ) -> None:
+        """Flush, note the checkpoint values of (:func:`released_values`) and close a borrowed log;
+        errors are logged, not raised."""
         self._released.pop(tp, None)
         try:
             base = log.active_segment.base_offset
             log.close()  # flushes everything: the recovery point is now the log end offset
-            for kind, values in released.items():
-                values[tp] = checkpoint_value(log, kind)
+            for kind, value in released_values(log, had_high_watermark=had_high_watermark).items():
+                released[kind][tp] = value
             st = log_file(log.directory, base).stat()
             self._released[tp] = _ReleaseState(base, st.st_size, st.st_mtime_ns)
         except Exception:

@@ -130,9 +130,8 @@ def index_problems(meta: PartitionMetadata, *, include_last: bool = False) -> di
     are skipped."""
     problems: dict[int, IndexProblem] = {}
     bases = meta.base_offsets
-    following_bases: list[int | None] = [*bases[1:], None]
-    pairs = zip(bases, following_bases, strict=True) if include_last else zip(bases, bases[1:], strict=False)
-    for base, following in pairs:
+    following_bases: list[int | None] = [*bases[1:], None] if include_last else [*bases[1:]]
+    for base, following in zip(bases, following_bases, strict=False):  # (no segment at all: nothing)
         try:
             problem = segment_index_problem(meta.path, base, next_base_offset=following, against_log=True)
         except FileNotFoundError:

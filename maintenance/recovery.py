@@ -6,7 +6,8 @@ operations (``.swap``, ``.cleaned``, ``.deleted`` files), recovers the segments 
 batch, salvaging every intact batch around damage (or, with ``recovery.strategy=truncate``,
 Kafka's cut at the first damage), quarantining every byte removed, rebuilding missing or corrupt
 indexes - and the partition is flushed and closed. Then the
-checkpoint files are rewritten from the recovered logs and, when every partition was recovered,
+checkpoint files are rewritten from the recovered logs (a partition without a high watermark gets
+none: recovery commits nothing) and, when every partition was recovered,
 the directory is marked cleanly shut down (``.kafka_cleanshutdown``), so the next open does not
 recover again.
 
@@ -18,7 +19,9 @@ decisions through :meth:`LogLoader.check` and changes nothing.
 Each partition's report names the offset ranges recovery removed, each marked committed or not:
 committed means below the largest of the partition's checkpointed recovery point, checkpointed
 high watermark and any sink commit record (:mod:`maintenance.committed`). A log that ends below
-that offset is missing committed records too, whoever removed them. ``accept_data_loss=True`` is
+that offset is missing committed records too, whoever removed them. Such a loss is not forgotten:
+the partition's checkpoint entries are left as they were, so the next recovery reports it again and
+writers refuse the partition (:meth:`indexer.log.Log.open`). ``accept_data_loss=True`` is
 the explicit way forward after such a loss: the loss is appended to the log directory's
 accepted-data-loss record (:mod:`indexer.data_loss`) and the partition's end is moved up to the
 committed offset (an empty segment there), so the lost offsets stay a gap, the sink starts again,
@@ -56,9 +59,9 @@ from indexer.log_manager import write_clean_shutdown_marker
 from indexer.salvage import LostRange
 from maintenance.access import (
     CHECKPOINT_FILES,
-    checkpoint_value,
     partition_name,
     read_checkpoint,
+    released_values,
     write_checkpoint,
 )
 from maintenance.committed import sink_committed_offsets
@@ -237,7 +240,7 @@ def recover_partition(
     *,
     recovery_point: int,
     log_start_offset: int,
-    high_watermark: int,
+    high_watermark: int | None,
     committed_offset: int | None = None,
     accept_data_loss: bool = False,
     dry_run: bool,
@@ -248,7 +251,9 @@ def recover_partition(
     ``committed_offset`` is the partition's committed end (see the module docstring); with
     ``accept_data_loss`` a loss of committed records is recorded and the log's end moved up to it.
     Returns the outcome and, after a real recovery, the partition's new checkpoint values
-    (``recovery-point``, ``log-start-offset``, ``high-watermark``; empty for a dry run).
+    (``recovery-point``, ``log-start-offset``, ``high-watermark``: :func:`released_values`; empty
+    for a dry run, and when committed records were lost and the loss not accepted, so that its
+    entries keep the committed offset).
 
     Raises:
         LogLockedError: a live writer holds the partition.
@@ -284,9 +289,12 @@ def recover_partition(
         if accept_data_loss and result.committed_offsets_lost > 0:
             _accept_data_loss(tp, path.parent, log, result)
         log.close()  # flushes everything: the recovery point is now the log end offset
-        values = {kind: checkpoint_value(log, kind) for kind in CHECKPOINT_FILES}
         result.indexes_rebuilt = _segments_with_changed_indexes(before, _index_digests(path))
-        return result, values
+        if result.committed_offsets_lost and not result.accepted_data_loss:
+            # Its checkpoint entries stay as they are: the committed offset stays known, so the loss is
+            # reported again until accepted and writers do not reuse the lost offsets (Log.open).
+            return result, {}
+        return result, released_values(log, had_high_watermark=high_watermark is not None)
     finally:
         lock.release()
 
@@ -310,7 +318,7 @@ def _accept_data_loss(tp: TopicPartition, log_dir: Path, log: Log, result: Parti
         },
     )
     if log.log_end_offset < committed:
-        log.roll(committed)
+        log.continue_at(committed)
         result.log_end_offset = committed
     result.accepted_data_loss = True
     logger.warning(
@@ -363,7 +371,7 @@ def recover_log_dir(
                     settings,
                     recovery_point=recovery_points.get(tp, 0) if from_recovery_point else 0,
                     log_start_offset=start_offsets.get(tp, 0),
-                    high_watermark=high_watermarks.get(tp, 0),
+                    high_watermark=high_watermarks.get(tp),
                     committed_offset=committed,
                     accept_data_loss=accept_data_loss,
                     dry_run=dry_run,

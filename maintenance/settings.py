@@ -10,7 +10,7 @@ means "never": the job is not scheduled at all, because no timer can represent 2
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,20 +99,26 @@ class MaintenanceSettings:
                 raise ConfigError(f"{key} must be >= {minimum}, got {value}")
 
     @classmethod
-    def from_mapping(cls, values: Mapping[str, Any], *, source: str = "[maintenance]") -> MaintenanceSettings:
-        """Build from Kafka-named keys; unknown keys and non-integers raise :class:`ConfigError`."""
+    def from_mapping(
+        cls, values: Mapping[str, Any], *, source: str | Callable[[str], str] = "[maintenance]"
+    ) -> MaintenanceSettings:
+        """Build from Kafka-named keys; unknown keys and non-integers raise :class:`ConfigError`
+        naming ``source`` (or ``source(key)``: where that key was set)."""
         changes: dict[str, int] = {}
         for key, value in values.items():
+            where = source(key) if callable(source) else source
             spec = _KEYS.get(key)
             if spec is None:
-                raise ConfigError(f"unknown maintenance key {key!r} ({source}); known keys: {', '.join(_KEYS)}")
-            changes[spec[0]] = coerce_int(key, value, source)
+                raise ConfigError(f"unknown maintenance key {key!r} ({where}); known keys: {', '.join(_KEYS)}")
+            changes[spec[0]] = coerce_int(key, value, where)
         return dataclasses.replace(cls(), **changes)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> MaintenanceSettings:
-        """The ``[maintenance]`` section of loaded ``conf/seglog.toml`` settings."""
-        return cls.from_mapping(settings.section("maintenance"), source=f"{settings.source} [maintenance]")
+        """The ``[maintenance]`` section of loaded ``conf/seglog.toml`` settings (and ``--config``)."""
+        return cls.from_mapping(
+            settings.section("maintenance"), source=lambda key: settings.section_source("maintenance", key)
+        )
 
     def to_dict(self) -> dict[str, int]:
         """Kafka-named keys and their values."""

@@ -61,6 +61,7 @@ from indexer import errors
 from indexer.checkpoint import OffsetCheckpointFile, update_checkpoint
 from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig
+from indexer.data_loss import missing_committed_records
 from indexer.errors import FencedError, LogLockedError, SeglogError, StorageError
 from indexer.file_names import (
     LOG_DIR_LOCK_FILE,
@@ -330,11 +331,7 @@ def write_partition(plan: WritePlan, partition: int, pieces: list[EncodedBatches
                 path=log.directory,
             )
         if log.log_end_offset < start:
-            raise StorageError(
-                f"partition {tp[0]}-{tp[1]} in {plan.log_dir} ends at offset {log.log_end_offset}, "
-                f"below the sink's committed end offset {start}: committed records are missing",
-                path=log.directory,
-            )
+            raise missing_committed_records(log.directory, log.log_end_offset, start, "the sink's committed end offset")
         if log.log_end_offset > start:
             fence.check(token)
             logger.warning(

@@ -168,7 +168,8 @@ class JobSpec:
             attr = _KEYS.get(key)
             if attr is None:
                 raise ConfigError(
-                    f"unknown [streaming] key {key!r} ({settings.source}); known keys: {', '.join(_KEYS)}"
+                    f"unknown [streaming] key {key!r} ({settings.section_source('streaming', key)}); "
+                    f"known keys: {', '.join(_KEYS)}"
                 )
             values[attr] = value
         values.update({k: v for k, v in overrides.items() if v is not None})

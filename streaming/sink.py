@@ -56,6 +56,7 @@ import pyarrow as pa
 
 from indexer.commit_log import SinkCommit, SinkCommitLog
 from indexer.config import Settings, load_settings
+from indexer.data_loss import missing_committed_records
 from indexer.errors import ConfigError, SchemaError, StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, validate_topic
 from indexer.log_manager import LogManager
@@ -519,13 +520,7 @@ class SegmentLogSink:
                     path=self.log_dir,
                 )
             if leo < end:
-                raise StorageError(
-                    f"partition {tp[0]}-{tp[1]} in {self.log_dir} ends at offset {leo}, below the sink's committed "
-                    f"end offset {end}: committed records (offsets {leo}..{end - 1}) are missing. If they cannot be "
-                    f"restored, accept the loss with `seglog recover --log-dir {self.log_dir} --accept-data-loss` "
-                    "(it records what was lost and lets the sink go on; see docs/recovery.md)",
-                    path=self.log_dir,
-                )
+                raise missing_committed_records(log.directory, leo, end, "the sink's committed end offset")
             if leo > end:
                 logger.warning(
                     "sink %s: removing %d uncommitted records from %s-%d (offsets %d..%d)",

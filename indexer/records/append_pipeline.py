@@ -38,6 +38,7 @@ from indexer.records.batch_header import (
     LOG_APPEND_TIME,
     MAGIC_OFFSET,
     MAGIC_V2,
+    RECORD_BATCH_OVERHEAD,
     TIMESTAMP_TYPE_MASK,
 )
 from indexer.records.batch_limits import BatchLimits
@@ -202,6 +203,9 @@ def _plan(
     where: str | os.PathLike[str] | None,
 ) -> BatchPlan:
     """``plan_batches`` with batches of at most ``largest`` bytes, its error told in ``limits``' terms."""
+    if table.num_rows and largest < RECORD_BATCH_OVERHEAD:  # not even an empty batch fits (segment.bytes=14)
+        what = f"record 0, alone in a batch of more than {RECORD_BATCH_OVERHEAD} bytes,"
+        raise limits.too_large(RECORD_BATCH_OVERHEAD + 1, what, where=where, index=0)
     try:
         return plan_batches(
             table,

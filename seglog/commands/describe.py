@@ -38,7 +38,7 @@ import numpy as np
 from indexer.checkpoint import OffsetCheckpointFile
 from indexer.data_loss import read_accepted_losses
 from indexer.errors import SeglogError
-from indexer.file_names import RECOVERY_POINT_CHECKPOINT_FILE
+from indexer.file_names import RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE
 from indexer.log_manager import LogManager
 from indexer.offset_index import OffsetIndex
 from indexer.quarantine import list_quarantine
@@ -62,12 +62,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the description; 1 if some partition could not be read (or, with --verify, is damaged)."""
+    """Print the description; 1 if some partition could not be read (or, with --verify, is damaged or
+    misses committed records)."""
     log_dir = log_dir_from_args(args)
     description = describe_log_dir(log_dir, settings_from_args(args), verify=args.verify)
     Output(json_mode=args.json).emit(description, render_text)
     damaged = args.verify and any(
-        "invalid_bytes" in s for p in description["partitions"] for s in p.get("segments", ())
+        "missing_committed" in p or any("invalid_bytes" in s for s in p.get("segments", ()))
+        for p in description["partitions"]
     )
     return 1 if any("error" in p for p in description["partitions"]) or damaged else 0
 
@@ -76,6 +78,7 @@ def describe_log_dir(log_dir: Path, settings: Any, *, verify: bool = False) -> d
     """Plain data describing every partition of ``log_dir`` (opened read-only); ``verify`` checks CRCs."""
     manager = LogManager(log_dir, settings, read_only=True)
     recovery_points = _checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT_FILE)
+    high_watermarks = _checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE)
     accepted = read_accepted_losses(log_dir)
     partitions: list[dict[str, Any]] = []
     try:
@@ -86,6 +89,9 @@ def describe_log_dir(log_dir: Path, settings: Any, *, verify: bool = False) -> d
                     raise SeglogError(f"partition {topic}-{partition} disappeared while describing {log_dir}")
                 one = describe_partition(topic, partition, log, verify=verify)
                 one["recovery_point"] = recovery_points.get((topic, partition), one["recovery_point"])
+                committed = high_watermarks.get((topic, partition), 0)
+                if committed > one["log_end_offset"]:  # what Log.open refuses (indexer.data_loss)
+                    one["missing_committed"] = {"first": one["log_end_offset"], "last": committed - 1}
                 one["accepted_data_loss"] = [
                     a for a in accepted if (a.get("topic"), a.get("partition")) == (topic, partition)
                 ]
@@ -278,6 +284,13 @@ def render_text(description: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  quarantine: {len(p['quarantine'])} files, {size} bytes removed by recovery "
                 f"({', '.join(Path(q['path']).name for q in p['quarantine'])}; see `seglog quarantine list`)"
+            )
+        if "missing_committed" in p:
+            missing = p["missing_committed"]
+            lines.append(
+                f"  committed records missing: offsets {missing['first']}..{missing['last']} (the checkpointed "
+                f"high watermark is {missing['last'] + 1}); writers refuse the partition until the loss is "
+                "accepted: `seglog recover --accept-data-loss`"
             )
         for a in p["accepted_data_loss"]:
             lost = ", ".join(f"{r['first']}..{r['last']}" for r in a.get("lost", []))

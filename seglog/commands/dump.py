@@ -217,6 +217,9 @@ def run(args: argparse.Namespace) -> int:
 def dump_files(files: Iterable[str], options: DumpOptions, out: TextIO, err: TextIO) -> DumpProblems:
     """Dump ``files`` to ``out`` (unknown ones noted on ``err``), then the summary on ``err``."""
     problems = DumpProblems()
+    folders = [name for name in files if Path(name).is_dir()]
+    if folders:
+        raise IsADirectoryError(f"{folders[0]} is a directory: name the files to dump, e.g. {folders[0]}/*.log")
     missing = [name for name in files if not Path(name).is_file()]
     if missing:
         raise FileNotFoundError(f"no such file: {', '.join(missing)}")

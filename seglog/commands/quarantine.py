@@ -25,33 +25,47 @@ from typing import Any
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog quarantine``."""
+    from seglog.cli import non_negative_int
+
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = actions.add_parser("list", help="list the quarantine files of every partition")
     purge = actions.add_parser("purge", help="delete quarantine files (say which: --all or --older-than-ms)")
     for sub in (listing, purge):
         sub.add_argument("--log-dir", required=True, type=Path, metavar="DIR", help="the log directory")
         sub.add_argument("--topic", metavar="T", help="only this topic's partitions")
-        sub.add_argument("--partition", type=int, metavar="P", help="only this partition (with --topic)")
+        sub.add_argument("--partition", type=non_negative_int, metavar="P", help="only this partition (with --topic)")
         sub.add_argument("--json", action="store_true", help="print one JSON document")
     which = purge.add_mutually_exclusive_group(required=True)
     which.add_argument("--all", action="store_true", help="delete every quarantine file selected")
     which.add_argument(
-        "--older-than-ms", type=int, metavar="MS", help="delete only files last modified at least MS ms ago"
+        "--older-than-ms",
+        type=non_negative_int,
+        metavar="MS",
+        help="delete only files last modified at least MS ms ago",
     )
     purge.add_argument("--dry-run", action="store_true", help="list what would be deleted; delete nothing")
 
 
 def _selected(args: argparse.Namespace) -> list[tuple[str, Path]]:
+    """The partitions ``--topic``/``--partition`` select; naming one that does not exist is an
+    :class:`~indexer.errors.UnknownTopicOrPartitionError` (a typo must not look like "nothing there")."""
+    from indexer.errors import UnknownTopicOrPartitionError
     from indexer.file_names import partition_dirs
     from maintenance.access import partition_name
 
     if args.partition is not None and args.topic is None:
         raise ValueError("--partition needs --topic")
-    return [
+    every = partition_dirs(args.log_dir)
+    selected = [
         (partition_name(tp), path)
-        for tp, path in partition_dirs(args.log_dir)
+        for tp, path in every
         if (args.topic is None or tp[0] == args.topic) and (args.partition is None or tp[1] == args.partition)
     ]
+    if args.topic is not None and not selected:
+        what = f"topic {args.topic!r}" + ("" if args.partition is None else f" partition {args.partition}")
+        known = ", ".join(partition_name(tp) for tp, _ in every) or "none"
+        raise UnknownTopicOrPartitionError(f"{what} does not exist in {args.log_dir}; its partitions: {known}")
+    return selected
 
 
 def _text(doc: dict[str, Any]) -> Iterator[str]:
@@ -88,12 +102,10 @@ def run(args: argparse.Namespace) -> int:
     partitions = []
     now_ms = int(time.time() * 1000)
     for name, path in _selected(args):
-        if args.action == "purge" and not args.dry_run:
-            files = purge_quarantine(path, older_than_ms=args.older_than_ms, now_ms=now_ms)
+        if args.action == "purge":
+            files = purge_quarantine(path, older_than_ms=args.older_than_ms, now_ms=now_ms, dry_run=args.dry_run)
         else:
             files = list_quarantine(path)
-            if args.action == "purge" and args.older_than_ms is not None:
-                files = [f for f in files if now_ms - f.modified_ms >= args.older_than_ms]
         if files:
             partitions.append({"partition": name, "files": [f.to_dict() for f in files]})
     action = args.action + ("-dry-run" if args.action == "purge" and args.dry_run else "")

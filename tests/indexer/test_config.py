@@ -84,6 +84,25 @@ def test_bad_toml_names_the_file(tmp_path: Path) -> None:
         load_settings(conf)
 
 
+@pytest.mark.parametrize(
+    ("text", "fragment"),
+    [
+        ('"retention.ms" = 1000\n', "unknown key 'retention.ms' outside any table"),
+        ('[maintenace]\n"seglog.misfire.grace.ms" = 5\n', r"unknown table \[maintenace\]"),
+        ("topic = 5\n", r"topic .* must be a table \[topic\], got 5"),
+        ("topics = 5\n", r"topics .* must be a table"),
+        ("[topics]\nevents = 5\n", r'topics.events .* must be a table \[topics."events"\]'),
+    ],
+)
+def test_a_file_holds_only_the_tables_seglog_reads(tmp_path: Path, text: str, fragment: str) -> None:
+    """A key outside any table or a misspelt table would be ignored without a word: an error instead."""
+    conf = tmp_path / "mine.toml"
+    conf.write_text(text)
+    with pytest.raises(ConfigError, match=fragment) as info:
+        load_settings(conf)
+    assert "mine.toml" in str(info.value)
+
+
 def test_jitter_is_bounded() -> None:
     c = LogConfig.from_mapping({"segment.jitter.ms": 100, "segment.ms": 50})
     assert all(0 <= c.random_segment_jitter() < 50 for _ in range(200))

@@ -23,6 +23,7 @@ import indexer.records.encoder as encoder_module
 from indexer.clock import MockClock
 from indexer.config import LogConfig
 from indexer.errors import (
+    InvalidOffsetError,
     LogLockedError,
     OffsetOutOfRangeError,
     RecordBatchTooLargeError,
@@ -181,6 +182,18 @@ def test_explicit_roll_seals_the_old_segment_and_flushes(open_log, tmp_path: Pat
     assert (tmp_path / "t-0" / "00000000000000000000.index").stat().st_size == 0  # trimmed
     assert log.roll() is log.active_segment  # an empty active segment at the LEO is replaced
     assert [s.base_offset for s in log.segments] == [0, 5]
+
+
+def test_continue_at_leaves_a_gap_and_a_whole_flushed_segment(open_log, tmp_path: Path) -> None:
+    log = open_log()
+    log.append(values(5))
+    with pytest.raises(InvalidOffsetError):
+        log.continue_at(5)
+    log.continue_at(9)
+    assert (log.log_end_offset, log.recovery_point, log.active_segment.base_offset) == (9, 9, 9)
+    assert all((tmp_path / "t-0" / f"{9:020d}{suffix}").exists() for suffix in (".log", ".index", ".timeindex"))
+    assert log.append(values(1)).first_offset == 9
+    assert log.read_records(0, max_offset=10).column("offset").to_pylist() == [0, 1, 2, 3, 4, 9]
 
 
 def test_flush_messages_moves_the_recovery_point(open_log) -> None:

@@ -96,6 +96,13 @@ def test_a_record_too_large_names_the_limit_it_breaks(open_log: Any) -> None:
     with pytest.raises(RecordBatchTooLargeError, match=r"record 2, .* larger than segment.bytes = 1000"):
         by_segment.append({"value": [b"ok", b"ok", b"x" * 2000]})
     assert (by_message.log_end_offset, by_segment.log_end_offset) == (0, 0)
+    # Limits below an empty batch's size (allowed: segment.bytes >= 14, as in Kafka) name themselves too.
+    tiny_segment = open_log("ts-0", **{"segment.bytes": 14})
+    with pytest.raises(RecordBatchTooLargeError, match=r"record 0, .* larger than segment.bytes = 14"):
+        tiny_segment.append({"value": [b"a"]})
+    tiny_message = open_log("tm-0", **{"max.message.bytes": 10})
+    with pytest.raises(RecordTooLargeError, match=r"record 0, .* larger than max.message.bytes = 10"):
+        tiny_message.append({"value": [b"a"]}, compression="gzip")
 
 
 @settings(max_examples=scaled(40, ci=15, soak=500), deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -187,11 +187,14 @@ def test_dry_run_changes_nothing_and_predicts_the_recovery(template: Path, tmp_p
     with open(partition / f"{victim.segment:020d}.log", "r+b") as f:
         f.seek(victim.position + 30)
         f.write(bytes([rng.randrange(256) ^ 0xFF]))
+    (log_dir / "u-0").mkdir()  # a partition directory without a segment: recovery starts one at 0
     before = digest(log_dir)
     settings = settings_for(small_config())
     dry = recover_log_dir(log_dir, settings, dry_run=True, progress=False)
     assert digest(log_dir) == before
+    assert {p.status for p in dry.partitions} == {"checked"}, [p.message for p in dry.partitions]
     real = recover_log_dir(log_dir, settings, progress=False)
+    assert {p.status for p in real.partitions} == {"recovered"}
     for d, r in zip(dry.partitions, real.partitions, strict=True):
         assert (d.partition, d.bytes_truncated, d.batches_dropped, d.segments_deleted, d.log_end_offset) == (
             r.partition,

@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import json
 import random
+import re
 import shutil
 import signal
 import subprocess
@@ -37,6 +38,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from indexer import file_names
+from indexer.checkpoint import OffsetCheckpointFile
 from indexer.clock import MockClock
 from indexer.commit_log import SinkCommit, SinkCommitLog
 from indexer.data_loss import read_accepted_losses
@@ -46,7 +48,7 @@ from indexer.records.file_records import FileRecords
 from maintenance.recovery import EXIT_COMMITTED_DATA_LOST
 from seglog.cli import main
 from tests.budget import fuzz_settings, scaled
-from tests.cli import maintain_once, read_records
+from tests.cli import append_file, maintain_once, read_records
 from tests.indexer.helpers import Batch, log_batches
 from tests.maintenance.conftest import REPO, SEGLOG, settings_for, small_config
 
@@ -222,8 +224,13 @@ def test_salvage_keeps_every_undamaged_batch(
     assert [r["offset"] for r in records] == expected
     assert all(base64.b64decode(r["value"]) == template.values[r["offset"]] for r in records)
 
+    # A loss not accepted is not forgotten: a log that now ends below its committed offset is reported
+    # again (a gap inside the log is not; its bytes are in quarantine), and nothing more is removed.
+    end, committed = result["log_end_offset"], result["committed_offset"]  # type: ignore[index]
+    still_lost = [{"first": end, "last": committed - 1, "committed": True}] if end < committed else []
     status, again = _recover(log_dir, capsys)
-    assert status == 0 and again["partitions"][0]["lost_offsets"] == []  # type: ignore[index]
+    assert again["partitions"][0]["lost_offsets"] == still_lost  # type: ignore[index]
+    assert status == (EXIT_COMMITTED_DATA_LOST if still_lost else 0)
     assert {p.name: p.read_bytes() for p in partition.iterdir() if file_names.is_quarantine_file(p)} == found
 
 
@@ -329,7 +336,7 @@ def test_accept_data_loss_records_it_and_lets_the_sink_start(
     assert "lost committed offsets" in out and "--accept-data-loss" in out
     settings = settings_for(small_config(segment_bytes=2000))
     row = pa.table({"value": [b"after"]})
-    with pytest.raises(StorageError, match=rf"below the sink's committed end offset {end}.*--accept-data-loss"):
+    with pytest.raises(StorageError, match=rf"below its checkpointed high watermark {end}.*--accept-data-loss"):
         with SegmentLogSink(log_dir, topic=TOPIC, num_partitions=1, settings=settings, sink_id="events") as sink:
             sink.write_batch(row, 8, query_id="query-1")
 
@@ -352,6 +359,80 @@ def test_accept_data_loss_records_it_and_lets_the_sink_start(
     capsys.readouterr()
     assert main(["describe", "--log-dir", str(log_dir), "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["partitions"][0]["accepted_data_loss"] == [accepted]
+
+
+def _appended_log_with_a_cut_tail(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> tuple[Path, int]:
+    """A log directory written by ``seglog append`` (no sink: the high watermark is the only record
+    of what was committed) whose last committed batch was cut; returns it and its committed end."""
+    log_dir = tmp_path / "logs"
+    source = tmp_path / "records.jsonl"
+    source.write_text("".join(json.dumps({"value": f"v{i}" * 20}) + "\n" for i in range(300)))
+    assert append_file(log_dir, TOPIC, source, "--config", "segment.bytes=2000") == 0
+    capsys.readouterr()
+    last = sorted((log_dir / PARTITION_DIR).glob("*.log"))[-1]
+    last.write_bytes(last.read_bytes()[:-30])
+    return log_dir, 300
+
+
+def test_a_loss_not_accepted_is_reported_until_accepted_and_its_offsets_never_reused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log_dir, end = _appended_log_with_a_cut_tail(tmp_path, capsys)
+    assert main(["recover", "--log-dir", str(log_dir), "--json", "--no-progress"]) == EXIT_COMMITTED_DATA_LOST
+    [lost] = json.loads(capsys.readouterr().out)["partitions"][0]["lost_offsets"]
+    assert lost["last"] == end - 1 and lost["committed"]
+
+    # Recovery kept the committed offset: the loss is reported again, and a writer refuses the
+    # partition rather than give the lost offsets to other records.
+    assert main(["recover", "--log-dir", str(log_dir), "--json", "--no-progress"]) == EXIT_COMMITTED_DATA_LOST
+    assert json.loads(capsys.readouterr().out)["partitions"][0]["lost_offsets"] == [lost]
+    more = tmp_path / "more.jsonl"
+    more.write_text('{"value": "after"}\n')
+    assert append_file(log_dir, TOPIC, more) == 1
+    message = f"ends at offset {lost['first']}, below its checkpointed high watermark {end}.*--accept-data-loss"
+    assert re.search(message, capsys.readouterr().err)
+    active = max((log_dir / PARTITION_DIR).glob("*.index"))
+    assert active.stat().st_size == 0  # the refused open left the files as a closed log does (trimmed)
+    assert main(["describe", "--log-dir", str(log_dir), "--json", "--verify"]) == 1
+    described = json.loads(capsys.readouterr().out)["partitions"][0]
+    assert described["missing_committed"] == {"first": lost["first"], "last": end - 1}
+
+    # Accepted later, the loss is recorded and writers go on after the gap.
+    assert main(["recover", "--log-dir", str(log_dir), "--no-progress", "--accept-data-loss"]) == 0
+    capsys.readouterr()
+    [accepted] = read_accepted_losses(log_dir)
+    assert accepted["lost"] == [{"first": lost["first"], "last": end - 1}]
+    empty = [log_dir / PARTITION_DIR / f"{end:020d}{suffix}" for suffix in (".log", ".index", ".timeindex")]
+    assert all(path.exists() for path in empty)  # a whole segment: the next open has nothing to rebuild
+    assert append_file(log_dir, TOPIC, more) == 0
+    assert capsys.readouterr().out.strip() == f"{PARTITION_DIR} {end}..{end}"
+    assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == 0
+
+
+@pytest.mark.parametrize("opener", ["recover", "roll", "checkpoint-high-watermark"])
+@pytest.mark.parametrize("checkpoint", ["deleted", "malformed"])
+def test_recovery_and_maintenance_never_invent_a_high_watermark(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], opener: str, checkpoint: str
+) -> None:
+    """Without a (readable) high-watermark entry readers see the whole log; recovery and the daemon,
+    which open the partition and write its checkpoints back, must not hide it behind a high
+    watermark of 0."""
+    log_dir = tmp_path / "logs"
+    source = tmp_path / "records.jsonl"
+    source.write_text("".join(json.dumps({"value": f"v{i}", "timestamp": 1_000 + i}) + "\n" for i in range(50)))
+    assert append_file(log_dir, TOPIC, source) == 0
+    hw_file = log_dir / file_names.REPLICATION_OFFSET_CHECKPOINT_FILE
+    if checkpoint == "deleted":
+        hw_file.unlink()
+    else:
+        hw_file.write_text(f"0\n1\n{TOPIC} 0 fifty\n")
+    if opener == "recover":
+        assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == 0
+    else:  # the roll job has work here (segment.ms), so the daemon opens the partition
+        assert maintain_once(log_dir, opener, "--config", "segment.ms=1") == 0
+    capsys.readouterr()
+    assert len(read_records(capsys, log_dir, TOPIC, "--from-beginning")) == 50
+    assert (TOPIC, 0) not in OffsetCheckpointFile(hw_file).read()
 
 
 def test_opening_a_log_after_a_crash_salvages_too(template: Template, tmp_path: Path) -> None:
@@ -407,6 +488,16 @@ def test_quarantine_is_removed_only_by_purge_or_after_quarantine_retention(
     shutil.copytree(template.log_dir, log_dir)
     _apply(partition, [("zero:" + template.segments[1], 70, bytes(20))])
     assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == EXIT_COMMITTED_DATA_LOST
+    capsys.readouterr()
+    # Mistakes delete nothing: a negative age (it would select every file), a topic or partition
+    # that does not exist (a typo must not read as "nothing quarantined there").
+    assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--older-than-ms", "-1"]) == 2
+    assert "expected an integer >= 0" in capsys.readouterr().err
+    for selection in (["--topic", "tt"], ["--topic", TOPIC, "--partition", "7"]):
+        assert main(["quarantine", "purge", "--log-dir", str(log_dir), *selection, "--all"]) == 1
+        assert f"does not exist in {log_dir}; its partitions: {PARTITION_DIR}" in capsys.readouterr().err
+    assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--older-than-ms", "0", "--dry-run"]) == 0
+    assert "would delete: 1 quarantine files" in capsys.readouterr().out
     assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--topic", TOPIC, "--all"]) == 0
     assert "deleted: 1 quarantine files" in capsys.readouterr().out
     assert not [p for p in partition.iterdir() if file_names.is_quarantine_file(p)]

@@ -51,3 +51,14 @@ def test_the_shipped_conf_file_loads() -> None:
 def test_bad_values_name_the_key(values: dict[str, object], match: str) -> None:
     with pytest.raises(ConfigError, match=match):
         MaintenanceSettings.from_mapping(values)
+
+
+def test_a_bad_value_names_where_it_was_set(tmp_path: Path) -> None:
+    """A `--config` value is blamed on --config, not on the settings files it never came from."""
+    conf = tmp_path / "mine.toml"
+    conf.write_text('[maintenance]\n"seglog.misfire.grace.ms" = "later"\n')
+    with pytest.raises(ConfigError, match=r"got 'later' \(.*mine\.toml \[maintenance\]\)"):
+        MaintenanceSettings.from_settings(load_settings(conf))
+    overridden = load_settings(section_overrides={"maintenance": {"seglog.index.check.interval.ms": "soon"}})
+    with pytest.raises(ConfigError, match=r"got 'soon' \(--config\)"):
+        MaintenanceSettings.from_settings(overridden)

@@ -222,6 +222,12 @@ def test_log_config_arguments_reach_the_settings(tmp_path: Path) -> None:
     assert (config.segment_bytes, config.index_interval_bytes, config.retention_ms) == (4096, 10, -1)
 
 
+def test_config_sections_are_the_tables_a_settings_file_may_hold() -> None:
+    from indexer.config import SECTIONS
+
+    assert set(cli.CONFIG_SECTIONS) == set(SECTIONS)
+
+
 def test_bad_config_override_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     code = append_file(tmp_path, "t", tmp_path / "missing.jsonl", "--config", "segment.bytes=tiny")
     assert code == 1

@@ -321,6 +321,8 @@ def test_append_refuses_negative_timestamps(tmp_path: Path, capsys: pytest.Captu
 def test_dump_exit_status_and_bounded_output(log_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dump", str(tmp_path / "nope.log")]) == 1
     assert "no such file" in _one_error_line(capsys.readouterr().err, "FileNotFoundError")
+    assert main(["dump", str(log_dir)]) == 1  # a directory exists: say what it is, not "no such file"
+    assert "is a directory: name the files to dump" in _one_error_line(capsys.readouterr().err, "IsADirectoryError")
     data = log_dir / "events-0" / "00000000000000000000.log"
     assert main(["dump", str(data)]) == 0
     capsys.readouterr()
