@@ -72,6 +72,12 @@ def test_timestamp_options_take_precedence_as_in_kafka() -> None:
         ({"subscribe": "a", "startingOffsets": "soon"}, "startingOffsets is not valid JSON"),
         ({"subscribe": "a", "startingOffsets": '{"a": [1]}'}, "startingOffsets must be earliest, latest or JSON"),
         ({"assign": "{bad"}, "assign is not valid JSON"),
+        ({"assign": '{"a": "01"}'}, "assign must be JSON like"),  # not partitions 0 and 1
+        ({"assign": '{"a": [0.5]}'}, "assign must be JSON like"),
+        ({"subscribe": "a", "startingOffsets": '{"a": {"0": 1.7}}'}, "startingOffsets must be earliest, latest or"),
+        ({"subscribe": "a", "startingOffsets": '{"a": {"0": true}}'}, "startingOffsets must be earliest, latest or"),
+        ({"subscribe": "a", "endingOffsets": '{"a": {"0": "12"}}'}, "endingOffsets must be earliest, latest or"),
+        ({"subscribe": "a", "startingOffsetsByTimestamp": '{"a": {"0": 1.5e12}}'}, "ByTimestamp must be JSON like"),
         ({"subscribe": "bad topic!"}, "option subscribe: .*"),
         ({"subscribePattern": "(unclosed"}, "subscribePattern is not a valid pattern"),
         ({"subscribe": "a", "endingOffsets": "earliest"}, "endingOffsets cannot be earliest"),
