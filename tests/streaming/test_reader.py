@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-from pyspark.errors import AnalysisException
+from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 from indexer.config import LogConfig, Settings
@@ -201,6 +201,26 @@ def test_a_schema_set_by_the_user_is_refused_on_the_driver_unless_it_is_the_sour
     assert "SCHEMA_MISMATCH" not in str(info.value)
     own = seglog(spark, subscribe="ev").load(str(log_dir)).schema
     assert rows(seglog(spark, subscribe="ev").schema(own).load(str(log_dir))) == oracle(log_dir, "ev")
+
+
+def test_writing_with_format_seglog_is_refused_with_the_sinks_way_in(
+    spark: SparkSession, log_dir: Path, tmp_path: Path
+) -> None:
+    """Not PySpark's "[NOT_IMPLEMENTED] writer is not implemented": the one line says how to write."""
+    batch = spark.range(3).selectExpr("cast(id as string) as value")
+    with pytest.raises(AnalysisException, match=r'format\("seglog"\) only reads; write with .*SegmentLogSink') as info:
+        batch.write.format("seglog").mode("append").option("topic", "w").save(str(tmp_path / "logs"))
+    assert "NOT_IMPLEMENTED" not in str(info.value)
+    stream = spark.readStream.format("seglog").option("subscribe", "ev").load(str(log_dir)).select("value")
+    query = (
+        stream.writeStream.format("seglog")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start(str(tmp_path / "logs"))
+    )
+    with pytest.raises(StreamingQueryException, match=r'format\("seglog"\) only reads; write with') as failed:
+        query.awaitTermination(60)
+    assert "NOT_IMPLEMENTED" not in str(failed.value)
+    assert not (tmp_path / "logs").exists()
 
 
 def test_read_committed_skips_aborted_transactions(spark: SparkSession, tmp_path: Path) -> None:
