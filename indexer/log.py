@@ -391,6 +391,7 @@ class Log:
 
         Raises:
             SchemaError: ``data`` has unknown columns or wrong types.
+            InvalidTimestampError: a negative timestamp (Kafka's producer refuses them).
             RecordTooLargeError: one record alone is larger than ``max.message.bytes``.
             RecordBatchTooLargeError: one record alone does not fit a segment (``segment.bytes``).
             StorageError: an I/O error; the log is then in the state a crash would leave.
