@@ -61,7 +61,7 @@ from pyspark.sql.types import (
 
 from indexer.config import Settings
 from indexer.errors import ConfigError, LogDirectoryNotFoundError, NotALogDirectoryError, OffsetOutOfRangeError
-from indexer.file_names import TopicPartition
+from indexer.file_names import TopicPartition, is_listed_to_patterns
 from indexer.log_manager import LogManager, check_log_dir
 from indexer.records.isolation import IsolationLevel
 from streaming.offset_ranges import OffsetRange, rate_limit, split_ranges
@@ -192,6 +192,8 @@ def check_options(options: Mapping[str, str]) -> SourceOptions:
         missing += [f"{t}-{p}" for t, p in sub.assigned if (t, p) not in present]
         if missing or not view.states:
             what = f"no topic matches {sub.pattern!r}" if not missing else f"{', '.join(missing)} not found"
+            if not missing and not all(map(is_listed_to_patterns, topics)):
+                what += " (a pattern never matches internal topics nor __cluster_metadata: subscribe to them by name)"
             raise ConfigError(f"{sub.describe()}: {what} in {path} (topics there: {', '.join(topics)})")
         for spec in (parsed.starting, parsed.ending):
             if spec is not None and spec.per_partition and set(spec.per_partition) != set(view.states):

@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Any
 
 from indexer.errors import ConfigError, SeglogError
-from indexer.file_names import TopicPartition, validate_topic
+from indexer.file_names import TopicPartition, is_listed_to_patterns, validate_topic
 from indexer.records.isolation import IsolationLevel
 
 logger = logging.getLogger(__name__)
@@ -94,8 +94,8 @@ class Subscription:
         """Whether partition ``topic-partition`` of the log directory belongs to the subscription."""
         if self.option == "subscribe":
             return topic in self.topics
-        if self.option == "subscribePattern":
-            return re.fullmatch(self.pattern, topic) is not None  # Java's Matcher.matches()
+        if self.option == "subscribePattern":  # Java's Matcher.matches(), never on internal topics
+            return is_listed_to_patterns(topic) and re.fullmatch(self.pattern, topic) is not None
         return (topic, partition) in self.assigned
 
     def describe(self) -> str:

@@ -60,6 +60,14 @@ def test_timestamp_options_take_precedence_as_in_kafka() -> None:
     assert o.subscription.wants("events", 0) and not o.subscription.wants("xev", 0)  # whole-name match
 
 
+def test_patterns_skip_internal_topics_as_kafkas_listing_does() -> None:
+    every = parse(subscribePattern=".*").subscription
+    assert every.wants("events", 0) and every.wants("_schemas", 0) and every.wants("__own", 0)
+    for internal in ("__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata"):
+        assert not every.wants(internal, 0) and not parse(subscribePattern="__.*").subscription.wants(internal, 0)
+        assert parse(subscribe=internal).subscription.wants(internal, 0)  # by name: read
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
