@@ -54,7 +54,7 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from indexer.commit_log import SinkCommit, SinkCommitLog
+from indexer.commit_log import SinkCommit, SinkCommitLog, commit_file, sink_commits
 from indexer.config import Settings, load_settings
 from indexer.errors import ConfigError, SchemaError, StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, validate_topic
@@ -388,6 +388,7 @@ class SegmentLogSink:
         new = [(topic, p) for p in range(num_partitions) if (topic, p) not in committed.end_offsets]
         if not new:
             return committed
+        self._check_sole_sink(new)
         offsets = dict(committed.end_offsets)
         config = self.settings.log_config(topic)
         for tp in new:
@@ -486,6 +487,7 @@ class SegmentLogSink:
         new = {(part.topic, part.partition) for part in parts} - set(committed.end_offsets)
         if not new:
             return committed
+        self._check_sole_sink(new)
         offsets = dict(committed.end_offsets)
         for tp in sorted(new):
             log = self._log(manager, tp)
@@ -499,6 +501,25 @@ class SegmentLogSink:
             ", ".join(f"{t}-{p}@{offsets[(t, p)]}" for t, p in sorted(new)),
         )
         return baseline
+
+    def _check_sole_sink(self, new: Iterable[TopicPartition]) -> None:
+        """Refuse partitions another sink's commit record holds, before this sink records them: a sink
+        undoes whatever lies above its own committed end and stops at a high watermark above it, so two
+        sinks writing one partition would break each other.
+
+        Raises:
+            ConfigError: a commit record of another sink id names one of ``new``.
+        """
+        wanted = set(new)
+        for other, commit in sink_commits(self.log_dir).items():
+            taken = sorted(wanted & set(commit.end_offsets))
+            if other != self.sink_id and taken:
+                raise ConfigError(
+                    f"{', '.join(f'{t}-{p}' for t, p in taken)} in {self.log_dir} belong to sink {other!r} "
+                    f"({commit_file(self.log_dir, other).name}, query {commit.query_id}): a partition takes one "
+                    f"sink. Write this query into another topic, or give its sink sink_id={other!r} if it "
+                    "replaces that sink's query"
+                )
 
     def _recover(self, committed: SinkCommit, manager: LogManager) -> dict[TopicPartition, int]:
         """Undo uncommitted appends and republish committed ends; returns {partition: records removed}.

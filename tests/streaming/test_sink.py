@@ -204,6 +204,25 @@ def test_the_partition_count_is_fixed_when_the_topic_is_created(tmp_path: Path) 
                 sink.write_batch(_batch(0, 1), 2, query_id="q")
 
 
+def test_a_second_sink_on_a_topic_is_refused_before_it_writes(tmp_path: Path) -> None:
+    """Without the check the second sink wrote, and the first then failed every batch for good ("high
+    watermark above the sink's committed end: another writer published to it")."""
+    with _sink(tmp_path) as first:
+        first.write_batch(_batch(0, 30), 0, query_id="qa")
+    before = snapshot(tmp_path)
+    with _sink(tmp_path, sink_id="other") as second:
+        with pytest.raises(
+            ConfigError, match=r"t-0, t-1, t-2 in .* belong to sink 't' \(seglog-sink.t.json, query qa\)"
+        ):
+            second.write_batch(_batch(30, 30), 0, query_id="qb")
+    assert snapshot(tmp_path) == before and not (tmp_path / "seglog-sink.other.json").exists()
+    with _sink(tmp_path, topic="u", sink_id="other") as elsewhere:  # another topic: its own partitions
+        elsewhere.write_batch(_batch(30, 30), 0, query_id="qb")
+    with _sink(tmp_path) as first:
+        first.write_batch(_batch(60, 30), 1, query_id="qa")
+    assert len(_values(tmp_path)) == 60 and len(_values(tmp_path, "u")) == 30
+
+
 def test_empty_batches_commit_and_a_closed_sink_refuses(tmp_path: Path) -> None:
     sink = _sink(tmp_path)
     assert sink.write_batch(pa.table({"value": pa.array([], pa.binary())}), 0, query_id="q").rows == 0
