@@ -152,13 +152,16 @@ class JobSpec:
         not a partition directory.
 
         Raises:
-            ConfigError: the input path does not exist.
+            ConfigError: the input path does not exist, or is a file (both sources read a directory).
             NotALogDirectoryError: ``log_dir`` is a partition directory or a file.
         """
         check_log_dir(self.log_dir, must_exist=False)
         if self.source in ("files", "delta") and self.input_path and "://" not in self.input_path:
+            what = f"the {self.source} source's input.path (--input) {self.input_path}"
             if not Path(self.input_path).exists():
-                raise ConfigError(f"the {self.source} source's input.path (--input) {self.input_path} does not exist")
+                raise ConfigError(f"{what} does not exist")
+            if not Path(self.input_path).is_dir():
+                raise ConfigError(f"{what} is a file; give the directory that holds the input files")
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> JobSpec:
