@@ -143,3 +143,23 @@ def test_ctrl_c_stops_seglog_run_cleanly(tmp_path: Path) -> None:
     assert "SIGINT received: stopping cleanly" in err
     stored = read_topic(logs, "events")
     assert stored and len(stored) == sum(high_watermarks(logs).values())
+
+
+@pytest.mark.spark
+def test_seglog_run_reports_bad_input_in_one_line(tmp_path: Path) -> None:
+    """The sink's error once, as the last line: not after py4j's Python traceback and Spark's Java stack
+    trace of the same error (both logged before the job raised it); --debug still shows the traceback."""
+    import subprocess
+    import sys
+
+    from seglog.commands.serve import SEGLOG_MAIN
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"key": "k", "value": 5}\n')
+    argv = ["run", "--source", "files", "--input", str(tmp_path / "in"), "--available-now"]
+    argv += ["--log-dir", str(tmp_path / "logs"), "--checkpoint-location", str(tmp_path / "cp")]
+    done = subprocess.run([sys.executable, "-c", SEGLOG_MAIN, *argv], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1
+    last = "seglog: SchemaError: column 'value': found type int64, expected binary (or string, UTF-8 encoded)"
+    assert done.stderr.splitlines()[-1] == last
+    assert "Traceback" not in done.stderr and "SchemaError" not in done.stderr.replace(last, ""), done.stderr
