@@ -58,7 +58,7 @@ from indexer.commit_log import SinkCommit, SinkCommitLog, commit_file, sink_comm
 from indexer.config import Settings, load_settings
 from indexer.errors import ConfigError, SchemaError, StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, validate_topic
-from indexer.log_manager import LogManager
+from indexer.log_manager import LogManager, check_log_dir
 from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, micro_batch_plan
 from streaming.executor_writes import WritePlan, checkpoint_partition, open_partition, run_write_job
 from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout
@@ -115,8 +115,9 @@ class SegmentLogSink:
     across crashes and restarts (see the module docstring for the protocol and its crash windows).
 
     Args:
-        log_dir: the log directory (created if missing); a relative path is the driver's, made absolute
-            here (executor tasks run in other working directories).
+        log_dir: the log directory (created if missing; a file or a partition directory raises
+            :class:`~indexer.errors.NotALogDirectoryError` here); a relative path is the driver's, made
+            absolute here (executor tasks run in other working directories).
         topic: default topic for every row (wins over a ``topic`` column, as in Spark).
         num_partitions: partitions of the topic; a new topic is created with all of them (default 1),
             an existing one must have exactly this many (default: its recorded count). Grow a topic
@@ -160,7 +161,9 @@ class SegmentLogSink:
             )
         if num_partitions is not None and num_partitions < 1:
             raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
-        self.log_dir = Path(log_dir).absolute()  # executor tasks run elsewhere: a relative path would be theirs
+        # Executor tasks run elsewhere: a relative path would be theirs. A file or a partition directory
+        # fails here, before the query starts, not at its first micro-batch.
+        self.log_dir = check_log_dir(Path(log_dir).absolute(), must_exist=False)
         self.topic = topic
         self.num_partitions = num_partitions
         self.writes = writes

@@ -16,6 +16,7 @@ from indexer.errors import (
     ConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
+    NotALogDirectoryError,
     RecordTooLargeError,
     SchemaError,
     StorageError,
@@ -240,3 +241,10 @@ def test_options_are_validated_up_front(tmp_path: Path) -> None:
         SegmentLogSink(tmp_path, topic="t", num_partitions=0)
     with pytest.raises(ConfigError, match="unknown topic config key"):
         SegmentLogSink(tmp_path, topic="t", config={"segment.megabytes": 1})
+    with _sink(tmp_path / "logs") as sink:
+        sink.write_batch(_batch(0, 3), 0, query_id="q")
+    with pytest.raises(NotALogDirectoryError, match="is the directory of partition 0 of topic 't'"):
+        SegmentLogSink(tmp_path / "logs" / "t-0", topic="t")  # not at the first micro-batch
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(NotALogDirectoryError, match="is a file"):
+        SegmentLogSink(tmp_path / "a-file", topic="t")
