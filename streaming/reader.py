@@ -39,6 +39,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -95,6 +97,11 @@ HEADERS_FIELD = StructField(
     "headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 )
 _NAMES = KAFKA_SCHEMA.names
+NOT_A_SINK = (
+    'format("seglog") only reads; write with streaming.sink.SegmentLogSink: '
+    "writeStream.foreachBatch(SegmentLogSink(log_dir, topic=..., checkpoint_location=...)), or for a batch "
+    "DataFrame SegmentLogSink(log_dir, topic=..., query_id=<a name for this write>)(df, 0) (docs/streaming.md)"
+)
 
 Offsets = dict[TopicPartition, int]
 
@@ -393,6 +400,22 @@ class SeglogDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _StreamReader(self.options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """Refused: ``df.write.format("seglog")`` (see :data:`NOT_A_SINK`).
+
+        Raises:
+            ConfigError: always.
+        """
+        raise ConfigError(NOT_A_SINK)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """Refused: ``writeStream.format("seglog")`` (see :data:`NOT_A_SINK`, docs/streaming.md for why).
+
+        Raises:
+            ConfigError: always.
+        """
+        raise ConfigError(NOT_A_SINK)
 
 
 def source_schema(options: SourceOptions) -> StructType:
