@@ -59,9 +59,9 @@ from indexer.config import Settings, load_settings
 from indexer.errors import ConfigError, SchemaError, StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, validate_topic
 from indexer.log_manager import LogManager, check_log_dir
-from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, micro_batch_plan
+from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, empty_arrow_table, micro_batch_plan
 from streaming.executor_writes import WritePlan, checkpoint_partition, open_partition, run_write_job
-from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout
+from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout, split_record_batch
 from streaming.session import read_checkpoint_query_id
 
 if TYPE_CHECKING:
@@ -672,15 +672,28 @@ def _to_collect(batch_df: DataFrame) -> DataFrame:
 
 
 def _sink_columns(batch_df: DataFrame) -> DataFrame:
-    """``batch_df`` with only the columns the sink reads (itself when it has no others).
+    """``batch_df`` with only the columns the sink reads (itself when it has no others), their types
+    checked before a Spark job runs: the micro-batch's schema, without rows, through the same
+    validation as its record batches (:func:`~streaming.micro_batch.split_record_batch`), so a column
+    of the wrong type fails here, not after the whole micro-batch was collected (driver writes) or in
+    every attempt of every encoding task (executor writes).
 
     Raises:
-        SchemaError: there is no ``value`` column.
+        SchemaError: there is no ``value`` column, or a column has a type the sink cannot take.
     """
     names = [name for name in batch_df.columns if name in SINK_COLUMNS]
-    if "value" not in names:  # before a Spark job runs
+    if "value" not in names:
         raise SchemaError(f"the micro-batch has no 'value' column (columns: {batch_df.columns})")
-    return batch_df.select(*names) if len(names) < len(batch_df.columns) else batch_df
+    selected = batch_df.select(*names) if len(names) < len(batch_df.columns) else batch_df
+    empty = empty_arrow_table(selected)
+    if empty is not None:
+        split_record_batch(empty, default_topic=None, layout=_no_layout, null_key_start=0, now_ms=0)
+    return selected
+
+
+def _no_layout(topic: str) -> TopicLayout:
+    """The layout callback of the schema check, which has no rows and so never asks for one."""
+    raise AssertionError(f"a micro-batch without rows asked for the layout of {topic!r}")
 
 
 def _as_collected(table: pa.Table) -> Iterator[pa.RecordBatch | list[int]]:

@@ -168,7 +168,8 @@ def test_a_sink_given_another_querys_checkpoint_fails_and_writes_nothing(spark: 
 def test_bad_input_fails_the_query_with_the_sink_error(
     spark: SparkSession, tmp_path: Path, shape: object, error: type[Exception], message: str, writes: str
 ) -> None:
-    """On the executors too: the task's error reaches the driver as the sink's own error."""
+    """On the executors too: the task's error reaches the driver as the sink's own error. A column of a
+    wrong type (or none) fails before any Spark job of the micro-batch: no collect, no encoding task."""
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
     (tmp_path / "logs").mkdir()
     sink = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS, writes=writes)
@@ -179,6 +180,8 @@ def test_bad_input_fails_the_query_with_the_sink_error(
     sink.close()
     assert isinstance(sink.last_error, error)
     assert message in str(sink.last_error)
+    jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId))
+    assert (jobs == []) == (error is SchemaError), jobs
     # Executor writes create the topic's (empty) partitions and record them before the job runs.
     assert read_topic(tmp_path / "logs", "ev", up_to_high_watermark=False) == []
     if writes == "driver":
