@@ -62,7 +62,7 @@ from indexer.log_manager import LogManager, check_log_dir
 from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, empty_arrow_table, micro_batch_plan
 from streaming.executor_writes import WritePlan, checkpoint_partition, open_partition, run_write_job
 from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout, split_record_batch
-from streaming.session import read_checkpoint_query_id
+from streaming.session import read_checkpoint_query_id, runs_on_one_machine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -653,7 +653,7 @@ def writes_on_executors(writes: str, master: str) -> bool:
     ``local[...]`` or ``local-cluster[...]``, where collecting to the driver measured faster)."""
     if writes != "auto":
         return writes == "executors"
-    return not (master == "local" or master.startswith(("local[", "local-cluster[")))
+    return not runs_on_one_machine(master)
 
 
 def _to_collect(batch_df: DataFrame) -> DataFrame:

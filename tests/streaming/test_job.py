@@ -17,6 +17,8 @@ from indexer.errors import ConfigError
 from indexer.log import Log
 from seglog.cli import main
 from streaming.job import JobSpec
+from streaming.session import runs_on_one_machine, session_conf
+from streaming.sink import writes_on_executors
 from tests.streaming.helpers import high_watermarks, read_topic
 
 
@@ -52,6 +54,19 @@ def test_spec_defaults_come_from_the_streaming_section() -> None:
 def test_bad_streaming_settings_are_rejected(section: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         JobSpec.from_settings(Settings(sections={"streaming": section}))
+
+
+def test_the_driver_listens_on_loopback_only_where_every_process_is_local() -> None:
+    """`seglog run --master spark://host:7077` (docs/streaming.md): executors on other machines connect
+    back to spark.driver.host, so 127.0.0.1 there named each executor's own machine."""
+    for master in ("local", "local[2]", "local-cluster[2,1,1024]"):
+        assert runs_on_one_machine(master) and not writes_on_executors("auto", master)
+        assert session_conf(master)["spark.driver.host"] == "127.0.0.1"
+    for master in ("spark://host:7077", "yarn", "k8s://https://api:6443"):
+        conf = session_conf(master)
+        assert not runs_on_one_machine(master) and writes_on_executors("auto", master)
+        assert "spark.driver.host" not in conf and "spark.driver.bindAddress" not in conf
+    assert session_conf("spark://h:7077", {"spark.driver.host": "10.0.0.5"})["spark.driver.host"] == "10.0.0.5"
 
 
 @pytest.mark.spark
