@@ -432,7 +432,8 @@ class Log:
         CRC covers bytes 21 on) is rewritten in ``encoded.buffer``, in place: nothing is re-encoded or
         re-checksummed (:func:`~indexer.records.framing.assign_offsets`). The metadata arrays of
         ``encoded`` keep the encoder's offsets; the returned info has the assigned ones. Batches are
-        stored as they are, so their codec must be the topic's (:meth:`LogConfig.stored_codec`), their
+        stored as they are, so their codec must be the topic's (:meth:`LogConfig.stored_codec`; or none,
+        the encoder's choice for a batch the codec would make larger), their
         timestamp type the topic's ``message.timestamp.type`` (for ``LogAppendTime``, encode with
         ``timestamp_type=LOG_APPEND_TIME`` and the append time; a broker would rewrite maxTimestamp and
         the CRC instead), and each must fit ``max.message.bytes`` and ``segment.bytes`` (Kafka's

@@ -224,6 +224,16 @@ def test_a_second_sink_on_a_topic_is_refused_before_it_writes(tmp_path: Path) ->
     assert len(_values(tmp_path)) == 60 and len(_values(tmp_path, "u")) == 30
 
 
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_a_compressed_topic_takes_micro_batches_too_small_to_compress(tmp_path: Path, codec: str) -> None:
+    """A row or two per partition does not shrink with any codec; those batches failed the query with a
+    ValueError ("its compression.type is zstd ... encode them with 'zstd'") on every micro-batch."""
+    with _sink(tmp_path, config={"compression.type": codec}) as sink:
+        sink.write_batch(pa.table({"key": [b"a", b"b"], "value": [b"x", b"y"]}), 0, query_id="q")
+        sink.write_batch(_batch(0, 3000), 1, query_id="q")
+    assert sorted(_values(tmp_path)) == sorted([b"x", b"y", *(f"v{i}".encode() for i in range(3000))])
+
+
 def test_empty_batches_commit_and_a_closed_sink_refuses(tmp_path: Path) -> None:
     sink = _sink(tmp_path)
     assert sink.write_batch(pa.table({"value": pa.array([], pa.binary())}), 0, query_id="q").rows == 0
