@@ -154,3 +154,15 @@ class SinkCommitLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(self.path, body)
         logger.debug("sink %s committed batch %d of query %s", self.sink_id, commit.batch_id, commit.query_id)
+
+
+def sink_commits(log_dir: str | os.PathLike[str]) -> dict[str, SinkCommit]:
+    """Every sink's commit record in ``log_dir``, by sink id; unreadable ones are logged and left out."""
+    out: dict[str, SinkCommit] = {}
+    for path in sorted(Path(log_dir).glob(f"{COMMIT_FILE_PREFIX}*{COMMIT_FILE_SUFFIX}")):
+        sink_id = path.name[len(COMMIT_FILE_PREFIX) : -len(COMMIT_FILE_SUFFIX)]
+        try:
+            out[sink_id] = SinkCommitLog(log_dir, sink_id).read()
+        except (StorageError, ValueError) as e:
+            logger.warning("ignoring sink commit record %s: %s", path, e)
+    return out

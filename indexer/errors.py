@@ -21,6 +21,7 @@ message, so a log line alone says which file and where::
     ├── OffsetOutOfRangeError             read/truncate outside [log start, log end]
     ├── RecordTooLargeError               one record larger than max.message.bytes
     ├── RecordBatchTooLargeError          one append larger than segment.bytes
+    ├── InvalidTimestampError             a negative record timestamp
     ├── InvalidTopicError                 topic name breaks Kafka's rules
     ├── UnknownTopicOrPartitionError      a topic or partition that does not exist
     ├── InvalidPartitionsError            a partition count other than the topic's
@@ -161,6 +162,16 @@ class RecordTooLargeError(SeglogError):
 
 class RecordBatchTooLargeError(SeglogError):
     """One append larger than ``segment.bytes``."""
+
+
+class InvalidTimestampError(SeglogError, ValueError):
+    """A negative record timestamp, which Kafka's producer refuses (``ProducerRecord``); ``index`` is its
+    row in the input, ``timestamp`` its value."""
+
+    def __init__(self, message: str, *, index: int | None = None, timestamp: int | None = None):
+        super().__init__(message)
+        self.index = index
+        self.timestamp = timestamp
 
 
 class InvalidTopicError(SeglogError, ValueError):

@@ -134,6 +134,19 @@ def validate_topic(topic: str) -> str:
     return topic
 
 
+INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state", "__share_group_state"})
+"""Kafka's internal topics (``Topic.INTERNAL_TOPICS``)."""
+CLUSTER_METADATA_TOPIC = "__cluster_metadata"
+"""KRaft's metadata log: a partition directory of a broker's log dir, but no topic a client lists."""
+
+
+def is_listed_to_patterns(topic: str) -> bool:
+    """Whether a pattern subscription can match ``topic``: Kafka never lists internal topics to one (the
+    consumer's ``exclude.internal.topics``, the admin's ``listTopics``) nor the metadata log; only a
+    subscription by name reads them."""
+    return topic not in INTERNAL_TOPICS and topic != CLUSTER_METADATA_TOPIC
+
+
 def partition_dir_name(topic: str, partition: int) -> str:
     """``<topic>-<partition>`` after validating both."""
     validate_topic(topic)

@@ -399,6 +399,7 @@ class Log:
 
         Raises:
             SchemaError: ``data`` has unknown columns or wrong types.
+            InvalidTimestampError: a negative timestamp (Kafka's producer refuses them).
             RecordTooLargeError: one record alone is larger than ``max.message.bytes``.
             RecordBatchTooLargeError: one record alone does not fit a segment (``segment.bytes``).
             StorageError: an I/O error; the log is then in the state a crash would leave.
@@ -439,7 +440,8 @@ class Log:
         CRC covers bytes 21 on) is rewritten in ``encoded.buffer``, in place: nothing is re-encoded or
         re-checksummed (:func:`~indexer.records.framing.assign_offsets`). The metadata arrays of
         ``encoded`` keep the encoder's offsets; the returned info has the assigned ones. Batches are
-        stored as they are, so their codec must be the topic's (:meth:`LogConfig.stored_codec`), their
+        stored as they are, so their codec must be the topic's (:meth:`LogConfig.stored_codec`; or none,
+        the encoder's choice for a batch the codec would make larger), their
         timestamp type the topic's ``message.timestamp.type`` (for ``LogAppendTime``, encode with
         ``timestamp_type=LOG_APPEND_TIME`` and the append time; a broker would rewrite maxTimestamp and
         the CRC instead), and each must fit ``max.message.bytes`` and ``segment.bytes`` (Kafka's

@@ -20,24 +20,12 @@ import logging
 from pathlib import Path
 
 from indexer.checkpoint import OffsetCheckpointFile
-from indexer.commit_log import COMMIT_FILE_PREFIX, COMMIT_FILE_SUFFIX, SinkCommit, SinkCommitLog
+from indexer.commit_log import SinkCommit, sink_commits
 from indexer.errors import StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition
 from indexer.sink_fence import FenceFile, sink_fences
 
 logger = logging.getLogger(__name__)
-
-
-def sink_commits(log_dir: Path) -> dict[str, SinkCommit]:
-    """Every sink's commit record in ``log_dir``, by sink id; unreadable ones are logged and left out."""
-    out: dict[str, SinkCommit] = {}
-    for path in sorted(log_dir.glob(f"{COMMIT_FILE_PREFIX}*{COMMIT_FILE_SUFFIX}")):
-        sink_id = path.name[len(COMMIT_FILE_PREFIX) : -len(COMMIT_FILE_SUFFIX)]
-        try:
-            out[sink_id] = SinkCommitLog(log_dir, sink_id).read()
-        except (StorageError, ValueError) as e:
-            logger.warning("ignoring sink commit record %s: %s", path, e)
-    return out
 
 
 def sink_committed_offsets(log_dir: Path, commits: dict[str, SinkCommit] | None = None) -> dict[TopicPartition, int]:

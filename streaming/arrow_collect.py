@@ -36,6 +36,19 @@ logger = logging.getLogger(__name__)
 SPARK_QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY: a local property of the batch
 
 
+def empty_arrow_table(df: DataFrame) -> pa.Table | None:
+    """No rows, with the Arrow schema ``df`` would be collected with (PySpark's ``to_arrow_schema``, UTC
+    timestamps); None for a schema PySpark cannot convert (the collect then finds out)."""
+    from pyspark.sql.pandas.types import to_arrow_schema
+
+    try:
+        schema = to_arrow_schema(df.schema, timezone="UTC")
+    except Exception as e:  # noqa: BLE001 - PySpark raises several kinds for types it cannot convert
+        logger.debug("no Arrow schema for %s: %s", df.schema.simpleString(), e)
+        return None
+    return schema.empty_table()
+
+
 def micro_batch_plan(batch_df: DataFrame) -> DataFrame | None:
     """``batch_df``, as Spark handed it to ``foreachBatch``, over the micro-batch's own physical plan;
     None when that is not possible (then collect ``batch_df`` itself).

@@ -152,13 +152,16 @@ class JobSpec:
         not a partition directory.
 
         Raises:
-            ConfigError: the input path does not exist.
+            ConfigError: the input path does not exist, or is a file (both sources read a directory).
             NotALogDirectoryError: ``log_dir`` is a partition directory or a file.
         """
         check_log_dir(self.log_dir, must_exist=False)
         if self.source in ("files", "delta") and self.input_path and "://" not in self.input_path:
+            what = f"the {self.source} source's input.path (--input) {self.input_path}"
             if not Path(self.input_path).exists():
-                raise ConfigError(f"the {self.source} source's input.path (--input) {self.input_path} does not exist")
+                raise ConfigError(f"{what} does not exist")
+            if not Path(self.input_path).is_dir():
+                raise ConfigError(f"{what} is a file; give the directory that holds the input files")
 
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> JobSpec:
@@ -313,7 +316,9 @@ def run_job(
             count = log_manager.create_topic(spec.topic, spec.num_partitions, exist_ok=True)
             for partition in range(count):
                 log_manager.get_or_create_log(spec.topic, partition)
-        spark = spark or build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
+        if spark is None:
+            spark = build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
+            _quiet_query_failure_logs(spark)
         if maintenance is not None:
             scheduler = maintenance(spec.log_dir if log_manager is None else log_manager, settings)
         sink = SegmentLogSink(
@@ -375,6 +380,17 @@ def run_job(
         summary.skipped_batches,
     )
     return summary
+
+
+def _quiet_query_failure_logs(spark: SparkSession) -> None:
+    """Silence the two logs that repeat a failed query's error with whole tracebacks, py4j's (the
+    ``foreachBatch`` function's Python traceback) and Spark's ``MicroBatchExecution`` (the same inside
+    a Java stack trace): the job raises that error itself, once (``_wait``), its traceback chained."""
+    logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
+    log4j.core.config.Configurator.setLevel(
+        "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution", log4j.Level.FATAL
+    )
 
 
 def _stop_between_batches(query: Any, timeout_s: float = STOP_WAIT_S) -> None:

@@ -220,6 +220,7 @@ def split_record_batch(
 
     Raises:
         SchemaError: no ``value`` column, or a column of the wrong type.
+        InvalidTimestampError: a negative timestamp (Kafka's producer refuses them).
         InvalidTopicError: no topic for a row, or an illegal topic name.
         UnknownTopicOrPartitionError: a partition outside the topic's partitions.
         RecordTooLargeError: a record whose batch would exceed ``max.message.bytes`` (the first such row).
@@ -232,7 +233,9 @@ def split_record_batch(
     if ignored:
         logger.debug("ignoring micro-batch columns %s", ignored)
     records = to_append_table(
-        table.select([name for name in APPEND_SCHEMA.names if name in table.column_names]), now_ms=now_ms
+        table.select([name for name in APPEND_SCHEMA.names if name in table.column_names]),
+        now_ms=now_ms,
+        first_row=first_row,
     )
     if table.num_rows == 0:
         return SplitBatch(0, {}, ())

@@ -39,6 +39,8 @@ from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    DataSourceStreamWriter,
+    DataSourceWriter,
     InputPartition,
 )
 from pyspark.sql.streaming.datasource import (
@@ -61,7 +63,7 @@ from pyspark.sql.types import (
 
 from indexer.config import Settings
 from indexer.errors import ConfigError, LogDirectoryNotFoundError, NotALogDirectoryError, OffsetOutOfRangeError
-from indexer.file_names import TopicPartition
+from indexer.file_names import TopicPartition, is_listed_to_patterns
 from indexer.log_manager import LogManager, check_log_dir
 from indexer.records.isolation import IsolationLevel
 from streaming.offset_ranges import OffsetRange, rate_limit, split_ranges
@@ -95,6 +97,11 @@ HEADERS_FIELD = StructField(
     "headers", ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 )
 _NAMES = KAFKA_SCHEMA.names
+NOT_A_SINK = (
+    'format("seglog") only reads; write with streaming.sink.SegmentLogSink: '
+    "writeStream.foreachBatch(SegmentLogSink(log_dir, topic=..., checkpoint_location=...)), or for a batch "
+    "DataFrame SegmentLogSink(log_dir, topic=..., query_id=<a name for this write>)(df, 0) (docs/streaming.md)"
+)
 
 Offsets = dict[TopicPartition, int]
 
@@ -192,6 +199,8 @@ def check_options(options: Mapping[str, str]) -> SourceOptions:
         missing += [f"{t}-{p}" for t, p in sub.assigned if (t, p) not in present]
         if missing or not view.states:
             what = f"no topic matches {sub.pattern!r}" if not missing else f"{', '.join(missing)} not found"
+            if not missing and not all(map(is_listed_to_patterns, topics)):
+                what += " (a pattern never matches internal topics nor __cluster_metadata: subscribe to them by name)"
             raise ConfigError(f"{sub.describe()}: {what} in {path} (topics there: {', '.join(topics)})")
         for spec in (parsed.starting, parsed.ending):
             if spec is not None and spec.per_partition and set(spec.per_partition) != set(view.states):
@@ -391,6 +400,22 @@ class SeglogDataSource(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _StreamReader(self.options, schema)
+
+    def writer(self, schema: StructType, overwrite: bool) -> DataSourceWriter:
+        """Refused: ``df.write.format("seglog")`` (see :data:`NOT_A_SINK`).
+
+        Raises:
+            ConfigError: always.
+        """
+        raise ConfigError(NOT_A_SINK)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        """Refused: ``writeStream.format("seglog")`` (see :data:`NOT_A_SINK`, docs/streaming.md for why).
+
+        Raises:
+            ConfigError: always.
+        """
+        raise ConfigError(NOT_A_SINK)
 
 
 def source_schema(options: SourceOptions) -> StructType:

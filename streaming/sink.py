@@ -54,16 +54,16 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from indexer.commit_log import SinkCommit, SinkCommitLog
+from indexer.commit_log import SinkCommit, SinkCommitLog, commit_file, sink_commits
 from indexer.config import Settings, load_settings
 from indexer.data_loss import missing_committed_records
 from indexer.errors import ConfigError, SchemaError, StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, validate_topic
-from indexer.log_manager import LogManager
-from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, micro_batch_plan
+from indexer.log_manager import LogManager, check_log_dir
+from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, empty_arrow_table, micro_batch_plan
 from streaming.executor_writes import WritePlan, checkpoint_partition, open_partition, run_write_job
-from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout
-from streaming.session import read_checkpoint_query_id
+from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout, split_record_batch
+from streaming.session import read_checkpoint_query_id, runs_on_one_machine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -116,8 +116,9 @@ class SegmentLogSink:
     across crashes and restarts (see the module docstring for the protocol and its crash windows).
 
     Args:
-        log_dir: the log directory (created if missing); a relative path is the driver's, made absolute
-            here (executor tasks run in other working directories).
+        log_dir: the log directory (created if missing; a file or a partition directory raises
+            :class:`~indexer.errors.NotALogDirectoryError` here); a relative path is the driver's, made
+            absolute here (executor tasks run in other working directories).
         topic: default topic for every row (wins over a ``topic`` column, as in Spark).
         num_partitions: partitions of the topic; a new topic is created with all of them (default 1),
             an existing one must have exactly this many (default: its recorded count). Grow a topic
@@ -161,7 +162,9 @@ class SegmentLogSink:
             )
         if num_partitions is not None and num_partitions < 1:
             raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
-        self.log_dir = Path(log_dir).absolute()  # executor tasks run elsewhere: a relative path would be theirs
+        # Executor tasks run elsewhere: a relative path would be theirs. A file or a partition directory
+        # fails here, before the query starts, not at its first micro-batch.
+        self.log_dir = check_log_dir(Path(log_dir).absolute(), must_exist=False)
         self.topic = topic
         self.num_partitions = num_partitions
         self.writes = writes
@@ -389,6 +392,7 @@ class SegmentLogSink:
         new = [(topic, p) for p in range(num_partitions) if (topic, p) not in committed.end_offsets]
         if not new:
             return committed
+        self._check_sole_sink(new)
         offsets = dict(committed.end_offsets)
         config = self.settings.log_config(topic)
         for tp in new:
@@ -487,6 +491,7 @@ class SegmentLogSink:
         new = {(part.topic, part.partition) for part in parts} - set(committed.end_offsets)
         if not new:
             return committed
+        self._check_sole_sink(new)
         offsets = dict(committed.end_offsets)
         for tp in sorted(new):
             log = self._log(manager, tp)
@@ -500,6 +505,25 @@ class SegmentLogSink:
             ", ".join(f"{t}-{p}@{offsets[(t, p)]}" for t, p in sorted(new)),
         )
         return baseline
+
+    def _check_sole_sink(self, new: Iterable[TopicPartition]) -> None:
+        """Refuse partitions another sink's commit record holds, before this sink records them: a sink
+        undoes whatever lies above its own committed end and stops at a high watermark above it, so two
+        sinks writing one partition would break each other.
+
+        Raises:
+            ConfigError: a commit record of another sink id names one of ``new``.
+        """
+        wanted = set(new)
+        for other, commit in sink_commits(self.log_dir).items():
+            taken = sorted(wanted & set(commit.end_offsets))
+            if other != self.sink_id and taken:
+                raise ConfigError(
+                    f"{', '.join(f'{t}-{p}' for t, p in taken)} in {self.log_dir} belong to sink {other!r} "
+                    f"({commit_file(self.log_dir, other).name}, query {commit.query_id}): a partition takes one "
+                    f"sink. Write this query into another topic, or give its sink sink_id={other!r} if it "
+                    "replaces that sink's query"
+                )
 
     def _recover(self, committed: SinkCommit, manager: LogManager) -> dict[TopicPartition, int]:
         """Undo uncommitted appends and republish committed ends; returns {partition: records removed}.
@@ -625,7 +649,7 @@ def writes_on_executors(writes: str, master: str | None) -> bool:
     Spark's default, ``local``)."""
     if writes != "auto":
         return writes == "executors"
-    return not (master is None or master == "local" or master.startswith(("local[", "local-cluster[")))
+    return not runs_on_one_machine(master)
 
 
 def _to_collect(batch_df: DataFrame) -> DataFrame:
@@ -644,15 +668,28 @@ def _to_collect(batch_df: DataFrame) -> DataFrame:
 
 
 def _sink_columns(batch_df: DataFrame) -> DataFrame:
-    """``batch_df`` with only the columns the sink reads (itself when it has no others).
+    """``batch_df`` with only the columns the sink reads (itself when it has no others), their types
+    checked before a Spark job runs: the micro-batch's schema, without rows, through the same
+    validation as its record batches (:func:`~streaming.micro_batch.split_record_batch`), so a column
+    of the wrong type fails here, not after the whole micro-batch was collected (driver writes) or in
+    every attempt of every encoding task (executor writes).
 
     Raises:
-        SchemaError: there is no ``value`` column.
+        SchemaError: there is no ``value`` column, or a column has a type the sink cannot take.
     """
     names = [name for name in batch_df.columns if name in SINK_COLUMNS]
-    if "value" not in names:  # before a Spark job runs
+    if "value" not in names:
         raise SchemaError(f"the micro-batch has no 'value' column (columns: {batch_df.columns})")
-    return batch_df.select(*names) if len(names) < len(batch_df.columns) else batch_df
+    selected = batch_df.select(*names) if len(names) < len(batch_df.columns) else batch_df
+    empty = empty_arrow_table(selected)
+    if empty is not None:
+        split_record_batch(empty, default_topic=None, layout=_no_layout, null_key_start=0, now_ms=0)
+    return selected
+
+
+def _no_layout(topic: str) -> TopicLayout:
+    """The layout callback of the schema check, which has no rows and so never asks for one."""
+    raise AssertionError(f"a micro-batch without rows asked for the layout of {topic!r}")
 
 
 def _as_collected(table: pa.Table) -> Iterator[pa.RecordBatch | list[int]]:

@@ -18,7 +18,7 @@ from enum import Enum
 from typing import Any
 
 from indexer.errors import ConfigError, SeglogError
-from indexer.file_names import TopicPartition, validate_topic
+from indexer.file_names import TopicPartition, is_listed_to_patterns, validate_topic
 from indexer.records.isolation import IsolationLevel
 
 logger = logging.getLogger(__name__)
@@ -94,8 +94,8 @@ class Subscription:
         """Whether partition ``topic-partition`` of the log directory belongs to the subscription."""
         if self.option == "subscribe":
             return topic in self.topics
-        if self.option == "subscribePattern":
-            return re.fullmatch(self.pattern, topic) is not None  # Java's Matcher.matches()
+        if self.option == "subscribePattern":  # Java's Matcher.matches(), never on internal topics
+            return is_listed_to_patterns(topic) and re.fullmatch(self.pattern, topic) is not None
         return (topic, partition) in self.assigned
 
     def describe(self) -> str:
@@ -217,7 +217,7 @@ def _subscription(lower: Mapping[str, str]) -> Subscription:
         return Subscription(option, pattern=value)
     doc = _json(option, value, '{"events": [0, 1]}')
     try:
-        assigned = sorted({(_valid_topic(option, t), int(p)) for t, parts in doc.items() for p in parts})
+        assigned = sorted({(_valid_topic(option, t), _json_int(p)) for t, parts in doc.items() for p in _list(parts)})
     except (AttributeError, TypeError, ValueError):
         raise ConfigError(f'option assign must be JSON like {{"events": [0, 1]}}, got {value!r}') from None
     if not assigned:
@@ -236,25 +236,26 @@ def _first_spec(lower: Mapping[str, str], names: tuple[str, str, str]) -> Offset
     name = given[0]
     value = lower[name.lower()].strip()
     if name.endswith("ByTimestamp"):
-        return OffsetSpec(SpecKind.TIMESTAMPS, name, per_partition=_per_partition(name, value))
+        example = '{"events": {"0": 1700000000000}}'
+        return OffsetSpec(SpecKind.TIMESTAMPS, name, per_partition=_per_partition(name, value, example))
     if name.endswith("Timestamp"):
         return OffsetSpec(SpecKind.TIMESTAMP, name, timestamp=_integer(name, value))
     if value.lower() in ("earliest", "latest"):
         return OffsetSpec(SpecKind(value.lower()), name)
-    spec = _per_partition(name, value)
+    spec = _per_partition(name, value, '{"events": {"0": 23, "1": -2}}', "earliest, latest or ")
     bad = {tp: o for tp, o in spec.items() if o < EARLIEST}
     if bad:
         raise ConfigError(f"option {name} holds offsets below -2: {_partition_json(bad)}")
     return OffsetSpec(SpecKind.OFFSETS, name, per_partition=spec)
 
 
-def _per_partition(name: str, value: str) -> dict[TopicPartition, int]:
-    example = '{"events": {"0": 23, "1": -2}}'
+def _per_partition(name: str, value: str, example: str, keywords: str = "") -> dict[TopicPartition, int]:
+    """``{"<topic>": {"<partition>": <integer>}}``; ``keywords`` names the other values ``name`` takes."""
     doc = _json(name, value, example)
     try:
-        spec = {(_valid_topic(name, t), int(p)): int(o) for t, parts in doc.items() for p, o in parts.items()}
+        spec = {(_valid_topic(name, t), int(p)): _json_int(o) for t, parts in doc.items() for p, o in parts.items()}
     except (AttributeError, TypeError, ValueError):
-        raise ConfigError(f"option {name} must be earliest, latest or JSON like {example}, got {value!r}") from None
+        raise ConfigError(f"option {name} must be {keywords}JSON like {example}, got {value!r}") from None
     if not spec:
         raise ConfigError(f"option {name} names no partition")
     return spec
@@ -270,6 +271,21 @@ def _json(name: str, value: str, example: str) -> dict[str, Any]:
     if not isinstance(doc, dict):
         raise ConfigError(f"option {name} must be a JSON object like {example}, got {value!r}")
     return doc
+
+
+def _json_int(value: object) -> int:
+    """A JSON integer; a float, a bool or a string raises :class:`TypeError` (``int()`` would take
+    ``1.7`` as 1, ``true`` as 1 and ``"12"`` as 12, silently)."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(f"not a JSON integer: {value!r}")
+    return value
+
+
+def _list(value: object) -> list[object]:
+    """A JSON array; anything else (a string would be iterated character by character) raises TypeError."""
+    if not isinstance(value, list):
+        raise TypeError(f"not a JSON array: {value!r}")
+    return value
 
 
 def _valid_topic(option: str, topic: object) -> str:

@@ -86,7 +86,11 @@ def file_events(
 
     The schema is taken from the files already there (streaming file sources need one up front),
     so the directory must hold at least one file when the query starts.
+
+    Raises:
+        ConfigError: an unknown format, a key column the files lack, or no file to take the schema from.
     """
+    from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
     if file_format not in FILE_FORMATS:
@@ -96,7 +100,15 @@ def file_events(
     static = spark.read.format(file_format).options(**reader_options)
     if file_format == "csv":
         static = static.option("inferSchema", "true")
-    schema = static.load(path).schema
+    try:
+        schema = static.load(path).schema
+    except AnalysisException as e:
+        if e.getCondition() != "UNABLE_TO_INFER_SCHEMA":
+            raise
+        raise ConfigError(
+            f"no {file_format} file in {path} to take the schema from: the files source reads it from the "
+            "files there when the query starts, so put at least one in first"
+        ) from None
     stream = spark.readStream.format(file_format).options(**reader_options).schema(schema)
     if max_files_per_trigger is not None:
         stream = stream.option("maxFilesPerTrigger", max_files_per_trigger)

@@ -262,7 +262,8 @@ def check_stored_as_is(
 
     Raises:
         ValueError: not back-to-back v2 batches with consecutive offsets in a writable buffer, or a
-            codec or timestamp type other than the topic's.
+            codec other than the topic's (uncompressed passes: the encoder's choice for a batch that
+            would not shrink) or a timestamp type other than the topic's.
         RecordTooLargeError: a batch is larger than ``max.message.bytes``.
         RecordBatchTooLargeError: a batch is larger than ``segment.bytes``.
     """
@@ -281,7 +282,9 @@ def check_stored_as_is(
     attributes = buffer[positions + ATTRIBUTES_OFFSET + 1]  # the low byte of the int16 attributes
     for codec_id in np.unique(attributes & COMPRESSION_CODEC_MASK).tolist():
         name = _CODEC_NAMES.get(int(codec_id))
-        if name is None or config.stored_codec(name) != name:
+        # An uncompressed batch in a compressed topic is what the encoder writes when the topic's codec
+        # would make the batch larger (docs/records.md), as Log.append stores it.
+        if name is None or (name != "none" and config.stored_codec(name) != name):
             raise ValueError(
                 f"cannot append to {where}: its compression.type is {config.compression_type}, and encoded "
                 f"batches are stored as they are; encode them with {config.stored_codec(None)!r}"

@@ -7,7 +7,8 @@ keys, Arrow timestamps, a dict of columns, a list of dicts) into exactly that sc
 
 Null meanings follow Kafka: a null key or value is written with length -1 (a null value is a
 tombstone), a null header list means no headers, and a null timestamp means "now" (the log's clock),
-as a producer fills in ``System.currentTimeMillis()`` when the application gives none.
+as a producer fills in ``System.currentTimeMillis()`` when the application gives none. A negative
+timestamp is refused, as Kafka's ``ProducerRecord`` refuses it (:func:`check_timestamps`).
 :func:`to_append_table` is pure and thread-safe.
 """
 
@@ -19,8 +20,9 @@ from typing import Any, TypeAlias
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
-from indexer.errors import SchemaError
+from indexer.errors import InvalidTimestampError, SchemaError
 
 logger = logging.getLogger(__name__)
 
@@ -56,13 +58,14 @@ _BINARY_LIKE = (pa.types.is_binary, pa.types.is_large_binary, pa.types.is_string
 _MS_FACTORS = {"s": (1000, 1), "ms": (1, 1), "us": (1, 1000), "ns": (1, 1_000_000)}
 
 
-def to_append_table(data: AppendInput, *, now_ms: int) -> pa.Table:
+def to_append_table(data: AppendInput, *, now_ms: int, first_row: int = 0) -> pa.Table:
     """Normalise ``data`` to a single-chunk table of :data:`APPEND_SCHEMA`.
 
     Args:
         data: a ``pa.Table`` / ``pa.RecordBatch``, a mapping of column name to column (Arrow
             array, numpy array or Python sequence), or a sequence of row mappings.
         now_ms: the timestamp (ms since epoch) given to rows whose timestamp is null.
+        first_row: the number of the first row in error messages (a part of a larger input).
 
     Returns:
         A table with exactly the columns ``key, value, timestamp, headers``; missing columns are
@@ -73,6 +76,7 @@ def to_append_table(data: AppendInput, *, now_ms: int) -> pa.Table:
         SchemaError: an unknown column, a column of the wrong type (the message names the column,
             the type found and the type expected), a header with a null key, or input of a kind
             this function does not take.
+        InvalidTimestampError: a negative timestamp (the first one).
     """
     columns = _columns_of(data)
     unknown = sorted(set(columns) - set(APPEND_SCHEMA.names))
@@ -91,6 +95,7 @@ def to_append_table(data: AppendInput, *, now_ms: int) -> pa.Table:
             array = _to_array(field.name, column)
         if field.name == "timestamp":
             array = _normalise_timestamps(array, now_ms)
+            check_timestamps(array, first_row=first_row)
         elif field.name == "headers":
             array = _normalise_headers(array)
         else:
@@ -172,6 +177,25 @@ def _normalise_timestamps(array: pa.Array, now_ms: int) -> pa.Array:
     if raw.null_count:
         values[raw.is_null().to_numpy(zero_copy_only=False)] = now_ms
     return pa.array(values, type=pa.int64())
+
+
+def check_timestamps(timestamps: pa.Array, *, first_row: int = 0) -> None:
+    """Kafka's producer rule: a record timestamp is milliseconds since the epoch, never negative
+    (null, for "now", passes).
+
+    Raises:
+        InvalidTimestampError: the first negative timestamp; its ``index`` counts rows from ``first_row``.
+    """
+    negative = np.flatnonzero(pc.fill_null(pc.less(timestamps, 0), False).to_numpy(zero_copy_only=False))
+    if negative.size:
+        row = int(negative[0])
+        timestamp = timestamps[row].as_py()
+        raise InvalidTimestampError(
+            f"row {first_row + row}: timestamp {timestamp} is negative: Kafka timestamps are milliseconds "
+            "since the epoch, >= 0 (null means now)",
+            index=first_row + row,
+            timestamp=timestamp,
+        )
 
 
 def _normalise_headers(array: pa.Array) -> pa.Array:

@@ -43,9 +43,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 from numba import njit
 
-from indexer.errors import SchemaError
+from indexer.errors import InvalidTimestampError, SchemaError
 from indexer.log_manager import LogManager
-from indexer.records.columns import HEADERS_TYPE
+from indexer.records.columns import HEADERS_TYPE, check_timestamps
 from seglog.cli import add_log_config_arguments, add_partition_arguments, log_dir_from_args, settings_from_args
 from seglog.output import ENCODINGS, Output, binary_parts
 
@@ -148,11 +148,11 @@ def parse_json_lines(data: bytes, *, encoding: str = "utf8", source: str = "<inp
     def fail(row: int, reason: str) -> SchemaError:
         return SchemaError(f"{source}: line {_line_of_row(data, row)}: {reason}")
 
-    timestamps = raw.column("timestamp").combine_chunks()
-    negative = np.flatnonzero(pc.fill_null(pc.less(timestamps, 0), False).to_numpy(zero_copy_only=False))
-    if negative.size:  # Kafka's ProducerRecord refuses them; null means "now"
-        bad = int(negative[0])
-        raise fail(bad, f"timestamp must be >= 0 (ms since the epoch) or null for now, got {timestamps[bad].as_py()}")
+    try:
+        check_timestamps(raw.column("timestamp").combine_chunks())
+    except InvalidTimestampError as e:
+        assert e.index is not None
+        raise fail(e.index, f"timestamp must be >= 0 (ms since the epoch) or null for now, got {e.timestamp}") from None
     key = _to_binary(raw.column("key").combine_chunks(), encoding, "key", fail)
     value = _to_binary(raw.column("value").combine_chunks(), encoding, "value", fail)
     headers = _to_headers(raw.column("headers").combine_chunks(), encoding, fail)

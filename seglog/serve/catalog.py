@@ -42,7 +42,6 @@ logger = logging.getLogger(__name__)
 # Topic ids of directories without partition.metadata (seglog writes none): a name-based UUID, stable
 # across restarts and servers, in a namespace of our own.
 _TOPIC_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/seglog/seglog/topic-id")
-INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
 # How often the checkpoints are looked at while a fetch waits for records (a tailing consumer): two
 # stat calls, so a commit reaches it within about a millisecond instead of a poll_ms.
 WAITING_POLL_S = 0.001

@@ -42,8 +42,9 @@ from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
 from indexer.config import Settings
 from indexer.errors import StorageError
+from indexer.file_names import INTERNAL_TOPICS
 from seglog.serve import fetch, protocol
-from seglog.serve.catalog import INTERNAL_TOPICS, Catalog
+from seglog.serve.catalog import Catalog
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
 from seglog.serve.groups import GroupCoordinator, JoinResult, SyncResult
 

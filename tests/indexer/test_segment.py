@@ -6,6 +6,7 @@ import dataclasses
 from pathlib import Path
 
 import numpy as np
+import pyarrow as pa
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -16,7 +17,7 @@ from indexer.errors import LogSegmentOffsetOverflowError, StorageError
 from indexer.file_names import DELETED_FILE_SUFFIX
 from indexer.log import Log
 from indexer.log_values import RollParams
-from indexer.records.columns import to_append_table
+from indexer.records.columns import APPEND_SCHEMA, HEADERS_TYPE, to_append_table
 from indexer.records.encoder import EncodedBatches, encode_batches
 from indexer.records.file_records import FileRecords
 from indexer.segment import LogSegment
@@ -31,9 +32,19 @@ def batches(
     timestamps: list[int] | None = None,
     per_batch: int | None = None,
 ) -> EncodedBatches:
-    """``values`` as v2 batches from ``base_offset``; ``per_batch`` records each (default: one batch)."""
+    """``values`` as v2 batches from ``base_offset``; ``per_batch`` records each (default: one batch).
+    Timestamps go in as given: -1 is a broker's "no timestamp", which ``to_append_table`` refuses."""
     stamps = timestamps if timestamps is not None else [T0] * len(values)
-    table = to_append_table({"value": values, "timestamp": stamps}, now_ms=T0)
+    n = len(values)
+    table = pa.table(
+        [
+            pa.nulls(n, pa.binary()),
+            pa.array(values, pa.binary()),
+            pa.array(stamps, pa.int64()),
+            pa.nulls(n, HEADERS_TYPE),
+        ],
+        schema=APPEND_SCHEMA,
+    )
     if per_batch is None:
         return encode_batches(table, base_offset)
     parts = [encode_batches(table.slice(i, per_batch), base_offset + i) for i in range(0, len(values), per_batch)]

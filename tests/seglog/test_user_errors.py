@@ -432,6 +432,7 @@ def _run_without_spark(monkeypatch: pytest.MonkeyPatch, log_dir: Path, tmp_path:
     [
         (("--trigger", "banana"), "ConfigError", "trigger interval 'banana'"),
         (("--source", "files", "--input", "/missing/input"), "ConfigError", "/missing/input does not exist"),
+        (("--source", "files", "--input", __file__), "ConfigError", "is a file; give the directory"),
         (("--partitions", "3"), "InvalidPartitionsError", "has 2 partitions"),
         (("--config", "log.retention.check.interval.ms=0"), "ConfigError", "must be >= 1"),
         (("--config", "trigger.interval=banana"), "ConfigError", "trigger interval 'banana'"),  # a [streaming] key

@@ -17,6 +17,8 @@ from indexer.errors import ConfigError
 from indexer.log import Log
 from seglog.cli import main
 from streaming.job import JobSpec
+from streaming.session import runs_on_one_machine, session_conf
+from streaming.sink import writes_on_executors
 from tests.streaming.helpers import high_watermarks, read_topic
 
 
@@ -52,6 +54,19 @@ def test_spec_defaults_come_from_the_streaming_section() -> None:
 def test_bad_streaming_settings_are_rejected(section: dict[str, object], message: str) -> None:
     with pytest.raises(ConfigError, match=message):
         JobSpec.from_settings(Settings(sections={"streaming": section}))
+
+
+def test_the_driver_listens_on_loopback_only_where_every_process_is_local() -> None:
+    """`seglog run --master spark://host:7077` (docs/streaming.md): executors on other machines connect
+    back to spark.driver.host, so 127.0.0.1 there named each executor's own machine."""
+    for master in ("local", "local[2]", "local-cluster[2,1,1024]"):
+        assert runs_on_one_machine(master) and not writes_on_executors("auto", master)
+        assert session_conf(master)["spark.driver.host"] == "127.0.0.1"
+    for master in ("spark://host:7077", "yarn", "k8s://https://api:6443"):
+        conf = session_conf(master)
+        assert not runs_on_one_machine(master) and writes_on_executors("auto", master)
+        assert "spark.driver.host" not in conf and "spark.driver.bindAddress" not in conf
+    assert session_conf("spark://h:7077", {"spark.driver.host": "10.0.0.5"})["spark.driver.host"] == "10.0.0.5"
 
 
 @pytest.mark.spark
@@ -143,3 +158,23 @@ def test_ctrl_c_stops_seglog_run_cleanly(tmp_path: Path) -> None:
     assert "SIGINT received: stopping cleanly" in err
     stored = read_topic(logs, "events")
     assert stored and len(stored) == sum(high_watermarks(logs).values())
+
+
+@pytest.mark.spark
+def test_seglog_run_reports_bad_input_in_one_line(tmp_path: Path) -> None:
+    """The sink's error once, as the last line: not after py4j's Python traceback and Spark's Java stack
+    trace of the same error (both logged before the job raised it); --debug still shows the traceback."""
+    import subprocess
+    import sys
+
+    from seglog.commands.serve import SEGLOG_MAIN
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"key": "k", "value": 5}\n')
+    argv = ["run", "--source", "files", "--input", str(tmp_path / "in"), "--available-now"]
+    argv += ["--log-dir", str(tmp_path / "logs"), "--checkpoint-location", str(tmp_path / "cp")]
+    done = subprocess.run([sys.executable, "-c", SEGLOG_MAIN, *argv], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1
+    last = "seglog: SchemaError: column 'value': found type int64, expected binary (or string, UTF-8 encoded)"
+    assert done.stderr.splitlines()[-1] == last
+    assert "Traceback" not in done.stderr and "SchemaError" not in done.stderr.replace(last, ""), done.stderr

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from indexer.errors import (
+    InvalidTimestampError,
     InvalidTopicError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
@@ -210,3 +211,7 @@ def test_arrivals_report_the_first_bad_row_of_the_micro_batch() -> None:
     table = table.set_column(1, "partition", pa.array([1] * 60 + [9] + [1] * 39, pa.int32()))
     with pytest.raises(UnknownTopicOrPartitionError, match="row 60: partition 9"):
         _encode_arrivals(table, 10, seed=5)
+    before_1970 = pa.array([1_000] * 45 + [-1_000] + [1_000] * 54, pa.int64()).cast(pa.timestamp("us", tz="UTC"))
+    with pytest.raises(InvalidTimestampError, match="^row 45: timestamp -1 is negative") as bad_time:
+        _encode_arrivals(pa.table({"value": [b"v"] * 100, "timestamp": before_1970}), 10, seed=6)
+    assert bad_time.value.index == 45

@@ -16,6 +16,7 @@ from indexer.errors import (
     ConfigError,
     InvalidPartitionsError,
     InvalidTopicError,
+    NotALogDirectoryError,
     RecordTooLargeError,
     SchemaError,
     StorageError,
@@ -204,6 +205,35 @@ def test_the_partition_count_is_fixed_when_the_topic_is_created(tmp_path: Path) 
                 sink.write_batch(_batch(0, 1), 2, query_id="q")
 
 
+def test_a_second_sink_on_a_topic_is_refused_before_it_writes(tmp_path: Path) -> None:
+    """Without the check the second sink wrote, and the first then failed every batch for good ("high
+    watermark above the sink's committed end: another writer published to it")."""
+    with _sink(tmp_path) as first:
+        first.write_batch(_batch(0, 30), 0, query_id="qa")
+    before = snapshot(tmp_path)
+    with _sink(tmp_path, sink_id="other") as second:
+        with pytest.raises(
+            ConfigError, match=r"t-0, t-1, t-2 in .* belong to sink 't' \(seglog-sink.t.json, query qa\)"
+        ):
+            second.write_batch(_batch(30, 30), 0, query_id="qb")
+    assert snapshot(tmp_path) == before and not (tmp_path / "seglog-sink.other.json").exists()
+    with _sink(tmp_path, topic="u", sink_id="other") as elsewhere:  # another topic: its own partitions
+        elsewhere.write_batch(_batch(30, 30), 0, query_id="qb")
+    with _sink(tmp_path) as first:
+        first.write_batch(_batch(60, 30), 1, query_id="qa")
+    assert len(_values(tmp_path)) == 60 and len(_values(tmp_path, "u")) == 30
+
+
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_a_compressed_topic_takes_micro_batches_too_small_to_compress(tmp_path: Path, codec: str) -> None:
+    """A row or two per partition does not shrink with any codec; those batches failed the query with a
+    ValueError ("its compression.type is zstd ... encode them with 'zstd'") on every micro-batch."""
+    with _sink(tmp_path, config={"compression.type": codec}) as sink:
+        sink.write_batch(pa.table({"key": [b"a", b"b"], "value": [b"x", b"y"]}), 0, query_id="q")
+        sink.write_batch(_batch(0, 3000), 1, query_id="q")
+    assert sorted(_values(tmp_path)) == sorted([b"x", b"y", *(f"v{i}".encode() for i in range(3000))])
+
+
 def test_empty_batches_commit_and_a_closed_sink_refuses(tmp_path: Path) -> None:
     sink = _sink(tmp_path)
     assert sink.write_batch(pa.table({"value": pa.array([], pa.binary())}), 0, query_id="q").rows == 0
@@ -221,6 +251,13 @@ def test_options_are_validated_up_front(tmp_path: Path) -> None:
         SegmentLogSink(tmp_path, topic="t", num_partitions=0)
     with pytest.raises(ConfigError, match="unknown topic config key"):
         SegmentLogSink(tmp_path, topic="t", config={"segment.megabytes": 1})
+    with _sink(tmp_path / "logs") as sink:
+        sink.write_batch(_batch(0, 3), 0, query_id="q")
+    with pytest.raises(NotALogDirectoryError, match="is the directory of partition 0 of topic 't'"):
+        SegmentLogSink(tmp_path / "logs" / "t-0", topic="t")  # not at the first micro-batch
+    (tmp_path / "a-file").write_text("")
+    with pytest.raises(NotALogDirectoryError, match="is a file"):
+        SegmentLogSink(tmp_path / "a-file", topic="t")
 
 
 @pytest.mark.parametrize(

@@ -60,6 +60,14 @@ def test_timestamp_options_take_precedence_as_in_kafka() -> None:
     assert o.subscription.wants("events", 0) and not o.subscription.wants("xev", 0)  # whole-name match
 
 
+def test_patterns_skip_internal_topics_as_kafkas_listing_does() -> None:
+    every = parse(subscribePattern=".*").subscription
+    assert every.wants("events", 0) and every.wants("_schemas", 0) and every.wants("__own", 0)
+    for internal in ("__consumer_offsets", "__transaction_state", "__share_group_state", "__cluster_metadata"):
+        assert not every.wants(internal, 0) and not parse(subscribePattern="__.*").subscription.wants(internal, 0)
+        assert parse(subscribe=internal).subscription.wants(internal, 0)  # by name: read
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
@@ -72,6 +80,12 @@ def test_timestamp_options_take_precedence_as_in_kafka() -> None:
         ({"subscribe": "a", "startingOffsets": "soon"}, "startingOffsets is not valid JSON"),
         ({"subscribe": "a", "startingOffsets": '{"a": [1]}'}, "startingOffsets must be earliest, latest or JSON"),
         ({"assign": "{bad"}, "assign is not valid JSON"),
+        ({"assign": '{"a": "01"}'}, "assign must be JSON like"),  # not partitions 0 and 1
+        ({"assign": '{"a": [0.5]}'}, "assign must be JSON like"),
+        ({"subscribe": "a", "startingOffsets": '{"a": {"0": 1.7}}'}, "startingOffsets must be earliest, latest or"),
+        ({"subscribe": "a", "startingOffsets": '{"a": {"0": true}}'}, "startingOffsets must be earliest, latest or"),
+        ({"subscribe": "a", "endingOffsets": '{"a": {"0": "12"}}'}, "endingOffsets must be earliest, latest or"),
+        ({"subscribe": "a", "startingOffsetsByTimestamp": '{"a": {"0": 1.5e12}}'}, "ByTimestamp must be JSON like"),
         ({"subscribe": "bad topic!"}, "option subscribe: .*"),
         ({"subscribePattern": "(unclosed"}, "subscribePattern is not a valid pattern"),
         ({"subscribe": "a", "endingOffsets": "earliest"}, "endingOffsets cannot be earliest"),

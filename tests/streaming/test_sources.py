@@ -82,6 +82,10 @@ def test_other_files_become_json_values_keyed_by_a_column(spark: SparkSession, t
         sources.file_events(spark, str(tmp_path / "in"), "csv", key_column="nobody")
     with pytest.raises(ConfigError, match="file format"):
         sources.file_events(spark, str(tmp_path / "in"), "avro")
+    (tmp_path / "empty").mkdir()
+    for file_format in sources.FILE_FORMATS:  # not Spark's UNABLE_TO_INFER_SCHEMA ("looks like a bug")
+        with pytest.raises(ConfigError, match=f"no {file_format} file in .*empty to take the schema from"):
+            sources.file_events(spark, str(tmp_path / "empty"), file_format)
 
 
 def test_kafka_and_delta_sources_explain_the_missing_package(spark: SparkSession, tmp_path: Path) -> None:

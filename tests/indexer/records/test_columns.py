@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from indexer.errors import SchemaError
+from indexer.errors import InvalidTimestampError, SchemaError
 from indexer.records.columns import APPEND_SCHEMA, HEADER_TYPE, HEADERS_TYPE, READ_SCHEMA, to_append_table
 
 NOW = 1_700_000_000_000
@@ -43,16 +43,30 @@ def test_large_binary_is_accepted() -> None:
 @pytest.mark.parametrize(
     ("unit", "raw", "expected_ms"),
     [
-        ("s", [2, -1], [2000, -1000]),
-        ("ms", [5, -5], [5, -5]),
-        ("us", [1999, -1], [1, -1]),  # floored, as Spark's DateTimeUtils.toMillis
-        ("ns", [2_500_000, -1], [2, -1]),
+        ("s", [2, 0], [2000, 0]),
+        ("ms", [5, 7], [5, 7]),
+        ("us", [1999, 3001], [1, 3]),  # floored, as Spark's DateTimeUtils.toMillis
+        ("ns", [2_500_000, 999_999], [2, 0]),
     ],
 )
 def test_arrow_timestamps_become_ms(unit: str, raw: list[int], expected_ms: list[int]) -> None:
     column = pa.array(raw, pa.int64()).cast(pa.timestamp(unit, tz="UTC"))
     table = to_append_table({"value": [b"a", b"b"], "timestamp": column}, now_ms=NOW)
     assert table.column("timestamp").to_pylist() == expected_ms
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array([5, None, -1, -7], pa.int64()),  # -1 is no "no timestamp" sentinel either
+        pa.array([5, None, -1, -7], pa.int32()),
+        pa.array([5_000, None, -1, -7_000], pa.int64()).cast(pa.timestamp("us", tz="UTC")),  # floored: before 1970
+    ],
+)
+def test_negative_timestamps_are_refused_as_kafkas_producer_does(column: pa.Array) -> None:
+    with pytest.raises(InvalidTimestampError, match=r"^row 12: timestamp -1 is negative") as info:
+        to_append_table({"value": [b"v"] * 4, "timestamp": column}, now_ms=NOW, first_row=10)
+    assert (info.value.index, info.value.timestamp) == (12, -1)
 
 
 def test_null_timestamps_become_now_and_python_datetimes_are_accepted() -> None:
