@@ -12,7 +12,9 @@ it back. Reads use ``os.pread`` and never move a file pointer.
 Thread-safety: appends, truncation, flush, rename and close must be serialised by the caller (the
 log's lock). Reads (``read``, ``batches``, ``search_for_offset_with_size``) are safe concurrently
 with appends: they only look below the logical size they observed, and bytes below it are never
-rewritten. ``scan`` maps the file and must not race a truncation (recovery holds the lock).
+rewritten. A read racing ``close`` (its segment deleted) raises :class:`StorageError`, never
+returning bytes of the file that took the closed descriptor's number. ``scan`` maps the file and
+must not race a truncation (recovery holds the lock).
 
 Crash behaviour: an append is a plain ``pwrite``; until ``flush()`` (fsync) a crash may leave a
 torn or zero-filled tail, which ``scan``/``batches`` report as the end of the valid bytes, and
@@ -325,8 +327,15 @@ class FileSlice:
         Raises:
             StorageError: the file is closed or the descriptor cannot be duplicated.
         """
+        fd = self.records._check_open()
         with storage_errors(self.records.path, "open"):
-            return os.fdopen(os.dup(self.records._check_open()), "rb", buffering=0)
+            dup = os.dup(fd)
+        try:
+            self.records._check_same_file(fd)
+        except StorageError:
+            os.close(dup)
+            raise
+        return os.fdopen(dup, "rb", buffering=0)
 
 
 class FileRecords:
@@ -407,6 +416,15 @@ class FileRecords:
         if self._fd < 0:
             raise StorageError(f"File {self._path} is closed", path=self._path, errno=errno_module.EBADF)
         return self._fd
+
+    def _check_same_file(self, fd: int) -> None:
+        """Raises :class:`StorageError` when the file was closed after ``fd`` was taken from it (a reader
+        racing the deletion of its segment): the number of a closed descriptor goes to the next file
+        opened, so what was just read through it may be that file's bytes."""
+        if self._fd != fd:
+            raise StorageError(
+                f"File {self._path} was closed while it was read", path=self._path, errno=errno_module.EBADF
+            )
 
     # ---- writes (caller holds the log lock) ------------------------------------------------
 
@@ -564,7 +582,7 @@ class FileRecords:
 
         Raises:
             ValueError: a negative position or size.
-            StorageError: the read failed.
+            StorageError: the read failed, or the file was closed before or while it was read.
         """
         if position < 0 or size < 0:
             raise ValueError(f"Invalid read of {size} bytes at position {position} in {self._path}")
@@ -579,6 +597,7 @@ class FileRecords:
                     break
                 parts.append(chunk)
                 got += len(chunk)
+        self._check_same_file(fd)
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     def slice(self, position: int, size: int) -> FileSlice:
@@ -718,6 +737,7 @@ class FileRecords:
             buf = np.empty(min(end - position, chunk), dtype=np.uint8)
             with storage_errors(self._path, "read"):
                 got = os.preadv(fd, [buf.data], position)
+            self._check_same_file(fd)
             if got < buf.size:  # the file shrank underneath us: its bytes end here
                 end, buf = position + got, buf[:got]
             part, stop, status = self._scan_buffer(buf, position, position, position + buf.size, verify_crc)
@@ -751,6 +771,7 @@ class FileRecords:
         head = np.zeros(RECORD_BATCH_OVERHEAD, dtype=np.uint8)
         with storage_errors(self._path, "read"):
             got = os.preadv(fd, [head.data], position)
+        self._check_same_file(fd)
         if got < RECORD_BATCH_OVERHEAD or head[MAGIC_OFFSET] != MAGIC_V2:
             return None  # a short file or another entry format: the chunked walk decides
         size = int.from_bytes(head[SIZE_OFFSET:LOG_OVERHEAD].tobytes(), "big", signed=True)

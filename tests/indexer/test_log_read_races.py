@@ -9,6 +9,7 @@ the segment map or on a segment is counted, and the deletion runs inside the k-t
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -271,3 +272,68 @@ def test_aborted_transactions_racing_retention_are_all_found_or_out_of_range(tmp
         finally:
             log.close()
     assert k > 2
+
+
+@contextlib.contextmanager
+def descriptor_reused_at_pread(k: int, delete: Callable[[], None], junk: Path) -> Iterator[list[int]]:
+    """Run ``delete()`` inside the ``k``-th ``os.pread`` while the block runs, after the read took its
+    descriptor, then open ``junk`` until the descriptor's number is a descriptor of ``junk``: the
+    pread then reads another file, as when a segment's deletion closes it under a read in flight.
+
+    Yields a one-element list holding the number of preads so far.
+    """
+    real_pread = os.pread
+    taken = [0]
+    opened: list[int] = []
+
+    def pread(fd: int, size: int, position: int) -> bytes:
+        taken[0] += 1
+        if taken[0] == k:
+            delete()
+            while not opened or opened[-1] < fd:
+                opened.append(os.open(junk, os.O_RDONLY))
+        return real_pread(fd, size, position)
+
+    os.pread = pread
+    try:
+        yield taken
+    finally:
+        os.pread = real_pread
+        for fd in opened:
+            os.close(fd)
+
+
+@pytest.mark.parametrize("fetch", [False, True], ids=["read_records", "fetch"])
+def test_a_read_whose_descriptor_goes_to_another_file_never_returns_its_bytes(tmp_path: Path, fetch: bool) -> None:
+    """The deletion of a segment's files closes its descriptor between a read taking it and reading
+    through it, and the number goes to the next file opened: the read gives the offset asked for or
+    OffsetOutOfRangeError, never the other file's bytes (which read as damage: "not a whole batch")."""
+    junk = tmp_path / "junk"
+    junk.write_bytes(b"\xff" * 4096)
+    outcomes: set[str] = set()
+    k = 0
+    while True:
+        k += 1
+        log = build_log(tmp_path / f"t{k}" / "t-0", MockClock(T0 + 10**7))
+        try:
+            start = log.log_start_offset
+            delete = retention_to(log, log.segments.values()[2].base_offset, delete_files=True)
+            with descriptor_reused_at_pread(k, delete, junk) as taken:
+                try:
+                    if fetch:
+                        records = log.read(start, 10_000).records
+                        assert isinstance(records, bytes)
+                        offsets = [int.from_bytes(records[:8], "big")]
+                    else:
+                        offsets = log.read_records(start, max_records=40).column("offset").to_pylist()
+                    assert offsets and offsets[0] == start
+                    assert offsets == list(range(start, start + len(offsets)))
+                    outcomes.add("read")
+                except OffsetOutOfRangeError:
+                    assert start < log.log_start_offset
+                    outcomes.add("out of range")
+            if taken[0] < k:
+                break
+        finally:
+            log.close()
+    assert k > 2 and outcomes == {"read", "out of range"}
