@@ -283,7 +283,8 @@ def test_sigkill_during_salvage_then_rerun_gives_the_same_result(
     for trial in range(scaled(4, ci=3, soak=40)):
         log_dir = tmp_path / f"trial-{trial}" / "logs"
         shutil.copytree(damaged_big, log_dir)
-        salvaged_before_kill = rng.randrange(segments)
+        # The first trial kills at the first segment's salvage, so at least one kill lands mid-salvage.
+        salvaged_before_kill = rng.randrange(segments) if trial else 0
         proc = subprocess.Popen(
             [*SEGLOG, "-v", "recover", "--log-dir", str(log_dir), "--no-progress"],
             cwd=REPO,
@@ -298,7 +299,7 @@ def test_sigkill_during_salvage_then_rerun_gives_the_same_result(
                 seen += 1
                 if seen > salvaged_before_kill:
                     break
-        time.sleep(rng.uniform(0, 0.05))
+        time.sleep(rng.uniform(0, 0.05) if trial else 0)
         proc.send_signal(signal.SIGKILL)
         proc.wait()
         interrupted += _state(log_dir / PARTITION_DIR) != expected
