@@ -495,7 +495,8 @@ class Server:
                         error_code=protocol.NONE,
                     )
                 )
-            answers.append(topic_class(name=name, topic_id=ids.get(name), partitions=rows))
+            with_id = {"topic_id": ids.get(name)} if version >= 8 else {}  # v0-7's topic has no topic_id field
+            answers.append(topic_class(name=name, partitions=rows, **with_id))
         return answers
 
     # -- refused writes --------------------------------------------------------------------------

@@ -172,3 +172,28 @@ def test_member_killed_without_leaving_is_expired_and_its_partitions_move(
         if kcat.poll() is None:
             kcat.kill()
     assert "session expired" in server.log_text()
+
+
+def _kcat_group(bootstrap: str, *options: str) -> list[bytes]:
+    """The values a ``kcat -G grp`` member reads up to the end of every partition (then it commits,
+    leaves and exits)."""
+    done = subprocess.run(
+        ["kcat", "-b", bootstrap, "-G", "grp", "-e", "-q", "-f", "%s\\n", *options, TOPIC],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.split()
+
+
+def test_kcat_group_resumes_from_its_committed_offsets(tmp_path: Path, serve: Callable[..., ServeProcess]) -> None:
+    """A kcat group member without ``-o`` starts from the group's committed offsets, which it asks for
+    with OffsetFetch v7 (librdkafka 2.0): it gets only the records written after the first member
+    committed (the server used to fail that request and close the connection, so kcat retried forever)."""
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    assert len(_kcat_group(server.bootstrap, "-o", "beginning")) == PARTITIONS * RECORDS
+    _write(log_dir, RECORDS, 5)
+    expected = [b"%d-%d" % (p, i) for p in range(PARTITIONS) for i in range(RECORDS, RECORDS + 5)]
+    assert sorted(_kcat_group(server.bootstrap)) == sorted(expected)
