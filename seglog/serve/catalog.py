@@ -165,9 +165,9 @@ class Catalog:
         self._waiters += 1
         self._waiter_arrived.set()
         try:
-            await asyncio.wait_for(asyncio.shield(self._changed), max(0.0, timeout_s))
-        except TimeoutError:
-            pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, timeout_s)):
+                    await asyncio.shield(self._changed)
         finally:
             self._waiters -= 1
 
@@ -187,7 +187,8 @@ class Catalog:
             else:
                 self._waiter_arrived.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._waiter_arrived.wait(), max(0.0, next_poll - loop.time()))
+                    async with asyncio.timeout(max(0.0, next_poll - loop.time())):
+                        await self._waiter_arrived.wait()
             changed = False
             now = loop.time()
             if now >= next_rescan:

@@ -159,14 +159,16 @@ class Server:
         idle_s = self.options.connections_max_idle_ms / 1000
         try:
             while True:
-                head = await asyncio.wait_for(reader.readexactly(protocol.FRAME_HEADER.size), idle_s)
+                async with asyncio.timeout(idle_s):
+                    head = await reader.readexactly(protocol.FRAME_HEADER.size)
                 (size,) = protocol.FRAME_HEADER.unpack(head)
                 if not 0 <= size <= self.options.max_request_bytes:
                     logger.warning(
                         "%s: request of %d bytes (limit %d): closing", peer, size, self.options.max_request_bytes
                     )
                     return
-                frame = await asyncio.wait_for(reader.readexactly(size), idle_s)
+                async with asyncio.timeout(idle_s):
+                    frame = await reader.readexactly(size)
                 response = await self._handle(frame)
                 if response is not None:
                     await self._send(writer, response)
@@ -176,6 +178,8 @@ class Server:
             logger.info("%s: idle or not reading: closing", peer)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except asyncio.CancelledError:  # close(): end normally (3.11's start_server logs a cancelled handler
+            pass  # as "Exception in callback" with a traceback)
         except Exception:  # a bug in one request's handling must not stop the server
             logger.exception("%s: request failed: closing", peer)
         finally:
@@ -199,7 +203,8 @@ class Server:
                 view = memoryview(piece)
                 for start in range(0, len(view), _SEND_CHUNK_BYTES):
                     writer.write(view[start : start + _SEND_CHUNK_BYTES])
-                    await asyncio.wait_for(writer.drain(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await writer.drain()
         finally:
             for piece in pieces:
                 if isinstance(piece, protocol.FileRegion):
@@ -211,7 +216,8 @@ class Server:
         end = region.position + region.size
         for start in range(region.position, end, _SENDFILE_CHUNK_BYTES):
             count = min(_SENDFILE_CHUNK_BYTES, end - start)
-            sent = await asyncio.wait_for(loop.sendfile(writer.transport, region.file, start, count), timeout)
+            async with asyncio.timeout(timeout):
+                sent = await loop.sendfile(writer.transport, region.file, start, count)
             if sent != count:  # the file is shorter than when it was read: the response cannot be completed
                 raise StorageError(
                     f"{region.path}: only {sent} of {count} bytes at position {start} could be sent", path=region.path
