@@ -113,8 +113,10 @@ def run(args: argparse.Namespace) -> int:
     from seglog.serve.server import ServeOptions, serve_forever
 
     log_dir = Path(args.log_dir)
-    if not log_dir.is_dir():
+    if not log_dir.exists():
         raise FileNotFoundError(f"log directory {log_dir} does not exist")
+    if not log_dir.is_dir():
+        raise NotADirectoryError(f"log directory {log_dir} is not a directory")
     host, port = args.bind
     options = ServeOptions(
         host=host,

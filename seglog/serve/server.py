@@ -71,6 +71,14 @@ class ServeOptions:
     rescan_ms: int = 500  # how often the directory is listed for new partitions
     brokers: int = 1  # broker nodes presented, each on a port of its own (see Server._Metadata)
 
+    def __post_init__(self) -> None:
+        """Node i listens on ``port + i``: every one must be a port."""
+        last = self.port + self.brokers - 1
+        if self.port and last > 65535:
+            raise ValueError(
+                f"{self.brokers} brokers from port {self.port} need ports up to {last} (the last is 65535)"
+            )
+
 
 def _group_response(
     response: type[Any], request: protocol.Request, result: JoinResult | SyncResult, **fields: Any

@@ -31,6 +31,25 @@ def test_missing_log_dir_is_one_line(tmp_path: Path) -> None:
     ]
 
 
+def test_a_file_as_log_dir_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "file").touch()
+    result = _run("serve", "--log-dir", str(tmp_path / "file"), "--bind", "127.0.0.1:0")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"seglog: NotADirectoryError: log directory {tmp_path / 'file'} is not a directory"
+    ]
+
+
+def test_brokers_past_the_last_port_is_one_line(tmp_path: Path) -> None:
+    """Node i listens on PORT+i: ports past 65535 are refused up front (it was an OverflowError from
+    bind, reported as a bug)."""
+    result = _run("serve", "--log-dir", str(tmp_path), "--bind", "127.0.0.1:65534", "--brokers", "3")
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        "seglog: ValueError: 3 brokers from port 65534 need ports up to 65536 (the last is 65535)"
+    ]
+
+
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_stop_with_clients_connected_exits_0_without_tracebacks(
     serve: Callable[..., ServeProcess], tmp_path: Path, sig: int
