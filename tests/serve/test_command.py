@@ -31,6 +31,18 @@ def test_missing_log_dir_is_one_line(tmp_path: Path) -> None:
     ]
 
 
+def test_missing_group_offsets_dir_is_one_line(tmp_path: Path) -> None:
+    """Checked before serving: the server used to start and then fail every OffsetCommit (kcat -G
+    retried them forever)."""
+    result = _run(
+        "serve", "--log-dir", str(tmp_path), "--group-offsets-dir", str(tmp_path / "nope"), "--bind", "127.0.0.1:0"
+    )
+    assert result.returncode == 1
+    assert result.stderr.strip().splitlines() == [
+        f"seglog: FileNotFoundError: group offsets directory {tmp_path / 'nope'} does not exist"
+    ]
+
+
 def test_a_file_as_log_dir_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "file").touch()
     result = _run("serve", "--log-dir", str(tmp_path / "file"), "--bind", "127.0.0.1:0")
