@@ -122,6 +122,13 @@ class GroupCoordinator:
         """The group's in-memory state, if it has members or had some since the server started."""
         return self._groups.get(group_id)
 
+    def listed(self) -> list[Group]:
+        """Every group, as Kafka's ListGroups and DescribeGroups know them: the ones with members since
+        the server started, and the ones with committed offsets only (``Empty``, no protocol type)."""
+        known = {group_id: Group(group_id) for group_id in self.offsets.groups()}
+        known.update(self._groups)
+        return [known[group_id] for group_id in sorted(known)]
+
     # -- membership ------------------------------------------------------------------------------
 
     async def join(

@@ -21,7 +21,16 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import kafka.errors as kafka_errors
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -74,6 +83,7 @@ CLUSTER_AUTHORIZATION_FAILED: int = kafka_errors.ClusterAuthorizationFailedError
 UNSUPPORTED_VERSION: int = kafka_errors.UnsupportedVersionError.errno
 INVALID_REQUEST: int = kafka_errors.InvalidRequestError.errno
 COORDINATOR_NOT_AVAILABLE: int = kafka_errors.CoordinatorNotAvailableError.errno
+GROUP_ID_NOT_FOUND: int = kafka_errors.GroupIdNotFoundError.errno
 
 READ_ONLY_MESSAGE = "seglog serve is read-only: writes and topic changes are refused"
 
@@ -111,6 +121,8 @@ APIS: dict[int, Api] = dict(
         _api("LeaveGroup", LeaveGroupRequest, LeaveGroupResponse),
         _api("OffsetCommit", OffsetCommitRequest, OffsetCommitResponse),
         _api("OffsetFetch", OffsetFetchRequest, OffsetFetchResponse),
+        _api("ListGroups", ListGroupsRequest, ListGroupsResponse),
+        _api("DescribeGroups", DescribeGroupsRequest, DescribeGroupsResponse),
         _api("Produce", ProduceRequest, ProduceResponse),
         _api("CreateTopics", CreateTopicsRequest, CreateTopicsResponse),
         _api("DeleteTopics", DeleteTopicsRequest, DeleteTopicsResponse),

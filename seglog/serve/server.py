@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import kafka.errors as kafka_errors
-from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse
+from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse, DescribeGroupsResponse, ListGroupsResponse
 from kafka.protocol.consumer import (
     HeartbeatResponse,
     JoinGroupResponse,
@@ -45,7 +45,7 @@ from indexer.errors import StorageError
 from seglog.serve import fetch, protocol
 from seglog.serve.catalog import INTERNAL_TOPICS, Catalog
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
-from seglog.serve.groups import GroupCoordinator, JoinResult, SyncResult
+from seglog.serve.groups import GroupCoordinator, GroupState, JoinResult, SyncResult
 
 logger = logging.getLogger(__name__)
 
@@ -512,6 +512,73 @@ class Server:
             with_id = {"topic_id": ids.get(name)} if version >= 8 else {}  # v0-7's topic has no topic_id field
             answers.append(topic_class(name=name, partitions=rows, **with_id))
         return answers
+
+    def _ListGroups(self, request: protocol.Request) -> Any:
+        body, version = request.body, request.version
+        states = set(body.states_filter or []) if version >= 4 else set()
+        types = set(body.types_filter or []) if version >= 5 else set()
+        listed = [
+            ListGroupsResponse.ListedGroup(
+                group_id=g.group_id,
+                protocol_type=g.protocol_type or "",
+                group_state=g.state.value,
+                group_type="classic",
+            )
+            for g in self.groups.listed()
+            if (not states or g.state.value in states) and (not types or "classic" in types)
+        ]
+        return ListGroupsResponse(version=version, throttle_time_ms=0, error_code=protocol.NONE, groups=listed)
+
+    def _DescribeGroups(self, request: protocol.Request) -> Any:
+        """Each group's state, protocol and members; the members' metadata and assignments once it is
+        Stable, as Kafka. A group the server does not know is Dead (v6: with GROUP_ID_NOT_FOUND)."""
+        version = request.version
+        known = {g.group_id: g for g in self.groups.listed()}
+        described = DescribeGroupsResponse.DescribedGroup
+        answers = []
+        for group_id in request.body.groups:
+            group = known.get(group_id)
+            if group is None:
+                error = protocol.GROUP_ID_NOT_FOUND if version >= 6 else protocol.NONE
+                message = f"group {group_id} is not known" if version >= 6 else None
+                answers.append(
+                    described(
+                        error_code=error,
+                        error_message=message,
+                        group_id=group_id,
+                        group_state="Dead",
+                        protocol_type="",
+                        protocol_data="",
+                        members=[],
+                    )
+                )
+                continue
+            stable = group.state is GroupState.STABLE
+            members = [
+                described.DescribedGroupMember(
+                    member_id=m.member_id,
+                    group_instance_id=None,
+                    client_id=m.client_id,
+                    client_host="",
+                    member_metadata=next((meta for name, meta in m.protocols if name == group.protocol_name), b"")
+                    if stable
+                    else b"",
+                    member_assignment=m.assignment if stable else b"",
+                )
+                for m in group.members.values()
+            ]
+            answers.append(
+                described(
+                    error_code=protocol.NONE,
+                    error_message=None,
+                    group_id=group_id,
+                    group_state=group.state.value,
+                    protocol_type=group.protocol_type or "",
+                    protocol_data=(group.protocol_name or "") if stable else "",
+                    members=members,
+                )
+            )
+        return DescribeGroupsResponse(version=version, throttle_time_ms=0, groups=answers)
 
     # -- refused writes --------------------------------------------------------------------------
 

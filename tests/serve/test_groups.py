@@ -18,7 +18,7 @@ from tests.serve.conftest import ServeProcess
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
 TOPIC, PARTITIONS, RECORDS = "orders", 4, 50
 
@@ -197,3 +197,47 @@ def test_kcat_group_resumes_from_its_committed_offsets(tmp_path: Path, serve: Ca
     _write(log_dir, RECORDS, 5)
     expected = [b"%d-%d" % (p, i) for p in range(PARTITIONS) for i in range(RECORDS, RECORDS + 5)]
     assert sorted(_kcat_group(server.bootstrap)) == sorted(expected)
+
+
+def test_admin_clients_list_and_describe_the_groups(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """ListGroups and DescribeGroups, as confluent-kafka's and kafka-python's admin clients (and
+    kafka-consumer-groups.sh) use them: a live group is Stable with its members and their partitions,
+    a group known only by its committed offsets is Empty, an unknown one Dead (they answered "not
+    supported by broker")."""
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    standalone = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id="offsets-only", enable_auto_commit=False)
+    standalone.assign([TopicPartition(TOPIC, 0)])
+    standalone.commit({TopicPartition(TOPIC, 0): OffsetAndMetadata(7, "", -1)})
+    standalone.close()
+    consumers = [_consumer(server.bootstrap) for _ in range(2)]
+    _poll_until(consumers, _split, {})
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    listed = admin.list_consumer_groups().result(20)
+    assert not listed.errors
+    assert {(g.group_id, g.state) for g in listed.valid} == {
+        ("grp", ConsumerGroupState.STABLE),
+        ("offsets-only", ConsumerGroupState.EMPTY),
+    }
+    described = {g: f.result(20) for g, f in admin.describe_consumer_groups(["grp", "offsets-only", "nope"]).items()}
+    assert described["grp"].state == ConsumerGroupState.STABLE and described["grp"].partition_assignor == "range"
+    assigned = [tp.partition for m in described["grp"].members for tp in m.assignment.topic_partitions]
+    assert sorted(assigned) == list(range(PARTITIONS)) and len(described["grp"].members) == 2
+    assert (described["offsets-only"].state, described["offsets-only"].members) == (ConsumerGroupState.EMPTY, [])
+    assert described["nope"].state == ConsumerGroupState.DEAD
+
+    kafka_admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    assert {(g["group_id"], g["group_state"]) for g in kafka_admin.list_groups()} == {
+        ("grp", "Stable"),
+        ("offsets-only", "Empty"),
+    }
+    assert kafka_admin.describe_groups(["grp"])["grp"]["group_state"] == "Stable"
+    kafka_admin.close()
+    for consumer in consumers:
+        consumer.close()
