@@ -370,6 +370,24 @@ class GroupCoordinator:
         await self.offsets.commit(group_id, offsets)
         return protocol.NONE
 
+    async def delete(self, group_id: str) -> int:
+        """DeleteGroups for one group without members: its committed offsets and its state go.
+
+        Raises:
+            StorageError: the offsets file could not be written (the group stays).
+        """
+        group = self._groups.get(group_id)
+        if group is not None and group.members:
+            return protocol.NON_EMPTY_GROUP
+        if group is None and group_id not in self.offsets.groups():
+            return protocol.GROUP_ID_NOT_FOUND
+        await self.offsets.delete(group_id)
+        group = self._groups.get(group_id)
+        if group is not None and not group.members:  # no one joined while the file was written
+            del self._groups[group_id]
+        logger.info("group %s: deleted", group_id)
+        return protocol.NONE
+
     def fetch_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         """The group's committed offsets."""
         return self.offsets.get(group_id)

@@ -24,6 +24,8 @@ import kafka.errors as kafka_errors
 from kafka.protocol.admin import (
     CreateTopicsRequest,
     CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeGroupsRequest,
@@ -84,6 +86,7 @@ UNSUPPORTED_VERSION: int = kafka_errors.UnsupportedVersionError.errno
 INVALID_REQUEST: int = kafka_errors.InvalidRequestError.errno
 COORDINATOR_NOT_AVAILABLE: int = kafka_errors.CoordinatorNotAvailableError.errno
 GROUP_ID_NOT_FOUND: int = kafka_errors.GroupIdNotFoundError.errno
+NON_EMPTY_GROUP: int = kafka_errors.NonEmptyGroupError.errno
 
 READ_ONLY_MESSAGE = "seglog serve is read-only: writes and topic changes are refused"
 
@@ -123,6 +126,7 @@ APIS: dict[int, Api] = dict(
         _api("OffsetFetch", OffsetFetchRequest, OffsetFetchResponse),
         _api("ListGroups", ListGroupsRequest, ListGroupsResponse),
         _api("DescribeGroups", DescribeGroupsRequest, DescribeGroupsResponse),
+        _api("DeleteGroups", DeleteGroupsRequest, DeleteGroupsResponse),
         _api("Produce", ProduceRequest, ProduceResponse),
         _api("CreateTopics", CreateTopicsRequest, CreateTopicsResponse),
         _api("DeleteTopics", DeleteTopicsRequest, DeleteTopicsResponse),

@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import kafka.errors as kafka_errors
-from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse, DescribeGroupsResponse, ListGroupsResponse
+from kafka.protocol.admin import (
+    CreateTopicsResponse,
+    DeleteGroupsResponse,
+    DeleteTopicsResponse,
+    DescribeGroupsResponse,
+    ListGroupsResponse,
+)
 from kafka.protocol.consumer import (
     HeartbeatResponse,
     JoinGroupResponse,
@@ -579,6 +585,17 @@ class Server:
                 )
             )
         return DescribeGroupsResponse(version=version, throttle_time_ms=0, groups=answers)
+
+    async def _DeleteGroups(self, request: protocol.Request) -> Any:
+        results = []
+        for group_id in request.body.groups_names:
+            try:
+                error = await self.groups.delete(group_id)
+            except StorageError as e:
+                logger.error("cannot delete the offsets of group %s: %s", group_id, e)
+                error = protocol.KAFKA_STORAGE_ERROR
+            results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=error))
+        return DeleteGroupsResponse(version=request.version, throttle_time_ms=0, results=results)
 
     # -- refused writes --------------------------------------------------------------------------
 

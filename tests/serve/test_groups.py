@@ -4,6 +4,7 @@ committed offsets (kept in the log directory)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import threading
@@ -241,3 +242,41 @@ def test_admin_clients_list_and_describe_the_groups(serve: Callable[..., ServePr
     kafka_admin.close()
     for consumer in consumers:
         consumer.close()
+
+
+def test_admin_client_deletes_a_group_without_members(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """DeleteGroups (confluent-kafka's delete_consumer_groups, kafka-consumer-groups.sh --delete): a
+    group without members loses its committed offsets, on disk too; a group with members is
+    NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND (librdkafka 2.16 aborted the process after
+    "not supported by broker")."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    for group in ("old", "older"):
+        standalone = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id=group, enable_auto_commit=False)
+        standalone.commit({TopicPartition(TOPIC, 0): OffsetAndMetadata(7, "", -1)})
+        standalone.close()
+    live = _consumer(server.bootstrap)
+    _poll_until([live], lambda a: len(a[0]) == PARTITIONS, {})
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    errors: dict[str, int] = {}
+    for group, future in admin.delete_consumer_groups(["old", "grp", "nope"], request_timeout=20).items():
+        try:
+            future.result(20)
+            errors[group] = KafkaError.NO_ERROR
+        except KafkaException as e:
+            errors[group] = e.args[0].code()
+    assert errors == {
+        "old": KafkaError.NO_ERROR,
+        "grp": KafkaError.NON_EMPTY_GROUP,
+        "nope": KafkaError.GROUP_ID_NOT_FOUND,
+    }
+    live.close()
+    assert {g.group_id for g in admin.list_consumer_groups().result(20).valid} == {"grp", "older"}
+    server.stop()
+    groups = {json.loads(line)["group"] for line in (log_dir / "group-offsets-checkpoint").read_text().splitlines()[2:]}
+    assert groups == {"older"}
