@@ -119,6 +119,12 @@ class Catalog:
             topics.setdefault(topic, []).append(partition)
         return topics
 
+    def partition_counts(self) -> dict[str, int]:
+        """Every topic with its partition count, the engine's (recorded, or implied by its highest
+        partition directory): a partition below it may have no directory here, as in the directory of
+        one broker of a cluster, which holds only the partitions that broker replicated."""
+        return self._listing.topics()
+
     def topic_id(self, topic: str) -> uuid.UUID:
         """The topic's id: from a broker's ``partition.metadata``, else derived from the name."""
         found = self._topic_ids.get(topic)

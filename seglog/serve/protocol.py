@@ -71,6 +71,7 @@ REQUEST_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 NONE: int = kafka_errors.NoError.errno
 OFFSET_OUT_OF_RANGE: int = kafka_errors.OffsetOutOfRangeError.errno
 UNKNOWN_TOPIC_OR_PARTITION: int = kafka_errors.UnknownTopicOrPartitionError.errno
+LEADER_NOT_AVAILABLE: int = kafka_errors.LeaderNotAvailableError.errno
 UNKNOWN_TOPIC_ID: int = kafka_errors.UnknownTopicIdError.errno
 KAFKA_STORAGE_ERROR: int = kafka_errors.KafkaStorageError.errno
 CORRUPT_MESSAGE: int = kafka_errors.CorruptRecordError.errno

@@ -276,9 +276,15 @@ class Server:
         partitions at once. Every port serves every request: the data is the same whichever node is
         asked. Each node has a port of its own because clients tell brokers apart by address too
         (librdkafka 2.0 takes a second node id at the bootstrap address for the bootstrap broker).
+
+        A topic has the engine's partition count; a partition without a directory here is offline
+        (LEADER_NOT_AVAILABLE, no leader), as a broker answers for a partition whose replicas are all
+        down: clients then read the others (with a gap in the numbers, librdkafka took the topic for
+        a smaller one and never read its last partitions).
         """
         body, version = request.body, request.version
-        topics = self.catalog.topics()
+        served = self.catalog.topics()
+        topics = self.catalog.partition_counts()
         if body.topics is None or (version == 0 and not body.topics):
             wanted = [(name, None) for name in topics]
         else:
@@ -301,6 +307,7 @@ class Server:
                     )
                 )
                 continue
+            online = set(served.get(name, []))
             parts = [
                 partition(
                     error_code=protocol.NONE,
@@ -311,7 +318,17 @@ class Server:
                     isr_nodes=[p % len(self.ports)],
                     offline_replicas=[],
                 )
-                for p in topics[name]
+                if p in online
+                else partition(
+                    error_code=protocol.LEADER_NOT_AVAILABLE,
+                    partition_index=p,
+                    leader_id=-1,
+                    leader_epoch=-1,
+                    replica_nodes=[],
+                    isr_nodes=[],
+                    offline_replicas=[],
+                )
+                for p in range(topics[name])
             ]
             answers.append(
                 MetadataResponse.MetadataResponseTopic(
