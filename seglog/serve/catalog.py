@@ -102,6 +102,8 @@ class Catalog:
         self._listing = LogManager(self.log_dir, settings, read_only=True)
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._topic_ids: dict[str, uuid.UUID] = {}
+        self._counts: dict[str, int] = {}  # partition_counts(), as of the last rescan
+        self._counts_stat: tuple[int, int, int] | None = None  # seglog-topics.json's, then
         self._checkpoints = _Checkpoints()
         self._changed: asyncio.Future[None] | None = None
         self._waiters = 0  # fetches in wait_for_change
@@ -122,8 +124,9 @@ class Catalog:
     def partition_counts(self) -> dict[str, int]:
         """Every topic with its partition count, the engine's (recorded, or implied by its highest
         partition directory): a partition below it may have no directory here, as in the directory of
-        one broker of a cluster, which holds only the partitions that broker replicated."""
-        return self._listing.topics()
+        one broker of a cluster, which holds only the partitions that broker replicated. As of the
+        last :meth:`rescan` (asking the engine costs a directory listing per unrecorded topic)."""
+        return dict(self._counts)
 
     def topic_id(self, topic: str) -> uuid.UUID:
         """The topic's id: from a broker's ``partition.metadata``, else derived from the name."""
@@ -212,6 +215,9 @@ class Catalog:
         """Pick up partitions created or deleted since the last scan; True if any."""
         found = set(self._listing.partitions())
         known = set(self._partitions)
+        counts_stat = _stat_key(self.log_dir / file_names.TOPICS_FILE)
+        if found != known or counts_stat != self._counts_stat:
+            self._counts, self._counts_stat = self._listing.topics(), counts_stat
         for tp in known - found:
             entry = self._partitions.pop(tp)
             if entry.log is not None:
