@@ -43,6 +43,9 @@ logger = logging.getLogger(__name__)
 # across restarts and servers, in a namespace of our own.
 _TOPIC_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/seglog/seglog/topic-id")
 INTERNAL_TOPICS = frozenset({"__consumer_offsets", "__transaction_state"})
+# Not a topic: KRaft's metadata log, in a KRaft broker's directory. A broker never lists it (pattern
+# subscriptions read it); ``seglog dump``/``describe`` show it.
+METADATA_LOG = "__cluster_metadata"
 # How often the checkpoints are looked at while a fetch waits for records (a tailing consumer): two
 # stat calls, so a commit reaches it within about a millisecond instead of a poll_ms.
 WAITING_POLL_S = 0.001
@@ -213,11 +216,13 @@ class Catalog:
 
     def rescan(self) -> bool:
         """Pick up partitions created or deleted since the last scan; True if any."""
-        found = set(self._listing.partitions())
+        found = {tp for tp in self._listing.partitions() if tp[0] != METADATA_LOG}
         known = set(self._partitions)
         counts_stat = _stat_key(self.log_dir / file_names.TOPICS_FILE)
         if found != known or counts_stat != self._counts_stat:
-            self._counts, self._counts_stat = self._listing.topics(), counts_stat
+            counts = self._listing.topics()
+            counts.pop(METADATA_LOG, None)
+            self._counts, self._counts_stat = counts, counts_stat
         for tp in known - found:
             entry = self._partitions.pop(tp)
             if entry.log is not None:
