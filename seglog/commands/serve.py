@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import re
 import signal
 import sys
@@ -142,6 +143,9 @@ def run(args: argparse.Namespace) -> int:
         brokers=args.brokers,
     )
     settings = settings_from_args(args)
+    said = logging.getLogger("seglog.serve.server")
+    if said.getEffectiveLevel() > logging.INFO:
+        said.setLevel(logging.INFO)  # where it listens (port 0: which port) is worth a line even without -v
 
     async def main() -> None:
         stop = asyncio.Event()

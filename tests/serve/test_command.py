@@ -4,6 +4,7 @@ bench writes the shared JSON shape."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -89,6 +90,20 @@ def test_stop_with_clients_connected_exits_0_without_tracebacks(
         kcat.kill()
         kcat.wait()
     assert "Traceback" not in server.log_text() and "Exception" not in server.log_text(), server.log_text()
+
+
+def test_where_it_listens_is_said_without_v(tmp_path: Path) -> None:
+    """Started without -v it said nothing at all: not that it runs, nor on which port (port 0)."""
+    proc = subprocess.Popen(
+        [*SEGLOG, "serve", "--log-dir", str(tmp_path), "--bind", "127.0.0.1:0"], stderr=subprocess.PIPE, text=True
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert re.search(r"serving .* on 127\.0\.0\.1:\d+ \(read-only, no authentication\)", line), line
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
 
 
 def test_port_in_use_is_one_line(tmp_path: Path) -> None:
