@@ -280,6 +280,17 @@ class Catalog:
         except SeglogError as e:  # no segment yet, or files renamed while we listed them: next poll
             logger.debug("cannot open %s-%d yet: %s", tp[0], tp[1], e)
             return False
+        if high_watermark is not None and high_watermark > log.log_end_offset:
+            logger.warning(
+                "%s-%d: offsets %d..%d are committed (replication-offset-checkpoint) but not on disk as whole "
+                "batches (damaged bytes at the end of the log, or files copied before the checkpoint): "
+                "served up to %d",
+                tp[0],
+                tp[1],
+                log.log_end_offset,
+                high_watermark - 1,
+                log.log_end_offset,
+            )
         old, entry.log = entry.log, log
         entry.dir_stat, entry.offsets = dir_stat, (high_watermark, log_start_offset)
         if old is not None:
