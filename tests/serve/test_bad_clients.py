@@ -224,7 +224,15 @@ def test_every_api_is_answered_at_every_version_it_advertises(server: ServeProce
         topic_id = MetadataResponse.decode(_read_frame(sock), version=12, header=True).topics[0].topic_id
     for version in range(api.min_version, api.max_version + 1):
         group = f"g{version}"
-        values = {**_REQUEST_VALUES, "topic_id": topic_id, "group_id": group, "key": group, "coordinator_keys": [group]}
+        values = {
+            **_REQUEST_VALUES,
+            "topic_id": topic_id,
+            "group_id": group,
+            "key": group,
+            "coordinator_keys": [group],
+            "groups": [group],  # DescribeGroups (OffsetFetch v8+'s groups are structs, filled as such)
+            "groups_names": [group],  # DeleteGroups
+        }
         with _connect(server) as sock:
             sock.sendall(_request(_filled(api.request, version, values), version, version))
             response = api.response.decode(_read_frame(sock), version=version, header=True)
