@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
 import re
 import signal
 import sys
@@ -108,25 +109,43 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_log_config_arguments(parser)
 
 
+def _directory(path: str, what: str) -> Path:
+    """``path``, checked to be a directory (named ``what`` in the error), before the server starts.
+
+    Raises:
+        FileNotFoundError: it does not exist.
+        NotADirectoryError: it is something else.
+    """
+    directory = Path(path)
+    if not directory.exists():
+        raise FileNotFoundError(f"{what} {directory} does not exist")
+    if not directory.is_dir():
+        raise NotADirectoryError(f"{what} {directory} is not a directory")
+    return directory
+
+
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM."""
     from seglog.serve.server import ServeOptions, serve_forever
 
-    log_dir = Path(args.log_dir)
-    if not log_dir.is_dir():
-        raise FileNotFoundError(f"log directory {log_dir} does not exist")
+    log_dir = _directory(args.log_dir, "log directory")
     host, port = args.bind
     options = ServeOptions(
         host=host,
         port=port,
         advertised_host=args.advertised_host,
-        group_offsets_dir=Path(args.group_offsets_dir) if args.group_offsets_dir else None,
+        group_offsets_dir=_directory(args.group_offsets_dir, "group offsets directory")
+        if args.group_offsets_dir
+        else None,
         max_request_bytes=args.socket_request_max_bytes,
         group_initial_rebalance_delay_ms=args.group_initial_rebalance_delay_ms,
         poll_ms=args.poll_ms,
         brokers=args.brokers,
     )
     settings = settings_from_args(args)
+    said = logging.getLogger("seglog.serve.server")
+    if said.getEffectiveLevel() > logging.INFO:
+        said.setLevel(logging.INFO)  # where it listens (port 0: which port) is worth a line even without -v
 
     async def main() -> None:
         stop = asyncio.Event()

@@ -101,6 +101,8 @@ class Catalog:
         self._listing = LogManager(self.log_dir, settings, read_only=True)
         self._partitions: dict[TopicPartition, _Partition] = {}
         self._topic_ids: dict[str, uuid.UUID] = {}
+        self._counts: dict[str, int] = {}  # partition_counts(), as of the last rescan
+        self._counts_stat: tuple[int, int, int] | None = None  # seglog-topics.json's, then
         self._checkpoints = _Checkpoints()
         self._changed: asyncio.Future[None] | None = None
         self._waiters = 0  # fetches in wait_for_change
@@ -117,6 +119,13 @@ class Catalog:
         for topic, partition in sorted(self._partitions):
             topics.setdefault(topic, []).append(partition)
         return topics
+
+    def partition_counts(self) -> dict[str, int]:
+        """Every topic with its partition count, the engine's (recorded, or implied by its highest
+        partition directory): a partition below it may have no directory here, as in the directory of
+        one broker of a cluster, which holds only the partitions that broker replicated. As of the
+        last :meth:`rescan` (asking the engine costs a directory listing per unrecorded topic)."""
+        return dict(self._counts)
 
     def topic_id(self, topic: str) -> uuid.UUID:
         """The topic's id: from a broker's ``partition.metadata``, else derived from the name."""
@@ -164,9 +173,9 @@ class Catalog:
         self._waiters += 1
         self._waiter_arrived.set()
         try:
-            await asyncio.wait_for(asyncio.shield(self._changed), max(0.0, timeout_s))
-        except TimeoutError:
-            pass
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(max(0.0, timeout_s)):
+                    await asyncio.shield(self._changed)
         finally:
             self._waiters -= 1
 
@@ -186,7 +195,8 @@ class Catalog:
             else:
                 self._waiter_arrived.clear()
                 with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._waiter_arrived.wait(), max(0.0, next_poll - loop.time()))
+                    async with asyncio.timeout(max(0.0, next_poll - loop.time())):
+                        await self._waiter_arrived.wait()
             changed = False
             now = loop.time()
             if now >= next_rescan:
@@ -202,8 +212,13 @@ class Catalog:
 
     def rescan(self) -> bool:
         """Pick up partitions created or deleted since the last scan; True if any."""
-        found = set(self._listing.partitions())
+        found = {tp for tp in self._listing.partitions() if tp[0] != file_names.CLUSTER_METADATA_TOPIC}
         known = set(self._partitions)
+        counts_stat = _stat_key(self.log_dir / file_names.TOPICS_FILE)
+        if found != known or counts_stat != self._counts_stat:
+            counts = self._listing.topics()
+            counts.pop(file_names.CLUSTER_METADATA_TOPIC, None)
+            self._counts, self._counts_stat = counts, counts_stat
         for tp in known - found:
             entry = self._partitions.pop(tp)
             if entry.log is not None:
@@ -261,6 +276,17 @@ class Catalog:
         except SeglogError as e:  # no segment yet, or files renamed while we listed them: next poll
             logger.debug("cannot open %s-%d yet: %s", tp[0], tp[1], e)
             return False
+        if high_watermark is not None and high_watermark > log.log_end_offset:
+            logger.warning(
+                "%s-%d: offsets %d..%d are committed (replication-offset-checkpoint) but not on disk as whole "
+                "batches (damaged bytes at the end of the log, or files copied before the checkpoint): "
+                "served up to %d",
+                tp[0],
+                tp[1],
+                log.log_end_offset,
+                high_watermark - 1,
+                log.log_end_offset,
+            )
         old, entry.log = entry.log, log
         entry.dir_stat, entry.offsets = dir_stat, (high_watermark, log_start_offset)
         if old is not None:

@@ -8,8 +8,8 @@ fsync), so a crash leaves the previous or the new file, never a mix. An entry li
 (``group``, ``topic``, ``partition``, ``offset``, ``leader_epoch``, ``metadata``): group ids and
 metadata are free text, which Kafka's space-separated lines could not hold.
 
-An OffsetCommit is answered only after its file is on disk. Writes run in a worker thread, one at a
-time (an ``asyncio.Lock``), so the event loop keeps serving while the file is fsynced.
+An OffsetCommit (or DeleteGroups) is answered only after its file is on disk. Writes run in a worker
+thread, one at a time (an ``asyncio.Lock``), so the event loop keeps serving while the file is fsynced.
 """
 
 from __future__ import annotations
@@ -99,13 +99,29 @@ class GroupOffsets:
         Raises:
             StorageError: the write failed; the previous offsets stay in force (file and memory).
         """
-        if self._write_lock is None:
-            self._write_lock = asyncio.Lock()
-        async with self._write_lock:
+        async with self._lock():
             updated = {g: dict(tps) for g, tps in self._offsets.items()}
             updated.setdefault(group, {}).update(offsets)
-            await asyncio.to_thread(self._file.write_entries, self._entries(updated))
-            self._offsets = updated
+            await self._replace(updated)
+
+    async def delete(self, group: str) -> None:
+        """Forget every offset of ``group``; returns once the file without them is durable.
+
+        Raises:
+            StorageError: the write failed; the offsets stay in force (file and memory).
+        """
+        async with self._lock():
+            await self._replace({g: tps for g, tps in self._offsets.items() if g != group})
+
+    def _lock(self) -> asyncio.Lock:
+        """The lock that keeps one write at a time (made on first use, inside the event loop)."""
+        if self._write_lock is None:
+            self._write_lock = asyncio.Lock()
+        return self._write_lock
+
+    async def _replace(self, offsets: dict[str, dict[TopicPartition, CommittedOffset]]) -> None:
+        await asyncio.to_thread(self._file.write_entries, self._entries(offsets))
+        self._offsets = offsets
 
     @staticmethod
     def _entries(offsets: Mapping[str, Mapping[TopicPartition, CommittedOffset]]) -> Iterable[_Entry]:

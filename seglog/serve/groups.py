@@ -122,6 +122,13 @@ class GroupCoordinator:
         """The group's in-memory state, if it has members or had some since the server started."""
         return self._groups.get(group_id)
 
+    def listed(self) -> list[Group]:
+        """Every group, as Kafka's ListGroups and DescribeGroups know them: the ones with members since
+        the server started, and the ones with committed offsets only (``Empty``, no protocol type)."""
+        known = {group_id: Group(group_id) for group_id in self.offsets.groups()}
+        known.update(self._groups)
+        return [known[group_id] for group_id in sorted(known)]
+
     # -- membership ------------------------------------------------------------------------------
 
     async def join(
@@ -361,6 +368,24 @@ class GroupCoordinator:
             if group.state is not GroupState.STABLE:
                 return protocol.REBALANCE_IN_PROGRESS
         await self.offsets.commit(group_id, offsets)
+        return protocol.NONE
+
+    async def delete(self, group_id: str) -> int:
+        """DeleteGroups for one group without members: its committed offsets and its state go.
+
+        Raises:
+            StorageError: the offsets file could not be written (the group stays).
+        """
+        group = self._groups.get(group_id)
+        if group is not None and group.members:
+            return protocol.NON_EMPTY_GROUP
+        if group is None and group_id not in self.offsets.groups():
+            return protocol.GROUP_ID_NOT_FOUND
+        await self.offsets.delete(group_id)
+        group = self._groups.get(group_id)
+        if group is not None and not group.members:  # no one joined while the file was written
+            del self._groups[group_id]
+        logger.info("group %s: deleted", group_id)
         return protocol.NONE
 
     def fetch_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:

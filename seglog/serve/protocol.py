@@ -21,7 +21,18 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 import kafka.errors as kafka_errors
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse, DeleteTopicsRequest, DeleteTopicsResponse
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    CreateTopicsResponse,
+    DeleteGroupsRequest,
+    DeleteGroupsResponse,
+    DeleteTopicsRequest,
+    DeleteTopicsResponse,
+    DescribeGroupsRequest,
+    DescribeGroupsResponse,
+    ListGroupsRequest,
+    ListGroupsResponse,
+)
 from kafka.protocol.consumer import (
     FetchRequest,
     FetchResponse,
@@ -60,6 +71,7 @@ REQUEST_PREFIX = struct.Struct(">hhi")  # api key, api version, correlation id
 NONE: int = kafka_errors.NoError.errno
 OFFSET_OUT_OF_RANGE: int = kafka_errors.OffsetOutOfRangeError.errno
 UNKNOWN_TOPIC_OR_PARTITION: int = kafka_errors.UnknownTopicOrPartitionError.errno
+LEADER_NOT_AVAILABLE: int = kafka_errors.LeaderNotAvailableError.errno
 UNKNOWN_TOPIC_ID: int = kafka_errors.UnknownTopicIdError.errno
 KAFKA_STORAGE_ERROR: int = kafka_errors.KafkaStorageError.errno
 CORRUPT_MESSAGE: int = kafka_errors.CorruptRecordError.errno
@@ -74,6 +86,8 @@ CLUSTER_AUTHORIZATION_FAILED: int = kafka_errors.ClusterAuthorizationFailedError
 UNSUPPORTED_VERSION: int = kafka_errors.UnsupportedVersionError.errno
 INVALID_REQUEST: int = kafka_errors.InvalidRequestError.errno
 COORDINATOR_NOT_AVAILABLE: int = kafka_errors.CoordinatorNotAvailableError.errno
+GROUP_ID_NOT_FOUND: int = kafka_errors.GroupIdNotFoundError.errno
+NON_EMPTY_GROUP: int = kafka_errors.NonEmptyGroupError.errno
 
 READ_ONLY_MESSAGE = "seglog serve is read-only: writes and topic changes are refused"
 
@@ -111,6 +125,9 @@ APIS: dict[int, Api] = dict(
         _api("LeaveGroup", LeaveGroupRequest, LeaveGroupResponse),
         _api("OffsetCommit", OffsetCommitRequest, OffsetCommitResponse),
         _api("OffsetFetch", OffsetFetchRequest, OffsetFetchResponse),
+        _api("ListGroups", ListGroupsRequest, ListGroupsResponse),
+        _api("DescribeGroups", DescribeGroupsRequest, DescribeGroupsResponse),
+        _api("DeleteGroups", DeleteGroupsRequest, DeleteGroupsResponse),
         _api("Produce", ProduceRequest, ProduceResponse),
         _api("CreateTopics", CreateTopicsRequest, CreateTopicsResponse),
         _api("DeleteTopics", DeleteTopicsRequest, DeleteTopicsResponse),

@@ -28,7 +28,13 @@ from pathlib import Path
 from typing import Any
 
 import kafka.errors as kafka_errors
-from kafka.protocol.admin import CreateTopicsResponse, DeleteTopicsResponse
+from kafka.protocol.admin import (
+    CreateTopicsResponse,
+    DeleteGroupsResponse,
+    DeleteTopicsResponse,
+    DescribeGroupsResponse,
+    ListGroupsResponse,
+)
 from kafka.protocol.consumer import (
     HeartbeatResponse,
     JoinGroupResponse,
@@ -46,7 +52,7 @@ from indexer.file_names import INTERNAL_TOPICS
 from seglog.serve import fetch, protocol
 from seglog.serve.catalog import Catalog
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
-from seglog.serve.groups import GroupCoordinator, JoinResult, SyncResult
+from seglog.serve.groups import GroupCoordinator, GroupState, JoinResult, SyncResult
 
 logger = logging.getLogger(__name__)
 
@@ -71,6 +77,14 @@ class ServeOptions:
     poll_ms: int = 10  # how often the writer's checkpoints are looked at
     rescan_ms: int = 500  # how often the directory is listed for new partitions
     brokers: int = 1  # broker nodes presented, each on a port of its own (see Server._Metadata)
+
+    def __post_init__(self) -> None:
+        """Node i listens on ``port + i``: every one must be a port."""
+        last = self.port + self.brokers - 1
+        if self.port and last > 65535:
+            raise ValueError(
+                f"{self.brokers} brokers from port {self.port} need ports up to {last} (the last is 65535)"
+            )
 
 
 def _group_response(
@@ -160,14 +174,16 @@ class Server:
         idle_s = self.options.connections_max_idle_ms / 1000
         try:
             while True:
-                head = await asyncio.wait_for(reader.readexactly(protocol.FRAME_HEADER.size), idle_s)
+                async with asyncio.timeout(idle_s):
+                    head = await reader.readexactly(protocol.FRAME_HEADER.size)
                 (size,) = protocol.FRAME_HEADER.unpack(head)
                 if not 0 <= size <= self.options.max_request_bytes:
                     logger.warning(
                         "%s: request of %d bytes (limit %d): closing", peer, size, self.options.max_request_bytes
                     )
                     return
-                frame = await asyncio.wait_for(reader.readexactly(size), idle_s)
+                async with asyncio.timeout(idle_s):
+                    frame = await reader.readexactly(size)
                 response = await self._handle(frame)
                 if response is not None:
                     await self._send(writer, response)
@@ -177,6 +193,8 @@ class Server:
             logger.info("%s: idle or not reading: closing", peer)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
+        except asyncio.CancelledError:  # close(): end normally (3.11's start_server logs a cancelled handler
+            pass  # as "Exception in callback" with a traceback)
         except Exception:  # a bug in one request's handling must not stop the server
             logger.exception("%s: request failed: closing", peer)
         finally:
@@ -200,7 +218,8 @@ class Server:
                 view = memoryview(piece)
                 for start in range(0, len(view), _SEND_CHUNK_BYTES):
                     writer.write(view[start : start + _SEND_CHUNK_BYTES])
-                    await asyncio.wait_for(writer.drain(), timeout)
+                    async with asyncio.timeout(timeout):
+                        await writer.drain()
         finally:
             for piece in pieces:
                 if isinstance(piece, protocol.FileRegion):
@@ -212,7 +231,8 @@ class Server:
         end = region.position + region.size
         for start in range(region.position, end, _SENDFILE_CHUNK_BYTES):
             count = min(_SENDFILE_CHUNK_BYTES, end - start)
-            sent = await asyncio.wait_for(loop.sendfile(writer.transport, region.file, start, count), timeout)
+            async with asyncio.timeout(timeout):
+                sent = await loop.sendfile(writer.transport, region.file, start, count)
             if sent != count:  # the file is shorter than when it was read: the response cannot be completed
                 raise StorageError(
                     f"{region.path}: only {sent} of {count} bytes at position {start} could be sent", path=region.path
@@ -257,9 +277,15 @@ class Server:
         partitions at once. Every port serves every request: the data is the same whichever node is
         asked. Each node has a port of its own because clients tell brokers apart by address too
         (librdkafka 2.0 takes a second node id at the bootstrap address for the bootstrap broker).
+
+        A topic has the engine's partition count; a partition without a directory here is offline
+        (LEADER_NOT_AVAILABLE, no leader), as a broker answers for a partition whose replicas are all
+        down: clients then read the others (with a gap in the numbers, librdkafka took the topic for
+        a smaller one and never read its last partitions).
         """
         body, version = request.body, request.version
-        topics = self.catalog.topics()
+        served = self.catalog.topics()
+        topics = self.catalog.partition_counts()
         if body.topics is None or (version == 0 and not body.topics):
             wanted = [(name, None) for name in topics]
         else:
@@ -282,6 +308,7 @@ class Server:
                     )
                 )
                 continue
+            online = set(served.get(name, []))
             parts = [
                 partition(
                     error_code=protocol.NONE,
@@ -292,7 +319,17 @@ class Server:
                     isr_nodes=[p % len(self.ports)],
                     offline_replicas=[],
                 )
-                for p in topics[name]
+                if p in online
+                else partition(
+                    error_code=protocol.LEADER_NOT_AVAILABLE,
+                    partition_index=p,
+                    leader_id=-1,
+                    leader_epoch=-1,
+                    replica_nodes=[],
+                    isr_nodes=[],
+                    offline_replicas=[],
+                )
+                for p in range(topics[name])
             ]
             answers.append(
                 MetadataResponse.MetadataResponseTopic(
@@ -496,8 +533,87 @@ class Server:
                         error_code=protocol.NONE,
                     )
                 )
-            answers.append(topic_class(name=name, topic_id=ids.get(name), partitions=rows))
+            with_id = {"topic_id": ids.get(name)} if version >= 8 else {}  # v0-7's topic has no topic_id field
+            answers.append(topic_class(name=name, partitions=rows, **with_id))
         return answers
+
+    def _ListGroups(self, request: protocol.Request) -> Any:
+        body, version = request.body, request.version
+        states = set(body.states_filter or []) if version >= 4 else set()
+        types = set(body.types_filter or []) if version >= 5 else set()
+        listed = [
+            ListGroupsResponse.ListedGroup(
+                group_id=g.group_id,
+                protocol_type=g.protocol_type or "",
+                group_state=g.state.value,
+                group_type="classic",
+            )
+            for g in self.groups.listed()
+            if (not states or g.state.value in states) and (not types or "classic" in types)
+        ]
+        return ListGroupsResponse(version=version, throttle_time_ms=0, error_code=protocol.NONE, groups=listed)
+
+    def _DescribeGroups(self, request: protocol.Request) -> Any:
+        """Each group's state, protocol and members; the members' metadata and assignments once it is
+        Stable, as Kafka. A group the server does not know is Dead (v6: with GROUP_ID_NOT_FOUND)."""
+        version = request.version
+        known = {g.group_id: g for g in self.groups.listed()}
+        described = DescribeGroupsResponse.DescribedGroup
+        answers = []
+        for group_id in request.body.groups:
+            group = known.get(group_id)
+            if group is None:
+                error = protocol.GROUP_ID_NOT_FOUND if version >= 6 else protocol.NONE
+                message = f"group {group_id} is not known" if version >= 6 else None
+                answers.append(
+                    described(
+                        error_code=error,
+                        error_message=message,
+                        group_id=group_id,
+                        group_state="Dead",
+                        protocol_type="",
+                        protocol_data="",
+                        members=[],
+                    )
+                )
+                continue
+            stable = group.state is GroupState.STABLE
+            members = [
+                described.DescribedGroupMember(
+                    member_id=m.member_id,
+                    group_instance_id=None,
+                    client_id=m.client_id,
+                    client_host="",
+                    member_metadata=next((meta for name, meta in m.protocols if name == group.protocol_name), b"")
+                    if stable
+                    else b"",
+                    member_assignment=m.assignment if stable else b"",
+                )
+                for m in group.members.values()
+            ]
+            answers.append(
+                described(
+                    error_code=protocol.NONE,
+                    error_message=None,
+                    group_id=group_id,
+                    group_state=group.state.value,
+                    protocol_type=group.protocol_type or "",
+                    protocol_data=(group.protocol_name or "") if stable else "",
+                    members=members,
+                )
+            )
+        return DescribeGroupsResponse(version=version, throttle_time_ms=0, groups=answers)
+
+    async def _DeleteGroups(self, request: protocol.Request) -> Any:
+        results = []
+        for group_id in request.body.groups_names:
+            try:
+                error = await self.groups.delete(group_id)
+            except StorageError as e:
+                logger.error("cannot delete the offsets of group %s: %s", group_id, e)
+                error = protocol.KAFKA_STORAGE_ERROR
+            results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=error))
+        return DeleteGroupsResponse(version=request.version, throttle_time_ms=0, results=results)
 
     # -- refused writes --------------------------------------------------------------------------
 

@@ -9,6 +9,7 @@ import time
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -162,3 +163,77 @@ def test_writes_are_refused_with_authorization_errors(server: ServeProcess) -> N
         topic = CreateTopicsResponse.decode(_read_frame(sock), version=5, header=True).topics[0]
         assert (topic.name, topic.error_code) == ("new", protocol.TOPIC_AUTHORIZATION_FAILED)
     assert not (server.log_dir / "new-0").exists()
+
+
+# The values of a plausible request, by field name: topic t, partition 0, a new member of a group.
+_REQUEST_VALUES: dict[str, object] = {
+    "topic": "t",
+    "name": "t",
+    "topic_names": ["t"],
+    "partition": 0,
+    "partition_index": 0,
+    "partition_indexes": [0],
+    "index": 0,
+    "key": "g",
+    "coordinator_keys": ["g"],
+    "member_id": "",
+    "generation_id": -1,
+    "generation_id_or_member_epoch": -1,
+    "session_timeout_ms": 10_000,
+    "rebalance_timeout_ms": 10_000,
+    "protocol_type": "consumer",
+    "max_wait_ms": 0,
+    "max_bytes": 1 << 20,
+    "partition_max_bytes": 1 << 20,
+    "timestamp": -1,
+    "acks": -1,
+    "timeout_ms": 1000,
+    "num_partitions": 1,
+    "replication_factor": 1,
+    "records": b"",
+    "metadata": b"",
+    "assignment": b"",
+    "client_software_name": "raw",
+    "client_software_version": "1",
+}
+
+
+def _filled(cls: Any, version: int, values: dict[str, object]) -> Any:
+    """A kafka-python message or struct of ``cls`` at ``version``: each field of that version named in
+    ``values`` set from it, each struct (or array of structs, with one element) filled the same way."""
+    fields: dict[str, object] = {}
+    for field in cls.fields.values():
+        if not field.for_version_q(version):
+            continue
+        if field.is_struct() or field.is_struct_array():
+            element = _filled(getattr(cls, field.type_str), version, values)
+            fields[field.name] = [element] if field.is_struct_array() else element
+        elif field.name in values:
+            fields[field.name] = values[field.name]
+    return cls(version=version, **fields) if hasattr(cls, "API_KEY") else cls(**fields)
+
+
+@pytest.mark.parametrize("api", protocol.APIS.values(), ids=lambda api: api.name)
+def test_every_api_is_answered_at_every_version_it_advertises(server: ServeProcess, api: protocol.Api) -> None:
+    """Each client speaks one version of each API: every version ApiVersions advertises must be
+    answered (OffsetFetch v1-7, librdkafka 2.0's, closed the connection). A request for topic t (by
+    name, and by id from v13 of Fetch), each version in a group of its own so that no join waits for
+    another's member."""
+    with _connect(server) as sock:
+        sock.sendall(_request(MetadataRequest(version=12, topics=None), 12))
+        topic_id = MetadataResponse.decode(_read_frame(sock), version=12, header=True).topics[0].topic_id
+    for version in range(api.min_version, api.max_version + 1):
+        group = f"g{version}"
+        values = {
+            **_REQUEST_VALUES,
+            "topic_id": topic_id,
+            "group_id": group,
+            "key": group,
+            "coordinator_keys": [group],
+            "groups": [group],  # DescribeGroups (OffsetFetch v8+'s groups are structs, filled as such)
+            "groups_names": [group],  # DeleteGroups
+        }
+        with _connect(server) as sock:
+            sock.sendall(_request(_filled(api.request, version, values), version, version))
+            response = api.response.decode(_read_frame(sock), version=version, header=True)
+        assert response.header.correlation_id == version, (api.name, version)

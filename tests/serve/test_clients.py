@@ -4,9 +4,12 @@ record exactly once and in offset order; nothing above the high watermark."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+import confluent_kafka
+import confluent_kafka.admin
 import pytest
 
 from indexer.checkpoint import OffsetCheckpointFile
@@ -99,3 +102,40 @@ def test_consumer_reads_every_committed_record(
     total = sum(len(r) for r in expected.values())
     received = CONSUMERS[consumer](server.bootstrap, total)  # and lingers: the uncommitted tail must not come
     _check(received, expected)
+
+
+GAP_CONSUMERS: dict[str, Callable[[str, int], clients.Received]] = {
+    "kafka-python-group": lambda b, n: clients.kafka_python(b, n, topics=["gap"], group="kp"),
+    "confluent-group": lambda b, n: clients.confluent(b, n, topics=["gap"], group="ck"),
+}
+
+
+@pytest.mark.parametrize("consumer", sorted(GAP_CONSUMERS))
+def test_a_partition_without_a_directory_is_offline_and_the_others_are_read(
+    serve: Callable[..., ServeProcess], consumer: str, tmp_path: Path
+) -> None:
+    """One broker's directory holds only the partitions it replicated: here gap-0 and gap-2 of a topic
+    of 3. Metadata has all 3, gap-1 offline (LEADER_NOT_AVAILABLE), and every consumer reads gap-0
+    and gap-2 (listed as partitions 0 and 2 alone, librdkafka took the topic for one of 2
+    partitions and never read gap-2). (kcat -e would wait for gap-1's end forever, as with a broker.)"""
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings()) as manager:
+        manager.create_topic("gap", 3)
+        for partition in (0, 2):
+            log = manager.get_or_create_log("gap", partition)
+            log.append({"value": [b"%d-%d" % (partition, i) for i in range(10)]})
+            log.update_high_watermark(log.log_end_offset)
+    shutil.rmtree(log_dir / "gap-1")
+    (log_dir / "seglog-topics.json").unlink()  # as a broker's directory: the count is the directories'
+    server = serve(log_dir, "--group-offsets-dir", str(tmp_path))
+    metadata = confluent_kafka.admin.AdminClient({"bootstrap.servers": server.bootstrap}).list_topics(timeout=20)
+    partitions = metadata.topics["gap"].partitions
+    assert {p: (m.leader, m.error.code() if m.error else None) for p, m in partitions.items()} == {
+        0: (0, None),
+        1: (-1, confluent_kafka.KafkaError.LEADER_NOT_AVAILABLE),
+        2: (0, None),
+    }
+    received = GAP_CONSUMERS[consumer](server.bootstrap, 20)
+    assert {tp: [r.value for r in records] for tp, records in received.items()} == {
+        ("gap", p): [b"%d-%d" % (p, i) for i in range(10)] for p in (0, 2)
+    }

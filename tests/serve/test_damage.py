@@ -50,3 +50,21 @@ def test_a_fetch_at_a_damaged_size_field_gets_corrupt_message(
     at = _fetch(server, victim.base_offset)
     assert at.error_code == protocol.CORRUPT_MESSAGE and at.records == b""
     assert f"cannot read offset {victim.base_offset} of t-0" in server.log_text()
+
+
+def test_committed_records_missing_from_the_end_of_the_log_are_a_warning(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    """Damage in the last batch of a small active segment (no index entry after it) ends the log
+    before the checkpointed high watermark: the partition looks empty to a consumer, as a broker's
+    recovery would truncate it, but the server says so (it was silent)."""
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings()) as manager:
+        log = manager.get_or_create_log("t", 0)
+        log.append({"value": [b"x"] * 20})
+        log.update_high_watermark(log.log_end_offset)
+    with open(log_dir / "t-0" / "00000000000000000000.log", "r+b") as f:
+        f.write(b"\xff" * 12)  # the batch's base offset and size
+    server = serve(log_dir)
+    assert _fetch(server, 0).high_watermark == 0
+    assert "t-0: offsets 0..19 are committed (replication-offset-checkpoint) but not on disk" in server.log_text()

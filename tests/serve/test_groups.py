@@ -4,6 +4,7 @@ committed offsets (kept in the log directory)."""
 
 from __future__ import annotations
 
+import json
 import signal
 import subprocess
 import threading
@@ -18,7 +19,7 @@ from tests.serve.conftest import ServeProcess
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka import KafkaConsumer, TopicPartition
+    from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
 
 TOPIC, PARTITIONS, RECORDS = "orders", 4, 50
 
@@ -172,3 +173,110 @@ def test_member_killed_without_leaving_is_expired_and_its_partitions_move(
         if kcat.poll() is None:
             kcat.kill()
     assert "session expired" in server.log_text()
+
+
+def _kcat_group(bootstrap: str, *options: str) -> list[bytes]:
+    """The values a ``kcat -G grp`` member reads up to the end of every partition (then it commits,
+    leaves and exits)."""
+    done = subprocess.run(
+        ["kcat", "-b", bootstrap, "-G", "grp", "-e", "-q", "-f", "%s\\n", *options, TOPIC],
+        capture_output=True,
+        timeout=60,
+        check=True,
+    )
+    return done.stdout.split()
+
+
+def test_kcat_group_resumes_from_its_committed_offsets(tmp_path: Path, serve: Callable[..., ServeProcess]) -> None:
+    """A kcat group member without ``-o`` starts from the group's committed offsets, which it asks for
+    with OffsetFetch v7 (librdkafka 2.0): it gets only the records written after the first member
+    committed (the server used to fail that request and close the connection, so kcat retried forever)."""
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    assert len(_kcat_group(server.bootstrap, "-o", "beginning")) == PARTITIONS * RECORDS
+    _write(log_dir, RECORDS, 5)
+    expected = [b"%d-%d" % (p, i) for p in range(PARTITIONS) for i in range(RECORDS, RECORDS + 5)]
+    assert sorted(_kcat_group(server.bootstrap)) == sorted(expected)
+
+
+def test_admin_clients_list_and_describe_the_groups(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """ListGroups and DescribeGroups, as confluent-kafka's and kafka-python's admin clients (and
+    kafka-consumer-groups.sh) use them: a live group is Stable with its members and their partitions,
+    a group known only by its committed offsets is Empty, an unknown one Dead (they answered "not
+    supported by broker")."""
+    from confluent_kafka import ConsumerGroupState
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    standalone = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id="offsets-only", enable_auto_commit=False)
+    standalone.assign([TopicPartition(TOPIC, 0)])
+    standalone.commit({TopicPartition(TOPIC, 0): OffsetAndMetadata(7, "", -1)})
+    standalone.close()
+    consumers = [_consumer(server.bootstrap) for _ in range(2)]
+    _poll_until(consumers, _split, {})
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    listed = admin.list_consumer_groups().result(20)
+    assert not listed.errors
+    assert {(g.group_id, g.state) for g in listed.valid} == {
+        ("grp", ConsumerGroupState.STABLE),
+        ("offsets-only", ConsumerGroupState.EMPTY),
+    }
+    described = {g: f.result(20) for g, f in admin.describe_consumer_groups(["grp", "offsets-only", "nope"]).items()}
+    assert described["grp"].state == ConsumerGroupState.STABLE and described["grp"].partition_assignor == "range"
+    assigned = [tp.partition for m in described["grp"].members for tp in m.assignment.topic_partitions]
+    assert sorted(assigned) == list(range(PARTITIONS)) and len(described["grp"].members) == 2
+    assert (described["offsets-only"].state, described["offsets-only"].members) == (ConsumerGroupState.EMPTY, [])
+    assert described["nope"].state == ConsumerGroupState.DEAD
+
+    kafka_admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    assert {(g["group_id"], g["group_state"]) for g in kafka_admin.list_groups()} == {
+        ("grp", "Stable"),
+        ("offsets-only", "Empty"),
+    }
+    assert kafka_admin.describe_groups(["grp"])["grp"]["group_state"] == "Stable"
+    kafka_admin.close()
+    for consumer in consumers:
+        consumer.close()
+
+
+def test_admin_client_deletes_a_group_without_members(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """DeleteGroups (confluent-kafka's delete_consumer_groups, kafka-consumer-groups.sh --delete): a
+    group without members loses its committed offsets, on disk too; a group with members is
+    NON_EMPTY_GROUP, an unknown one GROUP_ID_NOT_FOUND (librdkafka 2.16 aborted the process after
+    "not supported by broker")."""
+    from confluent_kafka import KafkaError, KafkaException
+    from confluent_kafka.admin import AdminClient
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    for group in ("old", "older"):
+        standalone = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id=group, enable_auto_commit=False)
+        standalone.commit({TopicPartition(TOPIC, 0): OffsetAndMetadata(7, "", -1)})
+        standalone.close()
+    live = _consumer(server.bootstrap)
+    _poll_until([live], lambda a: len(a[0]) == PARTITIONS, {})
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    errors: dict[str, int] = {}
+    for group, future in admin.delete_consumer_groups(["old", "grp", "nope"], request_timeout=20).items():
+        try:
+            future.result(20)
+            errors[group] = KafkaError.NO_ERROR
+        except KafkaException as e:
+            errors[group] = e.args[0].code()
+    assert errors == {
+        "old": KafkaError.NO_ERROR,
+        "grp": KafkaError.NON_EMPTY_GROUP,
+        "nope": KafkaError.GROUP_ID_NOT_FOUND,
+    }
+    live.close()
+    assert {g.group_id for g in admin.list_consumer_groups().result(20).valid} == {"grp", "older"}
+    server.stop()
+    groups = {json.loads(line)["group"] for line in (log_dir / "group-offsets-checkpoint").read_text().splitlines()[2:]}
+    assert groups == {"older"}

@@ -6,6 +6,7 @@ transactions served with ``read_committed``."""
 from __future__ import annotations
 
 import struct
+import subprocess
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -121,6 +122,23 @@ def test_broker_written_vectors(
             _check(_consumers(committed)[consumer](server.bootstrap, expected), expected)
         finally:
             server.stop()
+
+
+def test_a_pattern_subscription_reads_topics_not_the_kraft_metadata_log(
+    serve: Callable[..., ServeProcess], vectors_dir: Path, tmp_path: Path
+) -> None:
+    """``kcat -G group '^.*'`` over a KRaft broker's directory reads its topics: it read the 16,593
+    records of KRaft's ``__cluster_metadata`` log too, which is not a topic (a broker never lists it)."""
+    server = serve(vectors_dir / "transactions-commit", "--group-offsets-dir", str(tmp_path))
+    done = subprocess.run(
+        ["kcat", "-b", server.bootstrap, "-G", "pattern", "-o", "beginning", "-e", "-q", "-f", "%t\n", "^.*"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    topics = set(done.stdout.split())
+    assert "locations" in topics and "__cluster_metadata" not in topics
 
 
 @pytest.mark.parametrize("consumer", ["kafka-python", "confluent", "kcat"])
