@@ -10,6 +10,10 @@ metadata are free text, which Kafka's space-separated lines could not hold.
 
 An OffsetCommit (or DeleteGroups) is answered only after its file is on disk. Writes run in a worker
 thread, one at a time (an ``asyncio.Lock``), so the event loop keeps serving while the file is fsynced.
+Each write holds ``group-offsets-checkpoint.lock`` (an exclusive ``flock``, :class:`indexer.lock.FileLock`),
+reads the file again and changes only its own group in it: several servers on one log directory
+(``seglog serve`` twice, on other ports) keep each other's groups instead of writing back the
+offsets each read at its start.
 """
 
 from __future__ import annotations
@@ -17,15 +21,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
 from indexer.checkpoint import CheckpointFile
 from indexer.file_names import TopicPartition
+from indexer.lock import FileLock
 
 GROUP_OFFSETS_FILE = "group-offsets-checkpoint"
 CURRENT_VERSION = 0
+LOCK_TIMEOUT_S = 10.0  # another server's write holds the file lock for one fsynced replace
 
 
 class CommittedOffset(NamedTuple):
@@ -34,6 +40,9 @@ class CommittedOffset(NamedTuple):
     offset: int
     leader_epoch: int = -1
     metadata: str = ""
+
+
+_Offsets = dict[str, dict[TopicPartition, CommittedOffset]]  # group -> partition -> committed offset
 
 
 class _Entry(NamedTuple):
@@ -76,9 +85,10 @@ class GroupOffsets:
         self._file: CheckpointFile[_Entry] = CheckpointFile(
             Path(directory) / GROUP_OFFSETS_FILE, version=CURRENT_VERSION, to_line=_to_line, from_line=_from_line
         )
-        self._offsets: dict[str, dict[TopicPartition, CommittedOffset]] = {}
-        for entry in self._file.read_entries():
-            self._offsets.setdefault(entry.group, {})[(entry.topic, entry.partition)] = entry.committed
+        self._file_lock = FileLock(
+            self._file.path.with_name(f"{GROUP_OFFSETS_FILE}.lock"), what=f"the group offsets in {directory}"
+        )
+        self._offsets = self._read()
         self._write_lock: asyncio.Lock | None = None
 
     @property
@@ -99,10 +109,11 @@ class GroupOffsets:
         Raises:
             StorageError: the write failed; the previous offsets stay in force (file and memory).
         """
-        async with self._lock():
-            updated = {g: dict(tps) for g, tps in self._offsets.items()}
-            updated.setdefault(group, {}).update(offsets)
-            await self._replace(updated)
+
+        def change(current: _Offsets) -> None:
+            current.setdefault(group, {}).update(offsets)
+
+        await self._replace(change)
 
     async def delete(self, group: str) -> None:
         """Forget every offset of ``group``; returns once the file without them is durable.
@@ -110,8 +121,7 @@ class GroupOffsets:
         Raises:
             StorageError: the write failed; the offsets stay in force (file and memory).
         """
-        async with self._lock():
-            await self._replace({g: tps for g, tps in self._offsets.items() if g != group})
+        await self._replace(lambda current: current.pop(group, None))
 
     def _lock(self) -> asyncio.Lock:
         """The lock that keeps one write at a time (made on first use, inside the event loop)."""
@@ -119,9 +129,27 @@ class GroupOffsets:
             self._write_lock = asyncio.Lock()
         return self._write_lock
 
-    async def _replace(self, offsets: dict[str, dict[TopicPartition, CommittedOffset]]) -> None:
-        await asyncio.to_thread(self._file.write_entries, self._entries(offsets))
-        self._offsets = offsets
+    def _read(self) -> _Offsets:
+        offsets: _Offsets = {}
+        for entry in self._file.read_entries():
+            offsets.setdefault(entry.group, {})[(entry.topic, entry.partition)] = entry.committed
+        return offsets
+
+    async def _replace(self, change: Callable[[_Offsets], object]) -> None:
+        """Apply ``change`` to the offsets on file and write them back, under the file lock; then they
+        are this server's offsets (with what other servers wrote meanwhile)."""
+        async with self._lock():
+            self._offsets = await asyncio.to_thread(self._replace_file, change)
+
+    def _replace_file(self, change: Callable[[_Offsets], object]) -> _Offsets:
+        self._file_lock.acquire(timeout=LOCK_TIMEOUT_S)
+        try:
+            offsets = self._read()
+            change(offsets)
+            self._file.write_entries(self._entries(offsets))
+            return offsets
+        finally:
+            self._file_lock.release()
 
     @staticmethod
     def _entries(offsets: Mapping[str, Mapping[TopicPartition, CommittedOffset]]) -> Iterable[_Entry]:

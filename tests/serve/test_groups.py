@@ -280,3 +280,30 @@ def test_admin_client_deletes_a_group_without_members(serve: Callable[..., Serve
     server.stop()
     groups = {json.loads(line)["group"] for line in (log_dir / "group-offsets-checkpoint").read_text().splitlines()[2:]}
     assert groups == {"older"}
+
+
+def test_two_servers_on_one_log_directory_keep_each_others_groups(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    """Two ``seglog serve`` on one log directory (other ports) share its group offsets file: each
+    commit changes only its own group in the file as it is then, so neither server writes the other's
+    groups away (each used to write back what it had read at its start), and a restart finds both."""
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    servers = [serve(log_dir), serve(log_dir)]
+
+    def commit(bootstrap: str, group: str, offset: int) -> None:
+        consumer = KafkaConsumer(bootstrap_servers=bootstrap, group_id=group, enable_auto_commit=False)
+        consumer.commit({TopicPartition(TOPIC, 0): OffsetAndMetadata(offset, "", -1)})
+        consumer.close()
+
+    commit(servers[0].bootstrap, "first", 7)
+    commit(servers[1].bootstrap, "second", 9)
+    commit(servers[0].bootstrap, "first", 8)
+    for server in servers:
+        server.stop()
+    restarted = serve(log_dir)
+    for group, offset in (("first", 8), ("second", 9)):
+        consumer = KafkaConsumer(bootstrap_servers=restarted.bootstrap, group_id=group, enable_auto_commit=False)
+        assert consumer.committed(TopicPartition(TOPIC, 0)) == offset, group
+        consumer.close()
