@@ -318,7 +318,7 @@ def run_job(
                 log_manager.get_or_create_log(spec.topic, partition)
         if spark is None:
             spark = build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
-            _quiet_query_failure_logs(spark)
+            _quiet_spark_logs(spark)
         if maintenance is not None:
             scheduler = maintenance(spec.log_dir if log_manager is None else log_manager, settings)
         sink = SegmentLogSink(
@@ -382,15 +382,19 @@ def run_job(
     return summary
 
 
-def _quiet_query_failure_logs(spark: SparkSession) -> None:
-    """Silence the two logs that repeat a failed query's error with whole tracebacks, py4j's (the
-    ``foreachBatch`` function's Python traceback) and Spark's ``MicroBatchExecution`` (the same inside
-    a Java stack trace): the job raises that error itself, once (``_wait``), its traceback chained."""
+def _quiet_spark_logs(spark: SparkSession) -> None:
+    """Silence, in the session the job built, the two logs that repeat a failed query's error with
+    whole tracebacks, py4j's (the ``foreachBatch`` function's Python traceback) and Spark's
+    ``MicroBatchExecution`` (the same inside a Java stack trace): the job raises that error itself,
+    once (``_wait``), its traceback chained. And the ``DAGScheduler`` warning "Failed to cancel job
+    group ... Cannot find active jobs for it" that every stop between micro-batches printed (twice):
+    ``query.stop()`` cancels the query's job group whether a job runs or not."""
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
     log4j.core.config.Configurator.setLevel(
         "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution", log4j.Level.FATAL
     )
+    log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", log4j.Level.ERROR)
 
 
 def _stop_between_batches(query: Any, timeout_s: float = STOP_WAIT_S) -> None:
