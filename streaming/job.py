@@ -388,13 +388,18 @@ def _quiet_spark_logs(spark: SparkSession) -> None:
     ``MicroBatchExecution`` (the same inside a Java stack trace): the job raises that error itself,
     once (``_wait``), its traceback chained. And the ``DAGScheduler`` warning "Failed to cancel job
     group ... Cannot find active jobs for it" that every stop between micro-batches printed (twice):
-    ``query.stop()`` cancels the query's job group whether a job runs or not."""
+    ``query.stop()`` cancels the query's job group whether a job runs or not. And the warning at the
+    query's start that adaptive query execution does not apply to streaming (the session's setting is
+    Spark's default, the job changes nothing a warning could tell the user about)."""
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
     log4j.core.config.Configurator.setLevel(
         "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution", log4j.Level.FATAL
     )
     log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", log4j.Level.ERROR)
+    log4j.core.config.Configurator.setLevel(
+        "org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream", log4j.Level.ERROR
+    )
 
 
 def _stop_between_batches(query: Any, timeout_s: float = STOP_WAIT_S) -> None:

@@ -47,6 +47,10 @@ DEFAULT_SPARK_CONF: dict[str, str] = {
 # Where every Spark process runs on this machine, the driver listens on the loopback address only. Not
 # on a master that spans machines: executors there connect back to spark.driver.host.
 LOOPBACK_CONF: dict[str, str] = {"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1"}
+# The same for the JVMs' own choice of a local address (block managers, executors), made before any
+# configuration is read: without it Spark warns at start that the hostname resolves to a loopback
+# address and picks another interface's.
+LOOPBACK_ENV: dict[str, str] = {"SPARK_LOCAL_IP": "127.0.0.1"}
 
 
 def runs_on_one_machine(master: str | None) -> bool:
@@ -76,6 +80,9 @@ def build_spark_session(
     # Python workers (the seglog data source's planner and readers) must run this interpreter, which has
     # seglog and pyarrow; Spark's own fallback is whatever "python3" is on the PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    if runs_on_one_machine(master):
+        for name, value in LOOPBACK_ENV.items():
+            os.environ.setdefault(name, value)
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in session_conf(master, conf).items():
         builder = builder.config(key, value)
