@@ -8,8 +8,14 @@ One JSON file per sink in the log directory, ``<log_dir>/seglog-sink.<sink_id>.j
       "query_id": "dfe183bc-4458-4fbd-8d4a-1c1f8d60c048",   # Spark's checkpoint identity
       "batch_id": 41,                                       # last committed micro-batch, -1 = none
       "committed_at_ms": 1700000000000,
-      "end_offsets": {"events": {"0": 1234, "1": 1199}}     # per topic, per partition: exclusive end
+      "end_offsets": {"events": {"0": 1234, "1": 1199}},    # per topic, per partition: exclusive end
+      "earlier_queries": {"5b1e...": 17}                    # last committed batch of each earlier query
     }
+
+``earlier_queries`` keeps, for every query that committed to the sink before the current one, its
+last committed batch: a query that comes back (an old checkpoint resumed, a backfill rerun under its
+name) finds its committed batches skipped, not written a second time after another query's. Records
+written without it read as having no earlier query.
 
 Writing it is the sink's commit point. A write goes to ``<file>.tmp``, is fsynced, renamed over the
 file and the directory is fsynced, so a crash leaves the old record or the new one, never a mix.
@@ -62,10 +68,32 @@ class SinkCommit:
     batch_id: int = NO_BATCH
     end_offsets: Mapping[TopicPartition, int] = field(default_factory=dict)
     committed_at_ms: int = 0
+    earlier_queries: Mapping[str, int] = field(default_factory=dict)
 
     def is_committed(self, query_id: str, batch_id: int) -> bool:
-        """True if batch ``batch_id`` of the Spark query ``query_id`` already committed."""
-        return self.query_id == query_id and batch_id <= self.batch_id
+        """True if batch ``batch_id`` of the Spark query ``query_id`` already committed (as the current
+        query or as an earlier one)."""
+        if query_id == self.query_id:
+            return batch_id <= self.batch_id
+        return batch_id <= self.earlier_queries.get(query_id, NO_BATCH)
+
+    def successor(
+        self, query_id: str, batch_id: int, end_offsets: Mapping[TopicPartition, int], committed_at_ms: int
+    ) -> SinkCommit:
+        """The record that commits batch ``batch_id`` of ``query_id`` after this one: when another query
+        takes over the sink, this record's query and last batch join :attr:`earlier_queries`."""
+        earlier = dict(self.earlier_queries)
+        if self.query_id is not None and self.query_id != query_id and self.batch_id != NO_BATCH:
+            earlier[self.query_id] = self.batch_id
+            logger.info(
+                "sink %s: query %s takes over from query %s (its last batch %d)",
+                self.sink_id,
+                query_id,
+                self.query_id,
+                self.batch_id,
+            )
+        earlier.pop(query_id, None)
+        return SinkCommit(self.sink_id, query_id, batch_id, end_offsets, committed_at_ms, earlier)
 
     def to_json(self) -> dict[str, Any]:
         by_topic: dict[str, dict[str, int]] = {}
@@ -78,6 +106,7 @@ class SinkCommit:
             "batch_id": self.batch_id,
             "committed_at_ms": self.committed_at_ms,
             "end_offsets": by_topic,
+            "earlier_queries": {str(query): int(batch) for query, batch in sorted(self.earlier_queries.items())},
         }
 
     @classmethod
@@ -100,6 +129,7 @@ class SinkCommit:
                 batch_id=int(doc["batch_id"]),
                 end_offsets=end_offsets,
                 committed_at_ms=int(doc["committed_at_ms"]),
+                earlier_queries={str(q): int(b) for q, b in doc.get("earlier_queries", {}).items()},
             )
         except (KeyError, TypeError, ValueError, AttributeError) as e:
             raise StorageError(f"sink commit record {path} is malformed: {e!r}", path=path) from e

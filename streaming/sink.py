@@ -297,7 +297,7 @@ class SegmentLogSink:
             t4 = time.perf_counter()
             end_offsets = dict(committed.end_offsets)
             end_offsets.update({tp: log.log_end_offset for tp, log in logs.items()})
-            self._commit(SinkCommit(self.sink_id, query_id, batch_id, end_offsets, int(time.time() * 1000)))
+            self._commit(committed.successor(query_id, batch_id, end_offsets, int(time.time() * 1000)))
             t5 = time.perf_counter()
             self._publish(manager, {tp: end_offsets[tp] for tp in logs})
             t6 = time.perf_counter()
@@ -366,7 +366,7 @@ class SegmentLogSink:
                         path=self.log_dir,
                     )
                 end_offsets[(self.topic, result.partition)] = result.end
-            self._commit(SinkCommit(self.sink_id, query_id, batch_id, end_offsets, int(time.time() * 1000)))
+            self._commit(committed.successor(query_id, batch_id, end_offsets, int(time.time() * 1000)))
             t3 = time.perf_counter()
             written = {(self.topic, result.partition): result.end for result in results}
             self._publish_unowned(written)

@@ -34,6 +34,26 @@ def test_round_trip_and_identity(tmp_path: Path) -> None:
     assert doc["end_offsets"] == {"events": {"0": 10, "3": 4}, "other": {"1": 2}}
 
 
+def test_a_query_taking_over_keeps_the_earlier_queries_committed_batches(tmp_path: Path) -> None:
+    log = SinkCommitLog(tmp_path, "events")
+    first = SinkCommit("events").successor("q-1", 0, {("events", 0): 5}, 1).successor("q-1", 3, {("events", 0): 9}, 2)
+    assert first.earlier_queries == {}
+    second = first.successor("q-2", 0, {("events", 0): 12}, 3)
+    log.write(second)
+    assert log.read() == second and dict(second.earlier_queries) == {"q-1": 3}
+    assert second.is_committed("q-1", 3) and not second.is_committed("q-1", 4)
+    assert second.is_committed("q-2", 0) and not second.is_committed("q-3", 0)
+    back = second.successor("q-1", 4, {("events", 0): 15}, 4)  # q-1 resumed: q-2 joins the earlier ones
+    assert (back.query_id, back.batch_id, dict(back.earlier_queries)) == ("q-1", 4, {"q-2": 0})
+
+
+def test_a_record_without_earlier_queries_reads_as_having_none(tmp_path: Path) -> None:
+    log = SinkCommitLog(tmp_path, "events")
+    doc = {"version": 1, "sink_id": "events", "query_id": "q", "batch_id": 2, "committed_at_ms": 1, "end_offsets": {}}
+    log.path.write_text(json.dumps(doc))
+    assert log.read() == SinkCommit("events", "q", 2, {}, 1)
+
+
 def test_unreadable_record_is_a_storage_error(tmp_path: Path) -> None:
     log = SinkCommitLog(tmp_path, "s")
     log.path.mkdir()  # a directory where the file should be

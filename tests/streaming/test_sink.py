@@ -82,6 +82,29 @@ def test_a_committed_batch_is_skipped_and_a_new_checkpoint_is_not_a_replay(tmp_p
     assert len(_values(tmp_path)) == 150
 
 
+def test_a_query_that_committed_before_another_took_over_is_still_skipped(tmp_path: Path) -> None:
+    """Batch N of query q1, committed, is a replay for q1 even after q2 wrote to the sink since: a
+    backfill rerun under its own name, or an old checkpoint resumed, adds nothing twice. The record
+    keeps each earlier query's last committed batch."""
+    with _sink(tmp_path) as sink:
+        sink.write_batch(_batch(0, 50), 0, query_id="backfill-2024")
+        sink.write_batch(_batch(50, 50), 1, query_id="backfill-2024")
+        sink.write_batch(_batch(100, 50), 0, query_id="backfill-2025")
+    before = snapshot(tmp_path)
+    with _sink(tmp_path) as sink:
+        assert sink.write_batch(_batch(0, 50), 0, query_id="backfill-2024").skipped
+        assert sink.write_batch(_batch(50, 50), 1, query_id="backfill-2024").skipped
+        assert sink.write_batch(_batch(100, 50), 0, query_id="backfill-2025").skipped
+    assert snapshot(tmp_path) == before
+    with _sink(tmp_path) as sink:  # q1 goes on after q2: its next batch is new data, appended once
+        assert not sink.write_batch(_batch(150, 50), 2, query_id="backfill-2024").skipped
+        assert sink.write_batch(_batch(100, 50), 0, query_id="backfill-2025").skipped
+    assert sorted(_values(tmp_path)) == sorted(f"v{i}".encode() for i in range(200))
+    commit = SinkCommitLog(tmp_path, "t").read()
+    assert (commit.query_id, commit.batch_id) == ("backfill-2024", 2)
+    assert dict(commit.earlier_queries) == {"backfill-2025": 0}
+
+
 @pytest.mark.parametrize("owner, phase", [(Log, "flush"), (SegmentLogSink, "_commit")])
 def test_an_attempt_that_failed_before_its_commit_is_undone_then_redone(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, owner: type, phase: str
