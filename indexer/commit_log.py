@@ -22,6 +22,9 @@ file and the directory is fsynced, so a crash leaves the old record or the new o
 It is a file, not a directory, beside the partition directories: Kafka's ``LogManager`` (and ours)
 loads every directory of a log dir as a ``<topic>-<partition>`` and ignores plain files.
 
+While a sink is open it holds ``<log_dir>/seglog-sink.<sink_id>.lock`` (:class:`~indexer.lock.FileLock`):
+two writers of one record would each commit from what they read before the other's commit.
+
 Like the checkpoint files, it is a file of the log directory, so it lives in the engine: the sink
 (:mod:`streaming.sink`) writes it and maintenance (:mod:`maintenance.committed`) reads it.
 """
@@ -46,6 +49,7 @@ logger = logging.getLogger(__name__)
 
 COMMIT_FILE_PREFIX = "seglog-sink."
 COMMIT_FILE_SUFFIX = ".json"
+SINK_LOCK_SUFFIX = ".lock"
 FORMAT_VERSION = 1
 NO_BATCH = -1
 
@@ -57,6 +61,11 @@ def commit_file(log_dir: str | os.PathLike[str], sink_id: str) -> Path:
     if not _SINK_ID.fullmatch(sink_id) or sink_id in (".", ".."):
         raise ValueError(f"sink id {sink_id!r} must be 1-200 ASCII letters, digits, '.', '_' or '-'")
     return Path(log_dir) / f"{COMMIT_FILE_PREFIX}{sink_id}{COMMIT_FILE_SUFFIX}"
+
+
+def sink_lock_file(log_dir: str | os.PathLike[str], sink_id: str) -> Path:
+    """Path of the lock a sink of ``sink_id`` holds in ``log_dir`` while it is open: one writer per sink id."""
+    return commit_file(log_dir, sink_id).with_suffix(SINK_LOCK_SUFFIX)
 
 
 @dataclass(frozen=True)

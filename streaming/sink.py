@@ -54,11 +54,12 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from indexer.commit_log import SinkCommit, SinkCommitLog, commit_file, sink_commits
+from indexer.commit_log import SinkCommit, SinkCommitLog, commit_file, sink_commits, sink_lock_file
 from indexer.config import Settings, load_settings
 from indexer.data_loss import missing_committed_records
-from indexer.errors import ConfigError, SchemaError, StorageError
+from indexer.errors import ConfigError, SchemaError, StorageError, storage_errors
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, validate_topic
+from indexer.lock import FileLock
 from indexer.log_manager import LogManager, check_log_dir
 from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, empty_arrow_table, micro_batch_plan
 from streaming.executor_writes import WritePlan, checkpoint_partition, open_partition, run_write_job
@@ -174,6 +175,9 @@ class SegmentLogSink:
             self.settings.log_config(name)  # fail on a bad override now, not at the first batch
         self.sink_id = sink_id or topic or "default"
         self.commit_log = SinkCommitLog(self.log_dir, self.sink_id)
+        self._sink_lock = FileLock(
+            sink_lock_file(self.log_dir, self.sink_id), what=f"sink {self.sink_id} in {self.log_dir}"
+        )
         self._query_id = query_id
         self._checkpoint_location = checkpoint_location
         self._log_manager = log_manager
@@ -418,8 +422,18 @@ class SegmentLogSink:
             checkpoint_partition(self.log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE, end_offsets)
 
     def _check_open(self) -> None:
+        """Raises ``ValueError`` once closed; else holds the sink's lock (taken at the first batch, kept
+        until :meth:`close`), so that no other open sink writes the same commit record.
+
+        Raises:
+            LogLockedError: another sink of this id (another query, or this process) is open.
+        """
         if self._closed:
             raise ValueError(f"sink {self.sink_id} on {self.log_dir} is closed")
+        if not self._sink_lock.locked:
+            with storage_errors(self.log_dir, "create log directory"):
+                self.log_dir.mkdir(parents=True, exist_ok=True)
+            self._sink_lock.acquire()
 
     def _skip_if_committed(self, committed: SinkCommit, batch_id: int, query_id: str) -> BatchStats | None:
         """Stats of a skipped replay if ``committed`` (the commit record) says ``batch_id`` of ``query_id``
@@ -627,6 +641,7 @@ class SegmentLogSink:
                 self._pool.shutdown(wait=True)
             if self._owns_log_manager and self._log_manager is not None:
                 self._log_manager.close()
+            self._sink_lock.release()
             logger.info("sink %s on %s closed", self.sink_id, self.log_dir)
 
     def __enter__(self) -> SegmentLogSink:

@@ -17,7 +17,7 @@ from pyspark.sql import functions as F
 
 from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig, Settings
-from indexer.errors import ConfigError, InvalidTimestampError, RecordTooLargeError, SchemaError
+from indexer.errors import ConfigError, InvalidTimestampError, LogLockedError, RecordTooLargeError, SchemaError
 from indexer.log import Log
 from indexer.sink_fence import fence_file
 from streaming.arrow_collect import micro_batch_plan
@@ -129,6 +129,29 @@ def test_restart_after_losing_the_last_spark_commit_adds_no_duplicates(spark: Sp
     (tmp_path / "in2" / "part-0000.json").rename(tmp_path / "in" / "later.json")
     assert _run(spark, tmp_path).rows == 200
     assert len(read_topic(tmp_path / "logs", "ev")) == len(rows) + len(more)
+
+
+@pytest.mark.parametrize("writes", ["driver", "executors"])
+def test_a_second_sink_of_the_same_id_is_refused_while_the_first_is_open(
+    spark: SparkSession, tmp_path: Path, writes: str
+) -> None:
+    """Two writers of one sink id at once (two queries on one topic) would each commit from the record
+    they read before the other's commit: with executor writes, whose driver holds no partition, one
+    could cut and overwrite the other's written range and both commit it. The sink's own lock refuses
+    the second until the first is closed; nothing of the second is written."""
+    logs = tmp_path / "logs"
+    df = spark.createDataFrame([(f"k{i}", f"v{i}") for i in range(20)], "key string, value string")
+    first = SegmentLogSink(logs, topic="t", num_partitions=2, settings=SETTINGS, writes=writes, query_id="qa")
+    first(df, 0)
+    before = snapshot(logs)
+    second = SegmentLogSink(logs, topic="t", num_partitions=2, settings=SETTINGS, writes=writes, query_id="qb")
+    with pytest.raises(LogLockedError, match=r"sink t in .* is locked by pid \d+ .*this process"):
+        second(df, 0)
+    assert snapshot(logs) == before
+    first.close()
+    second(df, 0)
+    second.close()
+    assert len(read_topic(logs, "t")) == 40
 
 
 def test_sink_takes_its_identity_from_the_running_query(spark: SparkSession, tmp_path: Path) -> None:
