@@ -539,8 +539,9 @@ class Server:
 
     def _ListGroups(self, request: protocol.Request) -> Any:
         body, version = request.body, request.version
-        states = set(body.states_filter or []) if version >= 4 else set()
-        types = set(body.types_filter or []) if version >= 5 else set()
+        # Either filter matches whatever the case, as Kafka's coordinator (librdkafka sends "Classic").
+        states = {s.strip().lower() for s in body.states_filter or []} if version >= 4 else set()
+        types = {t.strip().lower() for t in body.types_filter or []} if version >= 5 else set()
         listed = [
             ListGroupsResponse.ListedGroup(
                 group_id=g.group_id,
@@ -549,7 +550,7 @@ class Server:
                 group_type="classic",
             )
             for g in self.groups.listed()
-            if (not states or g.state.value in states) and (not types or "classic" in types)
+            if (not states or g.state.value.lower() in states) and (not types or "classic" in types)
         ]
         return ListGroupsResponse(version=version, throttle_time_ms=0, error_code=protocol.NONE, groups=listed)
 

@@ -307,3 +307,24 @@ def test_two_servers_on_one_log_directory_keep_each_others_groups(
         consumer = KafkaConsumer(bootstrap_servers=restarted.bootstrap, group_id=group, enable_auto_commit=False)
         assert consumer.committed(TopicPartition(TOPIC, 0)) == offset, group
         consumer.close()
+
+
+def test_list_groups_filters_ignore_case(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """ListGroups' state and type filters match whatever the case, as Kafka 4's coordinator does:
+    librdkafka sends the type as "Classic" (confluent-kafka's ``list_consumer_groups(types=...)``), which
+    matched no group at all."""
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+    from confluent_kafka.admin import AdminClient
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, 1)
+    server = serve(log_dir)
+    standalone = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id="g", enable_auto_commit=False)
+    standalone.commit({TopicPartition(TOPIC, 0): OffsetAndMetadata(1, "", -1)})
+    standalone.close()
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    classic, empty = {ConsumerGroupType.CLASSIC}, {ConsumerGroupState.EMPTY}
+    listed = admin.list_consumer_groups(types=classic, states=empty, request_timeout=20).result(20)
+    assert [g.group_id for g in listed.valid] == ["g"]
+    assert admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(20).valid == []
