@@ -150,6 +150,7 @@ class Request:
     correlation_id: int
     client_id: str | None
     body: Any
+    node: int = 0  # the broker node whose port it came to (the server sets it)
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:

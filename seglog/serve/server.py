@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import socket
 from dataclasses import dataclass
@@ -126,7 +127,7 @@ class Server:
         try:
             for node in range(self.options.brokers):
                 port = self.options.port + node if self.options.port else 0
-                server = await asyncio.start_server(self._connection, self.options.host, port)
+                server = await asyncio.start_server(functools.partial(self._connection, node), self.options.host, port)
                 self._servers.append(server)
                 self.ports.append(int(server.sockets[0].getsockname()[1]))
         except OSError:
@@ -160,7 +161,7 @@ class Server:
 
     # -- connections -----------------------------------------------------------------------------
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, node: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
@@ -184,7 +185,7 @@ class Server:
                     return
                 async with asyncio.timeout(idle_s):
                     frame = await reader.readexactly(size)
-                response = await self._handle(frame)
+                response = await self._handle(frame, node)
                 if response is not None:
                     await self._send(writer, response)
         except (protocol.ProtocolError, StorageError) as e:
@@ -238,14 +239,14 @@ class Server:
                     f"{region.path}: only {sent} of {count} bytes at position {start} could be sent", path=region.path
                 )
 
-    async def _handle(self, frame: bytes) -> list[protocol.ResponsePiece] | None:
+    async def _handle(self, frame: bytes, node: int) -> list[protocol.ResponsePiece] | None:
         key, version, correlation_id = protocol.peek_header(frame)
         if key == protocol.API_VERSIONS_KEY:
             api = protocol.APIS[key]
             if not api.min_version <= version <= api.max_version:
                 response = protocol.api_versions_response(0, protocol.UNSUPPORTED_VERSION)
                 return [protocol.encode_response(response, 0, correlation_id)]
-        request = protocol.decode_request(frame)
+        request = dataclasses.replace(protocol.decode_request(frame), node=node)
         logger.debug(
             "%s v%d from %s (correlation id %d)", request.api.name, request.version, request.client_id, correlation_id
         )
@@ -275,8 +276,9 @@ class Server:
         A client keeps one Fetch in flight per broker connection for the partitions that broker
         leads (librdkafka: one thread per broker), so several nodes let one consumer fetch several
         partitions at once. Every port serves every request: the data is the same whichever node is
-        asked. Each node has a port of its own because clients tell brokers apart by address too
-        (librdkafka 2.0 takes a second node id at the bootstrap address for the bootstrap broker).
+        asked (but ListGroups, see there). Each node has a port of its own because clients tell
+        brokers apart by address too (librdkafka 2.0 takes a second node id at the bootstrap address
+        for the bootstrap broker).
 
         A topic has the engine's partition count; a partition without a directory here is offline
         (LEADER_NOT_AVAILABLE, no leader), as a broker answers for a partition whose replicas are all
@@ -538,7 +540,11 @@ class Server:
         return answers
 
     def _ListGroups(self, request: protocol.Request) -> Any:
+        """The groups, at node 0 only: a broker lists the groups it coordinates, and admin clients ask
+        every broker and join the answers (every group at every node was listed once per node)."""
         body, version = request.body, request.version
+        if request.node != NODE_ID:
+            return ListGroupsResponse(version=version, throttle_time_ms=0, error_code=protocol.NONE, groups=[])
         # Either filter matches whatever the case, as Kafka's coordinator (librdkafka sends "Classic").
         states = {s.strip().lower() for s in body.states_filter or []} if version >= 4 else set()
         types = {t.strip().lower() for t in body.types_filter or []} if version >= 5 else set()

@@ -328,3 +328,26 @@ def test_list_groups_filters_ignore_case(serve: Callable[..., ServeProcess], tmp
     listed = admin.list_consumer_groups(types=classic, states=empty, request_timeout=20).result(20)
     assert [g.group_id for g in listed.valid] == ["g"]
     assert admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(20).valid == []
+
+
+def test_with_several_brokers_each_group_is_listed_once(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """An admin client sends ListGroups to every broker and joins the answers (each broker lists the
+    groups it coordinates); with ``--brokers 3`` every node listed every group, so kafka-python's
+    ``list_groups`` had each group three times (librdkafka and Kafka's admin client drop repeats).
+    Only node 0, the coordinator, lists them now."""
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, 1)
+    server = serve(log_dir, "--brokers", "3")
+    standalone = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id="g", enable_auto_commit=False)
+    standalone.commit({TopicPartition(TOPIC, 0): OffsetAndMetadata(1, "", -1)})
+    standalone.close()
+
+    kafka_admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    assert [g["group_id"] for g in kafka_admin.list_groups()] == ["g"]
+    kafka_admin.close()
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})  # kept: a client gone answers no group
+    listed = admin.list_consumer_groups(request_timeout=20).result(20)
+    assert [g.group_id for g in listed.valid] == ["g"] and not listed.errors
