@@ -365,7 +365,9 @@ class GroupCoordinator:
             group, _member, error = self._member(group_id, member_id, generation)
             if error != protocol.NONE or group is None:
                 return error
-            if group.state is not GroupState.STABLE:
+            # A member of the current generation commits while a rebalance is prepared (what it read
+            # before giving its partitions up, as Kafka accepts); not before the new one is synced.
+            if group.state is GroupState.COMPLETING_REBALANCE:
                 return protocol.REBALANCE_IN_PROGRESS
         await self.offsets.commit(group_id, offsets)
         return protocol.NONE

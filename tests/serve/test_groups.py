@@ -351,3 +351,51 @@ def test_with_several_brokers_each_group_is_listed_once(serve: Callable[..., Ser
     admin = AdminClient({"bootstrap.servers": server.bootstrap})  # kept: a client gone answers no group
     listed = admin.list_consumer_groups(request_timeout=20).result(20)
     assert [g.group_id for g in listed.valid] == ["g"] and not listed.errors
+
+
+def test_a_member_commits_when_its_partitions_are_revoked(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """A consumer commits what it read when a rebalance takes its partitions (in its revoke callback,
+    or librdkafka's and kafka-python's auto-commit), while the group prepares the rebalance and its
+    generation is still the current one: Kafka accepts that commit (only CompletingRebalance answers
+    REBALANCE_IN_PROGRESS). It was refused, so every rebalance lost the offsets read since the last
+    commit and the next owner read those records again."""
+    import confluent_kafka
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    conf = {
+        "bootstrap.servers": server.bootstrap,
+        "group.id": "rev",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "heartbeat.interval.ms": 200,
+    }
+    outcome: list[object] = []
+
+    def on_revoke(consumer: confluent_kafka.Consumer, _partitions: list[confluent_kafka.TopicPartition]) -> None:
+        try:
+            outcome.append(consumer.commit(asynchronous=False))
+        except confluent_kafka.KafkaException as e:
+            outcome.append(e.args[0])
+
+    first = confluent_kafka.Consumer(conf)
+    first.subscribe([TOPIC], on_revoke=on_revoke)
+    read, deadline = 0, time.monotonic() + 30
+    while read < PARTITIONS * RECORDS and time.monotonic() < deadline:
+        m = first.poll(0.2)
+        read += m is not None and not m.error()
+    second = confluent_kafka.Consumer(conf)
+    second.subscribe([TOPIC])
+    while not (outcome and first.assignment() and second.assignment()) and time.monotonic() < deadline:
+        first.poll(0.1)
+        second.poll(0.1)
+    for consumer in (first, second):
+        consumer.close()
+    assert read == PARTITIONS * RECORDS and outcome
+    assert isinstance(outcome[0], list), outcome  # the committed partitions, not a KafkaError
+    committed = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id="rev", enable_auto_commit=False)
+    assert {p: committed.committed(TopicPartition(TOPIC, p)) for p in range(PARTITIONS)} == dict.fromkeys(
+        range(PARTITIONS), RECORDS
+    )
+    committed.close()
