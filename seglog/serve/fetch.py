@@ -186,7 +186,9 @@ def _max_timestamp(log: Log) -> tuple[int, int]:
 
     A segment keeps the largest timestamp with the last offset of the batch that carried it (the time
     index's entry); as Kafka 3.8+ (``UnifiedLog.fetchOffsetByTimestamp``), the answer is the first
-    record of that batch with the timestamp (the batch's base offset under ``LogAppendTime``).
+    record of that batch with the timestamp (the batch's base offset under ``LogAppendTime``). A batch
+    below the log start offset cannot be read: its last offset is the answer then (Kafka, which does
+    not look at the log start offset here either, answers its record).
     """
     best = (-1, -1)
     for segment in log.segments.values():
@@ -198,12 +200,15 @@ def _max_timestamp(log: Log) -> tuple[int, int]:
     timestamp, last = best
     if last < 0:
         return best
-    batch = log.read(last, 1, min_one_message=True, as_slice=True).records  # the batch holding it
-    head = batch.records.read(batch.position, _BASE_OFFSET.size) if isinstance(batch, FileSlice) else batch
-    if len(head) < _BASE_OFFSET.size:
+    try:
+        batch = log.read(last, 1, min_one_message=True, as_slice=True).records  # the batch holding it
+        head = batch.records.read(batch.position, _BASE_OFFSET.size) if isinstance(batch, FileSlice) else batch
+        if len(head) < _BASE_OFFSET.size:
+            return best
+        (base,) = _BASE_OFFSET.unpack_from(head)
+        records = log.read_records(max(base, log.log_start_offset), max_offset=last + 1)
+    except OffsetOutOfRangeError:  # below the log start offset (deleted records): the segment's answer
         return best
-    (base,) = _BASE_OFFSET.unpack_from(head)
-    records = log.read_records(max(base, log.log_start_offset), max_offset=last + 1)
     for ts, offset in zip(records.column("timestamp").to_pylist(), records.column("offset").to_pylist(), strict=True):
         if ts == timestamp:
             return timestamp, int(offset)
