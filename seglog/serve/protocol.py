@@ -88,6 +88,7 @@ INVALID_REQUEST: int = kafka_errors.InvalidRequestError.errno
 COORDINATOR_NOT_AVAILABLE: int = kafka_errors.CoordinatorNotAvailableError.errno
 GROUP_ID_NOT_FOUND: int = kafka_errors.GroupIdNotFoundError.errno
 NON_EMPTY_GROUP: int = kafka_errors.NonEmptyGroupError.errno
+OFFSET_METADATA_TOO_LARGE: int = kafka_errors.OffsetMetadataTooLargeError.errno
 
 READ_ONLY_MESSAGE = "seglog serve is read-only: writes and topic changes are refused"
 

@@ -59,6 +59,7 @@ logger = logging.getLogger(__name__)
 
 NODE_ID = 0  # the group coordinator's and the controller's node
 CLUSTER_ID = "seglog"
+OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes (its check counts characters)
 _SEND_CHUNK_BYTES = 1024 * 1024
 _SENDFILE_CHUNK_BYTES = 4 * 1024 * 1024
 
@@ -451,6 +452,8 @@ class Server:
                 tp = (name, p.partition_index)
                 if p.partition_index not in topics.get(name, []):
                     codes[tp] = protocol.UNKNOWN_TOPIC_OR_PARTITION
+                elif len(p.committed_metadata or "") > OFFSET_METADATA_MAX_BYTES:
+                    codes[tp] = protocol.OFFSET_METADATA_TOO_LARGE
                 else:
                     epoch = p.committed_leader_epoch if version >= 6 else -1
                     valid[tp] = CommittedOffset(p.committed_offset, epoch, p.committed_metadata or "")

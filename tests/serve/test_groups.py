@@ -13,6 +13,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
 from tests.serve.conftest import ServeProcess
@@ -399,3 +401,25 @@ def test_a_member_commits_when_its_partitions_are_revoked(serve: Callable[..., S
         range(PARTITIONS), RECORDS
     )
     committed.close()
+
+
+def test_metadata_over_4_kib_is_refused_as_by_kafka(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """A committed offset's metadata longer than Kafka's ``offset.metadata.max.bytes`` (4096) gets
+    OFFSET_METADATA_TOO_LARGE for its partition, as from a broker, and the other partitions of the
+    commit are committed (it was stored, whatever its size, in the file every commit rewrites)."""
+    import confluent_kafka
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, 1)
+    server = serve(log_dir)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap, "group.id": "md"})
+    offsets = [
+        confluent_kafka.TopicPartition(TOPIC, 0, 1, metadata="m" * 4000),
+        confluent_kafka.TopicPartition(TOPIC, 1, 1, metadata="m" * 5000),
+    ]
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        consumer.commit(offsets=offsets, asynchronous=False)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.OFFSET_METADATA_TOO_LARGE
+    committed = consumer.committed([confluent_kafka.TopicPartition(TOPIC, p) for p in (0, 1)], timeout=20)
+    assert [tp.offset for tp in committed] == [1, confluent_kafka.OFFSET_INVALID]
+    consumer.close()
