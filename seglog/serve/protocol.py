@@ -152,6 +152,7 @@ class Request:
     client_id: str | None
     body: Any
     node: int = 0  # the broker node whose port it came to (the server sets it)
+    client_host: str = ""  # the client's address as a broker names it, "/127.0.0.1" (the server sets it)
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:

@@ -167,6 +167,7 @@ class Server:
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        client_host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""  # Kafka's InetAddress.toString
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -186,7 +187,7 @@ class Server:
                     return
                 async with asyncio.timeout(idle_s):
                     frame = await reader.readexactly(size)
-                response = await self._handle(frame, node)
+                response = await self._handle(frame, node, client_host)
                 if response is not None:
                     await self._send(writer, response)
         except (protocol.ProtocolError, StorageError) as e:
@@ -240,14 +241,14 @@ class Server:
                     f"{region.path}: only {sent} of {count} bytes at position {start} could be sent", path=region.path
                 )
 
-    async def _handle(self, frame: bytes, node: int) -> list[protocol.ResponsePiece] | None:
+    async def _handle(self, frame: bytes, node: int, client_host: str) -> list[protocol.ResponsePiece] | None:
         key, version, correlation_id = protocol.peek_header(frame)
         if key == protocol.API_VERSIONS_KEY:
             api = protocol.APIS[key]
             if not api.min_version <= version <= api.max_version:
                 response = protocol.api_versions_response(0, protocol.UNSUPPORTED_VERSION)
                 return [protocol.encode_response(response, 0, correlation_id)]
-        request = dataclasses.replace(protocol.decode_request(frame), node=node)
+        request = dataclasses.replace(protocol.decode_request(frame), node=node, client_host=client_host)
         logger.debug(
             "%s v%d from %s (correlation id %d)", request.api.name, request.version, request.client_id, correlation_id
         )
@@ -401,6 +402,7 @@ class Server:
             body.group_id,
             body.member_id,
             request.client_id or "",
+            request.client_host,
             body.session_timeout_ms,
             body.rebalance_timeout_ms if request.version >= 1 else body.session_timeout_ms,
             body.protocol_type,
@@ -593,7 +595,7 @@ class Server:
                     member_id=m.member_id,
                     group_instance_id=None,
                     client_id=m.client_id,
-                    client_host="",
+                    client_host=m.client_host,
                     member_metadata=next((meta for name, meta in m.protocols if name == group.protocol_name), b"")
                     if stable
                     else b"",

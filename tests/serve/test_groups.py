@@ -206,7 +206,8 @@ def test_admin_clients_list_and_describe_the_groups(serve: Callable[..., ServePr
     """ListGroups and DescribeGroups, as confluent-kafka's and kafka-python's admin clients (and
     kafka-consumer-groups.sh) use them: a live group is Stable with its members and their partitions,
     a group known only by its committed offsets is Empty, an unknown one Dead (they answered "not
-    supported by broker")."""
+    supported by broker"). Each member's host is the broker's ``/address`` of its connection (it was
+    empty)."""
     from confluent_kafka import ConsumerGroupState
     from confluent_kafka.admin import AdminClient
     from kafka import KafkaAdminClient
@@ -232,6 +233,7 @@ def test_admin_clients_list_and_describe_the_groups(serve: Callable[..., ServePr
     assert described["grp"].state == ConsumerGroupState.STABLE and described["grp"].partition_assignor == "range"
     assigned = [tp.partition for m in described["grp"].members for tp in m.assignment.topic_partitions]
     assert sorted(assigned) == list(range(PARTITIONS)) and len(described["grp"].members) == 2
+    assert [m.host for m in described["grp"].members] == ["/127.0.0.1"] * 2  # as a broker names it
     assert (described["offsets-only"].state, described["offsets-only"].members) == (ConsumerGroupState.EMPTY, [])
     assert described["nope"].state == ConsumerGroupState.DEAD
 
