@@ -80,6 +80,7 @@ class SyncResult:
 class Member:
     member_id: str
     client_id: str
+    client_host: str
     session_timeout_ms: int
     rebalance_timeout_ms: int
     protocol_type: str
@@ -136,6 +137,7 @@ class GroupCoordinator:
         group_id: str,
         member_id: str,
         client_id: str,
+        client_host: str,
         session_timeout_ms: int,
         rebalance_timeout_ms: int,
         protocol_type: str,
@@ -173,7 +175,9 @@ class GroupCoordinator:
         if existing is None:
             member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
             logger.info("group %s: member %s joins", group_id, member_id)
-        member = Member(member_id, client_id, session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols)
+        member = Member(
+            member_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols
+        )
         if existing is not None:
             member.assignment = existing.assignment
         member.deadline = now + session_timeout_ms / 1000
@@ -365,7 +369,9 @@ class GroupCoordinator:
             group, _member, error = self._member(group_id, member_id, generation)
             if error != protocol.NONE or group is None:
                 return error
-            if group.state is not GroupState.STABLE:
+            # A member of the current generation commits while a rebalance is prepared (what it read
+            # before giving its partitions up, as Kafka accepts); not before the new one is synced.
+            if group.state is GroupState.COMPLETING_REBALANCE:
                 return protocol.REBALANCE_IN_PROGRESS
         await self.offsets.commit(group_id, offsets)
         return protocol.NONE

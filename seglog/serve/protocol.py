@@ -88,6 +88,7 @@ INVALID_REQUEST: int = kafka_errors.InvalidRequestError.errno
 COORDINATOR_NOT_AVAILABLE: int = kafka_errors.CoordinatorNotAvailableError.errno
 GROUP_ID_NOT_FOUND: int = kafka_errors.GroupIdNotFoundError.errno
 NON_EMPTY_GROUP: int = kafka_errors.NonEmptyGroupError.errno
+OFFSET_METADATA_TOO_LARGE: int = kafka_errors.OffsetMetadataTooLargeError.errno
 
 READ_ONLY_MESSAGE = "seglog serve is read-only: writes and topic changes are refused"
 
@@ -150,6 +151,8 @@ class Request:
     correlation_id: int
     client_id: str | None
     body: Any
+    node: int = 0  # the broker node whose port it came to (the server sets it)
+    client_host: str = ""  # the client's address as a broker names it, "/127.0.0.1" (the server sets it)
 
 
 def peek_header(frame: bytes) -> tuple[int, int, int]:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import functools
 import logging
 import socket
 from dataclasses import dataclass
@@ -58,6 +59,7 @@ logger = logging.getLogger(__name__)
 
 NODE_ID = 0  # the group coordinator's and the controller's node
 CLUSTER_ID = "seglog"
+OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes (its check counts characters)
 _SEND_CHUNK_BYTES = 1024 * 1024
 _SENDFILE_CHUNK_BYTES = 4 * 1024 * 1024
 
@@ -126,7 +128,7 @@ class Server:
         try:
             for node in range(self.options.brokers):
                 port = self.options.port + node if self.options.port else 0
-                server = await asyncio.start_server(self._connection, self.options.host, port)
+                server = await asyncio.start_server(functools.partial(self._connection, node), self.options.host, port)
                 self._servers.append(server)
                 self.ports.append(int(server.sockets[0].getsockname()[1]))
         except OSError:
@@ -160,11 +162,12 @@ class Server:
 
     # -- connections -----------------------------------------------------------------------------
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _connection(self, node: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
         peer = writer.get_extra_info("peername")
+        client_host = f"/{peer[0]}" if isinstance(peer, tuple) and peer else ""  # Kafka's InetAddress.toString
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -184,7 +187,7 @@ class Server:
                     return
                 async with asyncio.timeout(idle_s):
                     frame = await reader.readexactly(size)
-                response = await self._handle(frame)
+                response = await self._handle(frame, node, client_host)
                 if response is not None:
                     await self._send(writer, response)
         except (protocol.ProtocolError, StorageError) as e:
@@ -238,14 +241,14 @@ class Server:
                     f"{region.path}: only {sent} of {count} bytes at position {start} could be sent", path=region.path
                 )
 
-    async def _handle(self, frame: bytes) -> list[protocol.ResponsePiece] | None:
+    async def _handle(self, frame: bytes, node: int, client_host: str) -> list[protocol.ResponsePiece] | None:
         key, version, correlation_id = protocol.peek_header(frame)
         if key == protocol.API_VERSIONS_KEY:
             api = protocol.APIS[key]
             if not api.min_version <= version <= api.max_version:
                 response = protocol.api_versions_response(0, protocol.UNSUPPORTED_VERSION)
                 return [protocol.encode_response(response, 0, correlation_id)]
-        request = protocol.decode_request(frame)
+        request = dataclasses.replace(protocol.decode_request(frame), node=node, client_host=client_host)
         logger.debug(
             "%s v%d from %s (correlation id %d)", request.api.name, request.version, request.client_id, correlation_id
         )
@@ -275,8 +278,9 @@ class Server:
         A client keeps one Fetch in flight per broker connection for the partitions that broker
         leads (librdkafka: one thread per broker), so several nodes let one consumer fetch several
         partitions at once. Every port serves every request: the data is the same whichever node is
-        asked. Each node has a port of its own because clients tell brokers apart by address too
-        (librdkafka 2.0 takes a second node id at the bootstrap address for the bootstrap broker).
+        asked (but ListGroups, see there). Each node has a port of its own because clients tell
+        brokers apart by address too (librdkafka 2.0 takes a second node id at the bootstrap address
+        for the bootstrap broker).
 
         A topic has the engine's partition count; a partition without a directory here is offline
         (LEADER_NOT_AVAILABLE, no leader), as a broker answers for a partition whose replicas are all
@@ -398,6 +402,7 @@ class Server:
             body.group_id,
             body.member_id,
             request.client_id or "",
+            request.client_host,
             body.session_timeout_ms,
             body.rebalance_timeout_ms if request.version >= 1 else body.session_timeout_ms,
             body.protocol_type,
@@ -449,6 +454,8 @@ class Server:
                 tp = (name, p.partition_index)
                 if p.partition_index not in topics.get(name, []):
                     codes[tp] = protocol.UNKNOWN_TOPIC_OR_PARTITION
+                elif len(p.committed_metadata or "") > OFFSET_METADATA_MAX_BYTES:
+                    codes[tp] = protocol.OFFSET_METADATA_TOO_LARGE
                 else:
                     epoch = p.committed_leader_epoch if version >= 6 else -1
                     valid[tp] = CommittedOffset(p.committed_offset, epoch, p.committed_metadata or "")
@@ -538,9 +545,14 @@ class Server:
         return answers
 
     def _ListGroups(self, request: protocol.Request) -> Any:
+        """The groups, at node 0 only: a broker lists the groups it coordinates, and admin clients ask
+        every broker and join the answers (every group at every node was listed once per node)."""
         body, version = request.body, request.version
-        states = set(body.states_filter or []) if version >= 4 else set()
-        types = set(body.types_filter or []) if version >= 5 else set()
+        if request.node != NODE_ID:
+            return ListGroupsResponse(version=version, throttle_time_ms=0, error_code=protocol.NONE, groups=[])
+        # Either filter matches whatever the case, as Kafka's coordinator (librdkafka sends "Classic").
+        states = {s.strip().lower() for s in body.states_filter or []} if version >= 4 else set()
+        types = {t.strip().lower() for t in body.types_filter or []} if version >= 5 else set()
         listed = [
             ListGroupsResponse.ListedGroup(
                 group_id=g.group_id,
@@ -549,7 +561,7 @@ class Server:
                 group_type="classic",
             )
             for g in self.groups.listed()
-            if (not states or g.state.value in states) and (not types or "classic" in types)
+            if (not states or g.state.value.lower() in states) and (not types or "classic" in types)
         ]
         return ListGroupsResponse(version=version, throttle_time_ms=0, error_code=protocol.NONE, groups=listed)
 
@@ -583,7 +595,7 @@ class Server:
                     member_id=m.member_id,
                     group_instance_id=None,
                     client_id=m.client_id,
-                    client_host="",
+                    client_host=m.client_host,
                     member_metadata=next((meta for name, meta in m.protocols if name == group.protocol_name), b"")
                     if stable
                     else b"",

@@ -13,6 +13,8 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
 from tests.serve.conftest import ServeProcess
@@ -204,7 +206,8 @@ def test_admin_clients_list_and_describe_the_groups(serve: Callable[..., ServePr
     """ListGroups and DescribeGroups, as confluent-kafka's and kafka-python's admin clients (and
     kafka-consumer-groups.sh) use them: a live group is Stable with its members and their partitions,
     a group known only by its committed offsets is Empty, an unknown one Dead (they answered "not
-    supported by broker")."""
+    supported by broker"). Each member's host is the broker's ``/address`` of its connection (it was
+    empty)."""
     from confluent_kafka import ConsumerGroupState
     from confluent_kafka.admin import AdminClient
     from kafka import KafkaAdminClient
@@ -230,6 +233,7 @@ def test_admin_clients_list_and_describe_the_groups(serve: Callable[..., ServePr
     assert described["grp"].state == ConsumerGroupState.STABLE and described["grp"].partition_assignor == "range"
     assigned = [tp.partition for m in described["grp"].members for tp in m.assignment.topic_partitions]
     assert sorted(assigned) == list(range(PARTITIONS)) and len(described["grp"].members) == 2
+    assert [m.host for m in described["grp"].members] == ["/127.0.0.1"] * 2  # as a broker names it
     assert (described["offsets-only"].state, described["offsets-only"].members) == (ConsumerGroupState.EMPTY, [])
     assert described["nope"].state == ConsumerGroupState.DEAD
 
@@ -307,3 +311,117 @@ def test_two_servers_on_one_log_directory_keep_each_others_groups(
         consumer = KafkaConsumer(bootstrap_servers=restarted.bootstrap, group_id=group, enable_auto_commit=False)
         assert consumer.committed(TopicPartition(TOPIC, 0)) == offset, group
         consumer.close()
+
+
+def test_list_groups_filters_ignore_case(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """ListGroups' state and type filters match whatever the case, as Kafka 4's coordinator does:
+    librdkafka sends the type as "Classic" (confluent-kafka's ``list_consumer_groups(types=...)``), which
+    matched no group at all."""
+    from confluent_kafka import ConsumerGroupState, ConsumerGroupType
+    from confluent_kafka.admin import AdminClient
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, 1)
+    server = serve(log_dir)
+    standalone = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id="g", enable_auto_commit=False)
+    standalone.commit({TopicPartition(TOPIC, 0): OffsetAndMetadata(1, "", -1)})
+    standalone.close()
+
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    classic, empty = {ConsumerGroupType.CLASSIC}, {ConsumerGroupState.EMPTY}
+    listed = admin.list_consumer_groups(types=classic, states=empty, request_timeout=20).result(20)
+    assert [g.group_id for g in listed.valid] == ["g"]
+    assert admin.list_consumer_groups(types={ConsumerGroupType.CONSUMER}).result(20).valid == []
+
+
+def test_with_several_brokers_each_group_is_listed_once(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """An admin client sends ListGroups to every broker and joins the answers (each broker lists the
+    groups it coordinates); with ``--brokers 3`` every node listed every group, so kafka-python's
+    ``list_groups`` had each group three times (librdkafka and Kafka's admin client drop repeats).
+    Only node 0, the coordinator, lists them now."""
+    from confluent_kafka.admin import AdminClient
+    from kafka import KafkaAdminClient
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, 1)
+    server = serve(log_dir, "--brokers", "3")
+    standalone = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id="g", enable_auto_commit=False)
+    standalone.commit({TopicPartition(TOPIC, 0): OffsetAndMetadata(1, "", -1)})
+    standalone.close()
+
+    kafka_admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    assert [g["group_id"] for g in kafka_admin.list_groups()] == ["g"]
+    kafka_admin.close()
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})  # kept: a client gone answers no group
+    listed = admin.list_consumer_groups(request_timeout=20).result(20)
+    assert [g.group_id for g in listed.valid] == ["g"] and not listed.errors
+
+
+def test_a_member_commits_when_its_partitions_are_revoked(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """A consumer commits what it read when a rebalance takes its partitions (in its revoke callback,
+    or librdkafka's and kafka-python's auto-commit), while the group prepares the rebalance and its
+    generation is still the current one: Kafka accepts that commit (only CompletingRebalance answers
+    REBALANCE_IN_PROGRESS). It was refused, so every rebalance lost the offsets read since the last
+    commit and the next owner read those records again."""
+    import confluent_kafka
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    conf = {
+        "bootstrap.servers": server.bootstrap,
+        "group.id": "rev",
+        "enable.auto.commit": False,
+        "auto.offset.reset": "earliest",
+        "heartbeat.interval.ms": 200,
+    }
+    outcome: list[object] = []
+
+    def on_revoke(consumer: confluent_kafka.Consumer, _partitions: list[confluent_kafka.TopicPartition]) -> None:
+        try:
+            outcome.append(consumer.commit(asynchronous=False))
+        except confluent_kafka.KafkaException as e:
+            outcome.append(e.args[0])
+
+    first = confluent_kafka.Consumer(conf)
+    first.subscribe([TOPIC], on_revoke=on_revoke)
+    read, deadline = 0, time.monotonic() + 30
+    while read < PARTITIONS * RECORDS and time.monotonic() < deadline:
+        m = first.poll(0.2)
+        read += m is not None and not m.error()
+    second = confluent_kafka.Consumer(conf)
+    second.subscribe([TOPIC])
+    while not (outcome and first.assignment() and second.assignment()) and time.monotonic() < deadline:
+        first.poll(0.1)
+        second.poll(0.1)
+    for consumer in (first, second):
+        consumer.close()
+    assert read == PARTITIONS * RECORDS and outcome
+    assert isinstance(outcome[0], list), outcome  # the committed partitions, not a KafkaError
+    committed = KafkaConsumer(bootstrap_servers=server.bootstrap, group_id="rev", enable_auto_commit=False)
+    assert {p: committed.committed(TopicPartition(TOPIC, p)) for p in range(PARTITIONS)} == dict.fromkeys(
+        range(PARTITIONS), RECORDS
+    )
+    committed.close()
+
+
+def test_metadata_over_4_kib_is_refused_as_by_kafka(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """A committed offset's metadata longer than Kafka's ``offset.metadata.max.bytes`` (4096) gets
+    OFFSET_METADATA_TOO_LARGE for its partition, as from a broker, and the other partitions of the
+    commit are committed (it was stored, whatever its size, in the file every commit rewrites)."""
+    import confluent_kafka
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, 1)
+    server = serve(log_dir)
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": server.bootstrap, "group.id": "md"})
+    offsets = [
+        confluent_kafka.TopicPartition(TOPIC, 0, 1, metadata="m" * 4000),
+        confluent_kafka.TopicPartition(TOPIC, 1, 1, metadata="m" * 5000),
+    ]
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        consumer.commit(offsets=offsets, asynchronous=False)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.OFFSET_METADATA_TOO_LARGE
+    committed = consumer.committed([confluent_kafka.TopicPartition(TOPIC, p) for p in (0, 1)], timeout=20)
+    assert [tp.offset for tp in committed] == [1, confluent_kafka.OFFSET_INVALID]
+    consumer.close()
