@@ -32,6 +32,7 @@ from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
+import numpy as np
 import pyarrow as pa
 
 from indexer.clock import Clock, SystemClock
@@ -63,6 +64,7 @@ from indexer.records.batch_limits import BatchLimits
 from indexer.records.columns import READ_SCHEMA, AppendInput, to_append_table
 from indexer.records.decoder import decode_records
 from indexer.records.encoder import EncodedBatches
+from indexer.records.file_records import FileSlice
 from indexer.records.framing import assign_offsets, whole_entries
 from indexer.records.isolation import IsolationLevel
 from indexer.retention import RetentionDecision, RetentionReason, plan_retention
@@ -889,6 +891,42 @@ class Log:
             found = self._offset_for_timestamp_from(timestamp, start, self.high_watermark)
             if found is None or found >= self._log_start_offset:
                 return found
+
+    def max_timestamp_and_offset(self) -> TimestampAndOffset | None:
+        """The record with the largest timestamp, None in a log with none or when that record is not
+        committed yet (Kafka's ListOffsets ``MAX_TIMESTAMP``: ``UnifiedLog.fetchOffsetByTimestamp`` since
+        3.8, then ``Partition.fetchOffsetForTimestamp``'s high watermark filter). Thread-safe.
+
+        A segment keeps its largest timestamp with the last offset of the batch that carried it (the
+        time index's entry); the answer is the first record of that batch with the timestamp (the
+        batch's base offset under ``LogAppendTime``). A batch that retention moved below the log start
+        offset meanwhile cannot be read: its last offset is the answer then, as Kafka, which does not
+        look at the log start offset here either, answers its record.
+        """
+        best: TimestampAndOffset | None = None
+        for segment in self._segments.values():
+            timestamp, offset = segment.max_timestamp_so_far, segment.offset_of_max_timestamp_so_far
+            if timestamp > (-1 if best is None else best.timestamp):
+                best = TimestampAndOffset(timestamp, offset, None)
+        if best is None or best.offset >= self.high_watermark:
+            return None  # as Kafka's Partition.fetchOffsetForTimestamp: the largest is not committed yet
+        try:
+            fetched = self.read(best.offset, 1, min_one_message=True, as_slice=True).records  # its batch
+            if not isinstance(fetched, FileSlice):
+                return best
+            batch = next(fetched.records.batches(fetched.position), None)
+            if batch is None:
+                return best
+            records = self.read_records(max(batch.base_offset, self._log_start_offset), max_offset=best.offset + 1)
+        except OffsetOutOfRangeError:
+            return best
+        timestamps = records.column("timestamp").to_numpy(zero_copy_only=False)
+        found = np.flatnonzero(timestamps == best.timestamp)
+        if not found.size:  # a control record's timestamp, or a legacy wrapper's: the batch's answer
+            return best
+        epoch = batch.partition_leader_epoch
+        offset = int(records.column("offset")[int(found[0])].as_py())
+        return TimestampAndOffset(best.timestamp, offset, epoch if epoch >= 0 else None)
 
     def _offset_for_timestamp_from(self, timestamp: int, start: int, hw: int) -> int | None:
         def search(segment: LogSegment) -> TimestampAndOffset | None:

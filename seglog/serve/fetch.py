@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
-import struct
 import uuid
 from typing import Any
 
@@ -46,7 +45,6 @@ _NO_TOPIC_ID = uuid.UUID(int=0)
 # one write with the rest of the response (fewer system calls for a tailing consumer's small fetches).
 SENDFILE_MIN_BYTES = 64 * 1024
 _PLACEHOLDER_BYTES = 16  # random: a client cannot put the same bytes in a topic name it asks for
-_BASE_OFFSET = struct.Struct(">q")  # what a batch (or a message set's first entry) starts with
 
 
 def _partition_error(index: int, error_code: int) -> Any:
@@ -181,40 +179,6 @@ def _timestamp_of(log: Log, offset: int) -> int:
     return int(table.column("timestamp")[0].as_py()) if table.num_rows else -1
 
 
-def _max_timestamp(log: Log) -> tuple[int, int]:
-    """(timestamp, offset) of the committed record with the largest timestamp (ListOffsets -3).
-
-    A segment keeps the largest timestamp with the last offset of the batch that carried it (the time
-    index's entry); as Kafka 3.8+ (``UnifiedLog.fetchOffsetByTimestamp``), the answer is the first
-    record of that batch with the timestamp (the batch's base offset under ``LogAppendTime``). A batch
-    below the log start offset cannot be read: its last offset is the answer then (Kafka, which does
-    not look at the log start offset here either, answers its record).
-    """
-    best = (-1, -1)
-    for segment in log.segments.values():
-        if segment.base_offset >= log.high_watermark:
-            break
-        timestamp, offset = segment.max_timestamp_so_far, segment.offset_of_max_timestamp_so_far
-        if timestamp > best[0] and offset < log.high_watermark:
-            best = (timestamp, offset)
-    timestamp, last = best
-    if last < 0:
-        return best
-    try:
-        batch = log.read(last, 1, min_one_message=True, as_slice=True).records  # the batch holding it
-        head = batch.records.read(batch.position, _BASE_OFFSET.size) if isinstance(batch, FileSlice) else batch
-        if len(head) < _BASE_OFFSET.size:
-            return best
-        (base,) = _BASE_OFFSET.unpack_from(head)
-        records = log.read_records(max(base, log.log_start_offset), max_offset=last + 1)
-    except OffsetOutOfRangeError:  # below the log start offset (deleted records): the segment's answer
-        return best
-    for ts, offset in zip(records.column("timestamp").to_pylist(), records.column("offset").to_pylist(), strict=True):
-        if ts == timestamp:
-            return timestamp, int(offset)
-    return best  # not found among the records (a control record's timestamp, a legacy wrapper): the batch's
-
-
 def _list_offset(log: Log, timestamp: int, committed: bool) -> tuple[int, int]:
     """(timestamp, offset) answering a ListOffsets partition query; (-1, -1) when nothing matches."""
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
@@ -222,7 +186,8 @@ def _list_offset(log: Log, timestamp: int, committed: bool) -> tuple[int, int]:
     if timestamp == LATEST_TIMESTAMP:
         return -1, log.last_stable_offset if committed else log.high_watermark
     if timestamp == MAX_TIMESTAMP:
-        return _max_timestamp(log)
+        found = log.max_timestamp_and_offset()
+        return (-1, -1) if found is None else (found.timestamp, found.offset)
     if timestamp < 0:
         return -1, -1
     offset = log.offset_for_timestamp(timestamp)

@@ -283,6 +283,26 @@ def test_offset_for_timestamp(open_log) -> None:
     assert log.offset_for_timestamp(T0 + 391) is None
 
 
+def test_max_timestamp_and_offset_names_the_record_inside_its_batch(open_log) -> None:
+    """ListOffsets MAX_TIMESTAMP: the first record holding the largest timestamp, not the last offset of
+    its batch (what the segment keeps); none while that record is above the high watermark, as Kafka."""
+    log = open_log(**{"segment.bytes": 400, "index.interval.bytes": 100})
+    assert log.max_timestamp_and_offset() is None
+    log.append({"value": [b"v"] * 3, "timestamp": [T0, T0 + 50, T0 + 20]})  # offsets 0-2
+    log.update_high_watermark(3)
+    assert log.max_timestamp_and_offset() == (T0 + 50, 1, 0)  # 0: the leader epoch seglog writes
+    for i in range(3, 30, 3):
+        log.append({"value": [b"v"] * 3, "timestamp": [T0 + i, T0 + 5 * i, T0 + i]})  # max at i + 1
+    assert log.num_segments > 1
+    assert log.max_timestamp_and_offset() is None  # the largest, T0 + 5 * 27, is not committed
+    log.update_high_watermark(30)
+    assert log.max_timestamp_and_offset() == (T0 + 5 * 27, 28, 0)
+    log.append({"value": [b"v"], "timestamp": [T0 + 1000]})  # offset 30, not committed
+    assert log.max_timestamp_and_offset() is None
+    log.update_high_watermark(31)
+    assert log.max_timestamp_and_offset() == (T0 + 1000, 30, 0)
+
+
 # -- high watermark and log start offset -------------------------------------------------------
 
 
