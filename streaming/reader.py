@@ -575,7 +575,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         states = self._states if self._states is not None else self._snapshot()
         ranges = []
         for tp, stop in sorted(ends.items()):
-            offset = starts.get(tp, states[tp].first if tp in states else stop)
+            # A partition found after the query started (a new topic of its pattern, an added
+            # partition) is read from its beginning, offset 0: records retention already removed
+            # from it are data loss, as Kafka's "Added partition ... starts from N instead of 0".
+            offset = starts.get(tp, 0 if tp in states else stop)
             first = states[tp].first if tp in states else None
             if first is not None and offset < first:
                 data_loss(self.options.fail_on_data_loss, self.options.log_dir, tp, offset, first)

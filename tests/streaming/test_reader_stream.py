@@ -207,6 +207,40 @@ def test_running_query_picks_up_new_topics_of_its_pattern(spark: SparkSession, t
         query.stop()
 
 
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_fail_on_data_loss_when_a_partition_found_later_no_longer_starts_at_zero(
+    spark: SparkSession, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
+    """As Kafka's source ("Added partition ... starts from N instead of 0"): a partition the query finds
+    after its start (a new topic of its pattern, an added partition) whose first records retention
+    already deleted is data loss; ``failOnDataLoss=false`` warns and reads what is left."""
+    log_dir = tmp_path / "logs"
+    append(log_dir, "t1", ["a"], 0, partitions=1)
+
+    def run() -> Batches:
+        sink = Batches()
+        options = {"subscribePattern": "t[0-9]", "failOnDataLoss": str(fail_on_data_loss).lower()}
+        query = start_foreach_batch(
+            stream(spark, log_dir, startingOffsets="earliest", **options), sink, tmp_path / "ckpt"
+        )
+        query.awaitTermination(120)
+        return sink
+
+    assert run().values() == [b"a"]
+    small = {"segment.bytes": 400}
+    for batch in range(6):  # ~one sink batch per segment
+        append(log_dir, "t2", [f"r{batch}-{i}" for i in range(5)], batch, partitions=1, config=small)
+    with LogManager(log_dir, Settings(overrides={**small, "retention.bytes": 1})) as manager:
+        log = manager.get_log("t2", 0)
+        assert log is not None and log.delete_old_segments() > 0
+        first = log.log_start_offset
+    if fail_on_data_loss:
+        with pytest.raises(StreamingQueryException, match=rf"offsets 0\.\.{first - 1} of t2-0 were deleted"):
+            run()
+        return
+    assert run().values() == sorted(s.value for s in read_topic(log_dir, "t2") if s.offset >= first)
+
+
 @pytest.mark.parametrize(
     "schema, options, message",
     [
