@@ -25,7 +25,7 @@ from indexer.file_names import (
 from indexer.log_manager import LogManager
 from streaming.reader import offsets_behind_latest
 from streaming.sink import SegmentLogSink
-from tests.streaming.helpers import read_topic, start_foreach_batch
+from tests.streaming.helpers import committed_then_damaged, read_topic, start_foreach_batch
 
 pytestmark = pytest.mark.spark
 
@@ -239,6 +239,34 @@ def test_fail_on_data_loss_when_a_partition_found_later_no_longer_starts_at_zero
             run()
         return
     assert run().values() == sorted(s.value for s in read_topic(log_dir, "t2") if s.offset >= first)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_fail_on_data_loss_when_committed_records_are_missing_from_the_log(
+    spark: SparkSession, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
+    """The high watermark says offsets 0..19 are committed, the damaged log ends at 10: a streaming
+    query fails on the driver naming them (it read 0..9 and said nothing), or warns and reads 0..9."""
+    committed_then_damaged(tmp_path / "logs")
+    sink = Batches()
+    query = start_foreach_batch(
+        stream(
+            spark,
+            tmp_path / "logs",
+            subscribe="dmg",
+            startingOffsets="earliest",
+            failOnDataLoss=str(fail_on_data_loss).lower(),
+        ),
+        sink,
+        tmp_path / "ckpt",
+    )
+    if fail_on_data_loss:
+        with pytest.raises(StreamingQueryException, match=r"committed records \(offsets 10\.\.19\) are missing"):
+            query.awaitTermination(120)
+        assert sink.batches == {}
+        return
+    query.awaitTermination(120)
+    assert sink.values() == sorted(f"d{i}".encode() for i in range(10))
 
 
 @pytest.mark.parametrize(
