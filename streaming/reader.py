@@ -264,10 +264,12 @@ def data_loss(
     *,
     last: int | None = None,
     committed: int | None = None,
+    not_in: str | None = None,
 ) -> None:
     """Offsets ``start..first`` are gone (retention, a deleted partition: ``first`` None), or the
     partition now ends at ``last``, before ``start`` (truncated or recreated), or offsets
-    ``start..committed`` are committed but the log ends at ``start`` (damaged or missing files): raise,
+    ``start..committed`` are committed but the log ends at ``start`` (damaged or missing files), or the
+    checkpoint holds offset ``start`` of a partition the subscription ``not_in`` does not name: raise,
     or warn when ``failOnDataLoss=false`` (the read then goes on from ``first``, or from ``last``, as
     Kafka's source, or reads what the log holds).
 
@@ -278,6 +280,11 @@ def data_loss(
     if committed is not None:  # the engine's words for it (what its writers refuse)
         directory = Path(log_dir) / partition_dir_name(*tp)
         message = str(missing_committed_records(directory, start, committed, "its checkpointed high watermark"))
+    elif not_in is not None:
+        message = (
+            f"{name} is not in {not_in}, but the checkpoint holds its offset {start} (the query ran with "
+            "another subscription): its records from there on will not be read"
+        )
     else:
         if last is not None:
             what = f"{name} ends at {last}, before offset {start} this query reached (truncated or recreated)"
@@ -593,8 +600,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _begin(self, starts: Offsets, states: Mapping[TopicPartition, PartitionState]) -> Offsets:
         """Where each partition's next batch starts: new partitions at their earliest, offsets that
         retention removed at the log start, a truncated partition at its end (data-loss rule)."""
+        sub = self.options.subscription
         for tp in sorted(set(starts) - set(states)):
-            data_loss(self.options.fail_on_data_loss, self.options.log_dir, tp, starts[tp], None)
+            not_in = None if sub.wants(*tp) else sub.describe()  # else deleted
+            data_loss(self.options.fail_on_data_loss, self.options.log_dir, tp, starts[tp], None, not_in=not_in)
         begin: Offsets = {}
         for tp, state in states.items():
             if (tp, state) not in self._reported:  # once per state: not a warning at every trigger

@@ -269,6 +269,24 @@ def test_fail_on_data_loss_when_committed_records_are_missing_from_the_log(
     assert sink.values() == sorted(f"d{i}".encode() for i in range(10))
 
 
+def test_a_checkpoint_of_another_subscription_is_named_as_such(spark: SparkSession, tmp_path: Path) -> None:
+    """Restarted with another subscription, the checkpoint holds offsets of partitions the query no longer
+    reads: data loss, as in Kafka's source, but said as it is (it said "partition a-0 is gone", while a-0
+    is there)."""
+    log_dir = tmp_path / "logs"
+    append(log_dir, "a", ["a0"], 0, partitions=1)
+    append(log_dir, "b", ["b0"], 0, partitions=1)
+    first = start_foreach_batch(
+        stream(spark, log_dir, subscribe="a", startingOffsets="earliest"), Batches(), tmp_path / "ckpt"
+    )
+    first.awaitTermination(120)
+    query = start_foreach_batch(stream(spark, log_dir, subscribe="b"), Batches(), tmp_path / "ckpt")
+    with pytest.raises(StreamingQueryException) as info:
+        query.awaitTermination(120)
+    assert "OffsetOutOfRangeError: a-0 is not in subscribe=b, but the checkpoint holds its offset 1" in str(info.value)
+    assert "failOnDataLoss" in str(info.value) and "is gone" not in str(info.value)
+
+
 @pytest.mark.parametrize(
     "schema, options, message",
     [
