@@ -181,7 +181,7 @@ def check_options(options: Mapping[str, str]) -> SourceOptions:
 
     Raises:
         ConfigError: a bad option, a missing or wrong log directory, a topic or partition that is not
-            there, offsets naming other partitions than the subscription's.
+            there (offsets naming other partitions than the subscription's: :func:`resolve`).
     """
     parsed = parse_source_options(options)
     path = Path(parsed.log_dir).absolute()
@@ -209,12 +209,6 @@ def check_options(options: Mapping[str, str]) -> SourceOptions:
             if not missing and not all(map(is_listed_to_patterns, topics)):
                 what += " (a pattern never matches internal topics nor __cluster_metadata: subscribe to them by name)"
             raise ConfigError(f"{sub.describe()}: {what} in {path} (topics there: {', '.join(topics)})")
-        for spec in (parsed.starting, parsed.ending):
-            if spec is not None and spec.per_partition and set(spec.per_partition) != set(view.states):
-                raise ConfigError(
-                    f"option {spec.option} must name exactly the partitions of {sub.describe()}: "
-                    f"{', '.join(f'{t}-{p}' for t, p in sorted(view.states))}"
-                )
     return parsed
 
 
@@ -222,10 +216,18 @@ def resolve(view: LogDirView, spec: OffsetSpec, *, starting: bool) -> Offsets:
     """Each subscribed partition's offset by ``spec`` (Kafka's ListOffsets: -2 earliest, -1 latest,
     timestamps to the first offset at or after them).
 
+    Applied where the offsets are taken: a batch query's plan, a streaming query's first run (a restart
+    goes on from its checkpoint, whatever the partitions are now, as Kafka's source).
+
     Raises:
-        ConfigError: ``startingOffsetsByTimestampStrategy=error`` and no record at or after a starting
-            timestamp.
+        ConfigError: JSON naming other partitions than the subscription's; or
+            ``startingOffsetsByTimestampStrategy=error`` and no record at or after a starting timestamp.
     """
+    if spec.per_partition and set(spec.per_partition) != set(view.states):
+        raise ConfigError(
+            f"option {spec.option} must name exactly the partitions of {view.options.subscription.describe()}: "
+            f"{', '.join(f'{t}-{p}' for t, p in sorted(view.states))}"
+        )
     found: Offsets = {}
     for tp, state in view.states.items():
         if spec.kind in (SpecKind.EARLIEST, SpecKind.LATEST):

@@ -288,10 +288,44 @@ def test_a_checkpoint_of_another_subscription_is_named_as_such(spark: SparkSessi
 
 
 @pytest.mark.parametrize(
+    "starting",
+    [{"startingOffsets": '{"t": {"0": -2, "1": -2}}'}, {"startingOffsetsByTimestamp": '{"t": {"0": 0, "1": 0}}'}],
+)
+def test_a_query_restarts_from_its_checkpoint_after_partitions_are_added(
+    spark: SparkSession, tmp_path: Path, starting: dict[str, str]
+) -> None:
+    """The starting options apply only to a query's first run (Kafka checks their partitions then): the
+    same query restarted after ``seglog topic alter`` goes on, reading the new partition from offset 0
+    (it failed at load: "option startingOffsets must name exactly the partitions of subscribe=t")."""
+    log_dir = tmp_path / "logs"
+    append(log_dir, "t", [f"a{i}" for i in range(10)], 0)
+
+    def run() -> Batches:
+        sink = Batches()
+        start_foreach_batch(
+            stream(spark, log_dir, subscribe="t", **starting), sink, tmp_path / "ckpt"
+        ).awaitTermination(120)
+        return sink
+
+    assert len(run().values()) == 10
+    with LogManager(log_dir, Settings()) as manager:
+        manager.add_partitions("t", 3)
+    append(log_dir, "t", [f"b{i}" for i in range(10)], 1, partitions=3)
+    sink = run()
+    assert sink.values() == sorted(f"b{i}".encode() for i in range(10))
+    assert {p for rows in sink.batches.values() for p, _, _ in rows} == {0, 1, 2}
+
+
+@pytest.mark.parametrize(
     "schema, options, message",
     [
         (None, {"endingOffsets": "latest"}, "option endingOffsets is for batch queries only (spark.read)"),
         ("key binary, value binary", {}, "the seglog source has a fixed schema"),
+        (
+            None,
+            {"startingOffsets": '{"ev": {"0": 0}}'},
+            "option startingOffsets must name exactly the partitions of subscribe=ev: ev-0, ev-1",
+        ),
     ],
 )
 def test_an_option_error_found_when_a_query_starts_is_ours_not_the_runners(
