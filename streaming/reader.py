@@ -287,10 +287,13 @@ def data_loss(
             f"{name} is not in {not_in}, but the checkpoint holds its offset {start} (the query ran with "
             "another subscription): its records from there on will not be read"
         )
+    elif last is not None:
+        message = (
+            f"{name} ends at {last}, before offset {start} this query reached (truncated or recreated): "
+            "some data may have been lost"
+        )
     else:
-        if last is not None:
-            what = f"{name} ends at {last}, before offset {start} this query reached (truncated or recreated)"
-        elif first is None:
+        if first is None:
             what = f"partition {name} is gone"
         else:
             what = f"offsets {start}..{first - 1} of {name} were deleted (the log now starts at {first})"
