@@ -62,8 +62,9 @@ from pyspark.sql.types import (
 )
 
 from indexer.config import Settings
+from indexer.data_loss import missing_committed_records
 from indexer.errors import ConfigError, LogDirectoryNotFoundError, NotALogDirectoryError, OffsetOutOfRangeError
-from indexer.file_names import TopicPartition, is_listed_to_patterns
+from indexer.file_names import TopicPartition, is_listed_to_patterns, partition_dir_name
 from indexer.log_manager import LogManager, check_log_dir
 from indexer.records.isolation import IsolationLevel
 from streaming.offset_ranges import OffsetRange, rate_limit, split_ranges
@@ -109,10 +110,14 @@ Offsets = dict[TopicPartition, int]
 @dataclass(frozen=True)
 class PartitionState:
     """What a partition offers a reader now: ``[first, last)`` = log start offset .. high watermark
-    (``read_committed``: last stable offset)."""
+    (``read_committed``: last stable offset). ``missing``: ``(log end offset, high watermark)`` when
+    the checkpointed high watermark is above the log end, i.e. committed records are missing from the
+    log (damage, files copied before the checkpoint), which the engine's writers refuse and readers
+    report as data loss."""
 
     first: int
     last: int
+    missing: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -147,13 +152,15 @@ class LogDirView:
             raise
 
     def _state(self, topic: str, partition: int) -> PartitionState | None:
+        committed = self.manager.high_watermark(topic, partition)  # before the open: a commit only adds
         log = self.manager.get_log(topic, partition)
         if log is None:
             return None
         last = min(log.high_watermark, log.log_end_offset)
         if self.options.isolation_level is IsolationLevel.READ_COMMITTED:
             last = min(last, log.last_stable_offset)
-        return PartitionState(log.log_start_offset, max(last, log.log_start_offset))
+        missing = (log.log_end_offset, committed) if committed is not None and committed > log.log_end_offset else None
+        return PartitionState(log.log_start_offset, max(last, log.log_start_offset), missing)
 
     def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int | None:
         log = self.manager.get_log(*tp)
@@ -174,7 +181,7 @@ def check_options(options: Mapping[str, str]) -> SourceOptions:
 
     Raises:
         ConfigError: a bad option, a missing or wrong log directory, a topic or partition that is not
-            there, offsets naming other partitions than the subscription's.
+            there (offsets naming other partitions than the subscription's: :func:`resolve`).
     """
     parsed = parse_source_options(options)
     path = Path(parsed.log_dir).absolute()
@@ -202,12 +209,6 @@ def check_options(options: Mapping[str, str]) -> SourceOptions:
             if not missing and not all(map(is_listed_to_patterns, topics)):
                 what += " (a pattern never matches internal topics nor __cluster_metadata: subscribe to them by name)"
             raise ConfigError(f"{sub.describe()}: {what} in {path} (topics there: {', '.join(topics)})")
-        for spec in (parsed.starting, parsed.ending):
-            if spec is not None and spec.per_partition and set(spec.per_partition) != set(view.states):
-                raise ConfigError(
-                    f"option {spec.option} must name exactly the partitions of {sub.describe()}: "
-                    f"{', '.join(f'{t}-{p}' for t, p in sorted(view.states))}"
-                )
     return parsed
 
 
@@ -215,10 +216,18 @@ def resolve(view: LogDirView, spec: OffsetSpec, *, starting: bool) -> Offsets:
     """Each subscribed partition's offset by ``spec`` (Kafka's ListOffsets: -2 earliest, -1 latest,
     timestamps to the first offset at or after them).
 
+    Applied where the offsets are taken: a batch query's plan, a streaming query's first run (a restart
+    goes on from its checkpoint, whatever the partitions are now, as Kafka's source).
+
     Raises:
-        ConfigError: ``startingOffsetsByTimestampStrategy=error`` and no record at or after a starting
-            timestamp.
+        ConfigError: JSON naming other partitions than the subscription's; or
+            ``startingOffsetsByTimestampStrategy=error`` and no record at or after a starting timestamp.
     """
+    if spec.per_partition and set(spec.per_partition) != set(view.states):
+        raise ConfigError(
+            f"option {spec.option} must name exactly the partitions of {view.options.subscription.describe()}: "
+            f"{', '.join(f'{t}-{p}' for t, p in sorted(view.states))}"
+        )
     found: Offsets = {}
     for tp, state in view.states.items():
         if spec.kind in (SpecKind.EARLIEST, SpecKind.LATEST):
@@ -249,23 +258,46 @@ def check_in_range(view: LogDirView, offsets: Offsets, option: str) -> None:
 
 
 def data_loss(
-    fail_on_data_loss: bool, log_dir: str, tp: TopicPartition, start: int, first: int | None, *, last: int | None = None
+    fail_on_data_loss: bool,
+    log_dir: str,
+    tp: TopicPartition,
+    start: int,
+    first: int | None,
+    *,
+    last: int | None = None,
+    committed: int | None = None,
+    not_in: str | None = None,
 ) -> None:
     """Offsets ``start..first`` are gone (retention, a deleted partition: ``first`` None), or the
-    partition now ends at ``last``, before ``start`` (truncated or recreated): raise, or warn when
-    ``failOnDataLoss=false`` (the read then goes on from ``first``, or from ``last``, as Kafka's source).
+    partition now ends at ``last``, before ``start`` (truncated or recreated), or offsets
+    ``start..committed`` are committed but the log ends at ``start`` (damaged or missing files), or the
+    checkpoint holds offset ``start`` of a partition the subscription ``not_in`` does not name: raise,
+    or warn when ``failOnDataLoss=false`` (the read then goes on from ``first``, or from ``last``, as
+    Kafka's source, or reads what the log holds).
 
     Raises:
         OffsetOutOfRangeError: ``failOnDataLoss=true`` (the default).
     """
     name = f"{tp[0]}-{tp[1]}"
-    if last is not None:
-        what = f"{name} ends at {last}, before offset {start} this query already read (truncated or recreated)"
-    elif first is None:
-        what = f"partition {name} is gone"
+    if committed is not None:  # the engine's words for it (what its writers refuse)
+        directory = Path(log_dir) / partition_dir_name(*tp)
+        message = str(missing_committed_records(directory, start, committed, "its checkpointed high watermark"))
+    elif not_in is not None:
+        message = (
+            f"{name} is not in {not_in}, but the checkpoint holds its offset {start} (the query ran with "
+            "another subscription): its records from there on will not be read"
+        )
+    elif last is not None:
+        message = (
+            f"{name} ends at {last}, before offset {start} this query reached (truncated or recreated): "
+            "some data may have been lost"
+        )
     else:
-        what = f"offsets {start}..{first - 1} of {name} were deleted (the log now starts at {first})"
-    message = f"{what} before this query read them: some data may have been lost"
+        if first is None:
+            what = f"partition {name} is gone"
+        else:
+            what = f"offsets {start}..{first - 1} of {name} were deleted (the log now starts at {first})"
+        message = f"{what} before this query read them: some data may have been lost"
     if fail_on_data_loss:
         raise OffsetOutOfRangeError(
             f"{message}. If you don't want your query to fail on such cases, set the source option "
@@ -274,6 +306,17 @@ def data_loss(
             path=Path(log_dir),
         )
     logger.warning("%s; skipped (failOnDataLoss=false)", message)
+
+
+def missing_committed(options: SourceOptions, tp: TopicPartition, state: PartitionState) -> None:
+    """Report committed records missing from the end of ``tp``'s log as data loss (:func:`data_loss`).
+
+    Raises:
+        OffsetOutOfRangeError: ``failOnDataLoss=true`` and the log ends below its high watermark.
+    """
+    if state.missing is not None:
+        end, committed = state.missing
+        data_loss(options.fail_on_data_loss, options.log_dir, tp, end, None, committed=committed)
 
 
 def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
@@ -313,6 +356,7 @@ def read_range(piece: RangeToRead) -> Iterator[pa.RecordBatch]:
     manager = LogManager(piece.log_dir, Settings(), read_only=True)
     try:
         tp = (piece.topic, piece.partition)
+        committed = manager.high_watermark(*tp)  # before the open: a commit only adds records
         log = manager.get_log(*tp)
         if log is None:
             data_loss(piece.fail_on_data_loss, piece.log_dir, tp, piece.start, None)
@@ -321,7 +365,13 @@ def read_range(piece: RangeToRead) -> Iterator[pa.RecordBatch]:
         if start < log.log_start_offset:
             data_loss(piece.fail_on_data_loss, piece.log_dir, tp, start, log.log_start_offset)
             start = log.log_start_offset
-        while start < piece.end:
+        end = min(log.high_watermark, log.log_end_offset)
+        if end < piece.end:  # planned on the driver up to piece.end; the log ends before it now
+            if committed is not None and committed > end:
+                data_loss(piece.fail_on_data_loss, piece.log_dir, tp, end, None, committed=committed)
+            else:
+                data_loss(piece.fail_on_data_loss, piece.log_dir, tp, piece.end, None, last=end)
+        while start < min(piece.end, end):
             table = log.read_records(
                 start, READ_STEP_RECORDS, max_offset=piece.end, isolation_level=piece.isolation_level
             )
@@ -464,6 +514,7 @@ class _BatchReader(DataSourceReader):
             check_in_range(view, ends, options.ending.option if options.ending else "endingOffsets")
             ranges = []
             for tp, end in sorted(ends.items()):
+                missing_committed(options, tp, view.states[tp])
                 start, first = starts[tp], view.states[tp].first
                 if start > end:
                     raise ConfigError(f"{tp[0]}-{tp[1]}: the starting offset {start} is after the ending offset {end}")
@@ -486,6 +537,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self._target: dict[TopicPartition, PartitionState] | None = None  # Trigger.AvailableNow
         self._states: dict[TopicPartition, PartitionState] | None = None  # of the last latestOffset
         self._last_trigger_ms = 0  # Kafka's lastTriggerMillis: the first trigger never waits
+        self._reported: set[tuple[TopicPartition, PartitionState]] = set()  # missing committed records
 
     @cached_property
     def options(self) -> SourceOptions:
@@ -553,10 +605,15 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def _begin(self, starts: Offsets, states: Mapping[TopicPartition, PartitionState]) -> Offsets:
         """Where each partition's next batch starts: new partitions at their earliest, offsets that
         retention removed at the log start, a truncated partition at its end (data-loss rule)."""
+        sub = self.options.subscription
         for tp in sorted(set(starts) - set(states)):
-            data_loss(self.options.fail_on_data_loss, self.options.log_dir, tp, starts[tp], None)
+            not_in = None if sub.wants(*tp) else sub.describe()  # else deleted
+            data_loss(self.options.fail_on_data_loss, self.options.log_dir, tp, starts[tp], None, not_in=not_in)
         begin: Offsets = {}
         for tp, state in states.items():
+            if (tp, state) not in self._reported:  # once per state: not a warning at every trigger
+                missing_committed(self.options, tp, state)
+                self._reported.add((tp, state))
             if tp not in starts:
                 logger.info("seglog source: new partition %s-%d, read from offset %d", *tp, state.first)
             offset = starts.get(tp, state.first)
@@ -575,7 +632,10 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         states = self._states if self._states is not None else self._snapshot()
         ranges = []
         for tp, stop in sorted(ends.items()):
-            offset = starts.get(tp, states[tp].first if tp in states else stop)
+            # A partition found after the query started (a new topic of its pattern, an added
+            # partition) is read from its beginning, offset 0: records retention already removed
+            # from it are data loss, as Kafka's "Added partition ... starts from N instead of 0".
+            offset = starts.get(tp, 0 if tp in states else stop)
             first = states[tp].first if tp in states else None
             if first is not None and offset < first:
                 data_loss(self.options.fail_on_data_loss, self.options.log_dir, tp, offset, first)

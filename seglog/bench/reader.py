@@ -50,6 +50,7 @@ from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPart
 from pyspark.sql.streaming.datasource import ReadMaxRows, SupportsTriggerAvailableNow
 
 from indexer.config import Settings
+from indexer.log_manager import LogManager
 from indexer.records.isolation import IsolationLevel
 from seglog.bench.report import BenchResult, add_suite_arguments, publish, throughput_result
 from streaming.reader import KAFKA_SCHEMA, RangeToRead, read_range
@@ -130,13 +131,15 @@ def make_inputs(work_dir: Path, workload: Workload, *, seed: int = 1) -> None:
             )
     parquet = work_dir / "parquet"
     parquet.mkdir(parents=True, exist_ok=True)
+    with LogManager(work_dir / "logs", Settings(), read_only=True) as manager:
+        ends = [
+            log.high_watermark if (log := manager.get_log(TOPIC, p)) is not None else 0 for p in range(NUM_PARTITIONS)
+        ]
     batches = [
         batch
-        for p in range(NUM_PARTITIONS)
+        for p, end in enumerate(ends)
         for batch in read_range(
-            RangeToRead(
-                str(work_dir / "logs"), TOPIC, p, 0, workload.rows, False, IsolationLevel.READ_UNCOMMITTED, True
-            )
+            RangeToRead(str(work_dir / "logs"), TOPIC, p, 0, end, False, IsolationLevel.READ_UNCOMMITTED, True)
         )
     ]
     table = pa.Table.from_batches(batches)

@@ -22,7 +22,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from indexer.checkpoint import OffsetCheckpointFile
+from indexer.config import Settings
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, is_log_file, partition_dirs
+from indexer.log_manager import LogManager
 from indexer.records.batch_header import compute_batch_crc, parse_batch_header
 
 with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
@@ -218,3 +220,19 @@ def reap_driver(proc: subprocess.Popen[str], timeout_s: float) -> str:
         if proc.stdout is not None:
             proc.stdout.close()
     return out
+
+
+def committed_then_damaged(log_dir: Path) -> None:
+    """Topic "dmg", one partition: 20 records committed in two batches (0..9, 10..19), then the second
+    batch's header overwritten: the log now ends at 10, below its checkpointed high watermark 20."""
+    with LogManager(log_dir, Settings()) as manager:
+        log = manager.get_or_create_log("dmg", 0)
+        for first in (0, 10):
+            log.append({"value": [f"d{i}".encode() for i in range(first, first + 10)]})
+        log.flush()
+        log.update_high_watermark(log.log_end_offset)
+    segment = log_dir / "dmg-0" / "00000000000000000000.log"
+    first_batch = parse_batch_header(segment.read_bytes(), 0).size_in_bytes
+    with open(segment, "r+b") as f:
+        f.seek(first_batch)
+        f.write(b"\xff" * 12)  # the second batch's base offset and size

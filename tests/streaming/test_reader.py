@@ -16,12 +16,15 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 from indexer.config import LogConfig, Settings
+from indexer.errors import OffsetOutOfRangeError
 from indexer.file_names import is_listed_to_patterns, is_log_file, parse_topic_partition_name
 from indexer.log import Log
 from indexer.log_manager import LogManager
+from indexer.records.isolation import IsolationLevel
+from streaming.reader import RangeToRead, read_range
 from streaming.sink import SegmentLogSink
 from tests.indexer.test_read_committed import ALL_OFFSETS, COMMITTED_OFFSETS, write_transactional_partition
-from tests.streaming.helpers import read_topic
+from tests.streaming.helpers import committed_then_damaged, read_topic
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -151,6 +154,11 @@ def test_offsets_and_timestamps_select_ranges(spark: SparkSession, log_dir: Path
         seglog(spark, subscribe="ev", endingOffsets=json.dumps({"ev": {"0": 99, "1": -1}})).load(path).collect()
     with pytest.raises(Exception, match="startingOffsets cannot be latest .-1. in a batch query"):
         seglog(spark, subscribe="ev", startingOffsets="latest").load(path).collect()
+    # Checked against the partitions when the offsets are taken (a streaming query's first run only).
+    with pytest.raises(AnalysisException, match="startingOffsets must name exactly the partitions .*ev-0, ev-1"):
+        seglog(spark, subscribe="ev", startingOffsets='{"ev": {"0": 1}}').load(path).collect()
+    with pytest.raises(AnalysisException, match="endingOffsets must name exactly the partitions .*ev-0, ev-1"):
+        seglog(spark, subscribe="ev", endingOffsets='{"ev": {"0": 1}, "other": {"0": 1}}').load(path).collect()
 
 
 def test_min_partitions_and_max_records_per_partition_split_tasks(spark: SparkSession, log_dir: Path) -> None:
@@ -172,11 +180,6 @@ def test_min_partitions_and_max_records_per_partition_split_tasks(spark: SparkSe
         ({"assign": '{"ev": [7]}'}, "", "ev-7 not found"),
         ({"subscribe": "ev"}, "missing", "log directory .*missing does not exist"),
         ({"subscribe": "ev"}, "ev-0", "is a partition directory; give the log directory that holds it"),
-        (
-            {"subscribe": "ev", "startingOffsets": '{"ev": {"0": 1}}'},
-            "",
-            "must name exactly the partitions .*ev-0, ev-1",
-        ),
         ({"subscribe": "ev", "startingOffsets": '{"ev": {"0": 1}'}, "", "startingOffsets is not valid JSON"),
         ({"subscribe": "ev", "subscribePattern": "e.*"}, "", "exactly one of the options"),
         ({"subscribe": "ev", "maxOffsetPerTrigger": "5"}, "", "did you mean maxOffsetsPerTrigger"),
@@ -223,6 +226,31 @@ def test_writing_with_format_seglog_is_refused_with_the_sinks_way_in(
     assert not (tmp_path / "logs").exists()
 
 
+def test_committed_records_missing_from_the_log_are_data_loss(spark: SparkSession, tmp_path: Path) -> None:
+    """Records the high watermark says are committed but no longer on disk (damage, files copied before
+    the checkpoint): the read fails on the driver as data loss, naming them (it returned the records
+    before them in silence); ``failOnDataLoss=false`` warns and reads what is there."""
+    committed_then_damaged(tmp_path)
+    with pytest.raises(Exception, match=r"committed records \(offsets 10\.\.19\) are missing.*failOnDataLoss") as info:
+        seglog(spark, subscribe="dmg").load(str(tmp_path)).collect()
+    assert "OffsetOutOfRangeError" in str(info.value)
+    kept = seglog(spark, subscribe="dmg", failOnDataLoss="false").load(str(tmp_path))
+    assert [r.offset for r in kept.collect()] == list(range(10))
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_task_finding_the_log_shorter_than_planned_is_data_loss(tmp_path: Path, fail_on_data_loss: bool) -> None:
+    """Planned on the driver up to offset 20, read on an executor after the end of the log was damaged:
+    data loss, not a range that ends early in silence."""
+    committed_then_damaged(tmp_path)
+    piece = RangeToRead(str(tmp_path), "dmg", 0, 0, 20, False, IsolationLevel.READ_UNCOMMITTED, fail_on_data_loss)
+    if fail_on_data_loss:
+        with pytest.raises(OffsetOutOfRangeError, match=r"committed records \(offsets 10\.\.19\) are missing"):
+            list(read_range(piece))
+        return
+    assert sum(batch.num_rows for batch in read_range(piece)) == 10
+
+
 def test_read_committed_skips_aborted_transactions(spark: SparkSession, tmp_path: Path) -> None:
     write_transactional_partition(tmp_path / "tx-0")
     committed = seglog(spark, subscribe="tx", **{"kafka.isolation.level": "read_committed"}).load(str(tmp_path))
@@ -244,22 +272,28 @@ def _kafka_python_records(directory: Path, first: int, last: int) -> list[tuple[
 def test_real_broker_logs_read_in_place(spark: SparkSession, vectors_dir: Path) -> None:
     """Every topic of every broker-written directory that a pattern sees (not the internal ones, as
     Kafka), read by Spark, equals kafka-python's decoding between each partition's log start and its
-    checkpointed high watermark."""
+    checkpointed high watermark. Where the checkpoint names records the copied logs do not hold
+    (transactions-commit), the read is data loss unless ``failOnDataLoss=false``."""
     for log_dir in sorted(p for p in vectors_dir.iterdir() if p.is_dir()):
-        got = {}
-        for r in (
-            seglog(spark, subscribePattern=".*")
-            .load(str(log_dir))
-            .select("topic", "partition", "offset", "value")
-            .collect()
-        ):
-            got.setdefault((r.topic, r.partition), []).append((r.offset, r.value))
         with LogManager(log_dir, Settings(), read_only=True) as manager:
+            committed = {tp: manager.high_watermark(*tp) or 0 for tp in manager.partitions()}
             bounds = {
                 tp: (log.log_start_offset, min(log.high_watermark, log.log_end_offset))
                 for tp in manager.partitions()
                 if (log := manager.get_log(*tp)) is not None
             }
+        missing = sorted(tp for tp, (_, end) in bounds.items() if committed[tp] > end and is_listed_to_patterns(tp[0]))
+        if missing:
+            with pytest.raises(AnalysisException, match=r"OffsetOutOfRangeError: partition .* committed records"):
+                seglog(spark, subscribePattern=".*").load(str(log_dir)).collect()
+        got = {}
+        for r in (
+            seglog(spark, subscribePattern=".*", failOnDataLoss=str(not missing).lower())
+            .load(str(log_dir))
+            .select("topic", "partition", "offset", "value")
+            .collect()
+        ):
+            got.setdefault((r.topic, r.partition), []).append((r.offset, r.value))
         for directory in sorted(p for p in log_dir.iterdir() if p.is_dir()):
             tp = parse_topic_partition_name(directory.name)
             first, last = bounds[tp]

@@ -25,7 +25,7 @@ from indexer.file_names import (
 from indexer.log_manager import LogManager
 from streaming.reader import offsets_behind_latest
 from streaming.sink import SegmentLogSink
-from tests.streaming.helpers import read_topic, start_foreach_batch
+from tests.streaming.helpers import committed_then_damaged, read_topic, start_foreach_batch
 
 pytestmark = pytest.mark.spark
 
@@ -207,11 +207,125 @@ def test_running_query_picks_up_new_topics_of_its_pattern(spark: SparkSession, t
         query.stop()
 
 
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_fail_on_data_loss_when_a_partition_found_later_no_longer_starts_at_zero(
+    spark: SparkSession, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
+    """As Kafka's source ("Added partition ... starts from N instead of 0"): a partition the query finds
+    after its start (a new topic of its pattern, an added partition) whose first records retention
+    already deleted is data loss; ``failOnDataLoss=false`` warns and reads what is left."""
+    log_dir = tmp_path / "logs"
+    append(log_dir, "t1", ["a"], 0, partitions=1)
+
+    def run() -> Batches:
+        sink = Batches()
+        options = {"subscribePattern": "t[0-9]", "failOnDataLoss": str(fail_on_data_loss).lower()}
+        query = start_foreach_batch(
+            stream(spark, log_dir, startingOffsets="earliest", **options), sink, tmp_path / "ckpt"
+        )
+        query.awaitTermination(120)
+        return sink
+
+    assert run().values() == [b"a"]
+    small = {"segment.bytes": 400}
+    for batch in range(6):  # ~one sink batch per segment
+        append(log_dir, "t2", [f"r{batch}-{i}" for i in range(5)], batch, partitions=1, config=small)
+    with LogManager(log_dir, Settings(overrides={**small, "retention.bytes": 1})) as manager:
+        log = manager.get_log("t2", 0)
+        assert log is not None and log.delete_old_segments() > 0
+        first = log.log_start_offset
+    if fail_on_data_loss:
+        with pytest.raises(StreamingQueryException, match=rf"offsets 0\.\.{first - 1} of t2-0 were deleted"):
+            run()
+        return
+    assert run().values() == sorted(s.value for s in read_topic(log_dir, "t2") if s.offset >= first)
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_fail_on_data_loss_when_committed_records_are_missing_from_the_log(
+    spark: SparkSession, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
+    """The high watermark says offsets 0..19 are committed, the damaged log ends at 10: a streaming
+    query fails on the driver naming them (it read 0..9 and said nothing), or warns and reads 0..9."""
+    committed_then_damaged(tmp_path / "logs")
+    sink = Batches()
+    query = start_foreach_batch(
+        stream(
+            spark,
+            tmp_path / "logs",
+            subscribe="dmg",
+            startingOffsets="earliest",
+            failOnDataLoss=str(fail_on_data_loss).lower(),
+        ),
+        sink,
+        tmp_path / "ckpt",
+    )
+    if fail_on_data_loss:
+        with pytest.raises(StreamingQueryException, match=r"committed records \(offsets 10\.\.19\) are missing"):
+            query.awaitTermination(120)
+        assert sink.batches == {}
+        return
+    query.awaitTermination(120)
+    assert sink.values() == sorted(f"d{i}".encode() for i in range(10))
+
+
+def test_a_checkpoint_of_another_subscription_is_named_as_such(spark: SparkSession, tmp_path: Path) -> None:
+    """Restarted with another subscription, the checkpoint holds offsets of partitions the query no longer
+    reads: data loss, as in Kafka's source, but said as it is (it said "partition a-0 is gone", while a-0
+    is there)."""
+    log_dir = tmp_path / "logs"
+    append(log_dir, "a", ["a0"], 0, partitions=1)
+    append(log_dir, "b", ["b0"], 0, partitions=1)
+    first = start_foreach_batch(
+        stream(spark, log_dir, subscribe="a", startingOffsets="earliest"), Batches(), tmp_path / "ckpt"
+    )
+    first.awaitTermination(120)
+    query = start_foreach_batch(stream(spark, log_dir, subscribe="b"), Batches(), tmp_path / "ckpt")
+    with pytest.raises(StreamingQueryException) as info:
+        query.awaitTermination(120)
+    assert "OffsetOutOfRangeError: a-0 is not in subscribe=b, but the checkpoint holds its offset 1" in str(info.value)
+    assert "failOnDataLoss" in str(info.value) and "is gone" not in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "starting",
+    [{"startingOffsets": '{"t": {"0": -2, "1": -2}}'}, {"startingOffsetsByTimestamp": '{"t": {"0": 0, "1": 0}}'}],
+)
+def test_a_query_restarts_from_its_checkpoint_after_partitions_are_added(
+    spark: SparkSession, tmp_path: Path, starting: dict[str, str]
+) -> None:
+    """The starting options apply only to a query's first run (Kafka checks their partitions then): the
+    same query restarted after ``seglog topic alter`` goes on, reading the new partition from offset 0
+    (it failed at load: "option startingOffsets must name exactly the partitions of subscribe=t")."""
+    log_dir = tmp_path / "logs"
+    append(log_dir, "t", [f"a{i}" for i in range(10)], 0)
+
+    def run() -> Batches:
+        sink = Batches()
+        start_foreach_batch(
+            stream(spark, log_dir, subscribe="t", **starting), sink, tmp_path / "ckpt"
+        ).awaitTermination(120)
+        return sink
+
+    assert len(run().values()) == 10
+    with LogManager(log_dir, Settings()) as manager:
+        manager.add_partitions("t", 3)
+    append(log_dir, "t", [f"b{i}" for i in range(10)], 1, partitions=3)
+    sink = run()
+    assert sink.values() == sorted(f"b{i}".encode() for i in range(10))
+    assert {p for rows in sink.batches.values() for p, _, _ in rows} == {0, 1, 2}
+
+
 @pytest.mark.parametrize(
     "schema, options, message",
     [
         (None, {"endingOffsets": "latest"}, "option endingOffsets is for batch queries only (spark.read)"),
         ("key binary, value binary", {}, "the seglog source has a fixed schema"),
+        (
+            None,
+            {"startingOffsets": '{"ev": {"0": 0}}'},
+            "option startingOffsets must name exactly the partitions of subscribe=ev: ev-0, ev-1",
+        ),
     ],
 )
 def test_an_option_error_found_when_a_query_starts_is_ours_not_the_runners(
