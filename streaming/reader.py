@@ -309,14 +309,20 @@ def data_loss(
 
 
 def missing_committed(options: SourceOptions, tp: TopicPartition, state: PartitionState) -> None:
-    """Report committed records missing from the end of ``tp``'s log as data loss (:func:`data_loss`).
+    """Warn that committed records are missing from the end of ``tp``'s log (its checkpointed high
+    watermark is above its log end), in the engine's words; the query reads up to the log end.
 
-    Raises:
-        OffsetOutOfRangeError: ``failOnDataLoss=true`` and the log ends below its high watermark.
+    Not data loss by ``failOnDataLoss``: the query never had those offsets to read (a query that had
+    read past the log end is, see :func:`data_loss`), and a broker serves such a log up to its end too
+    (it clamps the high watermark): the broker-written directories in ``../shared/vectors`` were
+    copied at other moments than their checkpoints. The engine's writers refuse the partition until
+    ``seglog recover --accept-data-loss``, and ``seglog describe --verify`` reports it.
     """
     if state.missing is not None:
         end, committed = state.missing
-        data_loss(options.fail_on_data_loss, options.log_dir, tp, end, None, committed=committed)
+        directory = Path(options.log_dir) / partition_dir_name(*tp)
+        loss = missing_committed_records(directory, end, committed, "its checkpointed high watermark")
+        logger.warning("seglog source: %s; reading %s-%d up to its log end", loss, *tp)
 
 
 def to_json(offsets: Offsets) -> dict[str, dict[str, int]]:
