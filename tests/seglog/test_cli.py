@@ -198,6 +198,19 @@ def test_verbosity_sets_the_log_level(monkeypatch: pytest.MonkeyPatch, argv: lis
     assert seen["level"] == level
 
 
+@pytest.mark.parametrize("command", [["topic", "describe"], ["quarantine", "list"]])
+def test_common_options_are_accepted_after_an_action(
+    tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`seglog topic describe --log-dir DIR --debug`: -v and --debug after the options of an action
+    (docs/cli.md: accepted before or after the command name), not a usage error."""
+    assert main([*command, "--log-dir", str(tmp_path), "-v"]) == 0
+    assert main([*command, "--log-dir", str(tmp_path / "missing"), "--debug"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err
+    assert err.rstrip().splitlines()[-1].startswith("seglog: LogDirectoryNotFoundError: ")
+
+
 def test_command_exit_code_is_returned(monkeypatch: pytest.MonkeyPatch) -> None:
     _fake_command(monkeypatch, "three", lambda args: 3)
     assert main(["three", "--flag"]) == 3
