@@ -58,7 +58,7 @@ COMMANDS: dict[str, Command] = {
     "recover": Command("seglog.commands.recover", "recover a log directory after a crash (Kafka's log loading)"),
     "quarantine": Command("seglog.commands.quarantine", "list or purge the bytes recovery removed (quarantine)"),
     "serve": Command("seglog.commands.serve", "serve a log directory read-only over the Kafka protocol"),
-    "bench": Command("seglog.commands.bench", "run a benchmark suite (engine, sink, maintenance)"),
+    "bench": Command("seglog.commands.bench", "run a benchmark suite (engine, sink, reader, maintenance, serve)"),
 }
 
 _EPILOG = """\

@@ -82,14 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=non_negative_int,
         default=3000,
         metavar="MS",
-        help="group.initial.rebalance.delay.ms: how long a new group waits for more members",
+        help="group.initial.rebalance.delay.ms: how long a new group waits for more members (default 3000)",
     )
     parser.add_argument(
         "--socket-request-max-bytes",
         type=positive_int,
         default=1024 * 1024,
         metavar="N",
-        help="socket.request.max.bytes: larger requests close their connection",
+        help="socket.request.max.bytes: larger requests close their connection (default 1048576)",
     )
     parser.add_argument(
         "--brokers",
@@ -104,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=10,
         metavar="MS",
-        help="how often the writer's checkpoints are checked for new commits",
+        help="how often the writer's checkpoints are checked for new commits (default 10)",
     )
     add_log_config_arguments(parser)
 
