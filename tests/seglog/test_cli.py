@@ -112,6 +112,14 @@ def test_help_of_a_command_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert "``" not in out
 
 
+@pytest.mark.parametrize("command", ["append", "read", "dump"])
+def test_help_shows_no_rst_markup(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A docstring's RST (``code``, a literal block's ``::``) reads as plain text in --help."""
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "``" not in out and "::" not in out
+
+
 def test_missing_command_module_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
