@@ -29,7 +29,7 @@ import signal
 import sys
 from pathlib import Path
 
-from seglog.cli import add_log_config_arguments, non_negative_int, positive_int, settings_from_args
+from seglog.cli import add_log_config_arguments, log_dir_from_args, non_negative_int, positive_int, settings_from_args
 
 SEGLOG_MAIN = "import sys; from seglog.cli import main; sys.exit(main())"  # ``python -c`` this: the CLI
 # The line a server logs (with -v) once it listens on a loopback port: Server.start's.
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM."""
     from seglog.serve.server import ServeOptions, serve_forever
 
-    log_dir = _directory(args.log_dir, "log directory")
+    log_dir = log_dir_from_args(args)
     host, port = args.bind
     options = ServeOptions(
         host=host,
