@@ -329,10 +329,15 @@ class LogManager:
                         f"topic {topic!r} already exists in {self.log_dir} with {existing} partitions"
                     )
                 if num_partitions is not None and num_partitions != existing:
+                    way = (
+                        f"To grow it: `seglog topic alter --log-dir {self.log_dir} --topic {topic} "
+                        f"--partitions {num_partitions}`"
+                        if num_partitions > existing
+                        else f"A topic never shrinks: use {existing} partitions"
+                    )
                     raise InvalidPartitionsError(
                         f"topic {topic!r} has {existing} partitions in {self.log_dir}, not {num_partitions}: a topic's "
-                        f"partition count is fixed at creation (keys would hash to other partitions). To grow it: "
-                        f"`seglog topic alter --log-dir {self.log_dir} --topic {topic} --partitions {num_partitions}`"
+                        f"partition count is fixed at creation (keys would hash to other partitions). {way}"
                     )
                 self._create_partitions(topic, existing)
                 return existing

@@ -23,6 +23,7 @@ import importlib
 import importlib.metadata
 import logging
 import os
+import re
 import sys
 import traceback
 from collections.abc import Sequence
@@ -58,7 +59,7 @@ COMMANDS: dict[str, Command] = {
     "recover": Command("seglog.commands.recover", "recover a log directory after a crash (Kafka's log loading)"),
     "quarantine": Command("seglog.commands.quarantine", "list or purge the bytes recovery removed (quarantine)"),
     "serve": Command("seglog.commands.serve", "serve a log directory read-only over the Kafka protocol"),
-    "bench": Command("seglog.commands.bench", "run a benchmark suite (engine, sink, maintenance)"),
+    "bench": Command("seglog.commands.bench", "run a benchmark suite (engine, sink, reader, maintenance, serve)"),
 }
 
 _EPILOG = """\
@@ -287,8 +288,9 @@ def build_parser(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, ModuleTy
 
 def help_texts(doc: str) -> tuple[str, str | None]:
     """A command module's docstring as ``--help`` text: the description, and the ``examples:``
-    section (if any) as the epilog, shown after the options. RST backquotes become plain ones."""
-    text = doc.strip().replace("``", "`")
+    section (if any) as the epilog, shown after the options. RST backquotes become plain ones, and a
+    literal block's ``::`` a colon."""
+    text = re.sub(r"::$", ":", doc.strip().replace("``", "`"), flags=re.MULTILINE)
     description, marker, examples = text.partition("\nexamples:")
     return description.rstrip(), (marker.strip() + examples) if marker else None
 

@@ -216,7 +216,8 @@ def _salvage_text(plan: dict[str, Any]) -> str:
     lost = ", ".join(f"{r['first']}..{'end' if r['end'] is None else r['end'] - 1}" for r in plan["lost"])
     kept = plan["kept_offsets_after_damage"]
     after = (
-        f"keep {plan['kept_batches_after_damage']} intact batches after the damage (offsets {kept[0]}..{kept[1]})"
+        f"keep {plan['kept_batches_after_damage']} intact batch{'' if plan['kept_batches_after_damage'] == 1 else 'es'}"
+        f" after the damage (offsets {kept[0]}..{kept[1]})"
         if kept
         else "keep no batch after the damage"
     )

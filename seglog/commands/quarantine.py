@@ -25,11 +25,14 @@ from typing import Any
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog quarantine``."""
-    from seglog.cli import non_negative_int
+    from seglog.cli import common_options, non_negative_int
 
+    common = [common_options()]  # -v and --debug after the action's options too
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", help="list the quarantine files of every partition")
-    purge = actions.add_parser("purge", help="delete quarantine files (say which: --all or --older-than-ms)")
+    listing = actions.add_parser("list", help="list the quarantine files of every partition", parents=common)
+    purge = actions.add_parser(
+        "purge", help="delete quarantine files (say which: --all or --older-than-ms)", parents=common
+    )
     for sub in (listing, purge):
         sub.add_argument("--log-dir", required=True, type=Path, metavar="DIR", help="the log directory")
         sub.add_argument("--topic", metavar="T", help="only this topic's partitions")

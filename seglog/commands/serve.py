@@ -29,7 +29,7 @@ import signal
 import sys
 from pathlib import Path
 
-from seglog.cli import add_log_config_arguments, non_negative_int, positive_int, settings_from_args
+from seglog.cli import add_log_config_arguments, log_dir_from_args, non_negative_int, positive_int, settings_from_args
 
 SEGLOG_MAIN = "import sys; from seglog.cli import main; sys.exit(main())"  # ``python -c`` this: the CLI
 # The line a server logs (with -v) once it listens on a loopback port: Server.start's.
@@ -82,14 +82,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=non_negative_int,
         default=3000,
         metavar="MS",
-        help="group.initial.rebalance.delay.ms: how long a new group waits for more members",
+        help="group.initial.rebalance.delay.ms: how long a new group waits for more members (default 3000)",
     )
     parser.add_argument(
         "--socket-request-max-bytes",
         type=positive_int,
         default=1024 * 1024,
         metavar="N",
-        help="socket.request.max.bytes: larger requests close their connection",
+        help="socket.request.max.bytes: larger requests close their connection (default 1048576)",
     )
     parser.add_argument(
         "--brokers",
@@ -104,7 +104,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=positive_int,
         default=10,
         metavar="MS",
-        help="how often the writer's checkpoints are checked for new commits",
+        help="how often the writer's checkpoints are checked for new commits (default 10)",
     )
     add_log_config_arguments(parser)
 
@@ -128,7 +128,7 @@ def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM."""
     from seglog.serve.server import ServeOptions, serve_forever
 
-    log_dir = _directory(args.log_dir, "log directory")
+    log_dir = log_dir_from_args(args)
     host, port = args.bind
     options = ServeOptions(
         host=host,

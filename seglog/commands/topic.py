@@ -23,16 +23,25 @@ from typing import Any
 
 from indexer.errors import UnknownTopicOrPartitionError
 from indexer.log_manager import LogManager
-from seglog.cli import add_log_config_arguments, log_dir_from_args, positive_int, settings_from_args
+from seglog.cli import (
+    add_log_config_arguments,
+    common_options,
+    log_dir_from_args,
+    positive_int,
+    settings_from_args,
+)
 from seglog.output import Output, format_table
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog topic``: one of ``create``, ``describe``, ``alter``."""
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    create = actions.add_parser("create", help="create a topic with all its partitions")
-    alter = actions.add_parser("alter", help="grow a topic to more partitions (keys re-hash, as in Kafka)")
-    describe = actions.add_parser("describe", help="list topics and their partition counts")
+    common = [common_options()]  # -v and --debug after the action's options too
+    create = actions.add_parser("create", help="create a topic with all its partitions", parents=common)
+    alter = actions.add_parser(
+        "alter", help="grow a topic to more partitions (keys re-hash, as in Kafka)", parents=common
+    )
+    describe = actions.add_parser("describe", help="list topics and their partition counts", parents=common)
     for sub in (create, alter, describe):
         sub.add_argument("--log-dir", required=True, metavar="DIR", help="the log directory")
         add_log_config_arguments(sub)

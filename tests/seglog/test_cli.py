@@ -112,6 +112,14 @@ def test_help_of_a_command_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert "``" not in out
 
 
+@pytest.mark.parametrize("command", ["append", "read", "dump"])
+def test_help_shows_no_rst_markup(command: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """A docstring's RST (``code``, a literal block's ``::``) reads as plain text in --help."""
+    assert main([command, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "``" not in out and "::" not in out
+
+
 def test_missing_command_module_is_one_line(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -196,6 +204,19 @@ def test_verbosity_sets_the_log_level(monkeypatch: pytest.MonkeyPatch, argv: lis
     assert seen["level"] == level
     assert main(["noop", *argv]) == 0  # accepted after the command name too
     assert seen["level"] == level
+
+
+@pytest.mark.parametrize("command", [["topic", "describe"], ["quarantine", "list"]])
+def test_common_options_are_accepted_after_an_action(
+    tmp_path: Path, command: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`seglog topic describe --log-dir DIR --debug`: -v and --debug after the options of an action
+    (docs/cli.md: accepted before or after the command name), not a usage error."""
+    assert main([*command, "--log-dir", str(tmp_path), "-v"]) == 0
+    assert main([*command, "--log-dir", str(tmp_path / "missing"), "--debug"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err
+    assert err.rstrip().splitlines()[-1].startswith("seglog: LogDirectoryNotFoundError: ")
 
 
 def test_command_exit_code_is_returned(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -197,3 +197,18 @@ def test_verify_under_truncate_reports_no_salvage(tmp_path: Path, capsys: pytest
     assert main(argv) == 1
     segment = json.loads(capsys.readouterr().out)["partitions"][0]["segments"][0]
     assert segment["invalid_bytes"] == len(data) and "salvage" not in segment
+
+
+def test_salvage_line_counts_one_batch_in_the_singular() -> None:
+    from seglog.commands.describe import _salvage_text
+
+    plan = {
+        "kept_batches_after_damage": 1,
+        "kept_offsets_after_damage": [10148, 10716],
+        "removed": [{"position": 65437, "bytes": 65467}],
+        "lost": [{"first": 9575, "end": 10148}],
+    }
+    assert _salvage_text(plan) == (
+        "keep 1 intact batch after the damage (offsets 10148..10716), quarantine 65467 bytes at 65437; "
+        "offsets lost: 9575..10147"
+    )

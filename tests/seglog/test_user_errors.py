@@ -139,6 +139,21 @@ def test_an_old_directory_gets_its_count_inferred_once_and_recorded(tmp_path: Pa
     assert (logs / "t-1").is_dir()  # the missing partition was created
 
 
+def test_a_smaller_count_than_the_topics_is_not_told_to_alter_to_it(tmp_path: Path) -> None:
+    """`seglog run --partitions 3` on a 4-partition topic: `topic alter --partitions 3` would be
+    refused (topics never shrink), so the error names the count to pass instead; a larger count is
+    told how to grow the topic."""
+    with LogManager(tmp_path, Settings()) as manager:
+        manager.create_topic("t", 4)
+        with pytest.raises(InvalidPartitionsError) as smaller:
+            manager.create_topic("t", 3, exist_ok=True)
+        with pytest.raises(InvalidPartitionsError) as larger:
+            manager.create_topic("t", 6, exist_ok=True)
+    assert "--partitions 3" not in str(smaller.value) and "never shrink" in str(smaller.value)
+    assert "use 4 partitions" in str(smaller.value)
+    assert "seglog topic alter" in str(larger.value) and "--partitions 6" in str(larger.value)
+
+
 # --- item 6: dry runs write nothing; read-only places fail in one line per partition ---------------
 
 

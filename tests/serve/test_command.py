@@ -25,10 +25,11 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_missing_log_dir_is_one_line(tmp_path: Path) -> None:
+    """The error every command gives for a missing --log-dir (docs/cli.md, "Log directories")."""
     result = _run("serve", "--log-dir", str(tmp_path / "nope"), "--bind", "127.0.0.1:0")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"seglog: FileNotFoundError: log directory {tmp_path / 'nope'} does not exist"
+        f"seglog: LogDirectoryNotFoundError: log directory {tmp_path / 'nope'} does not exist"
     ]
 
 
@@ -49,7 +50,7 @@ def test_a_file_as_log_dir_is_one_line(tmp_path: Path) -> None:
     result = _run("serve", "--log-dir", str(tmp_path / "file"), "--bind", "127.0.0.1:0")
     assert result.returncode == 1
     assert result.stderr.strip().splitlines() == [
-        f"seglog: NotADirectoryError: log directory {tmp_path / 'file'} is not a directory"
+        f"seglog: NotALogDirectoryError: {tmp_path / 'file'} is a file, not a log directory"
     ]
 
 
