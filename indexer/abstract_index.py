@@ -513,6 +513,15 @@ class AbstractIndex(IndexFile):
             finally:
                 os.close(fd)
 
+    def _write_entry(self, entry: bytes) -> None:
+        """Write one packed entry into the next free slot; caller holds the lock and counts it.
+
+        With ``pwrite``, not a store into the mapping: the slot may lie in a page of the
+        pre-allocated (sparse) file that has no block yet, and on a full disk a store there kills the
+        process with SIGBUS, where ``pwrite`` fails with ``ENOSPC`` (a :class:`StorageError`).
+        """
+        self._write_entries(self._entries, np.frombuffer(entry, dtype=np.uint8))
+
     def _truncate_to_entries(self, entries: int) -> None:
         """Set the entry count; the bytes after it are left as they are (as Kafka). Thread-safe."""
         with self._lock:

@@ -112,8 +112,7 @@ class OffsetIndex(AbstractIndex):
             if not 0 <= position <= INT32_MAX:
                 raise ValueError(f"position {position} does not fit an index entry of {self.path.absolute()}")
             relative = self.relative_offset(offset)
-            assert self._mm is not None  # a free slot means a non-empty mapping
-            _ENTRY.pack_into(self._mm, self.entries * self.ENTRY_SIZE, relative, position)
+            self._write_entry(_ENTRY.pack(relative, position))
             self._entries += 1
             self._last_offset = offset
 

@@ -127,7 +127,7 @@ class TimeIndex(AbstractIndex):
                 relative = self.relative_offset(offset)
                 if self._mm is None or self.entries >= self.max_entries:
                     raise self._no_slot_error()
-                _ENTRY.pack_into(self._mm, self.entries * self.ENTRY_SIZE, timestamp, relative)
+                self._write_entry(_ENTRY.pack(timestamp, relative))
                 self._entries += 1
                 self._last_entry = TimestampOffset(timestamp, offset)
 
