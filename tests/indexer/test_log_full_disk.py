@@ -10,6 +10,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+from indexer.config import LogConfig
+from indexer.errors import StorageError
 from indexer.log import Log
 from tests.filesystems import TinyFs
 
@@ -81,3 +85,37 @@ def test_a_roll_on_a_full_disk_is_a_storage_error_not_a_bus_error(tiny_fs: TinyF
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, (done.returncode, done.stdout, done.stderr)
     assert "failed:" in done.stdout and "No space left on device" in done.stdout and "ok" in done.stdout
+
+
+@pytest.mark.parametrize("leave_pages", [1, 2], ids=["offset-index-full", "time-index-full"])
+def test_an_append_whose_index_entry_finds_no_space_is_undone(tiny_fs: TinyFs, leave_pages: int) -> None:
+    """The `.log` bytes of an append fit, its first index entry in a segment does not (the index
+    files are pre-allocated sparse, so their first entry needs a block): the append fails and leaves
+    nothing behind. Before, the batch stayed in the `.log` at offsets the log end offset did not
+    count, so the next append wrote the same offsets again (a read of them returned the failed
+    append's records), or the half-written index refused every later append."""
+    log = Log.open(tiny_fs.path / "t-0", LogConfig.from_mapping({"index.interval.bytes": 1}))
+    try:
+        log.append(_rows("a"))  # the segment's first batch: no index entry
+        log.update_high_watermark(log.log_end_offset)
+        size = log.active_segment.size
+        tiny_fs.fill(leave=leave_pages * 4096)  # the .log's next pages fit, then 0 or 1 index page
+        with pytest.raises(StorageError, match="No space left on device") as info:
+            log.append(_rows("b"))
+        assert str(info.value.path).endswith((".index", ".timeindex"))
+        assert log.log_end_offset == 10 and log.active_segment.size == size
+        assert os.path.getsize(log.active_segment.log.path) == size
+        assert (log.active_segment.offset_index.entries, log.active_segment.time_index.entries) == (0, 0)
+        tiny_fs.free()
+        log.append(_rows("c"))
+        log.update_high_watermark(log.log_end_offset)
+        assert _committed(log) == _expected("a", "c")
+        assert (log.active_segment.offset_index.entries, log.active_segment.time_index.entries) == (1, 1)
+    finally:
+        log.close()
+    reopened = Log.open(tiny_fs.path / "t-0", LogConfig.from_mapping({}), had_clean_shutdown=False)
+    try:
+        reopened.update_high_watermark(reopened.log_end_offset)
+        assert _committed(reopened) == _expected("a", "c")
+    finally:
+        reopened.close()
