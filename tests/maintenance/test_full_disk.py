@@ -21,7 +21,7 @@ from maintenance.access import BorrowedLogs, LogAccess, OwnedLogs
 from maintenance.jobs import JOBS
 from seglog.cli import main
 from tests.filesystems import TinyFs
-from tests.maintenance.conftest import append_batches, settings_for, small_config
+from tests.maintenance.conftest import START_MS, append_batches, settings_for, small_config
 
 CHECKPOINTS = (RECOVERY_POINT_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE)
 
@@ -73,3 +73,30 @@ def test_maintain_once_on_a_full_disk_exits_1_with_one_line(
     assert main(["maintain", "--log-dir", str(log_dir), "--once", "checkpoint-recovery-point"]) == 1
     err = capsys.readouterr().err
     assert "Traceback" not in err and "recovery-point-offset-checkpoint" in err, err
+
+
+@pytest.mark.parametrize("leave_pages", [1, 3], ids=["quarantine-copy", "cleaned-copy"])
+def test_recover_on_a_full_disk_leaves_no_partial_copy(
+    tiny_fs: TinyFs, clock: MockClock, capsys: pytest.CaptureFixture[str], leave_pages: int
+) -> None:
+    """Salvaging a damaged segment copies the damaged range to a quarantine file and the kept batches
+    to `<base>.log.cleaned`; the full disk refuses one of the copies part way. Before, the partial
+    copy stayed behind, holding the little space there was until a later recovery replaced it."""
+    log_dir = tiny_fs.path / "logs"
+    with Log.open(log_dir / "t-0", small_config(segment_bytes=1 << 20), clock=clock) as log:
+        for _ in range(6):
+            log.append({"value": [bytes(500)] * 10, "timestamp": [START_MS] * 10})
+    segment = log_dir / "t-0" / "00000000000000000000.log"
+    data = bytearray(segment.read_bytes())
+    data[len(data) // 2 : len(data) // 2 + 8] = b"\xff" * 8  # a batch in the middle fails its CRC
+    segment.write_bytes(bytes(data))
+    tiny_fs.fill(leave=leave_pages * 4096)
+    assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "No space left on device" in err, err
+    assert segment.read_bytes() == bytes(data)
+    leftovers = [p.name for p in (log_dir / "t-0").iterdir() if p.name.endswith((".cleaned", ".tmp"))]
+    assert leftovers == [] and tiny_fs.available() == 4096  # (the quarantine copy of 2 pages stays)
+    tiny_fs.free()
+    assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == 0
+    assert [p.name for p in (log_dir / "t-0").glob("*.quarantine")] != []
