@@ -54,14 +54,17 @@ class OffsetIndex(AbstractIndex):
         """Offset of the last entry, or ``base_offset`` when empty."""
         return self._last_offset
 
-    def _read_last_entry(self) -> OffsetPosition:
+    def _read_last_entry(self, slot: bytes | None = None) -> OffsetPosition:
         entries = self.entries
         if entries == 0:
             return OffsetPosition(self.base_offset, 0)
-        return self.entry(entries - 1)
+        if slot is None:
+            return self.entry(entries - 1)
+        relative, position = _ENTRY.unpack(slot)
+        return OffsetPosition(self.base_offset + relative, position)
 
-    def _reload_last_entry(self) -> None:
-        self._last_offset = self._read_last_entry().offset
+    def _reload_last_entry(self, slot: bytes | None = None) -> None:
+        self._last_offset = self._read_last_entry(slot).offset
 
     def entry(self, n: int) -> OffsetPosition:
         """Entry in slot ``n``; ``IndexError`` if ``n >= entries``. Lock-free."""

@@ -119,3 +119,50 @@ def test_an_append_whose_index_entry_finds_no_space_is_undone(tiny_fs: TinyFs, l
         assert _committed(reopened) == _expected("a", "c")
     finally:
         reopened.close()
+
+
+def test_opening_a_crashed_log_on_a_full_disk_is_not_a_bus_error(tiny_fs: TinyFs) -> None:
+    """A writer that dies leaves its active segment's index files at their pre-allocated size, a
+    sparse tail of holes. On tmpfs a read through a mapping allocates the page it touches, so with
+    the disk full the validator (which read every slot through a map) and the loader (which read
+    the last slot of a reopened index through its map) killed the process with SIGBUS: recovery,
+    its dry run and the maintenance jobs could not run until space was freed."""
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    crash = textwrap.dedent(
+        f"""
+        import os
+        from pathlib import Path
+        from indexer.config import LogConfig
+        from indexer.log import Log
+        from tests.indexer.test_log_full_disk import _rows
+
+        log = Log.open(Path({str(tiny_fs.path / "t-0")!r}), LogConfig.from_mapping({{"index.interval.bytes": 1}}))
+        log.append(_rows("a"))
+        log.append(_rows("b"))
+        log.flush()
+        os._exit(0)  # the writer dies: nothing trimmed
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", crash], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert os.path.getsize(tiny_fs.path / "t-0" / "00000000000000000000.index") > 1 << 20  # pre-allocated
+    tiny_fs.fill()
+    check = textwrap.dedent(
+        f"""
+        from pathlib import Path
+        from indexer.config import LogConfig
+        from indexer.log import Log
+        from indexer.log_loader import LogLoader
+        from tests.indexer.test_log_full_disk import _committed, _expected
+
+        directory, config = Path({str(tiny_fs.path / "t-0")!r}), LogConfig.from_mapping({{}})
+        report = LogLoader(directory, config, had_clean_shutdown=False).check()  # a dry run
+        assert report.next_offset == 20, report
+        log = Log.open(directory, config)  # recovers
+        log.update_high_watermark(log.log_end_offset)
+        assert _committed(log) == _expected("a", "b")
+        print("ok")
+        """
+    )
+    done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0 and "ok" in done.stdout, (done.returncode, done.stdout, done.stderr[-2000:])
