@@ -123,10 +123,10 @@ class AbstractIndex(IndexFile):
         # may then be rewritten, so a search tree of an earlier generation must not be reused.
         self._generation = 0
         self._search_tree: _SearchTree | None = None
-        newly_created = self._open_and_map()
+        newly_created, last_slot = self._open_and_map()
         self._max_entries = self._length // self.ENTRY_SIZE
         self._entries = 0 if newly_created else self._length // self.ENTRY_SIZE
-        self._reload_last_entry()
+        self._reload_last_entry(last_slot)
         logger.debug(
             "Loaded %s file %s with max_entries = %d, max_index_size = %d, entries = %d, last entry = %s",
             self._KIND,
@@ -134,15 +134,23 @@ class AbstractIndex(IndexFile):
             self._max_entries,
             self._max_index_size,
             self._entries,
-            self._read_last_entry(),
+            self._read_last_entry(last_slot),
         )
 
     # ------------------------------------------------------------------ mapping
 
-    def _open_and_map(self) -> bool:
-        """Open (creating and pre-allocating if writable and missing) and map the file; True if created."""
+    def _open_and_map(self) -> tuple[bool, bytes | None]:
+        """Open (creating and pre-allocating if writable and missing) and map the file; whether it
+        was created, and the bytes of the last slot of an existing writable file.
+
+        That slot (the last entry, as Kafka counts a reopened file's entries) is read with
+        ``pread``: after a crash it lies in the file's pre-allocated, sparse tail, and on tmpfs a
+        read through the mapping allocates the page, which kills the process with SIGBUS when the
+        file system is full.
+        """
         path = self._path
         newly_created = False
+        last_slot = None
         with storage_errors(path, "open index file"):
             if self._writable:
                 try:
@@ -161,10 +169,16 @@ class AbstractIndex(IndexFile):
                 self._length = os.fstat(fd).st_size
                 if not self._writable and not self._whole_file:
                     self._length = self._written_length(fd, self._length)
-                self._mm, self._words = self._map(fd, self._length, self._writable)
+                if not self._writable and self._whole_file:
+                    self._mm, self._words = None, self._read_words(fd, self._length)
+                else:
+                    self._mm, self._words = self._map(fd, self._length, self._writable)
+                if self._writable and not newly_created and self._length >= self.ENTRY_SIZE:
+                    last = round_down_to_multiple(self._length, self.ENTRY_SIZE) - self.ENTRY_SIZE
+                    last_slot = os.pread(fd, self.ENTRY_SIZE, last)
             finally:
                 os.close(fd)
-        return newly_created
+        return newly_created, last_slot
 
     def _written_length(self, fd: int, size: int) -> int:
         """The bytes of the file before its zero-filled pre-allocated tail, found by binary search.
@@ -186,6 +200,28 @@ class AbstractIndex(IndexFile):
             else:
                 high = mid
         return high * self.ENTRY_SIZE
+
+    @staticmethod
+    def _read_words(fd: int, length: int) -> np.ndarray:
+        """Read ``length`` bytes of ``fd`` with ``pread`` and view them as native uint32 words.
+
+        How a whole file is looked at (the index validator reads every slot, pre-allocated ones
+        too): a mapping would fault on each page of the sparse tail, and on tmpfs a fault on a hole
+        allocates the page, which kills the process with SIGBUS when the file system is full (and
+        fills it otherwise); ``pread`` returns a hole's zeros without allocating anything.
+        """
+        if length < 4:
+            return _EMPTY_WORDS
+        data = bytearray(length)
+        view, done = memoryview(data), 0
+        while done < length:
+            n = os.preadv(fd, [view[done:]], done)
+            if n == 0:
+                break
+            done += n
+        words = np.frombuffer(data, dtype=np.uint32, count=done // 4)
+        words.setflags(write=False)
+        return words
 
     @staticmethod
     def _map(fd: int, length: int, writable: bool) -> tuple[mmap.mmap | None, np.ndarray]:
@@ -490,12 +526,13 @@ class AbstractIndex(IndexFile):
         """Raise :class:`~indexer.errors.CorruptIndexError` on an obviously corrupt file."""
 
     @abstractmethod
-    def _read_last_entry(self) -> tuple[int, int]:
-        """The last entry read from the mapping, or the subclass's empty-index entry."""
+    def _read_last_entry(self, slot: bytes | None = None) -> tuple[int, int]:
+        """The last entry (from ``slot``, its bytes, when given; else from the mapping), or the
+        subclass's empty-index entry."""
 
     @abstractmethod
-    def _reload_last_entry(self) -> None:
-        """Re-read the cached last entry from the mapping (after truncation or resize)."""
+    def _reload_last_entry(self, slot: bytes | None = None) -> None:
+        """Re-read the cached last entry (after opening, truncation or resize)."""
 
     def _write_entries(self, entries: int, packed: np.ndarray) -> None:
         """Write ``packed`` (whole big-endian entries) into the slots from ``entries`` on; caller holds the lock.
@@ -512,6 +549,15 @@ class AbstractIndex(IndexFile):
                 pwrite_all(fd, data, entries * self.ENTRY_SIZE)
             finally:
                 os.close(fd)
+
+    def _write_entry(self, entry: bytes) -> None:
+        """Write one packed entry into the next free slot; caller holds the lock and counts it.
+
+        With ``pwrite``, not a store into the mapping: the slot may lie in a page of the
+        pre-allocated (sparse) file that has no block yet, and on a full disk a store there kills the
+        process with SIGBUS, where ``pwrite`` fails with ``ENOSPC`` (a :class:`StorageError`).
+        """
+        self._write_entries(self._entries, np.frombuffer(entry, dtype=np.uint8))
 
     def _truncate_to_entries(self, entries: int) -> None:
         """Set the entry count; the bytes after it are left as they are (as Kafka). Thread-safe."""

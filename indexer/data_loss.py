@@ -18,6 +18,7 @@ The file is only ever appended to (and fsynced); nothing in seglog deletes it.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 from collections.abc import Mapping
@@ -25,8 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from indexer import file_names
+from indexer._files import pwrite_all
 from indexer.checkpoint import fsync_directory
 from indexer.errors import StorageError, storage_errors
+
+logger = logging.getLogger(__name__)
 
 
 def data_loss_file(log_dir: str | os.PathLike[str]) -> Path:
@@ -55,16 +59,34 @@ def record_accepted_loss(log_dir: str | os.PathLike[str], entry: Mapping[str, An
         StorageError: the file cannot be written.
     """
     line = {**entry, "host": socket.gethostname(), "pid": os.getpid()}
+    data = (json.dumps(line, sort_keys=True) + "\n").encode("utf-8")
     path = data_loss_file(log_dir)
     created = not path.exists()
     with storage_errors(path, "append to"):
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(line, sort_keys=True) + "\n")
-            f.flush()
-            os.fsync(f.fileno())
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            end = _complete_lines_end(fd)
+            try:
+                os.ftruncate(fd, end)  # a line an interrupted acceptance left unfinished
+                pwrite_all(fd, memoryview(data), end)
+                os.fsync(fd)
+            except OSError:
+                # A full disk can take the start of the line and refuse the rest: cut it, so the
+                # file stays readable and the next acceptance starts on a line of its own.
+                os.ftruncate(fd, end)
+                raise
+        finally:
+            os.close(fd)
         if created:
             fsync_directory(path.parent)
     return line
+
+
+def _complete_lines_end(fd: int) -> int:
+    """The size of the file up to its last newline: what complete acceptances hold."""
+    size = os.fstat(fd).st_size
+    data = os.pread(fd, size, 0)
+    return data.rfind(b"\n") + 1
 
 
 def read_accepted_losses(log_dir: str | os.PathLike[str]) -> list[dict[str, Any]]:
@@ -77,7 +99,8 @@ def read_accepted_losses(log_dir: str | os.PathLike[str]) -> list[dict[str, Any]
     if not path.exists():
         return []
     with storage_errors(path, "read"):
-        lines = path.read_text(encoding="utf-8").splitlines()
+        raw = path.read_text(encoding="utf-8")
+    lines = raw.splitlines()
     out = []
     for number, text in enumerate(lines, 1):
         if not text.strip():
@@ -85,5 +108,9 @@ def read_accepted_losses(log_dir: str | os.PathLike[str]) -> list[dict[str, Any]
         try:
             out.append(json.loads(text))
         except json.JSONDecodeError as e:
+            if number == len(lines) and not raw.endswith("\n"):
+                # an acceptance interrupted mid-line (a crash): it was never made; the next one cuts it
+                logger.warning("%s: ignoring the unfinished last line %d (an interrupted acceptance)", path, number)
+                continue
             raise StorageError(f"{path} line {number} is not JSON: {e}", path=path) from e
     return out

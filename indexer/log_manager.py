@@ -522,7 +522,16 @@ class LogManager:
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
-        self.close()
+        """:meth:`close`; when the block failed and the close fails too (a full disk fails both an
+        append and the checkpoints), the close's error is logged and the block's propagates: it is
+        the one that says what went wrong."""
+        if exc is None:
+            self.close()
+            return
+        try:
+            self.close()
+        except SeglogError as e:
+            logger.error("[LogManager dir=%s] closing after %s: %s", self.log_dir, type(exc).__name__, e)
 
     def _delete_clean_shutdown_marker(self, marker: Path) -> bool:
         try:

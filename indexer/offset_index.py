@@ -54,14 +54,17 @@ class OffsetIndex(AbstractIndex):
         """Offset of the last entry, or ``base_offset`` when empty."""
         return self._last_offset
 
-    def _read_last_entry(self) -> OffsetPosition:
+    def _read_last_entry(self, slot: bytes | None = None) -> OffsetPosition:
         entries = self.entries
         if entries == 0:
             return OffsetPosition(self.base_offset, 0)
-        return self.entry(entries - 1)
+        if slot is None:
+            return self.entry(entries - 1)
+        relative, position = _ENTRY.unpack(slot)
+        return OffsetPosition(self.base_offset + relative, position)
 
-    def _reload_last_entry(self) -> None:
-        self._last_offset = self._read_last_entry().offset
+    def _reload_last_entry(self, slot: bytes | None = None) -> None:
+        self._last_offset = self._read_last_entry(slot).offset
 
     def entry(self, n: int) -> OffsetPosition:
         """Entry in slot ``n``; ``IndexError`` if ``n >= entries``. Lock-free."""
@@ -112,8 +115,7 @@ class OffsetIndex(AbstractIndex):
             if not 0 <= position <= INT32_MAX:
                 raise ValueError(f"position {position} does not fit an index entry of {self.path.absolute()}")
             relative = self.relative_offset(offset)
-            assert self._mm is not None  # a free slot means a non-empty mapping
-            _ENTRY.pack_into(self._mm, self.entries * self.ENTRY_SIZE, relative, position)
+            self._write_entry(_ENTRY.pack(relative, position))
             self._entries += 1
             self._last_offset = offset
 

@@ -299,7 +299,8 @@ def _lost_ranges(
 
 def write_ranges(source: FileRecords, ranges: list[tuple[int, int]], target: Path) -> None:
     """Write the byte ranges ``(position, length)`` of ``source``, back to back, to the new file
-    ``target`` (replaced if it exists) and fsync it.
+    ``target`` (replaced if it exists) and fsync it. A failed copy is deleted: on a full disk it
+    would hold what little space there is until a later recovery replaced it.
 
     Raises:
         StorageError: a read or write failed.
@@ -318,5 +319,9 @@ def write_ranges(source: FileRecords, ranges: list[tuple[int, int]], target: Pat
                     done += len(chunk)
                     out += len(chunk)
             os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(target)
+            raise
         finally:
             os.close(fd)

@@ -24,6 +24,7 @@ valid batch and rebuilds both indexes from it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import itertools
 import logging
@@ -389,19 +390,48 @@ class LogSegment:
             return
         counter = self._index_byte_counter()
         physical_position = self.size
-        if physical_position == 0:
-            self._rolling_based_timestamp = largest_timestamp
         self._ensure_offset_in_range(largest_offset)
-        self.log.append(records)
         current = self._max_timestamp_and_offset()
-        if largest_timestamp > current.timestamp:
-            self._max_ts_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
-        if counter > self.index_interval_bytes:
-            self.offset_index.append(largest_offset, physical_position)
-            latest = self._max_timestamp_and_offset()
-            self.time_index.maybe_append(latest.timestamp, latest.offset)
-            counter = 0
+        # the batch's offsets are at least its offset of the max timestamp, every earlier one below
+        with self._undone_on_failure(shallow_offset_of_max_timestamp):
+            if physical_position == 0:
+                self._rolling_based_timestamp = largest_timestamp
+            self.log.append(records)
+            if largest_timestamp > current.timestamp:
+                self._max_ts_and_offset = TimestampOffset(largest_timestamp, shallow_offset_of_max_timestamp)
+            if counter > self.index_interval_bytes:
+                self.offset_index.append(largest_offset, physical_position)
+                latest = self._max_timestamp_and_offset()
+                self.time_index.maybe_append(latest.timestamp, latest.offset)
+                counter = 0
         self._bytes_since_last_index_entry = counter + size
+
+    @contextlib.contextmanager
+    def _undone_on_failure(self, first_new_offset: int) -> Iterator[None]:
+        """Undo an append that fails part way: cut the `.log` back to its size before, drop the index
+        entries from ``first_new_offset`` on and restore the cached max timestamp, so the segment is
+        as before and the next append writes the same offsets in the same place.
+
+        Without it a batch whose `.log` bytes were written while an index entry found no space (the
+        index files are pre-allocated sparse: a full disk refuses their next page) stayed in the
+        `.log` at offsets the log end offset did not count, and the next append wrote those offsets
+        a second time. If the undo fails too, the original error is raised and the undo's is logged:
+        the segment is then as a crash would leave it, which loading recovers.
+        """
+        position = self.size
+        max_ts_and_offset, rolling_based_timestamp = self._max_ts_and_offset, self._rolling_based_timestamp
+        try:
+            yield
+        except BaseException:
+            try:
+                self.offset_index.truncate_to(first_new_offset)
+                self.time_index.truncate_to(first_new_offset)
+                if self.size > position:
+                    self.log.truncate_to(position)
+            except (SeglogError, ValueError) as e:
+                logger.error("could not undo a failed append to %s: %s", self.log.path, e)
+            self._max_ts_and_offset, self._rolling_based_timestamp = max_ts_and_offset, rolling_based_timestamp
+            raise
 
     def _index_byte_counter(self) -> int:
         """Bytes appended since the last offset-index entry (Kafka's ``bytesSinceLastIndexEntry``).
@@ -479,18 +509,19 @@ class LogSegment:
         index_flags, _time_flags, run_ts, run_offset, end_counter = self._plan(
             encoded, start, stop, self._index_byte_counter()
         )
-        if physical_position == 0:
-            self._rolling_based_timestamp = int(encoded.max_timestamps[start])
-        if fill is None:
-            self.log.append(encoded.buffer[first_position:end_position])
-        else:
-            self.log.append_positioned(end_position - first_position, lambda write: fill(write, start, stop))
-        self._max_ts_and_offset = TimestampOffset(int(run_ts[-1]), int(run_offset[-1]))
-        entries = np.flatnonzero(index_flags)
-        if entries.size:
-            positions = encoded.positions[start:stop][entries] - first_position + physical_position
-            offset_index.append_many(last_offsets[entries], positions)
-            self.time_index.append_many(run_ts[entries], run_offset[entries])
+        with self._undone_on_failure(int(encoded.base_offsets[start])):
+            if physical_position == 0:
+                self._rolling_based_timestamp = int(encoded.max_timestamps[start])
+            if fill is None:
+                self.log.append(encoded.buffer[first_position:end_position])
+            else:
+                self.log.append_positioned(end_position - first_position, lambda write: fill(write, start, stop))
+            self._max_ts_and_offset = TimestampOffset(int(run_ts[-1]), int(run_offset[-1]))
+            entries = np.flatnonzero(index_flags)
+            if entries.size:
+                positions = encoded.positions[start:stop][entries] - first_position + physical_position
+                offset_index.append_many(last_offsets[entries], positions)
+                self.time_index.append_many(run_ts[entries], run_offset[entries])
         self._bytes_since_last_index_entry = end_counter
         return end_position - first_position
 

@@ -66,14 +66,17 @@ class TimeIndex(AbstractIndex):
         """The last entry, or ``(-1, base_offset)`` when empty (cached; re-read on truncation/resize)."""
         return self._last_entry
 
-    def _read_last_entry(self) -> TimestampOffset:
+    def _read_last_entry(self, slot: bytes | None = None) -> TimestampOffset:
         entries = self.entries
         if entries == 0:
             return TimestampOffset(NO_TIMESTAMP, self.base_offset)
-        return self.entry(entries - 1)
+        if slot is None:
+            return self.entry(entries - 1)
+        timestamp, relative = _ENTRY.unpack(slot)
+        return TimestampOffset(timestamp, self.base_offset + relative)
 
-    def _reload_last_entry(self) -> None:
-        self._last_entry = self._read_last_entry()
+    def _reload_last_entry(self, slot: bytes | None = None) -> None:
+        self._last_entry = self._read_last_entry(slot)
 
     def is_full(self) -> bool:
         """True when only the slot reserved for the roll/close entry is left (entries >= max_entries-1)."""
@@ -127,7 +130,7 @@ class TimeIndex(AbstractIndex):
                 relative = self.relative_offset(offset)
                 if self._mm is None or self.entries >= self.max_entries:
                     raise self._no_slot_error()
-                _ENTRY.pack_into(self._mm, self.entries * self.ENTRY_SIZE, timestamp, relative)
+                self._write_entry(_ENTRY.pack(timestamp, relative))
                 self._entries += 1
                 self._last_entry = TimestampOffset(timestamp, offset)
 

@@ -260,8 +260,8 @@ class BorrowedLogs(LogAccess):
                     read = {tp: checkpoints[kind].get(tp) for tp in released[kind]}
                     try:
                         write_checkpoint(self.log_dir, kind, released[kind], expected=read)
-                    except Exception:
-                        logger.exception("writing %s failed", CHECKPOINT_FILES[kind])
+                    except Exception as e:  # one line naming the file (a full disk), counted: --once exits 1
+                        report.fail(", ".join(partition_name(tp) for tp in sorted(released[kind])), e)
 
     def _borrow(
         self, tp: TopicPartition, path: Path, checkpoints: dict[str, dict[TopicPartition, int]], report: JobReport

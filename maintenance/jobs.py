@@ -126,9 +126,13 @@ def _checkpoint_job(kind: str) -> Callable[[LogAccess], JobReport]:
                 if not access.borrowed:  # a borrowed partition's entries are written as it is given back
                     with report.partition(partition_name(tp)):
                         values[tp] = checkpoint_value(log, kind)
-            written = merge_checkpoint(access.log_dir, kind, values)
-            if written:
-                report.count("entries_written", written)
+            try:
+                written = merge_checkpoint(access.log_dir, kind, values)
+            except Exception as e:  # one line naming the file (a full disk), counted: --once exits 1
+                report.fail(", ".join(partition_name(tp) for tp in sorted(values)), e)
+            else:
+                if written:
+                    report.count("entries_written", written)
         return report
 
     job.__name__ = f"checkpoint_{kind.replace('-', '_')}"

@@ -24,6 +24,7 @@ every committed batch (a batch the sink committed but Spark did not is skipped o
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -308,61 +309,61 @@ def run_job(
         with LogManager(spec.log_dir, settings) as manager:
             manager.create_topic(spec.topic, spec.num_partitions, exist_ok=True)
     log_manager = None if on_executors else LogManager(spec.log_dir, settings)
-    scheduler = None
-    sink = None
-    query = None
-    try:
-        if log_manager is not None:
-            count = log_manager.create_topic(spec.topic, spec.num_partitions, exist_ok=True)
-            for partition in range(count):
-                log_manager.get_or_create_log(spec.topic, partition)
-        if spark is None:
-            spark = build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
-            _quiet_spark_logs(spark)
-        if maintenance is not None:
-            scheduler = maintenance(spec.log_dir if log_manager is None else log_manager, settings)
-        sink = SegmentLogSink(
-            spec.log_dir,
-            topic=spec.topic,
-            num_partitions=spec.num_partitions,
-            settings=settings,
-            checkpoint_location=spec.checkpoint_location,
-            log_manager=log_manager,
-            writes="executors" if on_executors else "driver",
-        )
-        writer = (
-            build_source(spark, spec)
-            .writeStream.foreachBatch(sink)
-            .option("checkpointLocation", spec.checkpoint_location)
-            .queryName(f"seglog-{spec.topic}")
-        )
-        writer = (
-            writer.trigger(availableNow=True)
-            if spec.available_now
-            else writer.trigger(processingTime=spec.trigger_interval)
-        )
-        query = writer.start()
-        logger.info(
-            "query %s (run %s) started: %s source -> %s in %s, written on the %s, checkpoint %s",
-            query.id,
-            query.runId,
-            spec.source,
-            spec.topic,
-            spec.log_dir,
-            "executors" if on_executors else "driver",
-            spec.checkpoint_location,
-        )
-        # The duration counts from the command's start: Spark's start-up is part of it.
-        _wait(query, sink, spec, stop, deadline)
-    finally:
-        if query is not None and query.isActive:
-            _stop_between_batches(query)
-        if sink is not None:
-            sink.close()
-        if scheduler is not None:
-            scheduler.stop()
-        if log_manager is not None:
-            log_manager.close()
+    # closed last; if the query failed and the close fails too (a full disk), the query's error is raised
+    with log_manager if log_manager is not None else contextlib.nullcontext():
+        scheduler = None
+        sink = None
+        query = None
+        try:
+            if log_manager is not None:
+                count = log_manager.create_topic(spec.topic, spec.num_partitions, exist_ok=True)
+                for partition in range(count):
+                    log_manager.get_or_create_log(spec.topic, partition)
+            if spark is None:
+                spark = build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
+                _quiet_spark_logs(spark)
+            if maintenance is not None:
+                scheduler = maintenance(spec.log_dir if log_manager is None else log_manager, settings)
+            sink = SegmentLogSink(
+                spec.log_dir,
+                topic=spec.topic,
+                num_partitions=spec.num_partitions,
+                settings=settings,
+                checkpoint_location=spec.checkpoint_location,
+                log_manager=log_manager,
+                writes="executors" if on_executors else "driver",
+            )
+            writer = (
+                build_source(spark, spec)
+                .writeStream.foreachBatch(sink)
+                .option("checkpointLocation", spec.checkpoint_location)
+                .queryName(f"seglog-{spec.topic}")
+            )
+            writer = (
+                writer.trigger(availableNow=True)
+                if spec.available_now
+                else writer.trigger(processingTime=spec.trigger_interval)
+            )
+            query = writer.start()
+            logger.info(
+                "query %s (run %s) started: %s source -> %s in %s, written on the %s, checkpoint %s",
+                query.id,
+                query.runId,
+                spec.source,
+                spec.topic,
+                spec.log_dir,
+                "executors" if on_executors else "driver",
+                spec.checkpoint_location,
+            )
+            # The duration counts from the command's start: Spark's start-up is part of it.
+            _wait(query, sink, spec, stop, deadline)
+        finally:
+            if query is not None and query.isActive:
+                _stop_between_batches(query)
+            if sink is not None:
+                sink.close()
+            if scheduler is not None:
+                scheduler.stop()
     assert sink is not None
     history = list(sink.history)
     summary = JobSummary(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, settings
 
 from tests.budget import BUDGET
+from tests.filesystems import TinyFs, mount_tiny_fs, unmount
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VECTORS_DIR = REPO_ROOT.parent / "shared" / "vectors" / "kafka"
@@ -35,3 +37,14 @@ def vectors_dir() -> Path:
 def test_budget() -> str:
     """How much time slow/fuzz tests may take: "dev", "ci" (bounded) or "soak" (long); see tests/budget.py."""
     return BUDGET
+
+
+@pytest.fixture
+def tiny_fs(tmp_path: Path) -> Iterator[TinyFs]:
+    """A real 1 MiB tmpfs under ``tmp_path`` (``tests/filesystems.py``), unmounted afterwards; the
+    test is skipped where mounting is not permitted."""
+    fs = mount_tiny_fs(tmp_path / "tiny-fs", "1m")
+    try:
+        yield fs
+    finally:
+        unmount(fs)

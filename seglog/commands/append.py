@@ -84,8 +84,7 @@ def run(args: argparse.Namespace) -> int:
     source = "<stdin>" if args.input == "-" else args.input
     data = sys.stdin.buffer.read() if args.input == "-" else Path(args.input).read_bytes()
     table = parse_json_lines(data, encoding=args.encoding, source=source)
-    manager = LogManager(log_dir_from_args(args, must_exist=False), settings)
-    try:
+    with LogManager(log_dir_from_args(args, must_exist=False), settings) as manager:
         if manager.topic_partitions(args.topic) is None:
             # A new topic gets every partition up to the one named (Kafka creates all of a topic's).
             manager.create_topic(args.topic, args.partition + 1)
@@ -105,8 +104,6 @@ def run(args: argparse.Namespace) -> int:
             "log_end_offset": log.log_end_offset,
             "high_watermark": log.high_watermark,
         }
-    finally:
-        manager.close()
     logger.info("appended %d records from %s to %s-%d", table.num_rows, source, args.topic, args.partition)
     Output(json_mode=args.json).emit(result, _text)
     return 0

@@ -68,16 +68,13 @@ def run(args: argparse.Namespace) -> int:
         doc = {"log_dir": str(manager.log_dir), "topics": [{"topic": t, "partitions": n} for t, n in topics.items()]}
         Output(json_mode=args.json).emit(doc, _text)
         return 0
-    manager = LogManager(log_dir_from_args(args, must_exist=args.action == "alter"), settings)
-    try:
+    with LogManager(log_dir_from_args(args, must_exist=args.action == "alter"), settings) as manager:
         if args.action == "create":
             manager.create_topic(args.topic, args.partitions)
             print(f"created topic {args.topic} with {args.partitions} partitions in {args.log_dir}")
         else:
             old = manager.add_partitions(args.topic, args.partitions)
             print(f"topic {args.topic}: {old} -> {args.partitions} partitions in {args.log_dir}")
-    finally:
-        manager.close()
     return 0
 
 

@@ -21,6 +21,7 @@ from indexer.lock import FileLock
 from indexer.log_manager import LogManager
 from seglog.cli import main
 from tests.cli import append_file, maintain_once
+from tests.filesystems import TinyFs
 
 REPO = Path(__file__).resolve().parents[2]
 TS = 1_700_000_000_000
@@ -215,6 +216,24 @@ def test_read_only_file_system_dry_run_and_readers_work(read_only: Path) -> None
     assert _cli("describe", "--log-dir", str(read_only), "--verify").returncode == 0
     read = _cli("read", "--log-dir", str(read_only), "--topic", "events", "--partition", "1", "--from-beginning")
     assert read.returncode == 0 and len(read.stdout.splitlines()) == 3000
+
+
+def test_append_on_a_full_disk_names_the_file_it_could_not_write(
+    tiny_fs: TinyFs, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The append fails for lack of space, and so does the checkpoint written as the command closes
+    the log directory: the line names the first failure (the `.log`), not the checkpoint file."""
+    logs = tiny_fs.path / "logs"
+    assert _append(tmp_path, logs, _records(10)) == 0
+    tiny_fs.fill()
+    assert _append(tmp_path, logs, _records(50, 10)) == 1  # more than the .log's last page holds
+    line = _one_error_line(capsys.readouterr().err, "StorageError")
+    assert str(logs / "events-0" / "00000000000000000000.log") in line and "No space left on device" in line, line
+    tiny_fs.free()
+    assert _append(tmp_path, logs, _records(50, 10)) == 0
+    capsys.readouterr()
+    assert main(["read", "--log-dir", str(logs), "--topic", "events", "--partition", "0", "--from-beginning"]) == 0
+    assert [json.loads(line)["key"] for line in capsys.readouterr().out.splitlines()] == [f"k{i}" for i in range(60)]
 
 
 # --- item 7: a partition directory given as --log-dir ---------------------------------------------
