@@ -15,7 +15,8 @@ timestamp is refused, as Kafka's ``ProducerRecord`` refuses it (:func:`check_tim
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
+from collections.abc import Set as AbstractSet
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -74,7 +75,8 @@ def to_append_table(data: AppendInput, *, now_ms: int, first_row: int = 0) -> pa
 
     Raises:
         SchemaError: an unknown column, a column of the wrong type (the message names the column,
-            the type found and the type expected), a header with a null key, or input of a kind
+            the type found and the type expected), a column that is not a sequence of values (a
+            string, bytes, a mapping, a set, a scalar), a header with a null key, or input of a kind
             this function does not take.
         InvalidTimestampError: a negative timestamp (the first one).
     """
@@ -111,7 +113,7 @@ def _columns_of(data: Any) -> dict[str, Any]:
     if isinstance(data, pa.Table):
         return {name: data.column(name) for name in data.column_names}
     if isinstance(data, Mapping):
-        return {str(name): column for name, column in data.items()}
+        return {str(name): _check_column(str(name), column) for name, column in data.items()}
     if isinstance(data, Sequence) and not isinstance(data, (str, bytes, bytearray)):
         if not all(isinstance(row, Mapping) for row in data):
             raise SchemaError("a list of records must hold only mappings (one dict per record)")
@@ -122,6 +124,23 @@ def _columns_of(data: Any) -> dict[str, Any]:
     raise SchemaError(
         f"records must be a pyarrow Table/RecordBatch, a dict of columns or a list of dicts, not {type(data).__name__}"
     )
+
+
+def _check_column(name: str, column: Any) -> Any:
+    """``column`` if it holds one value per record. A string, bytes, a mapping or a set is refused, not
+    iterated: ``{"key": "k1", "value": "hello"}`` is one record written as if it were columns, and would
+    otherwise become one record per character (a set has no order); so is a value without a length."""
+    if isinstance(column, (pa.Array, pa.ChunkedArray)):
+        return column
+    if isinstance(column, np.ndarray) and column.ndim == 1:
+        return column
+    single = isinstance(column, (str, bytes, bytearray, memoryview, Mapping, AbstractSet, np.ndarray))
+    if single or not isinstance(column, Sized) or not isinstance(column, Iterable):
+        raise SchemaError(
+            f"column {name!r}: found {type(column).__name__}, expected a sequence of values (one per record); "
+            f"to append single records, pass a list of dicts: [{{{name!r}: ...}}]"
+        )
+    return column
 
 
 def _to_array(name: str, column: Any) -> pa.Array:

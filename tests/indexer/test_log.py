@@ -125,6 +125,8 @@ def test_input_problems_write_nothing(open_log) -> None:
     size = log.size_in_bytes
     with pytest.raises(SchemaError):
         log.append({"value": [b"a"], "colour": ["red"]})
+    with pytest.raises(SchemaError, match="column 'key'.* expected a sequence of values"):
+        log.append({"key": "k", "value": "v"})  # one record as a dict of scalars, not of columns
     with pytest.raises(RecordTooLargeError) as info:
         log.append({"value": [b"a", b"b" * 500]})
     assert info.value.index == 1

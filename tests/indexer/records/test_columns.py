@@ -153,3 +153,23 @@ def test_bad_input_raises_schema_error(data: object, fragments: list[str]) -> No
 def test_headers_of_only_empty_lists_are_accepted() -> None:
     table = to_append_table(pa.table({"value": [b"a", b"b"], "headers": [[], None]}), now_ms=0)
     assert table.column("headers").to_pylist() == [[], None]
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        "hello",  # would be one record per character
+        b"hello",  # would be one record per byte value
+        {"a": b"x"},  # would be one record per dict key
+        {b"a", b"b"},  # unordered: the records' order would be arbitrary
+        None,
+        5,
+        iter([b"a"]),
+    ],
+    ids=["str", "bytes", "dict", "set", "None", "int", "iterator"],
+)
+def test_a_column_that_is_not_a_sequence_of_values_is_refused(column: object) -> None:
+    # {"value": "hello"} is one record written as if it were columns: it must not become records
+    # 'h', 'e', 'l', 'l', 'o' (nor a TypeError that names no column)
+    with pytest.raises(SchemaError, match=r"column 'value': .*a sequence of values.*list of dicts"):
+        to_append_table({"value": column}, now_ms=NOW)
