@@ -111,6 +111,9 @@ def _columns_of(data: Any) -> dict[str, Any]:
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
+        for name in sorted(set(data.column_names)):
+            if (count := data.column_names.count(name)) > 1:
+                raise SchemaError(f"column {name!r} appears {count} times: a table of records has each column once")
         return {name: data.column(name) for name in data.column_names}
     if isinstance(data, Mapping):
         return {str(name): _check_column(str(name), column) for name, column in data.items()}

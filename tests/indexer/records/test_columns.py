@@ -173,3 +173,9 @@ def test_a_column_that_is_not_a_sequence_of_values_is_refused(column: object) ->
     # 'h', 'e', 'l', 'l', 'o' (nor a TypeError that names no column)
     with pytest.raises(SchemaError, match=r"column 'value': .*a sequence of values.*list of dicts"):
         to_append_table({"value": column}, now_ms=NOW)
+
+
+def test_a_table_with_a_duplicate_column_is_refused() -> None:
+    table = pa.Table.from_arrays([pa.array([b"a"]), pa.array([b"b"])], names=["value", "value"])
+    with pytest.raises(SchemaError, match=r"column 'value' appears 2 times"):
+        to_append_table(table, now_ms=NOW)
