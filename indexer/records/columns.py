@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexer.errors import InvalidTimestampError, SchemaError
+from indexer.limits import INT64_MAX
 
 logger = logging.getLogger(__name__)
 
@@ -76,8 +77,8 @@ def to_append_table(data: AppendInput, *, now_ms: int, first_row: int = 0) -> pa
     Raises:
         SchemaError: an unknown column, a column of the wrong type (the message names the column,
             the type found and the type expected), a column that is not a sequence of values (a
-            string, bytes, a mapping, a set, a scalar), a header with a null key, or input of a kind
-            this function does not take.
+            string, bytes, a mapping, a set, a scalar), an Arrow timestamp whose milliseconds do not fit
+            int64, a header with a null key, or input of a kind this function does not take.
         InvalidTimestampError: a negative timestamp (the first one).
     """
     columns = _columns_of(data)
@@ -96,7 +97,7 @@ def to_append_table(data: AppendInput, *, now_ms: int, first_row: int = 0) -> pa
         else:
             array = _to_array(field.name, column)
         if field.name == "timestamp":
-            array = _normalise_timestamps(array, now_ms)
+            array = _normalise_timestamps(array, now_ms, first_row)
             check_timestamps(array, first_row=first_row)
         elif field.name == "headers":
             array = _normalise_headers(array)
@@ -172,7 +173,7 @@ def _normalise_binary(name: str, array: pa.Array) -> pa.Array:
     return array if array.type == pa.binary() else array.cast(pa.binary())
 
 
-def _normalise_timestamps(array: pa.Array, now_ms: int) -> pa.Array:
+def _normalise_timestamps(array: pa.Array, now_ms: int, first_row: int) -> pa.Array:
     """``int64`` ms since epoch from integers or Arrow timestamps; nulls become ``now_ms``."""
     kind = array.type
     if pa.types.is_null(kind):
@@ -195,6 +196,14 @@ def _normalise_timestamps(array: pa.Array, now_ms: int) -> pa.Array:
     if divide != 1:
         values //= divide
     if multiply != 1:
+        # numpy wraps on overflow: a value of seconds beyond int64 ms would become another timestamp
+        outside = np.flatnonzero(np.abs(values) > INT64_MAX // multiply)
+        if outside.size:
+            row = int(outside[0])
+            raise SchemaError(
+                f"column 'timestamp': row {first_row + row}: {raw[row].as_py()!r} ({kind}) does not fit int64 "
+                "milliseconds since the epoch"
+            )
         values *= multiply
     if raw.null_count:
         values[raw.is_null().to_numpy(zero_copy_only=False)] = now_ms

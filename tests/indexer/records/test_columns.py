@@ -179,3 +179,20 @@ def test_a_table_with_a_duplicate_column_is_refused() -> None:
     table = pa.Table.from_arrays([pa.array([b"a"]), pa.array([b"b"])], names=["value", "value"])
     with pytest.raises(SchemaError, match=r"column 'value' appears 2 times"):
         to_append_table(table, now_ms=NOW)
+
+
+@pytest.mark.parametrize(
+    ("unit", "seconds"),
+    [("s", 2**62), ("s", 9_300_000_000_000_000), ("s", 9_223_372_036_854_776)],
+    ids=["wraps-to-0", "wraps-negative", "just-past-int64-ms"],
+)
+def test_arrow_timestamps_beyond_int64_ms_are_refused_not_wrapped(unit: str, seconds: int) -> None:
+    column = pa.array([1, seconds], pa.timestamp(unit, tz="UTC"))
+    with pytest.raises(SchemaError, match=r"column 'timestamp': row 1: .* does not fit int64 milliseconds"):
+        to_append_table({"timestamp": column}, now_ms=NOW)
+
+
+def test_the_largest_arrow_timestamp_in_seconds_that_fits_int64_ms_is_kept() -> None:
+    largest = (2**63 - 1) // 1000
+    table = to_append_table({"timestamp": pa.array([largest], pa.timestamp("s"))}, now_ms=NOW)
+    assert table.column("timestamp").to_pylist() == [largest * 1000]
