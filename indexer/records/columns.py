@@ -159,9 +159,17 @@ def _to_array(name: str, column: Any) -> pa.Array:
     try:
         if isinstance(column, np.ndarray):
             return pa.array(column, type=type_hint)
-        return pa.array(list(column), type=type_hint)
+        values = list(column)
+        array = pa.array(values, type=type_hint)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
         raise SchemaError(f"column {name!r}: cannot convert to Arrow ({exc})") from exc
+    if pa.types.is_timestamp(array.type) and any(isinstance(v, int) for v in values):
+        # Arrow reads the integers in the datetimes' unit (us): milliseconds would be 1000x too small
+        raise SchemaError(
+            f"column {name!r}: holds both datetimes and integers; give every timestamp one way "
+            "(datetimes, or integers of milliseconds since the epoch)"
+        )
+    return array
 
 
 def _normalise_binary(name: str, array: pa.Array) -> pa.Array:

@@ -196,3 +196,11 @@ def test_the_largest_arrow_timestamp_in_seconds_that_fits_int64_ms_is_kept() -> 
     largest = (2**63 - 1) // 1000
     table = to_append_table({"timestamp": pa.array([largest], pa.timestamp("s"))}, now_ms=NOW)
     assert table.column("timestamp").to_pylist() == [largest * 1000]
+
+
+def test_python_timestamps_mixing_datetimes_and_integers_are_refused() -> None:
+    # Arrow infers a timestamp[us] column and reads the integer as microseconds: 5 (ms, meant) would
+    # be stored as 0
+    when = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    with pytest.raises(SchemaError, match=r"column 'timestamp': .*both datetimes and integers"):
+        to_append_table([{"value": b"a", "timestamp": when}, {"value": b"b", "timestamp": 5}], now_ms=NOW)
