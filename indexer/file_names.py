@@ -16,6 +16,7 @@ import re
 from pathlib import Path
 
 from indexer.errors import InvalidTopicError, SeglogError, StorageError
+from indexer.limits import INT32_MAX
 
 LOG_FILE_SUFFIX = ".log"
 INDEX_FILE_SUFFIX = ".index"
@@ -150,8 +151,8 @@ def is_listed_to_patterns(topic: str) -> bool:
 def partition_dir_name(topic: str, partition: int) -> str:
     """``<topic>-<partition>`` after validating both."""
     validate_topic(topic)
-    if not isinstance(partition, int) or isinstance(partition, bool) or partition < 0:
-        raise ValueError(f"partition must be a non-negative integer, got {partition!r}")
+    if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition <= INT32_MAX:
+        raise ValueError(f"partition must be an integer in 0..{INT32_MAX} (Kafka's int32), got {partition!r}")
     return f"{topic}-{partition}"
 
 
@@ -175,8 +176,8 @@ def parse_topic_partition_name(name: str) -> TopicPartition:
         partition = int(part)
     except ValueError:
         raise ValueError(f"directory name {name!r} has a non-integer partition {part!r}") from None
-    if partition < 0:
-        raise ValueError(f"directory name {name!r} has a negative partition")
+    if not 0 <= partition <= INT32_MAX:
+        raise ValueError(f"directory name {name!r} has a partition outside 0..{INT32_MAX}")
     return topic, partition
 
 

@@ -319,6 +319,11 @@ class Log:
     def closed(self) -> bool:
         return self._closed
 
+    def _check_readable(self) -> None:
+        """A read of a closed log is the caller's mistake, said as such (not as its files' errors)."""
+        if self._closed:
+            raise ValueError(f"cannot read: the log {self.directory} is closed")
+
     def _check_writable(self, action: str) -> None:
         if self.read_only:
             raise ValueError(f"cannot {action}: the log {self.directory} is open read-only")
@@ -652,7 +657,9 @@ class Log:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
             CorruptRecordError: the bytes where ``start_offset``'s batch should be are not a whole batch
                 (names the file, the position and ``offset=start_offset``).
+            ValueError: the log is closed (also when :meth:`close` overtakes the read).
         """
+        self._check_readable()
         end = self._next_offset_metadata
         bound = self._high_watermark_metadata if max_offset is None else self._offset_metadata(max_offset)
         segment: LogSegment | None = self._check_read_offset(start_offset, end)
@@ -686,7 +693,9 @@ class Log:
         then asks :meth:`_following_segment`, which says whether the offsets are gone."""
         try:
             result = read(segment, *args, **kwargs)
-        except (StorageError, ValueError):  # closed file (StorageError) or index (ValueError)
+        except (StorageError, ValueError) as e:  # closed file (StorageError) or index (ValueError)
+            if self._closed:  # by close() while it was read
+                raise ValueError(f"cannot read: the log {self.directory} is closed") from e
             if self._segments.get(segment.base_offset) is segment:
                 raise
             self._log.debug("segment %d was deleted while it was read", segment.base_offset)
@@ -731,7 +740,9 @@ class Log:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
             CorruptRecordError: damage where the read starts (names the file, the position and the
                 first offset that cannot be read, ``offset``).
+            ValueError: the log is closed (also when :meth:`close` overtakes the read).
         """
+        self._check_readable()
         end = self._next_offset_metadata
         segment: LogSegment | None = self._check_read_offset(start_offset, end)
         bound = self.high_watermark if max_offset is None else min(max_offset, end.message_offset)
@@ -885,7 +896,11 @@ class Log:
 
         Thread-safe: never an offset below the log start offset, even when retention moves it while
         the segments are searched (the search then starts again from the new one).
+
+        Raises:
+            ValueError: the log is closed (also when :meth:`close` overtakes the search).
         """
+        self._check_readable()
         while True:
             start = self._log_start_offset
             found = self._offset_for_timestamp_from(timestamp, start, self.high_watermark)
@@ -903,6 +918,7 @@ class Log:
         offset meanwhile cannot be read: its last offset is the answer then, as Kafka, which does not
         look at the log start offset here either, answers its record.
         """
+        self._check_readable()
         best: TimestampAndOffset | None = None
         for segment in self._segments.values():
             timestamp, offset = segment.max_timestamp_so_far, segment.offset_of_max_timestamp_so_far

@@ -53,6 +53,7 @@ from indexer.errors import (
     storage_errors,
 )
 from indexer.file_names import TopicPartition
+from indexer.limits import INT32_MAX
 from indexer.lock import FileLock
 from indexer.log import Log
 
@@ -112,6 +113,20 @@ def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -
             f"{path} is {what}, not a log directory: pass the directory that holds it, --log-dir {parent}", path=path
         )
     return path
+
+
+def _check_partition_count(num_partitions: int) -> None:
+    """Kafka's bounds of a topic's partition count: at least 1, at most an int32.
+
+    Raises:
+        InvalidPartitionsError: outside them.
+    """
+    if num_partitions < 1:
+        raise InvalidPartitionsError(f"a topic needs at least 1 partition, got {num_partitions}")
+    if num_partitions > INT32_MAX:
+        raise InvalidPartitionsError(
+            f"a topic has at most {INT32_MAX} partitions (Kafka's int32), got {num_partitions}"
+        )
 
 
 def write_clean_shutdown_marker(log_dir: Path) -> None:
@@ -194,7 +209,8 @@ class LogManager:
             InvalidTopicError: the topic name breaks Kafka's rules.
             UnknownTopicOrPartitionError: the topic's recorded partition count does not include
                 ``partition`` (grow it with :meth:`add_partitions`).
-            ValueError: a negative partition, or a read-only manager asked to create one.
+            ValueError: a partition outside 0..2**31 - 1 (Kafka's int32), or a read-only manager asked to
+                create one.
             LogLockedError: another process is the partition's writer.
         """
         count = topics.read_topics(self.log_dir).get(topic) if (topic, partition) not in self._logs else None
@@ -314,11 +330,12 @@ class LogManager:
 
         Raises:
             TopicExistsError: the topic exists and not ``exist_ok``.
-            InvalidPartitionsError: ``num_partitions`` < 1, or differs from the existing count.
+            InvalidPartitionsError: ``num_partitions`` < 1 or above 2**31 - 1, or differs from the existing
+                count.
             ValueError: a read-only manager.
         """
-        if num_partitions is not None and num_partitions < 1:
-            raise InvalidPartitionsError(f"a topic needs at least 1 partition, got {num_partitions}")
+        if num_partitions is not None:
+            _check_partition_count(num_partitions)
         if self.read_only:
             raise ValueError(f"cannot create topic {topic!r} in read-only log directory {self.log_dir}")
         with self._lock:
@@ -355,8 +372,9 @@ class LogManager:
 
         Raises:
             UnknownTopicOrPartitionError: the topic does not exist.
-            InvalidPartitionsError: ``num_partitions`` is not above the current count.
+            InvalidPartitionsError: ``num_partitions`` is not above the current count, or above 2**31 - 1.
         """
+        _check_partition_count(num_partitions)
         if self.read_only:
             raise ValueError(f"cannot change topic {topic!r} in read-only log directory {self.log_dir}")
         with self._lock:

@@ -15,7 +15,8 @@ timestamp is refused, as Kafka's ``ProducerRecord`` refuses it (:func:`check_tim
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
+from collections.abc import Set as AbstractSet
 from typing import Any, TypeAlias
 
 import numpy as np
@@ -23,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexer.errors import InvalidTimestampError, SchemaError
+from indexer.limits import INT64_MAX
 
 logger = logging.getLogger(__name__)
 
@@ -74,8 +76,9 @@ def to_append_table(data: AppendInput, *, now_ms: int, first_row: int = 0) -> pa
 
     Raises:
         SchemaError: an unknown column, a column of the wrong type (the message names the column,
-            the type found and the type expected), a header with a null key, or input of a kind
-            this function does not take.
+            the type found and the type expected), a column that is not a sequence of values (a
+            string, bytes, a mapping, a set, a scalar), an Arrow timestamp whose milliseconds do not fit
+            int64, a header with a null key, or input of a kind this function does not take.
         InvalidTimestampError: a negative timestamp (the first one).
     """
     columns = _columns_of(data)
@@ -94,7 +97,7 @@ def to_append_table(data: AppendInput, *, now_ms: int, first_row: int = 0) -> pa
         else:
             array = _to_array(field.name, column)
         if field.name == "timestamp":
-            array = _normalise_timestamps(array, now_ms)
+            array = _normalise_timestamps(array, now_ms, first_row)
             check_timestamps(array, first_row=first_row)
         elif field.name == "headers":
             array = _normalise_headers(array)
@@ -109,9 +112,12 @@ def _columns_of(data: Any) -> dict[str, Any]:
     if isinstance(data, pa.RecordBatch):
         data = pa.Table.from_batches([data])
     if isinstance(data, pa.Table):
+        for name in sorted(set(data.column_names)):
+            if (count := data.column_names.count(name)) > 1:
+                raise SchemaError(f"column {name!r} appears {count} times: a table of records has each column once")
         return {name: data.column(name) for name in data.column_names}
     if isinstance(data, Mapping):
-        return {str(name): column for name, column in data.items()}
+        return {str(name): _check_column(str(name), column) for name, column in data.items()}
     if isinstance(data, Sequence) and not isinstance(data, (str, bytes, bytearray)):
         if not all(isinstance(row, Mapping) for row in data):
             raise SchemaError("a list of records must hold only mappings (one dict per record)")
@@ -122,6 +128,23 @@ def _columns_of(data: Any) -> dict[str, Any]:
     raise SchemaError(
         f"records must be a pyarrow Table/RecordBatch, a dict of columns or a list of dicts, not {type(data).__name__}"
     )
+
+
+def _check_column(name: str, column: Any) -> Any:
+    """``column`` if it holds one value per record. A string, bytes, a mapping or a set is refused, not
+    iterated: ``{"key": "k1", "value": "hello"}`` is one record written as if it were columns, and would
+    otherwise become one record per character (a set has no order); so is a value without a length."""
+    if isinstance(column, (pa.Array, pa.ChunkedArray)):
+        return column
+    if isinstance(column, np.ndarray) and column.ndim == 1:
+        return column
+    single = isinstance(column, (str, bytes, bytearray, memoryview, Mapping, AbstractSet, np.ndarray))
+    if single or not isinstance(column, Sized) or not isinstance(column, Iterable):
+        raise SchemaError(
+            f"column {name!r}: found {type(column).__name__}, expected a sequence of values (one per record); "
+            f"to append single records, pass a list of dicts: [{{{name!r}: ...}}]"
+        )
+    return column
 
 
 def _to_array(name: str, column: Any) -> pa.Array:
@@ -136,9 +159,17 @@ def _to_array(name: str, column: Any) -> pa.Array:
     try:
         if isinstance(column, np.ndarray):
             return pa.array(column, type=type_hint)
-        return pa.array(list(column), type=type_hint)
+        values = list(column)
+        array = pa.array(values, type=type_hint)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError) as exc:
         raise SchemaError(f"column {name!r}: cannot convert to Arrow ({exc})") from exc
+    if pa.types.is_timestamp(array.type) and any(isinstance(v, int) for v in values):
+        # Arrow reads the integers in the datetimes' unit (us): milliseconds would be 1000x too small
+        raise SchemaError(
+            f"column {name!r}: holds both datetimes and integers; give every timestamp one way "
+            "(datetimes, or integers of milliseconds since the epoch)"
+        )
+    return array
 
 
 def _normalise_binary(name: str, array: pa.Array) -> pa.Array:
@@ -150,7 +181,7 @@ def _normalise_binary(name: str, array: pa.Array) -> pa.Array:
     return array if array.type == pa.binary() else array.cast(pa.binary())
 
 
-def _normalise_timestamps(array: pa.Array, now_ms: int) -> pa.Array:
+def _normalise_timestamps(array: pa.Array, now_ms: int, first_row: int) -> pa.Array:
     """``int64`` ms since epoch from integers or Arrow timestamps; nulls become ``now_ms``."""
     kind = array.type
     if pa.types.is_null(kind):
@@ -173,6 +204,14 @@ def _normalise_timestamps(array: pa.Array, now_ms: int) -> pa.Array:
     if divide != 1:
         values //= divide
     if multiply != 1:
+        # numpy wraps on overflow: a value of seconds beyond int64 ms would become another timestamp
+        outside = np.flatnonzero(np.abs(values) > INT64_MAX // multiply)
+        if outside.size:
+            row = int(outside[0])
+            raise SchemaError(
+                f"column 'timestamp': row {first_row + row}: {raw[row].as_py()!r} ({kind}) does not fit int64 "
+                "milliseconds since the epoch"
+            )
         values *= multiply
     if raw.null_count:
         values[raw.is_null().to_numpy(zero_copy_only=False)] = now_ms

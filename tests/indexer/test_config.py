@@ -138,3 +138,11 @@ def test_batch_size_is_a_topic_key() -> None:
     assert LogConfig.from_mapping({"batch.size": "16384"}).batch_size == 16384
     with pytest.raises(ConfigError, match="batch.size must be >= 0"):
         LogConfig.from_mapping({"batch.size": -1})
+
+
+@pytest.mark.parametrize("policy", ["compact", "delete", "compact,delete"])
+def test_cleanup_policy_is_refused_not_ignored(policy: str) -> None:
+    # seglog never compacts (README, Configuration; docs/design.md): a topic asking for it must not
+    # be taken silently, whatever the value (even Kafka's default, delete)
+    with pytest.raises(ConfigError, match="unknown topic config key 'cleanup.policy'"):
+        load_settings(overrides={"cleanup.policy": policy})

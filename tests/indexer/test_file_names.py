@@ -35,3 +35,9 @@ def test_partition_dir_round_trip() -> None:
             fn.parse_topic_partition_name(bad)
     with pytest.raises(ValueError):
         fn.partition_dir_name("t", -1)
+    # Kafka's partition is an int32 (checkpoint files, the protocol): a larger one is no partition
+    assert fn.partition_dir_name("t", 2**31 - 1) == "t-2147483647"
+    with pytest.raises(ValueError, match="partition must be an integer in 0..2147483647"):
+        fn.partition_dir_name("t", 2**31)
+    with pytest.raises(ValueError, match="partition"):
+        fn.parse_topic_partition_name("t-2147483648")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -125,6 +126,8 @@ def test_input_problems_write_nothing(open_log) -> None:
     size = log.size_in_bytes
     with pytest.raises(SchemaError):
         log.append({"value": [b"a"], "colour": ["red"]})
+    with pytest.raises(SchemaError, match="column 'key'.* expected a sequence of values"):
+        log.append({"key": "k", "value": "v"})  # one record as a dict of scalars, not of columns
     with pytest.raises(RecordTooLargeError) as info:
         log.append({"value": [b"a", b"b" * 500]})
     assert info.value.index == 1
@@ -518,6 +521,40 @@ def test_second_writer_in_another_process_is_refused(open_log, tmp_path: Path) -
     )
     assert result.returncode == 3, result.stderr
     assert f"pid {os.getpid()}" in result.stdout
+
+
+def test_reads_of_a_closed_log_say_the_log_is_closed(open_log, monkeypatch: pytest.MonkeyPatch) -> None:
+    log = open_log(**{"segment.bytes": 200})
+    for _ in range(4):
+        log.append(values(3, size=20))
+    log.update_high_watermark(log.log_end_offset)
+    closed = re.escape(f"cannot read: the log {log.directory} is closed")
+    log.close()
+    for read in (
+        lambda: log.read_records(0),
+        lambda: log.read(4, 100),
+        lambda: log.offset_for_timestamp(0),
+        lambda: log.max_timestamp_and_offset(),
+    ):
+        with pytest.raises(ValueError, match=closed):  # not "index file ... is closed"
+            read()
+
+
+def test_a_read_racing_close_says_the_log_is_closed(open_log, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A read that finds its files closed under it must not report a storage failure (a StorageError
+    # of the .log, EBADF): nothing failed but the caller's use of a log it closed.
+    log = open_log()
+    log.append(values(3))
+    log.update_high_watermark(log.log_end_offset)
+    read = FileRecords.read
+
+    def close_first(records: FileRecords, position: int, size: int) -> bytes:
+        log.close()
+        return read(records, position, size)
+
+    monkeypatch.setattr(FileRecords, "read", close_first)
+    with pytest.raises(ValueError, match=re.escape(f"cannot read: the log {log.directory} is closed")):
+        log.read_records(0)
 
 
 def test_read_only_log_sees_a_live_writer_and_refuses_mutations(open_log, tmp_path: Path) -> None:

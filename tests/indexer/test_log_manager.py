@@ -16,7 +16,7 @@ from indexer import file_names
 from indexer.checkpoint import OffsetCheckpointFile
 from indexer.clock import MockClock
 from indexer.config import Settings
-from indexer.errors import InvalidTopicError, LogLockedError
+from indexer.errors import InvalidPartitionsError, InvalidTopicError, LogLockedError
 from indexer.log_manager import CLEAN_SHUTDOWN_CONTENT, LogManager
 
 SETTINGS = Settings(topic_defaults={"segment.bytes": 2048, "index.interval.bytes": 200})
@@ -139,6 +139,22 @@ def test_get_log_of_a_missing_partition_and_invalid_names(tmp_path: Path) -> Non
     mgr.close()
     with pytest.raises(ValueError, match="closed"):
         mgr.get_log("t", 0)
+
+
+def test_a_partition_beyond_int32_is_refused_and_the_checkpoints_stay_readable(tmp_path: Path) -> None:
+    # Kafka's partition is an int32: the checkpoint format (and its reader) takes no larger one, so a
+    # partition 2**31 once written made every checkpoint of the directory unreadable (all ignored)
+    mgr = manager(tmp_path)
+    ends = {("t", 0): fill(mgr, "t", 0)}
+    for partition in (2**31, 2**63):
+        with pytest.raises(ValueError, match=f"partition must be .* got {partition}"):
+            mgr.get_or_create_log("t", partition)
+    with pytest.raises(InvalidPartitionsError, match=str(2**31)):
+        mgr.create_topic("u", 2**31)
+    mgr.close()
+    assert mgr.partitions() == [("t", 0)]
+    assert checkpoint(tmp_path, file_names.REPLICATION_OFFSET_CHECKPOINT_FILE) == ends
+    assert manager(tmp_path).topics() == {"t": 1}
 
 
 def test_concurrent_get_or_create_returns_one_log(tmp_path: Path) -> None:

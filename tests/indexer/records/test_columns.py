@@ -153,3 +153,54 @@ def test_bad_input_raises_schema_error(data: object, fragments: list[str]) -> No
 def test_headers_of_only_empty_lists_are_accepted() -> None:
     table = to_append_table(pa.table({"value": [b"a", b"b"], "headers": [[], None]}), now_ms=0)
     assert table.column("headers").to_pylist() == [[], None]
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        "hello",  # would be one record per character
+        b"hello",  # would be one record per byte value
+        {"a": b"x"},  # would be one record per dict key
+        {b"a", b"b"},  # unordered: the records' order would be arbitrary
+        None,
+        5,
+        iter([b"a"]),
+    ],
+    ids=["str", "bytes", "dict", "set", "None", "int", "iterator"],
+)
+def test_a_column_that_is_not_a_sequence_of_values_is_refused(column: object) -> None:
+    # {"value": "hello"} is one record written as if it were columns: it must not become records
+    # 'h', 'e', 'l', 'l', 'o' (nor a TypeError that names no column)
+    with pytest.raises(SchemaError, match=r"column 'value': .*a sequence of values.*list of dicts"):
+        to_append_table({"value": column}, now_ms=NOW)
+
+
+def test_a_table_with_a_duplicate_column_is_refused() -> None:
+    table = pa.Table.from_arrays([pa.array([b"a"]), pa.array([b"b"])], names=["value", "value"])
+    with pytest.raises(SchemaError, match=r"column 'value' appears 2 times"):
+        to_append_table(table, now_ms=NOW)
+
+
+@pytest.mark.parametrize(
+    ("unit", "seconds"),
+    [("s", 2**62), ("s", 9_300_000_000_000_000), ("s", 9_223_372_036_854_776)],
+    ids=["wraps-to-0", "wraps-negative", "just-past-int64-ms"],
+)
+def test_arrow_timestamps_beyond_int64_ms_are_refused_not_wrapped(unit: str, seconds: int) -> None:
+    column = pa.array([1, seconds], pa.timestamp(unit, tz="UTC"))
+    with pytest.raises(SchemaError, match=r"column 'timestamp': row 1: .* does not fit int64 milliseconds"):
+        to_append_table({"timestamp": column}, now_ms=NOW)
+
+
+def test_the_largest_arrow_timestamp_in_seconds_that_fits_int64_ms_is_kept() -> None:
+    largest = (2**63 - 1) // 1000
+    table = to_append_table({"timestamp": pa.array([largest], pa.timestamp("s"))}, now_ms=NOW)
+    assert table.column("timestamp").to_pylist() == [largest * 1000]
+
+
+def test_python_timestamps_mixing_datetimes_and_integers_are_refused() -> None:
+    # Arrow infers a timestamp[us] column and reads the integer as microseconds: 5 (ms, meant) would
+    # be stored as 0
+    when = dt.datetime(2024, 1, 1, tzinfo=dt.UTC)
+    with pytest.raises(SchemaError, match=r"column 'timestamp': .*both datetimes and integers"):
+        to_append_table([{"value": b"a", "timestamp": when}, {"value": b"b", "timestamp": 5}], now_ms=NOW)
