@@ -213,7 +213,7 @@ def _time(ms: int | None) -> str:
 def _salvage_text(plan: dict[str, Any]) -> str:
     """One line for a segment's salvage plan."""
     removed = ", ".join(f"{r['bytes']} bytes at {r['position']}" for r in plan["removed"])
-    lost = ", ".join(f"{r['first']}..{'end' if r['end'] is None else r['end'] - 1}" for r in plan["lost"])
+    lost = ", ".join(f"{r['first']}..{'end' if r['last'] is None else r['last']}" for r in plan["lost"])
     kept = plan["kept_offsets_after_damage"]
     after = (
         f"keep {plan['kept_batches_after_damage']} intact batch{'' if plan['kept_batches_after_damage'] == 1 else 'es'}"
