@@ -52,6 +52,7 @@ from indexer.file_names import (
     PRODUCER_SNAPSHOT_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
     TXN_INDEX_FILE_SUFFIX,
+    offset_from_file_name,
 )
 from indexer.index_check import offset_entries_agree, scan_headers, time_entries_agree
 from indexer.limits import INT32_MAX
@@ -246,22 +247,13 @@ def dump_files(files: Iterable[str], options: DumpOptions, out: TextIO, err: Tex
     return problems
 
 
-def _base_offset_of(path: Path) -> int:
-    """Kafka's ``file.getName.split("\\.")(0).toLong``."""
-    head = path.name.split(".", 1)[0]
-    try:
-        return int(head)
-    except ValueError:
-        raise ValueError(f"{path}: the file name does not start with an offset") from None
-
-
 # --- .log ------------------------------------------------------------------------------------
 
 
 def dump_log(path: Path, options: DumpOptions, out: TextIO, problems: DumpProblems) -> None:
     """Batches of a ``.log`` (or KRaft ``.checkpoint``) file, optionally every record (spec 7.2)."""
     if path.suffix == LOG_FILE_SUFFIX:
-        out.write(f"Log starting offset: {_base_offset_of(path)}\n")
+        out.write(f"Log starting offset: {offset_from_file_name(path.name)}\n")
     elif path.name == BOOTSTRAP_SNAPSHOT_NAME:
         out.write("KRaft bootstrap snapshot\n")
     else:
@@ -606,7 +598,7 @@ def _index_entries(
 
 def dump_offset_index(path: Path, name: str, options: DumpOptions, out: TextIO, problems: DumpProblems) -> None:
     """Entries of a ``.index`` file, each checked against the ``.log`` batch it points at (spec 7.3)."""
-    base_offset = _base_offset_of(path)
+    base_offset = offset_from_file_name(path.name)
     log_path = _sibling(path, LOG_FILE_SUFFIX)
     with OffsetIndex(path, base_offset, -1, writable=False) as index:
         if index.entries == 0:
@@ -630,7 +622,7 @@ def dump_offset_index(path: Path, name: str, options: DumpOptions, out: TextIO, 
 
 def dump_time_index(path: Path, name: str, options: DumpOptions, out: TextIO, problems: DumpProblems) -> None:
     """Entries of a ``.timeindex`` file, each checked against the batch holding its offset (spec 7.4)."""
-    base_offset = _base_offset_of(path)
+    base_offset = offset_from_file_name(path.name)
     log_path = _sibling(path, LOG_FILE_SUFFIX)
     with (
         OffsetIndex(_sibling(path, INDEX_FILE_SUFFIX), base_offset, -1, writable=False) as index,
@@ -680,7 +672,7 @@ def _check_time_entries(
 
 def dump_txn_index(path: Path, out: TextIO) -> None:
     """One line per aborted transaction of a ``.txnindex`` file (spec 7.5)."""
-    index = TransactionIndex(path, _base_offset_of(path), writable=False)
+    index = TransactionIndex(path, offset_from_file_name(path.name), writable=False)
     try:
         for txn in index.all_aborted_txns():
             out.write(
