@@ -57,7 +57,14 @@ from indexer.file_names import (
 from indexer.index_check import offset_entries_agree, scan_headers, time_entries_agree
 from indexer.limits import INT32_MAX
 from indexer.offset_index import OffsetIndex
-from indexer.records.batch_header import MAGIC_V2, NO_TIMESTAMP, TIMESTAMP_TYPE_NAMES, BatchHeader, crc32c
+from indexer.records.batch_header import (
+    MAGIC_V2,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_NAMES,
+    BatchHeader,
+    crc32c,
+    decrement_sequence,
+)
 from indexer.records.control import ControlRecordType, EndTransactionMarker, parse_control_record_key
 from indexer.records.decoder import decode_records
 from indexer.records.file_records import BatchScan, FileBatch, FileRecords
@@ -683,13 +690,6 @@ def dump_txn_index(path: Path, out: TextIO) -> None:
         index.close()
 
 
-def _decrement_sequence(sequence: int, decrement: int) -> int:
-    """Kafka's ``DefaultRecordBatch.decrementSequence`` (wraps below 0 to INT_MAX)."""
-    if sequence < decrement:
-        return INT32_MAX - (decrement - sequence) + 1
-    return sequence - decrement
-
-
 def dump_producer_snapshot(path: Path, out: TextIO, err: TextIO) -> None:
     """Producer entries of a ``.snapshot`` file; a corrupt snapshot prints its error on ``err``."""
     data = path.read_bytes()
@@ -718,7 +718,7 @@ def dump_producer_snapshot(path: Path, out: TextIO, err: TextIO) -> None:
         )
         if last_offset >= 0:
             line += (
-                f"firstSequence: {_decrement_sequence(last_seq, offset_delta)} lastSequence: {last_seq} "
+                f"firstSequence: {decrement_sequence(last_seq, offset_delta)} lastSequence: {last_seq} "
                 f"lastOffset: {last_offset} offsetDelta: {offset_delta} timestamp: {timestamp}"
             )
         out.write(line + "\n")
