@@ -214,3 +214,12 @@ def test_salvage_line_counts_one_batch_in_the_singular() -> None:
         "keep 1 intact batch after the damage (offsets 10148..10716), quarantine 65467 bytes at 65437; "
         "offsets lost: 9575..10147"
     )
+
+
+def test_an_open_offset_range_reads_as_recover_prints_it() -> None:
+    """A lost range whose end the files no longer say: the same words in describe and recover."""
+    from seglog.commands.describe import _salvage_text
+
+    plan = {"kept_batches_after_damage": 0, "kept_offsets_after_damage": None, "removed": [], "lost": []}
+    plan["lost"] = [{"first": 9575, "last": None}]
+    assert _salvage_text(plan).endswith("offsets lost: 9575.. (how many: unknown)")
