@@ -290,10 +290,6 @@ class Log:
         return self._next_offset_metadata.message_offset
 
     @property
-    def log_end_offset_metadata(self) -> LogOffsetMetadata:
-        return self._next_offset_metadata
-
-    @property
     def high_watermark(self) -> int:
         """The committed offset: reads stop before it unless told otherwise."""
         return self._high_watermark_metadata.message_offset

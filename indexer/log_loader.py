@@ -327,7 +327,9 @@ class LogLoader:
     """Loads (and recovers) the partition directory ``directory``; use once.
 
     ``recovery_point`` and ``log_start_offset`` are the checkpointed values (0 when unknown);
-    ``had_clean_shutdown`` comes from the log directory's clean-shutdown marker. The clock schedules
+    ``had_clean_shutdown`` comes from the log directory's clean-shutdown marker; without one, every
+    segment from the recovery point on is recovered, for ``recovery_reason`` (what the steps and logs
+    say: a caller that recovers whatever the shutdown was says so). The clock schedules
     the deletion of segments removed during recovery (``file.delete.delay.ms`` after renaming them
     ``.deleted``). Not thread-safe; the caller holds the partition's writer lock.
     """
@@ -341,12 +343,14 @@ class LogLoader:
         log_start_offset: int = 0,
         had_clean_shutdown: bool = False,
         clock: Clock | None = None,
+        recovery_reason: str = "unflushed after an unclean shutdown",
     ) -> None:
         self.directory = Path(directory)
         self.config = config
         self.recovery_point_checkpoint = recovery_point
         self.log_start_offset_checkpoint = log_start_offset
         self.had_clean_shutdown = had_clean_shutdown
+        self.recovery_reason = recovery_reason
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._salvage = config.recovery_strategy == "salvage"
         self._prefix = f"[LogLoader partition={self.directory.name}, dir={self.directory.parent}] "
@@ -611,7 +615,7 @@ class LogLoader:
                 if segment.base_offset in self._recovered:
                     truncated = self._recovered[segment.base_offset]
                 else:
-                    truncated = self._recover_segment(segment, reason="unflushed after an unclean shutdown")
+                    truncated = self._recover_segment(segment, reason=self.recovery_reason)
                 if truncated > 0 and not self._salvage:
                     why = f"segment {segment.base_offset} before it lost {truncated} bytes to corruption"
                     self._delete_segments(unflushed[i + 1 :], StepKind.DELETE_AFTER_CORRUPTION, why)

@@ -29,12 +29,6 @@ class LogOffsetMetadata:
         """True when only the offset is known, not its segment and position."""
         return self.segment_base_offset == UNKNOWN_OFFSET and self.relative_position_in_segment == UNKNOWN_OFFSET
 
-    def on_older_segment(self, other: LogOffsetMetadata) -> bool:
-        """Whether this metadata points into a segment older than ``other``'s."""
-        if self.message_offset_only:
-            raise ValueError(f"{self} cannot compare its segment offset with {other}")
-        return self.segment_base_offset < other.segment_base_offset
-
 
 @dataclass(frozen=True, slots=True)
 class FetchDataInfo:

@@ -131,7 +131,8 @@ class LostRange:
     end: int | None
 
     def to_dict(self) -> dict[str, int | None]:
-        return {"first": self.first, "end": self.end}
+        """``{"first", "last"}`` with ``last`` inclusive (None: unknown), as every offset range seglog prints."""
+        return {"first": self.first, "last": None if self.end is None else self.end - 1}
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from indexer.errors import CorruptRecordError, LogSegmentOffsetOverflowError, Se
 from indexer.file_names import log_file, offset_index_file, time_index_file, transaction_index_file
 from indexer.index_check import entry_batch_problem, time_entry_batch_problem
 from indexer.lazy_index import IndexT, LazyIndex
-from indexer.limits import INT32_MAX, INT64_MAX
+from indexer.limits import INT32_MAX
 from indexer.log_values import FetchDataInfo, LogOffsetMetadata, RollParams, TimestampAndOffset
 from indexer.offset_index import OffsetIndex, OffsetPosition
 from indexer.records.append_pipeline import Fill
@@ -364,9 +364,6 @@ class LogSegment:
                 f"Detected offset overflow at offset {offset} in segment {self}", segment=self, offset=offset
             )
 
-    def can_convert_to_relative_offset(self, offset: int) -> bool:
-        return 0 <= offset - self.base_offset <= INT32_MAX
-
     def append(
         self,
         largest_offset: int,
@@ -584,12 +581,6 @@ class LogSegment:
         if ts is not None and ts >= 0:
             return message_timestamp - ts
         return now - self._created
-
-    def first_batch_timestamp(self) -> int:
-        """The first batch's max timestamp, or ``2**63-1`` when unknown (Kafka ``getFirstBatchTimestamp``)."""
-        self._load_first_batch_timestamp()
-        ts = self._rolling_based_timestamp
-        return ts if ts is not None and ts >= 0 else INT64_MAX
 
     def roll_due(self, now: int, segment_ms: int) -> bool:
         """Whether the segment is older than ``segment_ms`` minus its jitter, as if a record stamped

@@ -274,6 +274,7 @@ def recover_partition(
             log_start_offset=log_start_offset,
             had_clean_shutdown=False,
             clock=clock,
+            recovery_reason="validated by seglog recover",
         )
         if dry_run:
             _fill_from_report(result, loader.check(), committed_offset)

@@ -116,10 +116,6 @@ class MaintenanceHandle:
         self.jobs = jobs
         self._stopped = threading.Event()
 
-    def run_now(self, name: str) -> JobReport | None:
-        """Run job ``name`` in the calling thread, outside its schedule (tests, admin hooks)."""
-        return run_job(name, self.access)
-
     def stop(self, wait: bool = True) -> None:
         """Stop scheduling; with ``wait`` also wait for running jobs to finish. Idempotent."""
         if self._stopped.is_set():

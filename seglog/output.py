@@ -73,6 +73,12 @@ def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, inden
     return lines
 
 
+def offset_range_text(r: dict[str, Any]) -> str:
+    """``first..last`` of a ``{"first", "last"}`` offset range (``last`` inclusive; None: unknown), as
+    every command prints one."""
+    return f"{r['first']}..{r['last']}" if r["last"] is not None else f"{r['first']}.. (how many: unknown)"
+
+
 # --- JSON lines of records ---------------------------------------------------------------------
 
 _B64_ALPHABET = np.frombuffer(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/", dtype=np.uint8)

@@ -458,11 +458,6 @@ class SegmentLogSink:
         self.history.append(stats)
         self.rows_written += stats.rows
 
-    @property
-    def last_batch(self) -> BatchStats | None:
-        """What the latest call did (None before the first batch)."""
-        return self.history[-1] if self.history else None
-
     def _layout(self, topic: str) -> TopicLayout:
         """Partitions, size limits and encoding of ``topic``; fixes its partition count on first use."""
         with self._layouts_lock:

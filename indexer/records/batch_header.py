@@ -185,3 +185,10 @@ def increment_sequence(sequence: int, increment: int) -> int:
     if sequence > INT32_MAX - increment:
         return increment - (INT32_MAX - sequence) - 1
     return sequence + increment
+
+
+def decrement_sequence(sequence: int, decrement: int) -> int:
+    """Kafka's ``DefaultRecordBatch.decrementSequence``: subtract with wrap-around below 0 to INT_MAX."""
+    if sequence < decrement:
+        return INT32_MAX - (decrement - sequence) + 1
+    return sequence - decrement

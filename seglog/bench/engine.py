@@ -44,7 +44,7 @@ import pyarrow as pa
 from indexer.abstract_index import plain_binary_search_slot_for
 from indexer.clock import SystemClock
 from indexer.config import LogConfig
-from indexer.file_names import log_file
+from indexer.file_names import log_file, offset_index_file
 from indexer.log import Log
 from indexer.offset_index import OffsetIndex
 from indexer.records.columns import to_append_table
@@ -357,7 +357,7 @@ def _write_offset_index(path: Path, entries: int) -> np.ndarray:
 
 def bench_index_lookups(sizes: Sizes, scratch: Path) -> list[BenchResult]:
     """Vectorised lookups/s and single-lookup latency on a full offset index, vs Python bisect."""
-    path = scratch / "00000000000000000000.index"
+    path = offset_index_file(scratch, 0)
     entries = sizes.index_bytes // OffsetIndex.ENTRY_SIZE
     keys = _write_offset_index(path, entries)
     rng = np.random.default_rng(7)
@@ -434,7 +434,7 @@ def _major_faults() -> int:
 
 def bench_page_faults(sizes: Sizes, scratch: Path) -> list[BenchResult]:
     """Major page faults of tail lookups: warm/cold search vs plain binary search (KAFKA-6432)."""
-    path = scratch / "00000000000000000000.faults.index"
+    path = offset_index_file(scratch, 0, ".faults")
     entries = sizes.index_bytes // OffsetIndex.ENTRY_SIZE
     keys = _write_offset_index(path, entries)
     # Load both search kernels first: loading compiled code reads files, which would count as

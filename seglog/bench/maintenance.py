@@ -23,7 +23,6 @@ import functools
 import logging
 import os
 import shutil
-import struct
 import time
 from pathlib import Path
 
@@ -110,34 +109,38 @@ def bench_recovery(log_dir: Path, total_bytes: int) -> BenchResult:
 def _build_retention_dir(log_dir: Path, partitions: int, segments: int) -> None:
     """``partitions`` x ``segments`` tiny segments of one record each, everything committed and recent.
 
-    One batch is encoded once; each segment gets a copy with its base offset patched in (the base
-    offset is not covered by the CRC), a 0-byte ``.index`` and a one-entry ``.timeindex``: what a
-    broker leaves for tiny rolled segments.
+    One batch is encoded once; each segment gets a copy with its base offset assigned (the base
+    offset is not covered by the CRC), a 0-byte ``.index`` and a one-entry ``.timeindex`` (relative
+    offset 0, the same bytes for every segment): what a broker leaves for tiny rolled segments.
     """
+    from indexer import file_names
     from indexer.checkpoint import OffsetCheckpointFile
-    from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, filename_prefix_from_offset
     from indexer.records.columns import to_append_table
     from indexer.records.encoder import encode_batches
+    from indexer.records.framing import assign_offsets
+    from indexer.time_index import TimeIndex
 
     now = int(time.time() * 1000)
     table = to_append_table({"value": [b"x" * 20], "timestamp": [now]}, now_ms=now)
-    batch = bytearray(encode_batches(table, 0).buffer.tobytes())
-    time_entry = struct.pack(">qi", now, 0)
+    batch = encode_batches(table, 0)
     building = log_dir.with_name(log_dir.name + ".building")
     shutil.rmtree(building, ignore_errors=True)
     building.mkdir(parents=True)
+    with TimeIndex(file_names.time_index_file(building, 0), 0, max_index_size=4096) as time_index:
+        time_index.maybe_append(now, 0)  # closing trims the file to this one entry
+    time_entry = time_index.path.read_bytes()
+    time_index.path.unlink()
     high_watermarks = {}
     for p in range(partitions):
-        directory = building / f"bench-{p}"
+        directory = building / file_names.partition_dir_name("bench", p)
         directory.mkdir()
         for base in range(segments):
-            prefix = directory / filename_prefix_from_offset(base)
-            struct.pack_into(">q", batch, 0, base)
-            prefix.with_name(prefix.name + ".log").write_bytes(batch)
-            prefix.with_name(prefix.name + ".index").write_bytes(b"")
-            prefix.with_name(prefix.name + ".timeindex").write_bytes(time_entry)
+            batch = assign_offsets(batch, base)
+            file_names.log_file(directory, base).write_bytes(batch.buffer.tobytes())
+            file_names.offset_index_file(directory, base).write_bytes(b"")
+            file_names.time_index_file(directory, base).write_bytes(time_entry)
         high_watermarks[("bench", p)] = segments
-    OffsetCheckpointFile(building / REPLICATION_OFFSET_CHECKPOINT_FILE).write(high_watermarks)
+    OffsetCheckpointFile(building / file_names.REPLICATION_OFFSET_CHECKPOINT_FILE).write(high_watermarks)
     building.rename(log_dir)
 
 

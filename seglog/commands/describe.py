@@ -46,7 +46,7 @@ from indexer.records.batch_header import NO_TIMESTAMP
 from indexer.salvage import plan_salvage
 from indexer.time_index import TimeIndex
 from seglog.cli import add_log_config_arguments, log_dir_from_args, settings_from_args
-from seglog.output import Output, format_table
+from seglog.output import Output, format_table, offset_range_text
 
 logger = logging.getLogger(__name__)
 
@@ -213,7 +213,7 @@ def _time(ms: int | None) -> str:
 def _salvage_text(plan: dict[str, Any]) -> str:
     """One line for a segment's salvage plan."""
     removed = ", ".join(f"{r['bytes']} bytes at {r['position']}" for r in plan["removed"])
-    lost = ", ".join(f"{r['first']}..{'end' if r['end'] is None else r['end'] - 1}" for r in plan["lost"])
+    lost = ", ".join(offset_range_text(r) for r in plan["lost"])
     kept = plan["kept_offsets_after_damage"]
     after = (
         f"keep {plan['kept_batches_after_damage']} intact batch{'' if plan['kept_batches_after_damage'] == 1 else 'es'}"
@@ -289,12 +289,12 @@ def render_text(description: dict[str, Any]) -> list[str]:
         if "missing_committed" in p:
             missing = p["missing_committed"]
             lines.append(
-                f"  committed records missing: offsets {missing['first']}..{missing['last']} (the checkpointed "
+                f"  committed records missing: offsets {offset_range_text(missing)} (the checkpointed "
                 f"high watermark is {missing['last'] + 1}); writers refuse the partition until the loss is "
                 "accepted: `seglog recover --accept-data-loss`"
             )
         for a in p["accepted_data_loss"]:
-            lost = ", ".join(f"{r['first']}..{r['last']}" for r in a.get("lost", []))
+            lost = ", ".join(offset_range_text(r) for r in a.get("lost", []))
             when = _time(a.get("accepted_at_ms"))
             lines.append(f"  accepted data loss: offsets {lost} at {when} ({a.get('command')})")
     return lines

@@ -52,11 +52,19 @@ from indexer.file_names import (
     PRODUCER_SNAPSHOT_FILE_SUFFIX,
     TIME_INDEX_FILE_SUFFIX,
     TXN_INDEX_FILE_SUFFIX,
+    offset_from_file_name,
 )
 from indexer.index_check import offset_entries_agree, scan_headers, time_entries_agree
 from indexer.limits import INT32_MAX
 from indexer.offset_index import OffsetIndex
-from indexer.records.batch_header import MAGIC_V2, NO_TIMESTAMP, TIMESTAMP_TYPE_NAMES, BatchHeader, crc32c
+from indexer.records.batch_header import (
+    MAGIC_V2,
+    NO_TIMESTAMP,
+    TIMESTAMP_TYPE_NAMES,
+    BatchHeader,
+    crc32c,
+    decrement_sequence,
+)
 from indexer.records.control import ControlRecordType, EndTransactionMarker, parse_control_record_key
 from indexer.records.decoder import decode_records
 from indexer.records.file_records import BatchScan, FileBatch, FileRecords
@@ -246,22 +254,13 @@ def dump_files(files: Iterable[str], options: DumpOptions, out: TextIO, err: Tex
     return problems
 
 
-def _base_offset_of(path: Path) -> int:
-    """Kafka's ``file.getName.split("\\.")(0).toLong``."""
-    head = path.name.split(".", 1)[0]
-    try:
-        return int(head)
-    except ValueError:
-        raise ValueError(f"{path}: the file name does not start with an offset") from None
-
-
 # --- .log ------------------------------------------------------------------------------------
 
 
 def dump_log(path: Path, options: DumpOptions, out: TextIO, problems: DumpProblems) -> None:
     """Batches of a ``.log`` (or KRaft ``.checkpoint``) file, optionally every record (spec 7.2)."""
     if path.suffix == LOG_FILE_SUFFIX:
-        out.write(f"Log starting offset: {_base_offset_of(path)}\n")
+        out.write(f"Log starting offset: {offset_from_file_name(path.name)}\n")
     elif path.name == BOOTSTRAP_SNAPSHOT_NAME:
         out.write("KRaft bootstrap snapshot\n")
     else:
@@ -606,7 +605,7 @@ def _index_entries(
 
 def dump_offset_index(path: Path, name: str, options: DumpOptions, out: TextIO, problems: DumpProblems) -> None:
     """Entries of a ``.index`` file, each checked against the ``.log`` batch it points at (spec 7.3)."""
-    base_offset = _base_offset_of(path)
+    base_offset = offset_from_file_name(path.name)
     log_path = _sibling(path, LOG_FILE_SUFFIX)
     with OffsetIndex(path, base_offset, -1, writable=False) as index:
         if index.entries == 0:
@@ -630,7 +629,7 @@ def dump_offset_index(path: Path, name: str, options: DumpOptions, out: TextIO, 
 
 def dump_time_index(path: Path, name: str, options: DumpOptions, out: TextIO, problems: DumpProblems) -> None:
     """Entries of a ``.timeindex`` file, each checked against the batch holding its offset (spec 7.4)."""
-    base_offset = _base_offset_of(path)
+    base_offset = offset_from_file_name(path.name)
     log_path = _sibling(path, LOG_FILE_SUFFIX)
     with (
         OffsetIndex(_sibling(path, INDEX_FILE_SUFFIX), base_offset, -1, writable=False) as index,
@@ -680,7 +679,7 @@ def _check_time_entries(
 
 def dump_txn_index(path: Path, out: TextIO) -> None:
     """One line per aborted transaction of a ``.txnindex`` file (spec 7.5)."""
-    index = TransactionIndex(path, _base_offset_of(path), writable=False)
+    index = TransactionIndex(path, offset_from_file_name(path.name), writable=False)
     try:
         for txn in index.all_aborted_txns():
             out.write(
@@ -689,13 +688,6 @@ def dump_txn_index(path: Path, out: TextIO) -> None:
             )
     finally:
         index.close()
-
-
-def _decrement_sequence(sequence: int, decrement: int) -> int:
-    """Kafka's ``DefaultRecordBatch.decrementSequence`` (wraps below 0 to INT_MAX)."""
-    if sequence < decrement:
-        return INT32_MAX - (decrement - sequence) + 1
-    return sequence - decrement
 
 
 def dump_producer_snapshot(path: Path, out: TextIO, err: TextIO) -> None:
@@ -726,7 +718,7 @@ def dump_producer_snapshot(path: Path, out: TextIO, err: TextIO) -> None:
         )
         if last_offset >= 0:
             line += (
-                f"firstSequence: {_decrement_sequence(last_seq, offset_delta)} lastSequence: {last_seq} "
+                f"firstSequence: {decrement_sequence(last_seq, offset_delta)} lastSequence: {last_seq} "
                 f"lastOffset: {last_offset} offsetDelta: {offset_delta} timestamp: {timestamp}"
             )
         out.write(line + "\n")

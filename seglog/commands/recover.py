@@ -59,7 +59,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _text(doc: dict[str, Any]) -> Iterator[str]:
-    from seglog.output import format_table
+    from seglog.output import format_table, offset_range_text
 
     head = "dry run of recovery" if doc["dry_run"] else "recovery"
     yield (
@@ -102,8 +102,7 @@ def _text(doc: dict[str, Any]) -> Iterator[str]:
             yield f"  {p['partition']}: {p['message']}"
         for r in p["lost_offsets"]:
             what = "committed" if r["committed"] else "uncommitted"
-            span = f"{r['first']}..{r['last']}" if r["last"] is not None else f"{r['first']}.. (how many: unknown)"
-            yield f"  {p['partition']}: lost {what} offsets {span}"
+            yield f"  {p['partition']}: lost {what} offsets {offset_range_text(r)}"
         if p["quarantined"]:
             yield f"  {p['partition']}: removed bytes kept in quarantine: {', '.join(p['quarantined'])}"
         if p["accepted_data_loss"]:

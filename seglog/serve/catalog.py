@@ -32,6 +32,7 @@ from pathlib import Path
 from indexer import file_names
 from indexer.checkpoint import OffsetCheckpointFile
 from indexer.config import Settings
+from indexer.data_loss import missing_committed_records
 from indexer.errors import SeglogError
 from indexer.file_names import TopicPartition
 from indexer.log import Log
@@ -277,16 +278,10 @@ class Catalog:
             logger.debug("cannot open %s-%d yet: %s", tp[0], tp[1], e)
             return False
         if high_watermark is not None and high_watermark > log.log_end_offset:
-            logger.warning(
-                "%s-%d: offsets %d..%d are committed (replication-offset-checkpoint) but not on disk as whole "
-                "batches (damaged bytes at the end of the log, or files copied before the checkpoint): "
-                "served up to %d",
-                tp[0],
-                tp[1],
-                log.log_end_offset,
-                high_watermark - 1,
-                log.log_end_offset,
+            loss = missing_committed_records(
+                entry.directory, log.log_end_offset, high_watermark, "its checkpointed high watermark"
             )
+            logger.warning("%s; served up to offset %d", loss, log.log_end_offset)
         old, entry.log = entry.log, log
         entry.dir_stat, entry.offsets = dir_stat, (high_watermark, log_start_offset)
         if old is not None:

@@ -264,3 +264,18 @@ def test_recover_command_prints_a_report(template: Path, tmp_path: Path, capsys:
     assert lines[-1] == "no committed data lost; the directory is marked cleanly shut down"
     assert (log_dir / ".kafka_cleanshutdown").exists()
     assert main(["recover", "--log-dir", str(tmp_path / "nowhere")]) == 1
+
+
+def test_recovery_of_a_cleanly_shut_down_directory_does_not_call_it_unclean(
+    template: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``recover`` validates every segment whatever the shutdown was: its steps and logs say so, and
+    do not claim an unclean shutdown the directory never had."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    assert (log_dir / ".kafka_cleanshutdown").exists()
+    with caplog.at_level("INFO"):
+        outcome = recover_log_dir(log_dir, settings_for(small_config()), progress=False)
+    details = [s["detail"] for p in outcome.partitions for s in p.steps if s["kind"] == "recover-segment"]
+    assert details and all(d.startswith("validated by seglog recover:") for d in details), details
+    assert "unclean" not in caplog.text

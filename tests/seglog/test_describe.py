@@ -175,7 +175,7 @@ def test_verify_reports_what_recover_would_salvage(tmp_path: Path, capsys: pytes
         "kept_batches_after_damage": 2,
         "kept_offsets_after_damage": [4, 7],
         "removed": [{"position": size, "bytes": size}],
-        "lost": [{"first": second[0], "end": second[1] + 1}],
+        "lost": [{"first": second[0], "last": second[1]}],
     }
     assert main(["describe", "--log-dir", str(log_dir), "--verify"]) == 1
     assert "seglog recover would keep 2 intact batches after the damage (offsets 4..7)" in capsys.readouterr().out
@@ -183,6 +183,8 @@ def test_verify_reports_what_recover_would_salvage(tmp_path: Path, capsys: pytes
     assert main(["recover", "--log-dir", str(log_dir), "--dry-run", "--json"]) == 3  # committed offsets lost
     (partition,) = json.loads(capsys.readouterr().out)["partitions"]
     assert [(r["first"], r["last"]) for r in partition["lost_offsets"]] == [(2, 3)]
+    # every offset range in the JSON outputs is {first, last}, last inclusive
+    assert [r for s in partition["steps"] for r in s["lost_offsets"]] == [{"first": 2, "last": 3}]
     assert main(["recover", "--log-dir", str(log_dir), "--accept-data-loss"]) == 0
     assert [(base, last) for base, last, _ in _batches(log)] == [(0, 1), (4, 5), (6, 7)]
 
@@ -206,9 +208,18 @@ def test_salvage_line_counts_one_batch_in_the_singular() -> None:
         "kept_batches_after_damage": 1,
         "kept_offsets_after_damage": [10148, 10716],
         "removed": [{"position": 65437, "bytes": 65467}],
-        "lost": [{"first": 9575, "end": 10148}],
+        "lost": [{"first": 9575, "last": 10147}],
     }
     assert _salvage_text(plan) == (
         "keep 1 intact batch after the damage (offsets 10148..10716), quarantine 65467 bytes at 65437; "
         "offsets lost: 9575..10147"
     )
+
+
+def test_an_open_offset_range_reads_as_recover_prints_it() -> None:
+    """A lost range whose end the files no longer say: the same words in describe and recover."""
+    from seglog.commands.describe import _salvage_text
+
+    plan = {"kept_batches_after_damage": 0, "kept_offsets_after_damage": None, "removed": [], "lost": []}
+    plan["lost"] = [{"first": 9575, "last": None}]
+    assert _salvage_text(plan).endswith("offsets lost: 9575.. (how many: unknown)")

@@ -370,3 +370,11 @@ def test_every_vector_file_dumps_deeply_without_problems(vectors_dir: Path) -> N
     assert err == "" and not problems
     assert out.count("Dumping ") == len(files)
     assert "isvalid: false" not in out and "invalid bytes" not in out
+
+
+def test_a_file_name_without_an_offset_is_refused_in_the_engines_words(tmp_path: Path) -> None:
+    """The base offset comes from ``indexer.file_names.offset_from_file_name``, as everywhere."""
+    path = tmp_path / "segment.log"
+    path.write_bytes(b"")
+    with pytest.raises(ValueError, match="file name 'segment.log' does not start with an offset"):
+        _dump([path])

@@ -52,3 +52,10 @@ def test_increment_sequence_wraps() -> None:
     assert bh.increment_sequence(5, 3) == 8
     assert bh.increment_sequence(2**31 - 1, 1) == 0
     assert bh.increment_sequence(2**31 - 2, 3) == 1
+
+
+def test_decrement_sequence_undoes_increment() -> None:
+    assert bh.decrement_sequence(8, 3) == 5
+    assert bh.decrement_sequence(0, 1) == 2**31 - 1
+    for sequence, step in ((5, 3), (2**31 - 1, 1), (2**31 - 2, 3), (0, 0)):
+        assert bh.decrement_sequence(bh.increment_sequence(sequence, step), step) == sequence
