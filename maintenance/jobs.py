@@ -48,18 +48,27 @@ def retention(access: LogAccess) -> JobReport:
     The engine decides (:func:`indexer.retention.plan_retention`): ``Log.apply_retention`` renames
     deleted segments ``.deleted`` (removed ``file.delete.delay.ms`` later) and says which limit each
     one breached; the report counts them per limit and the log names each segment. The daemon
-    opens only the partitions whose files show a breach (the same plan, from file metadata).
+    opens only the partitions whose files show a breach (the same plan, from file metadata), or
+    ``.deleted`` files that no deletion pending in this process will remove (left by a run that
+    ended within ``file.delete.delay.ms``): opening removes them, as a broker's restart does.
     """
     report = JobReport("retention")
     with report.timed():
         now = access.clock.milliseconds()
+        leftovers: dict[TopicPartition, tuple[str, ...]] = {}
 
-        def wanted(_tp: TopicPartition, meta: PartitionMetadata) -> bool:
-            return retention_plan(meta, now).needs_log
+        def wanted(tp: TopicPartition, meta: PartitionMetadata) -> bool:
+            leftovers[tp] = access.leftover_deleted_files(tp, meta, now)
+            return bool(leftovers[tp]) or retention_plan(meta, now).needs_log
 
         for tp, log in access.each_log(report, wanted):
             name = partition_name(tp)
             with report.partition(name):
+                # Opening the partition removed them (the loader); say so, or why not (an error above).
+                removed = [f for f in leftovers.get(tp, ()) if not (log.directory / f).exists()]
+                if removed:
+                    report.note(name, f"removed {len(removed)} .deleted files an earlier run left")
+                    report.count("deleted_files_removed", len(removed))
                 decisions = log.apply_retention()
                 for decision in decisions:
                     report.note(name, f"deleted segment {decision.base_offset} ({decision.reason} breached)")

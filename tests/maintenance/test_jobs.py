@@ -433,3 +433,27 @@ def test_readers_and_appends_interleave_with_the_jobs(log_dir: Path, clock: Mock
     assert problems == []
     assert reads[0] > 0 and all(r.errors == [] for r in reports)
     assert sum(r.details.get("segments_deleted", 0) for r in reports) > 0
+
+
+def test_daemon_removes_deleted_files_an_earlier_run_left(log_dir: Path, clock: MockClock) -> None:
+    """A run that ends before ``file.delete.delay.ms`` (``--once``, a stopped or killed daemon) leaves
+    its ``.deleted`` files behind; a later run removes them, as a broker's restart does (spec 6.2),
+    although nothing else about the partition needs opening. The run that renamed them leaves them
+    to its own delayed deletion."""
+    log = committed_log(log_dir, clock, 20, retention_ms=10_000)
+    directory, leo = log.directory, log.log_end_offset
+    log.close()
+    OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE).write({("t", 0): leo})
+    settings = settings_for(small_config(retention_ms=10_000))
+    first = BorrowedLogs(log_dir, settings, clock=clock)
+    assert JOBS["retention"].fn(first).details["segments_deleted"] > 0
+    left = files_with_suffix(directory, ".deleted")
+    assert left
+    again = JOBS["retention"].fn(first)  # its own deletion is still pending: not reopened for it
+    assert again.partitions == 0 and files_with_suffix(directory, ".deleted") == left
+
+    later = BorrowedLogs(log_dir, settings, clock=MockClock(clock.milliseconds()))  # the next run
+    report = JOBS["retention"].fn(later)
+    assert files_with_suffix(directory, ".deleted") == []
+    assert report.details == {"deleted_files_removed": len(left)}
+    assert JOBS["retention"].fn(later).partitions == 0
