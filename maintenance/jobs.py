@@ -77,8 +77,11 @@ def retention(access: LogAccess) -> JobReport:
         for tp, path in partition_dirs(access.log_dir):
             keep_ms = access.settings.log_config(tp[0]).quarantine_retention_ms
             if keep_ms >= 0:
-                with report.partition(partition_name(tp)):
+                name = partition_name(tp)
+                with report.partition(name):
                     purged = purge_quarantine(path, older_than_ms=keep_ms, now_ms=now)
+                    for q in purged:
+                        report.note(name, f"deleted quarantine file {q.path.name} (quarantine.retention.ms breached)")
                     if purged:
                         report.count("quarantine_files_deleted", len(purged))
     return report

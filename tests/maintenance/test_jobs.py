@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from indexer.checkpoint import OffsetCheckpointFile
 from indexer.clock import MockClock
 from indexer.errors import StorageError
-from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE
+from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, quarantine_file
 from indexer.index_check import segment_index_problem
 from indexer.log import Log
 from indexer.records.decoder import decode_records
@@ -457,3 +458,22 @@ def test_daemon_removes_deleted_files_an_earlier_run_left(log_dir: Path, clock: 
     assert files_with_suffix(directory, ".deleted") == []
     assert report.details == {"deleted_files_removed": len(left)}
     assert JOBS["retention"].fn(later).partitions == 0
+
+
+def test_retention_names_each_quarantine_file_it_deletes(log_dir: Path, clock: MockClock) -> None:
+    """Quarantine files hold the only copy of bytes recovery removed: the report (and the log) names
+    each one retention deletes and why, as it does each deleted segment."""
+    log = committed_log(log_dir, clock, 3, retention_ms=-1)
+    directory = log.directory
+    log.close()
+    kept = quarantine_file(directory, 0, 70)
+    kept.write_bytes(b"x" * 10)
+    old = quarantine_file(directory, 3, 0)
+    old.write_bytes(b"y" * 10)
+    now = int(time.time() * 1000)
+    os.utime(old, ns=((now - 7_200_000) * 1_000_000,) * 2)
+    config = small_config(retention_ms=-1, quarantine_retention_ms=3_600_000)
+    report = JOBS["retention"].fn(BorrowedLogs(log_dir, settings_for(config), clock=MockClock(now)))
+    assert report.details == {"quarantine_files_deleted": 1}
+    assert report.findings == [f"t-0: deleted quarantine file {old.name} (quarantine.retention.ms breached)"]
+    assert kept.exists() and not old.exists()
