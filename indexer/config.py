@@ -160,7 +160,10 @@ class LogConfig:
                 raise ConfigError(f"unknown topic config key {key!r} ({source}); known keys: {', '.join(_TOPIC_KEYS)}")
             attr, kind, _default, _minimum, _doc = spec
             changes[attr] = _coerce(key, kind, value, source)
-        return dataclasses.replace(self, **changes)
+        try:
+            return dataclasses.replace(self, **changes)
+        except ConfigError as e:  # out of range: one of these keys, so blame their source
+            raise ConfigError(f"{e} ({source})") from None
 
     def to_dict(self) -> dict[str, Any]:
         """Kafka-named keys and values."""

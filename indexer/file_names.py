@@ -27,6 +27,7 @@ DELETED_FILE_SUFFIX = ".deleted"
 CLEANED_FILE_SUFFIX = ".cleaned"
 SWAP_FILE_SUFFIX = ".swap"
 QUARANTINE_FILE_SUFFIX = ".quarantine"
+_KRAFT_DELETED_SUFFIX = ".checkpoint.deleted"  # a KRaft snapshot being deleted: not a segment's file
 
 # Files in a log directory (beside the partition directories).
 RECOVERY_POINT_CHECKPOINT_FILE = "recovery-point-offset-checkpoint"
@@ -107,6 +108,13 @@ def parse_quarantine_file_name(name: str) -> tuple[int, int]:
 
 def is_log_file(path: Path) -> bool:
     return path.name.endswith(LOG_FILE_SUFFIX)
+
+
+def is_stray_deleted_file(name: str) -> bool:
+    """Whether the partition-directory file ``name`` is one the loader removes at once as a leftover
+    of an earlier run's asynchronous deletion (spec 6.2 step 1): ``.deleted``, except KRaft's
+    ``.checkpoint.deleted`` snapshots."""
+    return name.endswith(DELETED_FILE_SUFFIX) and not name.endswith(_KRAFT_DELETED_SUFFIX)
 
 
 def is_index_file(path: Path) -> bool:

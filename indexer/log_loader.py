@@ -88,7 +88,6 @@ logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
 
 DELETE_DIR_SUFFIX = "-delete"
-_KRAFT_DELETED_SUFFIX = ".checkpoint.deleted"
 
 
 class StepKind(enum.StrEnum):
@@ -480,7 +479,7 @@ class LogLoader:
             path = self._path(name)
             if not os.access(path, os.R_OK):
                 raise StorageError(f"Could not read file {path}", path=path)
-            if name.endswith(file_names.DELETED_FILE_SUFFIX) and not name.endswith(_KRAFT_DELETED_SUFFIX):
+            if file_names.is_stray_deleted_file(name):
                 self._delete_file(name, StepKind.DELETE_STRAY_DELETED, "stray temporary file")
             elif name.endswith(file_names.CLEANED_FILE_SUFFIX):
                 offset = _offset_or_none(name)

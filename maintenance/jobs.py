@@ -48,18 +48,27 @@ def retention(access: LogAccess) -> JobReport:
     The engine decides (:func:`indexer.retention.plan_retention`): ``Log.apply_retention`` renames
     deleted segments ``.deleted`` (removed ``file.delete.delay.ms`` later) and says which limit each
     one breached; the report counts them per limit and the log names each segment. The daemon
-    opens only the partitions whose files show a breach (the same plan, from file metadata).
+    opens only the partitions whose files show a breach (the same plan, from file metadata), or
+    ``.deleted`` files that no deletion pending in this process will remove (left by a run that
+    ended within ``file.delete.delay.ms``): opening removes them, as a broker's restart does.
     """
     report = JobReport("retention")
     with report.timed():
         now = access.clock.milliseconds()
+        leftovers: dict[TopicPartition, tuple[str, ...]] = {}
 
-        def wanted(_tp: TopicPartition, meta: PartitionMetadata) -> bool:
-            return retention_plan(meta, now).needs_log
+        def wanted(tp: TopicPartition, meta: PartitionMetadata) -> bool:
+            leftovers[tp] = access.leftover_deleted_files(tp, meta, now)
+            return bool(leftovers[tp]) or retention_plan(meta, now).needs_log
 
         for tp, log in access.each_log(report, wanted):
             name = partition_name(tp)
             with report.partition(name):
+                # Opening the partition removed them (the loader); say so, or why not (an error above).
+                removed = [f for f in leftovers.get(tp, ()) if not (log.directory / f).exists()]
+                if removed:
+                    report.note(name, f"removed {len(removed)} .deleted files an earlier run left")
+                    report.count("deleted_files_removed", len(removed))
                 decisions = log.apply_retention()
                 for decision in decisions:
                     report.note(name, f"deleted segment {decision.base_offset} ({decision.reason} breached)")
@@ -68,8 +77,11 @@ def retention(access: LogAccess) -> JobReport:
         for tp, path in partition_dirs(access.log_dir):
             keep_ms = access.settings.log_config(tp[0]).quarantine_retention_ms
             if keep_ms >= 0:
-                with report.partition(partition_name(tp)):
+                name = partition_name(tp)
+                with report.partition(name):
                     purged = purge_quarantine(path, older_than_ms=keep_ms, now_ms=now)
+                    for q in purged:
+                        report.note(name, f"deleted quarantine file {q.path.name} (quarantine.retention.ms breached)")
                     if purged:
                         report.count("quarantine_files_deleted", len(purged))
     return report

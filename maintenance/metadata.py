@@ -19,6 +19,7 @@ from indexer.file_names import (
     PARTITION_LOCK_FILE,
     TIME_INDEX_FILE_SUFFIX,
     filename_prefix_from_offset,
+    is_stray_deleted_file,
 )
 from indexer.index_check import IndexProblem, segment_index_problem
 from indexer.retention import RetentionPlan, plan_retention
@@ -28,20 +29,28 @@ TIME_INDEX_ENTRY_SIZE = TimeIndex.ENTRY_SIZE
 
 
 class PartitionMetadata:
-    """A partition directory's segments (base offsets, sorted) and its checkpointed offsets.
+    """A partition directory's segments (base offsets, sorted), its ``.deleted`` files (segments a
+    retention or truncation renamed, awaiting ``file.delete.delay.ms``) and its checkpointed offsets.
 
     File sizes and mtimes are read lazily, one ``stat`` per file asked about, and cached: a
     retention pass without ``retention.bytes`` stats only the few oldest segments.
     """
 
-    __slots__ = ("path", "config", "base_offsets", "log_start_offset", "high_watermark", "_stats")
+    __slots__ = ("path", "config", "base_offsets", "deleted_files", "log_start_offset", "high_watermark", "_stats")
 
     def __init__(
-        self, path: Path, config: LogConfig, base_offsets: tuple[int, ...], log_start_offset: int, high_watermark: int
+        self,
+        path: Path,
+        config: LogConfig,
+        base_offsets: tuple[int, ...],
+        log_start_offset: int,
+        high_watermark: int,
+        deleted_files: tuple[str, ...] = (),
     ) -> None:
         self.path = path
         self.config = config
         self.base_offsets = base_offsets
+        self.deleted_files = deleted_files
         self.log_start_offset = log_start_offset
         self.high_watermark = high_watermark
         self._stats: dict[str, tuple[int, int]] = {}
@@ -87,13 +96,16 @@ class PartitionMetadata:
 
 
 def scan_partition(path: Path, config: LogConfig, *, log_start_offset: int, high_watermark: int) -> PartitionMetadata:
-    """The segments of ``path`` from one listing of names (temporary-suffixed files are ignored)."""
-    heads = [name[:-4] for name in os.listdir(path) if name.endswith(LOG_FILE_SUFFIX)]
+    """The segments and ``.deleted`` files of ``path`` from one listing of names (other
+    temporary-suffixed files are ignored)."""
+    names = os.listdir(path)
+    heads = [name[:-4] for name in names if name.endswith(LOG_FILE_SUFFIX)]
+    deleted = tuple(sorted(name for name in names if is_stray_deleted_file(name)))
     try:
         bases = sorted(map(int, heads))
     except ValueError:  # a stray non-segment ".log" name: the slow, filtering path
         bases = sorted(int(head) for head in heads if head.isdigit())
-    return PartitionMetadata(path, config, tuple(bases), log_start_offset, high_watermark)
+    return PartitionMetadata(path, config, tuple(bases), log_start_offset, high_watermark, deleted)
 
 
 def largest_timestamp(meta: PartitionMetadata, base_offset: int) -> int:

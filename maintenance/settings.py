@@ -111,6 +111,8 @@ class MaintenanceSettings:
             if spec is None:
                 raise ConfigError(f"unknown maintenance key {key!r} ({where}); known keys: {', '.join(_KEYS)}")
             changes[spec[0]] = coerce_int(key, value, where)
+            if changes[spec[0]] < spec[2]:
+                raise ConfigError(f"{key} must be >= {spec[2]}, got {changes[spec[0]]} ({where})")
         return dataclasses.replace(cls(), **changes)
 
     @classmethod

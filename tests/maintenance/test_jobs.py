@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import threading
 import time
 from pathlib import Path
@@ -13,7 +14,7 @@ import pytest
 from indexer.checkpoint import OffsetCheckpointFile
 from indexer.clock import MockClock
 from indexer.errors import StorageError
-from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE
+from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, quarantine_file
 from indexer.index_check import segment_index_problem
 from indexer.log import Log
 from indexer.records.decoder import decode_records
@@ -433,3 +434,46 @@ def test_readers_and_appends_interleave_with_the_jobs(log_dir: Path, clock: Mock
     assert problems == []
     assert reads[0] > 0 and all(r.errors == [] for r in reports)
     assert sum(r.details.get("segments_deleted", 0) for r in reports) > 0
+
+
+def test_daemon_removes_deleted_files_an_earlier_run_left(log_dir: Path, clock: MockClock) -> None:
+    """A run that ends before ``file.delete.delay.ms`` (``--once``, a stopped or killed daemon) leaves
+    its ``.deleted`` files behind; a later run removes them, as a broker's restart does (spec 6.2),
+    although nothing else about the partition needs opening. The run that renamed them leaves them
+    to its own delayed deletion."""
+    log = committed_log(log_dir, clock, 20, retention_ms=10_000)
+    directory, leo = log.directory, log.log_end_offset
+    log.close()
+    OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE).write({("t", 0): leo})
+    settings = settings_for(small_config(retention_ms=10_000))
+    first = BorrowedLogs(log_dir, settings, clock=clock)
+    assert JOBS["retention"].fn(first).details["segments_deleted"] > 0
+    left = files_with_suffix(directory, ".deleted")
+    assert left
+    again = JOBS["retention"].fn(first)  # its own deletion is still pending: not reopened for it
+    assert again.partitions == 0 and files_with_suffix(directory, ".deleted") == left
+
+    later = BorrowedLogs(log_dir, settings, clock=MockClock(clock.milliseconds()))  # the next run
+    report = JOBS["retention"].fn(later)
+    assert files_with_suffix(directory, ".deleted") == []
+    assert report.details == {"deleted_files_removed": len(left)}
+    assert JOBS["retention"].fn(later).partitions == 0
+
+
+def test_retention_names_each_quarantine_file_it_deletes(log_dir: Path, clock: MockClock) -> None:
+    """Quarantine files hold the only copy of bytes recovery removed: the report (and the log) names
+    each one retention deletes and why, as it does each deleted segment."""
+    log = committed_log(log_dir, clock, 3, retention_ms=-1)
+    directory = log.directory
+    log.close()
+    kept = quarantine_file(directory, 0, 70)
+    kept.write_bytes(b"x" * 10)
+    old = quarantine_file(directory, 3, 0)
+    old.write_bytes(b"y" * 10)
+    now = int(time.time() * 1000)
+    os.utime(old, ns=((now - 7_200_000) * 1_000_000,) * 2)
+    config = small_config(retention_ms=-1, quarantine_retention_ms=3_600_000)
+    report = JOBS["retention"].fn(BorrowedLogs(log_dir, settings_for(config), clock=MockClock(now)))
+    assert report.details == {"quarantine_files_deleted": 1}
+    assert report.findings == [f"t-0: deleted quarantine file {old.name} (quarantine.retention.ms breached)"]
+    assert kept.exists() and not old.exists()

@@ -62,3 +62,18 @@ def test_a_bad_value_names_where_it_was_set(tmp_path: Path) -> None:
     overridden = load_settings(section_overrides={"maintenance": {"seglog.index.check.interval.ms": "soon"}})
     with pytest.raises(ConfigError, match=r"got 'soon' \(--config\)"):
         MaintenanceSettings.from_settings(overridden)
+
+
+def test_an_out_of_range_value_names_where_it_was_set(tmp_path: Path) -> None:
+    """Out of range is blamed on its file (or --config) as a non-integer is: an operator with several
+    settings files must not have to guess which one holds the 0."""
+    conf = tmp_path / "mine.toml"
+    conf.write_text('[maintenance]\n"log.retention.check.interval.ms" = 0\n')
+    with pytest.raises(ConfigError, match=r"must be >= 1, got 0 \(.*mine\.toml \[maintenance\]\)"):
+        MaintenanceSettings.from_settings(load_settings(conf))
+    conf.write_text('[topics."t"]\n"retention.ms" = -7\n')
+    with pytest.raises(ConfigError, match=r'retention.ms must be >= -1, got -7 \(.*mine\.toml \[topics."t"\]\)'):
+        load_settings(conf).log_config("t")
+    overridden = load_settings(section_overrides={"maintenance": {"seglog.misfire.grace.ms": "-5"}})
+    with pytest.raises(ConfigError, match=r"must be >= 1, got -5 \(--config\)"):
+        MaintenanceSettings.from_settings(overridden)
