@@ -294,6 +294,9 @@ class SegmentLogSink:
             finally:
                 encoder.cancel()
             manager = self._manager()
+            if self.topic is not None:  # every partition of the sink's topic exists after a batch, rows or not
+                for partition in range(self._layout(self.topic).num_partitions):
+                    self._log(manager, (self.topic, partition))
             committed = self._record_baselines(committed, manager, parts)
             truncated = self._recover(committed, manager)
             t2 = time.perf_counter()
