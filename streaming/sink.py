@@ -294,6 +294,9 @@ class SegmentLogSink:
             finally:
                 encoder.cancel()
             manager = self._manager()
+            if self.topic is not None:  # every partition of the sink's topic exists after a batch, rows or not
+                for partition in range(self._layout(self.topic).num_partitions):
+                    self._log(manager, (self.topic, partition))
             committed = self._record_baselines(committed, manager, parts)
             truncated = self._recover(committed, manager)
             t2 = time.perf_counter()
@@ -340,6 +343,8 @@ class SegmentLogSink:
                     self._recovered = True
                 return self._skipped(batch_id, query_id)
             t0 = time.perf_counter()
+            # The schema first: a micro-batch that cannot be written leaves the directory as it found it.
+            selected = _sink_columns(batch_df)
             layout = self._layout(self.topic)
             committed = self._record_unowned_baselines(committed, self.topic, layout.num_partitions)
             if not self._recovered:
@@ -358,7 +363,7 @@ class SegmentLogSink:
                 {p: end for (t, p), end in committed.end_offsets.items() if t == self.topic},
             )
             t1 = time.perf_counter()
-            results = run_write_job(_sink_columns(batch_df), plan)
+            results = run_write_job(selected, plan)
             t2 = time.perf_counter()
             end_offsets = dict(committed.end_offsets)
             for result in results:

@@ -217,9 +217,10 @@ def test_bad_input_fails_the_query_with_the_sink_error(
     assert message in str(sink.last_error)
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId))
     assert (jobs == []) == (error is SchemaError), jobs
-    # Executor writes create the topic's (empty) partitions and record them before the job runs.
+    # Executor writes create the topic's (empty) partitions and record them before the job runs, once
+    # the micro-batch's schema passed: a schema error leaves the directory untouched on both paths.
     assert read_topic(tmp_path / "logs", "ev", up_to_high_watermark=False) == []
-    if writes == "driver":
+    if writes == "driver" or error is SchemaError:
         assert snapshot(tmp_path / "logs") == {}
 
 
@@ -271,3 +272,20 @@ def test_a_stateful_query_updates_its_state_once_per_batch(
     latest = {r.key: int(r.value) for r in read_topic(tmp_path / "logs", "counts")}  # offset order: last wins
     assert latest == {k.encode(): n for k, n in Counter(k for k, _ in rows).items()}
     assert direct == [True, True, True]
+
+
+@pytest.mark.parametrize("writes", ["driver", "executors"])
+def test_an_empty_first_micro_batch_leaves_an_empty_topic_to_read(
+    spark: SparkSession, tmp_path: Path, writes: str
+) -> None:
+    """Both paths create the sink's topic at its first micro-batch, rows or not: a reader started before
+    the first row finds the topic (empty) whichever path wrote, instead of "not found" after driver writes."""
+    sink = SegmentLogSink(
+        tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS, writes=writes, query_id="empty"
+    )
+    with sink:
+        sink(spark.range(0).selectExpr("cast(id as string) as value"), 0)
+    assert sink.committed().batch_id == 0
+    read = spark.read.format("seglog").option("subscribe", "ev").load(str(tmp_path / "logs"))
+    assert read.count() == 0
+    assert sorted(p.name for p in (tmp_path / "logs").glob("ev-*")) == ["ev-0", "ev-1", "ev-2"]
