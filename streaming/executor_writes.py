@@ -200,25 +200,38 @@ def _unpack(meta: bytes, data: bytes | np.ndarray) -> EncodedBatches:
 
 
 def write_pieces(plan: WritePlan, attempt: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    """Stage 2: append the pieces this task received, per Kafka partition in ``(task, seq)`` order."""
-    table = pa.Table.from_batches(list(batches), schema=PIECES_SCHEMA)
-    if table.num_rows == 0:
+    """Stage 2: append the pieces this task received, per Kafka partition in ``(task, seq)`` order.
+
+    Only the small columns are sorted; each piece's bytes are taken where they arrived, never
+    concatenated: a task may receive more than 2 GiB of pieces in a micro-batch, past what one Arrow
+    ``binary`` array (32-bit offsets) can hold."""
+    received = [batch for batch in batches if batch.num_rows]
+    if not received:
         return
-    table = table.take(
-        pc.sort_indices(table, [("partition", "ascending"), ("task", "ascending"), ("seq", "ascending")])
+    keys = pa.table(
+        {
+            "partition": pa.concat_arrays([batch.column("partition") for batch in received]),
+            "task": pa.concat_arrays([batch.column("task") for batch in received]),
+            "seq": pa.concat_arrays([batch.column("seq") for batch in received]),
+            "batch": np.repeat(np.arange(len(received)), [batch.num_rows for batch in received]),
+            "row": np.concatenate([np.arange(batch.num_rows) for batch in received]),
+        }
     )
-    partitions = table.column("partition").to_numpy()
+    keys = keys.take(pc.sort_indices(keys, [("partition", "ascending"), ("task", "ascending"), ("seq", "ascending")]))
+    partitions = keys.column("partition").to_numpy()
+    where = list(zip(keys.column("batch").to_pylist(), keys.column("row").to_pylist(), strict=True))
     bounds = np.concatenate(([0], np.flatnonzero(np.diff(partitions)) + 1, [len(partitions)])).tolist()
     for start, end in zip(bounds[:-1], bounds[1:], strict=True):
-        rows = table.slice(start, end - start)
-        data = rows.column("data").combine_chunks()
-        offsets = np.frombuffer(data.buffers()[1], dtype=np.int32, count=len(data) + 1, offset=data.offset * 4)
-        values = np.frombuffer(data.buffers()[2], dtype=np.uint8) if len(data) else np.zeros(0, np.uint8)
-        pieces = [
-            _unpack(meta, values[offsets[i] : offsets[i + 1]]) for i, meta in enumerate(rows.column("meta").to_pylist())
-        ]
+        pieces = [_received_piece(received[batch], row) for batch, row in where[start:end]]
         result = write_partition(plan, int(partitions[start]), pieces, attempt=attempt)
         yield pa.RecordBatch.from_pylist([result.__dict__], schema=RESULTS_SCHEMA)
+
+
+def _received_piece(batch: pa.RecordBatch, row: int) -> EncodedBatches:
+    """Piece ``row`` of a received record batch (:data:`PIECES_SCHEMA`), its bytes read in place."""
+    data = batch.column("data")[row].as_buffer()
+    values = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
+    return _unpack(batch.column("meta")[row].as_py(), values)
 
 
 def open_partition(

@@ -11,6 +11,7 @@ import sys
 import threading
 from collections import Counter
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -129,6 +130,24 @@ def test_one_task_writes_each_of_its_partitions_in_row_order(log_dir: Path) -> N
         assert [r.offset for r in stored] == list(range(len(stored)))
         seqs = [int(r.value[1:]) for r in stored]  # type: ignore[index]
         assert seqs == sorted(seqs) and len(stored) == results[partition]["end"]
+
+
+@pytest.mark.slow
+def test_a_task_writes_more_than_2_gib_of_pieces(log_dir: Path) -> None:
+    """Pieces of one partition that together pass 2 GiB (what one Arrow ``binary`` array can hold) are
+    written in order: the task sorted the whole received table, data included, and failed with Arrow's
+    "offset overflow while concatenating arrays"."""
+    config = Settings().log_config("t")
+    plan = replace(
+        _plan(log_dir, 0), config=config, layout=TopicLayout(1, config.max_message_bytes, config.segment_bytes)
+    )
+    value = b"x" * (512 << 10)
+    rows = pa.RecordBatch.from_pydict({"key": [b"k"] * 1400, "value": [value] * 1400})  # 700 MiB, partition 0
+    (piece,) = list(encode_pieces(plan, 0, iter([rows])))
+    received = [piece.set_column(2, "seq", pa.array([seq], pa.int32())) for seq in (2, 0, 1)]
+    assert sum(len(batch.column("data")[0].as_buffer()) for batch in received) > 2**31
+    (result,) = pa.Table.from_batches(list(write_pieces(plan, "a", iter(received)))).to_pylist()
+    assert (result["partition"], result["start"], result["end"], result["wrote"]) == (0, 0, 4200, True)
 
 
 def test_attempt_writes_and_a_duplicate_of_a_finished_attempt_touches_nothing(log_dir: Path) -> None:
