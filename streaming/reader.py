@@ -83,6 +83,10 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 READ_STEP_RECORDS = 100_000  # records per Arrow batch handed to Spark
+# ... and at most about this many bytes of them: a batch's key, value and headers columns are each one
+# Arrow array, which holds at most 2 GiB (32-bit offsets), and each batch is held whole by the worker
+# and the JVM.
+READ_STEP_BYTES = 256 << 20
 KAFKA_SCHEMA = StructType(
     [
         StructField("key", BinaryType()),
@@ -383,10 +387,29 @@ def read_range(piece: RangeToRead) -> Iterator[pa.RecordBatch]:
             )
             if table.num_rows == 0:
                 break
-            yield _spark_batch(table, piece)
+            for part in _within_bytes(table, READ_STEP_BYTES):
+                yield _spark_batch(part, piece)
             start = int(table.column("offset")[-1].as_py()) + 1
     finally:
         manager.close()
+
+
+def _within_bytes(table: pa.Table, limit: int) -> Iterator[pa.Table]:
+    """``table`` cut at its chunk boundaries (the engine's reads) into runs of at most ``limit`` bytes,
+    or one chunk when a chunk alone is larger; the whole table when it is within ``limit``."""
+    if table.nbytes <= limit:
+        yield table
+        return
+    run: list[pa.RecordBatch] = []
+    size = 0
+    for chunk in table.to_batches():
+        if run and size + chunk.nbytes > limit:
+            yield pa.Table.from_batches(run, schema=table.schema)
+            run, size = [], 0
+        run.append(chunk)
+        size += chunk.nbytes
+    if run:
+        yield pa.Table.from_batches(run, schema=table.schema)
 
 
 def _spark_batch(table: pa.Table, piece: RangeToRead) -> pa.RecordBatch:

@@ -242,6 +242,23 @@ def test_committed_records_missing_from_the_log_are_reported_and_the_rest_read(
     assert len(warned) == 1 and "committed records (offsets 10..19)" in warned[0], warned
 
 
+@pytest.mark.slow
+def test_a_task_reads_more_than_2_gib_of_values(tmp_path: Path) -> None:
+    """A task's range whose values pass 2 GiB within one read step (100,000 records of 512 KiB would
+    be 50 GiB) reaches Spark in batches that each fit an Arrow ``binary`` array: it failed with
+    "offset overflow while concatenating arrays" when a step became one batch."""
+    value = b"v" * (512 << 10)
+    with LogManager(tmp_path, Settings()) as manager:
+        log = manager.get_or_create_log("big", 0)
+        for _ in range(4200 // 50):  # 4,200 records, 2.1 GiB
+            log.append({"value": [value] * 50})
+        log.update_high_watermark(log.log_end_offset)
+    piece = RangeToRead(str(tmp_path), "big", 0, 0, 4200, False, IsolationLevel.READ_UNCOMMITTED, True)
+    batches = read_range(piece)
+    offsets = [batch.column("offset").to_numpy() for batch in batches]
+    assert len(offsets) > 1 and (pa.chunked_array(offsets).to_numpy() == range(4200)).all()
+
+
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
 def test_a_task_finding_the_log_shorter_than_planned_is_data_loss(tmp_path: Path, fail_on_data_loss: bool) -> None:
     """Planned on the driver up to offset 20, read on an executor after the end of the log was damaged:
