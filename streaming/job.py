@@ -25,6 +25,7 @@ every committed batch (a batch the sink committed but Spark did not is skipped o
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import threading
@@ -35,11 +36,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from indexer.config import Settings
-from indexer.errors import ConfigError, SeglogError
+from indexer.errors import ConfigError, SeglogError, storage_errors
 from indexer.file_names import is_log_file, partition_dir_name
 from indexer.log_manager import LogManager, check_log_dir
 from streaming import sources
-from streaming.session import build_spark_session
+from streaming.session import build_spark_session, local_path
 from streaming.sink import SegmentLogSink, check_writes, writes_on_executors
 
 if TYPE_CHECKING:
@@ -48,6 +49,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STOP_WAIT_S = 60.0  # longest wait for a running micro-batch before stopping the query anyway
+SOURCE_RECORD = "seglog-run.json"  # in the checkpoint: the source the query reads (JobSpec.check_checkpoint_source)
 
 # [streaming] key -> JobSpec attribute
 _KEYS: dict[str, str] = {
@@ -164,6 +166,56 @@ class JobSpec:
             if not Path(self.input_path).is_dir():
                 raise ConfigError(f"{what} is a file; give the directory that holds the input files")
 
+    def source_identity(self) -> dict[str, str | None]:
+        """What Spark cannot change under a checkpoint: the source, and the directory of a files or
+        delta source (absolute, for local paths)."""
+        path = self.input_path
+        if self.source in ("files", "delta") and path and "://" not in path:
+            path = str(Path(path).absolute())
+        return {"source": self.source, "input.path": path if self.source in ("files", "delta") else None}
+
+    def check_checkpoint_source(self) -> Callable[[], None] | None:
+        """Refuse a checkpoint written by a query reading another source, before Spark starts.
+
+        Spark does not allow a query to resume its checkpoint with another source (its guide, "Recovery
+        Semantics after Changes in a Streaming Query"): it fails the query with the source's own parse or
+        path error. The job keeps the source it started a checkpoint with in ``<checkpoint>/seglog-run.json``
+        and compares. Returns what records the source (None: nothing to record): called before the query
+        starts on a new checkpoint, after a run that ended cleanly on one made before the record existed
+        (not before: a changed source there would be recorded as the checkpoint's own). Checkpoints that
+        are not local paths are not checked.
+
+        Raises:
+            ConfigError: the checkpoint records another source or input directory.
+            StorageError: the record cannot be read or written.
+        """
+        try:
+            checkpoint = local_path(self.checkpoint_location)
+        except ValueError:
+            return None
+        record, identity = checkpoint / SOURCE_RECORD, self.source_identity()
+        recorded: Any = None
+        with storage_errors(record, "read"):
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):  # a torn record: as if absent
+                recorded = json.loads(record.read_text(encoding="utf-8"))
+        if isinstance(recorded, dict) and recorded.get("source") is not None:
+            if {k: recorded.get(k) for k in identity} != identity:
+                raise ConfigError(
+                    f"checkpoint {checkpoint} was written by a query reading {_source_text(recorded)}; this run "
+                    f"reads {_source_text(identity)}: Spark cannot resume a query under another source. Run "
+                    "with the checkpoint's source, or give a new --checkpoint-location (a new query reads "
+                    "its source from the start: every file again, the rate source from 0, Kafka from "
+                    "--starting-offsets)"
+                )
+            return None
+
+        def write() -> None:
+            with storage_errors(record, "write"):
+                record.parent.mkdir(parents=True, exist_ok=True)
+                record.write_text(json.dumps({"version": 1, **identity}) + "\n", encoding="utf-8")
+
+        return write
+
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> JobSpec:
         """The ``[streaming]`` section of ``settings``, then ``overrides`` that are not None."""
@@ -186,6 +238,11 @@ class JobSpec:
                 except (TypeError, ValueError):
                     raise ConfigError(f"{attr.replace('_', '.')} must be an integer, got {values[attr]!r}") from None
         return cls(**values)
+
+
+def _source_text(identity: Mapping[str, Any]) -> str:
+    path = identity.get("input.path")
+    return f"the {identity.get('source')} source" + (f" from {path}" if path else "")
 
 
 @dataclass(frozen=True)
@@ -301,6 +358,10 @@ def run_job(
     started = time.monotonic()
     deadline = None if duration_s is None else started + duration_s
     spec.check_paths()
+    record_source = spec.check_checkpoint_source()
+    fresh_checkpoint = record_source is not None and not _checkpoint_started(spec.checkpoint_location)
+    if record_source is not None and fresh_checkpoint:
+        record_source()
     on_executors = writes_on_executors(spec.writes, spark.sparkContext.master if spark else spec.master)
     # Before Spark starts (it takes seconds): the topic's partition count and, when the driver writes,
     # every partition's writer lock, held by the job (another `seglog run` on the same log directory
@@ -365,6 +426,8 @@ def run_job(
             if scheduler is not None:
                 scheduler.stop()
     assert sink is not None
+    if record_source is not None and not fresh_checkpoint:
+        record_source()  # a checkpoint from before the record: its source is the one that just ran
     history = list(sink.history)
     summary = JobSummary(
         batches=sum(1 for b in history if not b.skipped),
@@ -381,6 +444,11 @@ def run_job(
         summary.skipped_batches,
     )
     return summary
+
+
+def _checkpoint_started(location: str) -> bool:
+    """Whether Spark has started a query in ``location`` (its ``metadata`` file exists)."""
+    return (local_path(location) / "metadata").exists()
 
 
 def _quiet_spark_logs(spark: SparkSession) -> None:

@@ -19,7 +19,7 @@ from seglog.cli import main
 from streaming.job import JobSpec
 from streaming.session import runs_on_one_machine, session_conf
 from streaming.sink import writes_on_executors
-from tests.streaming.helpers import high_watermarks, read_topic
+from tests.streaming.helpers import high_watermarks, read_topic, write_json_inputs
 
 
 def test_spec_defaults_come_from_the_streaming_section() -> None:
@@ -179,3 +179,42 @@ def test_seglog_run_reports_bad_input_in_one_line(tmp_path: Path) -> None:
     last = "seglog: SchemaError: column 'value': found type int64, expected binary (or string, UTF-8 encoded)"
     assert done.stderr.splitlines()[-1] == last
     assert "Traceback" not in done.stderr and "SchemaError" not in done.stderr.replace(last, ""), done.stderr
+
+
+@pytest.mark.spark
+def test_a_restart_with_another_source_on_the_checkpoint_is_refused_before_spark_runs_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark cannot resume a checkpoint under another source ("not allowed", Spark's guide): it failed the
+    query with its own error (`For input string: "{"path":...`, `Wrong basePath ...`) that the CLI
+    printed as "this looks like a bug". The job names both sources instead, before the query starts."""
+    from dataclasses import replace
+
+    from streaming.job import run_job
+
+    rows = write_json_inputs(tmp_path / "in", files=1, rows_per_file=20, keys=3)
+    write_json_inputs(tmp_path / "other", files=1, rows_per_file=5, keys=3)
+    spec = JobSpec(
+        log_dir=tmp_path / "logs",
+        checkpoint_location=str(tmp_path / "cp"),
+        num_partitions=2,
+        source="files",
+        input_path=str(tmp_path / "in"),
+        available_now=True,
+        progress_interval_s=3600,
+    )
+    assert run_job(spec, Settings(), spark=spark).rows == 20
+    refused = {
+        "rate": replace(spec, source="rate", input_path=None),
+        "files": replace(spec, input_path=str(tmp_path / "other")),
+    }
+    for source, changed in refused.items():
+        with pytest.raises(
+            ConfigError,
+            match=f"checkpoint .*cp was written by a query reading the files source "
+            f"from .*in; this run reads the {source} source",
+        ) as caught:
+            run_job(changed, Settings(), spark=spark)
+        assert "--checkpoint-location" in str(caught.value)
+    assert len(read_topic(tmp_path / "logs", "events")) == len(rows)
+    assert run_job(replace(spec, input_format="json"), Settings(), spark=spark).rows == 0  # the same source resumes
