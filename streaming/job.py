@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from indexer.commit_log import SinkCommitLog
 from indexer.config import Settings
 from indexer.errors import ConfigError, SeglogError, storage_errors
 from indexer.file_names import is_log_file, partition_dir_name
@@ -362,6 +363,7 @@ def run_job(
     fresh_checkpoint = record_source is not None and not _checkpoint_started(spec.checkpoint_location)
     if record_source is not None and fresh_checkpoint:
         record_source()
+        _warn_of_a_second_query(spec)
     on_executors = writes_on_executors(spec.writes, spark.sparkContext.master if spark else spec.master)
     # Before Spark starts (it takes seconds): the topic's partition count and, when the driver writes,
     # every partition's writer lock, held by the job (another `seglog run` on the same log directory
@@ -444,6 +446,29 @@ def run_job(
         summary.skipped_batches,
     )
     return summary
+
+
+def _warn_of_a_second_query(spec: JobSpec) -> None:
+    """Warn, on a new checkpoint, that the sink already committed another query's batches in the log.
+
+    The new query is another query (its batch 0 is new data, as with Spark's Kafka sink): it reads its
+    source from the start and appends after what the sink holds, so rows the old query wrote (every
+    file of a files source) are written again. Meant after a deleted checkpoint; said once, here.
+    """
+    committed = SinkCommitLog(spec.log_dir, spec.topic).read()
+    if committed.query_id is None:
+        return
+    logger.warning(
+        "checkpoint %s is new, but %s in %s already holds query %s's batches (up to batch %d): the new query "
+        "reads its %s source from the start and appends after them: rows the old query already wrote from it "
+        "are written again; to start over, use a new --log-dir or --topic too",
+        spec.checkpoint_location,
+        spec.topic,
+        spec.log_dir,
+        committed.query_id,
+        committed.batch_id,
+        spec.source,
+    )
 
 
 def _checkpoint_started(location: str) -> bool:

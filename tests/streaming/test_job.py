@@ -218,3 +218,45 @@ def test_a_restart_with_another_source_on_the_checkpoint_is_refused_before_spark
         assert "--checkpoint-location" in str(caught.value)
     assert len(read_topic(tmp_path / "logs", "events")) == len(rows)
     assert run_job(replace(spec, input_format="json"), Settings(), spark=spark).rows == 0  # the same source resumes
+
+
+@pytest.mark.spark
+def test_a_new_checkpoint_over_a_log_the_sink_wrote_warns_that_the_source_is_read_again(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A deleted checkpoint with the log kept: the new query is another query (its batch 0 is new data, as
+    with Spark's Kafka sink), so the files source's rows are all written a second time. That was silent;
+    the job now says so in one warning line before Spark starts. A new log directory stays quiet."""
+    import logging
+    import shutil
+    from dataclasses import replace
+
+    from streaming.job import run_job
+
+    rows = write_json_inputs(tmp_path / "in", files=1, rows_per_file=20, keys=3)
+    spec = JobSpec(
+        log_dir=tmp_path / "logs",
+        checkpoint_location=str(tmp_path / "cp"),
+        num_partitions=2,
+        source="files",
+        input_path=str(tmp_path / "in"),
+        available_now=True,
+        progress_interval_s=3600,
+    )
+    caplog.set_level(logging.INFO)
+    run_job(spec, Settings(), spark=spark)
+    first_query = SinkCommitLog(tmp_path / "logs", "events").read().query_id
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "streaming.job"]
+    shutil.rmtree(tmp_path / "cp")
+    caplog.clear()
+    assert run_job(spec, Settings(), spark=spark).rows == len(rows)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "streaming.job"]
+    assert len(warnings) == 1, warnings
+    assert f"checkpoint {tmp_path / 'cp'} is new" in warnings[0] and f"query {first_query}" in warnings[0]
+    assert "written again" in warnings[0]
+    assert len(read_topic(tmp_path / "logs", "events")) == 2 * len(rows)
+    caplog.clear()
+    run_job(
+        replace(spec, log_dir=tmp_path / "logs2", checkpoint_location=str(tmp_path / "cp2")), Settings(), spark=spark
+    )
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "streaming.job"]
