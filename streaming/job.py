@@ -522,6 +522,9 @@ def _wait(query: Any, sink: SegmentLogSink, spec: JobSpec, stop: threading.Event
         except StreamingQueryException as e:
             if isinstance(sink.last_error, SeglogError):
                 raise sink.last_error from e
+            malformed = sources.malformed_input_error(e)
+            if malformed is not None:
+                raise malformed from e
             raise
         now = time.monotonic()
         if deadline is not None and now >= deadline:

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 
 from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig, Settings, load_settings
-from indexer.errors import ConfigError
+from indexer.errors import ConfigError, SchemaError
 from indexer.log import Log
 from seglog.cli import main
 from streaming.job import JobSpec
@@ -260,3 +260,44 @@ def test_a_new_checkpoint_over_a_log_the_sink_wrote_warns_that_the_source_is_rea
         replace(spec, log_dir=tmp_path / "logs2", checkpoint_location=str(tmp_path / "cp2")), Settings(), spark=spark
     )
     assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "streaming.job"]
+
+
+@pytest.mark.spark
+def test_a_malformed_input_row_stops_the_files_source_in_one_line_instead_of_becoming_a_tombstone(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark's JSON and CSV readers turn a line they cannot parse into a row of nulls: the job wrote a JSON
+    line cut short as a record with a null key and a null value (a tombstone), and a CSV row with a field
+    too many as ``{"user": "bob", "clicks": 5}``, silently. The files source now fails the micro-batch,
+    before anything is written, naming the file and the line."""
+    from streaming.job import run_job
+
+    inputs = {
+        "json": (
+            '{"key": "a", "value": "1"}\n{"key": "a", "value": \n{"key": "b", "value": "2"}\n',
+            '{"key": "a", "value": ',
+        ),
+        "csv": ("user,clicks\nann,3\nbob,5,extra\n", "bob,5,extra"),
+    }
+    for file_format, (text, bad) in inputs.items():
+        (tmp_path / file_format).mkdir()
+        (tmp_path / file_format / f"a.{file_format}").write_text(text)
+        spec = JobSpec(
+            log_dir=tmp_path / "logs",
+            checkpoint_location=str(tmp_path / f"cp-{file_format}"),
+            topic=file_format,
+            num_partitions=2,
+            source="files",
+            input_path=str(tmp_path / file_format),
+            input_format=file_format,
+            key_column="user" if file_format == "csv" else None,
+            available_now=True,
+            progress_interval_s=3600,
+        )
+        with pytest.raises(SchemaError) as caught:
+            run_job(spec, Settings(), spark=spark)
+        message = str(caught.value)
+        assert (
+            message == f"malformed {file_format} record in file://{tmp_path / file_format / f'a.{file_format}'}: {bad}"
+        )
+        assert read_topic(tmp_path / "logs", file_format) == []
