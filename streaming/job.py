@@ -480,11 +480,13 @@ def _quiet_spark_logs(spark: SparkSession) -> None:
     """Silence, in the session the job built, the two logs that repeat a failed query's error with
     whole tracebacks, py4j's (the ``foreachBatch`` function's Python traceback) and Spark's
     ``MicroBatchExecution`` (the same inside a Java stack trace): the job raises that error itself,
-    once (``_wait``), its traceback chained. And the ``DAGScheduler`` warning "Failed to cancel job
-    group ... Cannot find active jobs for it" that every stop between micro-batches printed (twice):
-    ``query.stop()`` cancels the query's job group whether a job runs or not. And the warning at the
-    query's start that adaptive query execution does not apply to streaming (the session's setting is
-    Spark's default, the job changes nothing a warning could tell the user about)."""
+    once (``_wait``), its traceback chained; on ``local`` masters also the executor's and the task
+    scheduler's logs of a failed task (the same error with a Java stack trace). And the ``DAGScheduler``
+    warning "Failed to cancel job group ... Cannot find active jobs for it" that every stop between
+    micro-batches printed (twice): ``query.stop()`` cancels the query's job group whether a job runs or
+    not. And the warning at the query's start that adaptive query execution does not apply to streaming
+    (the session's setting is Spark's default, the job changes nothing a warning could tell the user
+    about)."""
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
     log4j.core.config.Configurator.setLevel(
@@ -494,6 +496,13 @@ def _quiet_spark_logs(spark: SparkSession) -> None:
     log4j.core.config.Configurator.setLevel(
         "org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream", log4j.Level.ERROR
     )
+    if re.fullmatch(r"local(\[[^],]*\])?", spark.sparkContext.master or ""):
+        # Tasks run in this JVM, and with local[N]'s single attempt a task's failure fails the query, whose
+        # error the job raises: the executor's and the task scheduler's logs of it repeated the error with
+        # its Java stack trace (a malformed input line, bad rows with executor writes). Cluster masters keep
+        # them: there they report retries on other machines.
+        log4j.core.config.Configurator.setLevel("org.apache.spark.executor.Executor", log4j.Level.FATAL)
+        log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.TaskSetManager", log4j.Level.FATAL)
 
 
 def _stop_between_batches(query: Any, timeout_s: float = STOP_WAIT_S) -> None:

@@ -301,3 +301,23 @@ def test_a_malformed_input_row_stops_the_files_source_in_one_line_instead_of_bec
             message == f"malformed {file_format} record in file://{tmp_path / file_format / f'a.{file_format}'}: {bad}"
         )
         assert read_topic(tmp_path / "logs", file_format) == []
+
+
+@pytest.mark.spark
+def test_seglog_run_reports_a_malformed_input_line_in_one_line_without_spark_task_stack_traces(tmp_path: Path) -> None:
+    """The malformed line fails a Spark task (not the driver's sink): Spark's Executor and TaskSetManager
+    logged that task's error with its Java stack trace (twice) before the job's one line."""
+    import subprocess
+    import sys
+
+    from seglog.commands.serve import SEGLOG_MAIN
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"key": "k", "value": "v"}\n{"key": "k", \n')
+    argv = ["run", "--source", "files", "--input", str(tmp_path / "in"), "--available-now"]
+    argv += ["--log-dir", str(tmp_path / "logs"), "--checkpoint-location", str(tmp_path / "cp")]
+    done = subprocess.run([sys.executable, "-c", SEGLOG_MAIN, *argv], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1
+    last = f'seglog: SchemaError: malformed json record in file://{tmp_path}/in/a.json: {{"key": "k",'
+    assert done.stderr.splitlines()[-1] == last  # the CLI drops the line's trailing blank
+    assert "\tat org.apache.spark" not in done.stderr and "seglog-malformed-input" not in done.stderr, done.stderr
