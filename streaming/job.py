@@ -41,7 +41,7 @@ from indexer.errors import ConfigError, SeglogError, storage_errors
 from indexer.file_names import is_log_file, partition_dir_name
 from indexer.log_manager import LogManager, check_log_dir
 from streaming import sources
-from streaming.session import build_spark_session, local_path
+from streaming.session import build_spark_session, local_path, read_checkpoint_query_id
 from streaming.sink import SegmentLogSink, check_writes, writes_on_executors
 
 if TYPE_CHECKING:
@@ -364,6 +364,8 @@ def run_job(
     if record_source is not None and fresh_checkpoint:
         record_source()
         _warn_of_a_second_query(spec)
+    else:
+        _warn_of_batches_elsewhere(spec)
     on_executors = writes_on_executors(spec.writes, spark.sparkContext.master if spark else spec.master)
     # Before Spark starts (it takes seconds): the topic's partition count and, when the driver writes,
     # every partition's writer lock, held by the job (another `seglog run` on the same log directory
@@ -468,6 +470,44 @@ def _warn_of_a_second_query(spec: JobSpec) -> None:
         committed.query_id,
         committed.batch_id,
         spec.source,
+    )
+
+
+def _warn_of_batches_elsewhere(spec: JobSpec) -> None:
+    """Warn when the checkpoint's query committed batches that the sink's commit record does not hold.
+
+    Another ``--log-dir`` or ``--topic`` with the same checkpoint, or a log deleted (or restored from an
+    older copy) while the checkpoint was kept: Spark goes on after its last committed batch, so the rows
+    of the batches before it are not in this log. Said once, here; local checkpoints only.
+    """
+    try:
+        commits = local_path(spec.checkpoint_location) / "commits"
+        query_id = read_checkpoint_query_id(spec.checkpoint_location)
+    except ValueError:
+        return
+    if query_id is None:
+        return
+    last = -1
+    with storage_errors(commits, "list"), contextlib.suppress(FileNotFoundError):
+        last = max((int(entry.name) for entry in commits.iterdir() if entry.name.isdigit()), default=-1)
+    if last < 0:
+        return
+    committed = SinkCommitLog(spec.log_dir, spec.topic).read()
+    held = committed.batch_id if committed.query_id == query_id else committed.earlier_queries.get(query_id, -1)
+    if held >= last:
+        return
+    logger.warning(
+        "query %s committed batches up to %d in checkpoint %s, but %s in %s has %s (another --log-dir or "
+        "--topic, or a log deleted or restored from an older copy): the query goes on after batch %d, and "
+        "the rows of the batches it lacks are not in %s",
+        query_id,
+        last,
+        spec.checkpoint_location,
+        spec.topic,
+        spec.log_dir,
+        "none of them" if held < 0 else f"them up to batch {held} only",
+        last,
+        spec.log_dir,
     )
 
 

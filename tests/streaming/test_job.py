@@ -321,3 +321,46 @@ def test_seglog_run_reports_a_malformed_input_line_in_one_line_without_spark_tas
     last = f'seglog: SchemaError: malformed json record in file://{tmp_path}/in/a.json: {{"key": "k",'
     assert done.stderr.splitlines()[-1] == last  # the CLI drops the line's trailing blank
     assert "\tat org.apache.spark" not in done.stderr and "seglog-malformed-input" not in done.stderr, done.stderr
+
+
+@pytest.mark.spark
+def test_a_checkpoint_resumed_on_a_log_without_its_batches_warns_that_they_are_elsewhere(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another --log-dir with the same checkpoint, or the log deleted and the checkpoint kept: the query
+    goes on after its committed batches, whose rows are not in this log. That was silent."""
+    import logging
+    import shutil
+    from dataclasses import replace
+
+    from streaming.job import run_job
+
+    write_json_inputs(tmp_path / "in", files=1, rows_per_file=20, keys=3)
+    spec = JobSpec(
+        log_dir=tmp_path / "logs",
+        checkpoint_location=str(tmp_path / "cp"),
+        num_partitions=2,
+        source="files",
+        input_path=str(tmp_path / "in"),
+        available_now=True,
+        progress_interval_s=3600,
+    )
+    run_job(spec, Settings(), spark=spark)
+    query = SinkCommitLog(tmp_path / "logs", "events").read().query_id
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "streaming.job"]
+
+    caplog.set_level(logging.INFO)
+    run_job(spec, Settings(), spark=spark)  # the same log: quiet
+    assert warnings() == []
+    write_json_inputs(tmp_path / "more", files=1, rows_per_file=5, keys=3)
+    (tmp_path / "more" / "part-0000.json").rename(tmp_path / "in" / "second.json")
+    assert run_job(replace(spec, log_dir=tmp_path / "logs2"), Settings(), spark=spark).rows == 5
+    shutil.rmtree(tmp_path / "logs")
+    run_job(spec, Settings(), spark=spark)
+    assert len(warnings()) == 2, warnings()
+    for log_dir, last, message in zip(("logs2", "logs"), (0, 1), warnings(), strict=True):
+        assert f"query {query} committed batches up to {last} in checkpoint {tmp_path / 'cp'}" in message
+        assert f"events in {tmp_path / log_dir} has none of them" in message
+    assert read_topic(tmp_path / "logs", "events") == []
