@@ -25,6 +25,7 @@ every committed batch (a batch the sink committed but Spark did not is skipped o
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import re
 import threading
@@ -34,12 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
+from indexer.commit_log import SinkCommitLog
 from indexer.config import Settings
-from indexer.errors import ConfigError, SeglogError
+from indexer.errors import ConfigError, SeglogError, storage_errors
 from indexer.file_names import is_log_file, partition_dir_name
 from indexer.log_manager import LogManager, check_log_dir
 from streaming import sources
-from streaming.session import build_spark_session
+from streaming.session import build_spark_session, local_path, read_checkpoint_query_id
 from streaming.sink import SegmentLogSink, check_writes, writes_on_executors
 
 if TYPE_CHECKING:
@@ -48,6 +50,7 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 STOP_WAIT_S = 60.0  # longest wait for a running micro-batch before stopping the query anyway
+SOURCE_RECORD = "seglog-run.json"  # in the checkpoint: the source the query reads (JobSpec.check_checkpoint_source)
 
 # [streaming] key -> JobSpec attribute
 _KEYS: dict[str, str] = {
@@ -164,6 +167,56 @@ class JobSpec:
             if not Path(self.input_path).is_dir():
                 raise ConfigError(f"{what} is a file; give the directory that holds the input files")
 
+    def source_identity(self) -> dict[str, str | None]:
+        """What Spark cannot change under a checkpoint: the source, and the directory of a files or
+        delta source (absolute, for local paths)."""
+        path = self.input_path
+        if self.source in ("files", "delta") and path and "://" not in path:
+            path = str(Path(path).absolute())
+        return {"source": self.source, "input.path": path if self.source in ("files", "delta") else None}
+
+    def check_checkpoint_source(self) -> Callable[[], None] | None:
+        """Refuse a checkpoint written by a query reading another source, before Spark starts.
+
+        Spark does not allow a query to resume its checkpoint with another source (its guide, "Recovery
+        Semantics after Changes in a Streaming Query"): it fails the query with the source's own parse or
+        path error. The job keeps the source it started a checkpoint with in ``<checkpoint>/seglog-run.json``
+        and compares. Returns what records the source (None: nothing to record): called before the query
+        starts on a new checkpoint, after a run that ended cleanly on one made before the record existed
+        (not before: a changed source there would be recorded as the checkpoint's own). Checkpoints that
+        are not local paths are not checked.
+
+        Raises:
+            ConfigError: the checkpoint records another source or input directory.
+            StorageError: the record cannot be read or written.
+        """
+        try:
+            checkpoint = local_path(self.checkpoint_location)
+        except ValueError:
+            return None
+        record, identity = checkpoint / SOURCE_RECORD, self.source_identity()
+        recorded: Any = None
+        with storage_errors(record, "read"):
+            with contextlib.suppress(FileNotFoundError, json.JSONDecodeError):  # a torn record: as if absent
+                recorded = json.loads(record.read_text(encoding="utf-8"))
+        if isinstance(recorded, dict) and recorded.get("source") is not None:
+            if {k: recorded.get(k) for k in identity} != identity:
+                raise ConfigError(
+                    f"checkpoint {checkpoint} was written by a query reading {_source_text(recorded)}; this run "
+                    f"reads {_source_text(identity)}: Spark cannot resume a query under another source. Run "
+                    "with the checkpoint's source, or give a new --checkpoint-location (a new query reads "
+                    "its source from the start: every file again, the rate source from 0, Kafka from "
+                    "--starting-offsets)"
+                )
+            return None
+
+        def write() -> None:
+            with storage_errors(record, "write"):
+                record.parent.mkdir(parents=True, exist_ok=True)
+                record.write_text(json.dumps({"version": 1, **identity}) + "\n", encoding="utf-8")
+
+        return write
+
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> JobSpec:
         """The ``[streaming]`` section of ``settings``, then ``overrides`` that are not None."""
@@ -186,6 +239,11 @@ class JobSpec:
                 except (TypeError, ValueError):
                     raise ConfigError(f"{attr.replace('_', '.')} must be an integer, got {values[attr]!r}") from None
         return cls(**values)
+
+
+def _source_text(identity: Mapping[str, Any]) -> str:
+    path = identity.get("input.path")
+    return f"the {identity.get('source')} source" + (f" from {path}" if path else "")
 
 
 @dataclass(frozen=True)
@@ -301,6 +359,13 @@ def run_job(
     started = time.monotonic()
     deadline = None if duration_s is None else started + duration_s
     spec.check_paths()
+    record_source = spec.check_checkpoint_source()
+    fresh_checkpoint = record_source is not None and not _checkpoint_started(spec.checkpoint_location)
+    if record_source is not None and fresh_checkpoint:
+        record_source()
+        _warn_of_a_second_query(spec)
+    else:
+        _warn_of_batches_elsewhere(spec)
     on_executors = writes_on_executors(spec.writes, spark.sparkContext.master if spark else spec.master)
     # Before Spark starts (it takes seconds): the topic's partition count and, when the driver writes,
     # every partition's writer lock, held by the job (another `seglog run` on the same log directory
@@ -365,6 +430,8 @@ def run_job(
             if scheduler is not None:
                 scheduler.stop()
     assert sink is not None
+    if record_source is not None and not fresh_checkpoint:
+        record_source()  # a checkpoint from before the record: its source is the one that just ran
     history = list(sink.history)
     summary = JobSummary(
         batches=sum(1 for b in history if not b.skipped),
@@ -383,15 +450,83 @@ def run_job(
     return summary
 
 
+def _warn_of_a_second_query(spec: JobSpec) -> None:
+    """Warn, on a new checkpoint, that the sink already committed another query's batches in the log.
+
+    The new query is another query (its batch 0 is new data, as with Spark's Kafka sink): it reads its
+    source from the start and appends after what the sink holds, so rows the old query wrote (every
+    file of a files source) are written again. Meant after a deleted checkpoint; said once, here.
+    """
+    committed = SinkCommitLog(spec.log_dir, spec.topic).read()
+    if committed.query_id is None:
+        return
+    logger.warning(
+        "checkpoint %s is new, but %s in %s already holds query %s's batches (up to batch %d): the new query "
+        "reads its %s source from the start and appends after them: rows the old query already wrote from it "
+        "are written again; to start over, use a new --log-dir or --topic too",
+        spec.checkpoint_location,
+        spec.topic,
+        spec.log_dir,
+        committed.query_id,
+        committed.batch_id,
+        spec.source,
+    )
+
+
+def _warn_of_batches_elsewhere(spec: JobSpec) -> None:
+    """Warn when the checkpoint's query committed batches that the sink's commit record does not hold.
+
+    Another ``--log-dir`` or ``--topic`` with the same checkpoint, or a log deleted (or restored from an
+    older copy) while the checkpoint was kept: Spark goes on after its last committed batch, so the rows
+    of the batches before it are not in this log. Said once, here; local checkpoints only.
+    """
+    try:
+        commits = local_path(spec.checkpoint_location) / "commits"
+        query_id = read_checkpoint_query_id(spec.checkpoint_location)
+    except ValueError:
+        return
+    if query_id is None:
+        return
+    last = -1
+    with storage_errors(commits, "list"), contextlib.suppress(FileNotFoundError):
+        last = max((int(entry.name) for entry in commits.iterdir() if entry.name.isdigit()), default=-1)
+    if last < 0:
+        return
+    committed = SinkCommitLog(spec.log_dir, spec.topic).read()
+    held = committed.batch_id if committed.query_id == query_id else committed.earlier_queries.get(query_id, -1)
+    if held >= last:
+        return
+    logger.warning(
+        "query %s committed batches up to %d in checkpoint %s, but %s in %s has %s (another --log-dir or "
+        "--topic, or a log deleted or restored from an older copy): the query goes on after batch %d, and "
+        "the rows of the batches it lacks are not in %s",
+        query_id,
+        last,
+        spec.checkpoint_location,
+        spec.topic,
+        spec.log_dir,
+        "none of them" if held < 0 else f"them up to batch {held} only",
+        last,
+        spec.log_dir,
+    )
+
+
+def _checkpoint_started(location: str) -> bool:
+    """Whether Spark has started a query in ``location`` (its ``metadata`` file exists)."""
+    return (local_path(location) / "metadata").exists()
+
+
 def _quiet_spark_logs(spark: SparkSession) -> None:
     """Silence, in the session the job built, the two logs that repeat a failed query's error with
     whole tracebacks, py4j's (the ``foreachBatch`` function's Python traceback) and Spark's
     ``MicroBatchExecution`` (the same inside a Java stack trace): the job raises that error itself,
-    once (``_wait``), its traceback chained. And the ``DAGScheduler`` warning "Failed to cancel job
-    group ... Cannot find active jobs for it" that every stop between micro-batches printed (twice):
-    ``query.stop()`` cancels the query's job group whether a job runs or not. And the warning at the
-    query's start that adaptive query execution does not apply to streaming (the session's setting is
-    Spark's default, the job changes nothing a warning could tell the user about)."""
+    once (``_wait``), its traceback chained; on ``local`` masters also the executor's and the task
+    scheduler's logs of a failed task (the same error with a Java stack trace). And the ``DAGScheduler``
+    warning "Failed to cancel job group ... Cannot find active jobs for it" that every stop between
+    micro-batches printed (twice): ``query.stop()`` cancels the query's job group whether a job runs or
+    not. And the warning at the query's start that adaptive query execution does not apply to streaming
+    (the session's setting is Spark's default, the job changes nothing a warning could tell the user
+    about)."""
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
     log4j.core.config.Configurator.setLevel(
@@ -401,6 +536,13 @@ def _quiet_spark_logs(spark: SparkSession) -> None:
     log4j.core.config.Configurator.setLevel(
         "org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream", log4j.Level.ERROR
     )
+    if re.fullmatch(r"local(\[[^],]*\])?", spark.sparkContext.master or ""):
+        # Tasks run in this JVM, and with local[N]'s single attempt a task's failure fails the query, whose
+        # error the job raises: the executor's and the task scheduler's logs of it repeated the error with
+        # its Java stack trace (a malformed input line, bad rows with executor writes). Cluster masters keep
+        # them: there they report retries on other machines.
+        log4j.core.config.Configurator.setLevel("org.apache.spark.executor.Executor", log4j.Level.FATAL)
+        log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.TaskSetManager", log4j.Level.FATAL)
 
 
 def _stop_between_batches(query: Any, timeout_s: float = STOP_WAIT_S) -> None:
@@ -429,6 +571,9 @@ def _wait(query: Any, sink: SegmentLogSink, spec: JobSpec, stop: threading.Event
         except StreamingQueryException as e:
             if isinstance(sink.last_error, SeglogError):
                 raise sink.last_error from e
+            malformed = sources.malformed_input_error(e)
+            if malformed is not None:
+                raise malformed from e
             raise
         now = time.monotonic()
         if deadline is not None and now >= deadline:

@@ -7,6 +7,8 @@
 * ``files``: a directory of JSON, CSV or Parquet files. Files that have a ``value`` column are
   passed through (with whichever of ``key``, ``topic``, ``partition``, ``headers``,
   ``timestamp`` they have); other files become ``value = to_json(row)``, keyed by ``key_column``.
+  A JSON line or CSV row Spark cannot parse fails the micro-batch (``raise_error``), which the job
+  reports as a :class:`~indexer.errors.SchemaError` (:func:`malformed_input_error`).
 * ``kafka``: Spark's Kafka source (needs ``spark-sql-kafka-0-10`` on the classpath).
 * ``delta``: a Delta table's change stream (needs ``delta-spark`` and its jars).
 
@@ -16,10 +18,11 @@ pyspark is imported inside the functions (style checklist 6).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from indexer.errors import ConfigError
+from indexer.errors import ConfigError, SchemaError
 from streaming.micro_batch import SINK_COLUMNS
 
 if TYPE_CHECKING:
@@ -28,6 +31,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SOURCES = ("rate", "files", "kafka", "delta")
+CORRUPT_RECORD_COLUMN = "_corrupt_record"  # Spark's default name (spark.sql.columnNameOfCorruptRecord)
+MALFORMED_MARK = "seglog-malformed-input: "  # begins the error file_events raises for an unparsable line
 FILE_FORMATS = ("json", "csv", "parquet")
 EVENT_TYPES = ("view", "click", "add_to_cart", "purchase")
 NUM_USERS = 1000
@@ -92,6 +97,7 @@ def file_events(
     """
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
+    from pyspark.sql.types import StringType, StructField
 
     if file_format not in FILE_FORMATS:
         raise ConfigError(f"file format must be one of {FILE_FORMATS}, got {file_format!r}")
@@ -109,16 +115,46 @@ def file_events(
             f"no {file_format} file in {path} to take the schema from: the files source reads it from the "
             "files there when the query starts, so put at least one in first"
         ) from None
+    corrupt = None
+    if file_format in ("json", "csv"):
+        # Spark's readers turn a line they cannot parse into a row of nulls (PERMISSIVE), which the sink
+        # would store as a tombstone; with this column in the schema they keep the line there instead.
+        corrupt = reader_options.setdefault("columnNameOfCorruptRecord", CORRUPT_RECORD_COLUMN)
+        if corrupt not in schema.fieldNames():
+            schema = schema.add(StructField(corrupt, StringType()))
     stream = spark.readStream.format(file_format).options(**reader_options).schema(schema)
     if max_files_per_trigger is not None:
         stream = stream.option("maxFilesPerTrigger", max_files_per_trigger)
     df = stream.load(path)
-    if "value" in df.columns:
-        return df.select(*[c for c in df.columns if c in SINK_COLUMNS])
-    if key_column is not None and key_column not in df.columns:
-        raise ConfigError(f"key column {key_column!r} is not among the file columns {df.columns}")
-    key = F.col(key_column).cast("string") if key_column else F.lit(None).cast("string")
-    return df.select(key.alias("key"), F.to_json(F.struct(*[F.col(c) for c in df.columns])).alias("value"))
+    columns = [c for c in df.columns if c != corrupt]
+    if "value" in columns:
+        shaped = {c: F.col(c) for c in columns if c in SINK_COLUMNS}
+    else:
+        if key_column is not None and key_column not in columns:
+            raise ConfigError(f"key column {key_column!r} is not among the file columns {columns}")
+        key = F.col(key_column).cast("string") if key_column else F.lit(None).cast("string")
+        shaped = {"key": key, "value": F.to_json(F.struct(*[F.col(c) for c in columns]))}
+    value = shaped["value"]
+    if corrupt is not None:
+        message = F.concat(
+            F.lit(f"{MALFORMED_MARK}{file_format} record in "), F.input_file_name(), F.lit(": "), F.col(corrupt)
+        )
+        value = F.when(F.col(corrupt).isNotNull(), F.raise_error(message)).otherwise(value)
+    shaped["value"] = value
+    return df.select(*[column.alias(name) for name, column in shaped.items()])
+
+
+def malformed_input_error(failure: BaseException) -> SchemaError | None:
+    """The :class:`SchemaError` a query failure stands for when :func:`file_events` stopped it on a line
+    Spark could not parse, else None. Spark wraps the line's message in its own error text, once per
+    layer (the task, the job, the query); the first copy is taken, without Spark's ``SQLSTATE``."""
+    text = str(failure)
+    start = text.find(MALFORMED_MARK)
+    if start < 0:
+        return None
+    message = text[start + len(MALFORMED_MARK) :].split("\n", 1)[0]
+    message = re.sub(r" SQLSTATE: \w+.*$", "", message)
+    return SchemaError(f"malformed {message}")
 
 
 def kafka_events(

@@ -7,8 +7,9 @@ A progress line is logged every --progress-interval seconds: the rows written in
 second since the previous line (what the sink wrote), Spark's processedRowsPerSecond of its last
 micro-batch, the committed end offset and the segment count of each partition. --duration counts
 from the command's start (Spark's start-up included); at the deadline no new micro-batch starts.
-Options, paths, the topic's partition count and the partitions' writer locks are checked before
-Spark starts: a mistake is one line, exit 1. Ctrl-C or SIGTERM stops cleanly (query stopped, logs flushed and
+Options, paths, the topic's partition count, the partitions' writer locks and the checkpoint's source
+(Spark cannot resume a checkpoint under another source) are checked before Spark starts: a mistake
+is one line, exit 1. Ctrl-C or SIGTERM stops cleanly (query stopped, logs flushed and
 closed, checkpoints written); a second Ctrl-C aborts. Restarting with the same checkpoint resumes
 exactly where the last committed micro-batch ended.
 

@@ -13,13 +13,13 @@ from pyspark.sql import SparkSession
 
 from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig, Settings, load_settings
-from indexer.errors import ConfigError
+from indexer.errors import ConfigError, SchemaError
 from indexer.log import Log
 from seglog.cli import main
 from streaming.job import JobSpec
 from streaming.session import runs_on_one_machine, session_conf
 from streaming.sink import writes_on_executors
-from tests.streaming.helpers import high_watermarks, read_topic
+from tests.streaming.helpers import high_watermarks, read_topic, write_json_inputs
 
 
 def test_spec_defaults_come_from_the_streaming_section() -> None:
@@ -179,3 +179,188 @@ def test_seglog_run_reports_bad_input_in_one_line(tmp_path: Path) -> None:
     last = "seglog: SchemaError: column 'value': found type int64, expected binary (or string, UTF-8 encoded)"
     assert done.stderr.splitlines()[-1] == last
     assert "Traceback" not in done.stderr and "SchemaError" not in done.stderr.replace(last, ""), done.stderr
+
+
+@pytest.mark.spark
+def test_a_restart_with_another_source_on_the_checkpoint_is_refused_before_spark_runs_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark cannot resume a checkpoint under another source ("not allowed", Spark's guide): it failed the
+    query with its own error (`For input string: "{"path":...`, `Wrong basePath ...`) that the CLI
+    printed as "this looks like a bug". The job names both sources instead, before the query starts."""
+    from dataclasses import replace
+
+    from streaming.job import run_job
+
+    rows = write_json_inputs(tmp_path / "in", files=1, rows_per_file=20, keys=3)
+    write_json_inputs(tmp_path / "other", files=1, rows_per_file=5, keys=3)
+    spec = JobSpec(
+        log_dir=tmp_path / "logs",
+        checkpoint_location=str(tmp_path / "cp"),
+        num_partitions=2,
+        source="files",
+        input_path=str(tmp_path / "in"),
+        available_now=True,
+        progress_interval_s=3600,
+    )
+    assert run_job(spec, Settings(), spark=spark).rows == 20
+    refused = {
+        "rate": replace(spec, source="rate", input_path=None),
+        "files": replace(spec, input_path=str(tmp_path / "other")),
+    }
+    for source, changed in refused.items():
+        with pytest.raises(
+            ConfigError,
+            match=f"checkpoint .*cp was written by a query reading the files source "
+            f"from .*in; this run reads the {source} source",
+        ) as caught:
+            run_job(changed, Settings(), spark=spark)
+        assert "--checkpoint-location" in str(caught.value)
+    assert len(read_topic(tmp_path / "logs", "events")) == len(rows)
+    assert run_job(replace(spec, input_format="json"), Settings(), spark=spark).rows == 0  # the same source resumes
+
+
+@pytest.mark.spark
+def test_a_new_checkpoint_over_a_log_the_sink_wrote_warns_that_the_source_is_read_again(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A deleted checkpoint with the log kept: the new query is another query (its batch 0 is new data, as
+    with Spark's Kafka sink), so the files source's rows are all written a second time. That was silent;
+    the job now says so in one warning line before Spark starts. A new log directory stays quiet."""
+    import logging
+    import shutil
+    from dataclasses import replace
+
+    from streaming.job import run_job
+
+    rows = write_json_inputs(tmp_path / "in", files=1, rows_per_file=20, keys=3)
+    spec = JobSpec(
+        log_dir=tmp_path / "logs",
+        checkpoint_location=str(tmp_path / "cp"),
+        num_partitions=2,
+        source="files",
+        input_path=str(tmp_path / "in"),
+        available_now=True,
+        progress_interval_s=3600,
+    )
+    caplog.set_level(logging.INFO)
+    run_job(spec, Settings(), spark=spark)
+    first_query = SinkCommitLog(tmp_path / "logs", "events").read().query_id
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "streaming.job"]
+    shutil.rmtree(tmp_path / "cp")
+    caplog.clear()
+    assert run_job(spec, Settings(), spark=spark).rows == len(rows)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "streaming.job"]
+    assert len(warnings) == 1, warnings
+    assert f"checkpoint {tmp_path / 'cp'} is new" in warnings[0] and f"query {first_query}" in warnings[0]
+    assert "written again" in warnings[0]
+    assert len(read_topic(tmp_path / "logs", "events")) == 2 * len(rows)
+    caplog.clear()
+    run_job(
+        replace(spec, log_dir=tmp_path / "logs2", checkpoint_location=str(tmp_path / "cp2")), Settings(), spark=spark
+    )
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING and r.name == "streaming.job"]
+
+
+@pytest.mark.spark
+def test_a_malformed_input_row_stops_the_files_source_in_one_line_instead_of_becoming_a_tombstone(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    """Spark's JSON and CSV readers turn a line they cannot parse into a row of nulls: the job wrote a JSON
+    line cut short as a record with a null key and a null value (a tombstone), and a CSV row with a field
+    too many as ``{"user": "bob", "clicks": 5}``, silently. The files source now fails the micro-batch,
+    before anything is written, naming the file and the line."""
+    from streaming.job import run_job
+
+    inputs = {
+        "json": (
+            '{"key": "a", "value": "1"}\n{"key": "a", "value": \n{"key": "b", "value": "2"}\n',
+            '{"key": "a", "value": ',
+        ),
+        "csv": ("user,clicks\nann,3\nbob,5,extra\n", "bob,5,extra"),
+    }
+    for file_format, (text, bad) in inputs.items():
+        (tmp_path / file_format).mkdir()
+        (tmp_path / file_format / f"a.{file_format}").write_text(text)
+        spec = JobSpec(
+            log_dir=tmp_path / "logs",
+            checkpoint_location=str(tmp_path / f"cp-{file_format}"),
+            topic=file_format,
+            num_partitions=2,
+            source="files",
+            input_path=str(tmp_path / file_format),
+            input_format=file_format,
+            key_column="user" if file_format == "csv" else None,
+            available_now=True,
+            progress_interval_s=3600,
+        )
+        with pytest.raises(SchemaError) as caught:
+            run_job(spec, Settings(), spark=spark)
+        message = str(caught.value)
+        assert (
+            message == f"malformed {file_format} record in file://{tmp_path / file_format / f'a.{file_format}'}: {bad}"
+        )
+        assert read_topic(tmp_path / "logs", file_format) == []
+
+
+@pytest.mark.spark
+def test_seglog_run_reports_a_malformed_input_line_in_one_line_without_spark_task_stack_traces(tmp_path: Path) -> None:
+    """The malformed line fails a Spark task (not the driver's sink): Spark's Executor and TaskSetManager
+    logged that task's error with its Java stack trace (twice) before the job's one line."""
+    import subprocess
+    import sys
+
+    from seglog.commands.serve import SEGLOG_MAIN
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"key": "k", "value": "v"}\n{"key": "k", \n')
+    argv = ["run", "--source", "files", "--input", str(tmp_path / "in"), "--available-now"]
+    argv += ["--log-dir", str(tmp_path / "logs"), "--checkpoint-location", str(tmp_path / "cp")]
+    done = subprocess.run([sys.executable, "-c", SEGLOG_MAIN, *argv], capture_output=True, text=True, timeout=180)
+    assert done.returncode == 1
+    last = f'seglog: SchemaError: malformed json record in file://{tmp_path}/in/a.json: {{"key": "k",'
+    assert done.stderr.splitlines()[-1] == last  # the CLI drops the line's trailing blank
+    assert "\tat org.apache.spark" not in done.stderr and "seglog-malformed-input" not in done.stderr, done.stderr
+
+
+@pytest.mark.spark
+def test_a_checkpoint_resumed_on_a_log_without_its_batches_warns_that_they_are_elsewhere(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Another --log-dir with the same checkpoint, or the log deleted and the checkpoint kept: the query
+    goes on after its committed batches, whose rows are not in this log. That was silent."""
+    import logging
+    import shutil
+    from dataclasses import replace
+
+    from streaming.job import run_job
+
+    write_json_inputs(tmp_path / "in", files=1, rows_per_file=20, keys=3)
+    spec = JobSpec(
+        log_dir=tmp_path / "logs",
+        checkpoint_location=str(tmp_path / "cp"),
+        num_partitions=2,
+        source="files",
+        input_path=str(tmp_path / "in"),
+        available_now=True,
+        progress_interval_s=3600,
+    )
+    run_job(spec, Settings(), spark=spark)
+    query = SinkCommitLog(tmp_path / "logs", "events").read().query_id
+
+    def warnings() -> list[str]:
+        return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and r.name == "streaming.job"]
+
+    caplog.set_level(logging.INFO)
+    run_job(spec, Settings(), spark=spark)  # the same log: quiet
+    assert warnings() == []
+    write_json_inputs(tmp_path / "more", files=1, rows_per_file=5, keys=3)
+    (tmp_path / "more" / "part-0000.json").rename(tmp_path / "in" / "second.json")
+    assert run_job(replace(spec, log_dir=tmp_path / "logs2"), Settings(), spark=spark).rows == 5
+    shutil.rmtree(tmp_path / "logs")
+    run_job(spec, Settings(), spark=spark)
+    assert len(warnings()) == 2, warnings()
+    for log_dir, last, message in zip(("logs2", "logs"), (0, 1), warnings(), strict=True):
+        assert f"query {query} committed batches up to {last} in checkpoint {tmp_path / 'cp'}" in message
+        assert f"events in {tmp_path / log_dir} has none of them" in message
+    assert read_topic(tmp_path / "logs", "events") == []
