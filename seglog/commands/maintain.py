@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import sys
 
 
@@ -49,6 +50,9 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     MaintenanceSettings.from_settings(settings)  # a bad [maintenance] value fails now, in one line
     if args.once is None:
+        progress = logging.getLogger("maintenance")
+        if progress.getEffectiveLevel() > logging.INFO:
+            progress.setLevel(logging.INFO)  # what the daemon does (its start, each deletion), even without -v
         return run_daemon(log_dir, settings)
     report = run_once(log_dir, settings, args.once)
     if report is None:

@@ -99,11 +99,13 @@ def write_conf(path: Path, topic: Mapping[str, object], maintenance: Mapping[str
 
 
 @contextmanager
-def maintain_daemon(log_dir: Path, conf: Path) -> Iterator[tuple[subprocess.Popen[str], queue.Queue[str]]]:
-    """``seglog -v maintain`` on ``log_dir`` with ``conf`` as a process of its own, and the lines of its stderr,
-    once it has said it is on; killed on the way out if it is still running."""
+def maintain_daemon(
+    log_dir: Path, conf: Path, *, verbose: bool = True
+) -> Iterator[tuple[subprocess.Popen[str], queue.Queue[str]]]:
+    """``seglog [-v] maintain`` on ``log_dir`` with ``conf`` as a process of its own, and the lines of its
+    stderr, once it has said it is on; killed on the way out if it is still running."""
     proc = subprocess.Popen(
-        [*SEGLOG, "-v", "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
+        [*SEGLOG, *(["-v"] if verbose else []), "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
         cwd=REPO,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,

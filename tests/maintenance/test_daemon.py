@@ -59,6 +59,23 @@ def test_daemon_stops_gracefully_on_signals(tmp_path: Path, log_dir: Path, sig: 
     Log.open(directory, small_config()).close()  # the daemon left the partition free
 
 
+def test_the_daemon_says_what_it_does_without_verbose(tmp_path: Path, log_dir: Path) -> None:
+    """An operator running ``seglog maintain`` sees, without ``-v``, that it started, each segment it
+    deleted and that it stopped (Kafka logs deletions at INFO), not the scheduler's own chatter."""
+    expired_partition(log_dir)
+    conf = write_conf(
+        tmp_path / "seglog.toml",
+        {"retention.ms": 60_000, "segment.bytes": 600},
+        {"log.initial.task.delay.ms": 0, "log.retention.check.interval.ms": 100},
+    )
+    with maintain_daemon(log_dir, conf, verbose=False) as (proc, err):
+        wait_for(err, "t-0: deleted segment")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        rest = wait_for(err, "stopped", timeout=5)
+    assert "apscheduler" not in rest, rest
+
+
 def test_once_runs_one_job_and_exits(tmp_path: Path, log_dir: Path) -> None:
     directory = expired_partition(log_dir)
     segments = len(list(directory.glob("*.log")))
