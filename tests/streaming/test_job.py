@@ -181,6 +181,20 @@ def test_seglog_run_reports_bad_input_in_one_line(tmp_path: Path) -> None:
     assert "Traceback" not in done.stderr and "SchemaError" not in done.stderr.replace(last, ""), done.stderr
 
 
+def _files_job(tmp_path: Path) -> JobSpec:
+    """The job over the JSON files of ``tmp_path / "in"`` into ``tmp_path / "logs"`` (2 partitions),
+    checkpoint ``tmp_path / "cp"``, until they are all read."""
+    return JobSpec(
+        log_dir=tmp_path / "logs",
+        checkpoint_location=str(tmp_path / "cp"),
+        num_partitions=2,
+        source="files",
+        input_path=str(tmp_path / "in"),
+        available_now=True,
+        progress_interval_s=3600,
+    )
+
+
 @pytest.mark.spark
 def test_a_restart_with_another_source_on_the_checkpoint_is_refused_before_spark_runs_it(
     spark: SparkSession, tmp_path: Path
@@ -194,15 +208,7 @@ def test_a_restart_with_another_source_on_the_checkpoint_is_refused_before_spark
 
     rows = write_json_inputs(tmp_path / "in", files=1, rows_per_file=20, keys=3)
     write_json_inputs(tmp_path / "other", files=1, rows_per_file=5, keys=3)
-    spec = JobSpec(
-        log_dir=tmp_path / "logs",
-        checkpoint_location=str(tmp_path / "cp"),
-        num_partitions=2,
-        source="files",
-        input_path=str(tmp_path / "in"),
-        available_now=True,
-        progress_interval_s=3600,
-    )
+    spec = _files_job(tmp_path)
     assert run_job(spec, Settings(), spark=spark).rows == 20
     refused = {
         "rate": replace(spec, source="rate", input_path=None),
@@ -234,15 +240,7 @@ def test_a_new_checkpoint_over_a_log_the_sink_wrote_warns_that_the_source_is_rea
     from streaming.job import run_job
 
     rows = write_json_inputs(tmp_path / "in", files=1, rows_per_file=20, keys=3)
-    spec = JobSpec(
-        log_dir=tmp_path / "logs",
-        checkpoint_location=str(tmp_path / "cp"),
-        num_partitions=2,
-        source="files",
-        input_path=str(tmp_path / "in"),
-        available_now=True,
-        progress_interval_s=3600,
-    )
+    spec = _files_job(tmp_path)
     caplog.set_level(logging.INFO)
     run_job(spec, Settings(), spark=spark)
     first_query = SinkCommitLog(tmp_path / "logs", "events").read().query_id
@@ -336,15 +334,7 @@ def test_a_checkpoint_resumed_on_a_log_without_its_batches_warns_that_they_are_e
     from streaming.job import run_job
 
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=20, keys=3)
-    spec = JobSpec(
-        log_dir=tmp_path / "logs",
-        checkpoint_location=str(tmp_path / "cp"),
-        num_partitions=2,
-        source="files",
-        input_path=str(tmp_path / "in"),
-        available_now=True,
-        progress_interval_s=3600,
-    )
+    spec = _files_job(tmp_path)
     run_job(spec, Settings(), spark=spark)
     query = SinkCommitLog(tmp_path / "logs", "events").read().query_id
 
