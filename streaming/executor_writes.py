@@ -189,13 +189,6 @@ def _pack_meta(encoded: EncodedBatches) -> bytes:
     return np.stack([getattr(encoded, name).astype(np.int64, copy=False) for name in _META_FIELDS]).tobytes()
 
 
-def _unpack(meta: bytes, data: bytes | np.ndarray) -> EncodedBatches:
-    """A piece as :meth:`Log.append_encoded` takes it (a writable copy of its bytes: offsets are set in place)."""
-    arrays = np.frombuffer(meta, dtype=np.int64).reshape(len(_META_FIELDS), -1)
-    buffer = np.frombuffer(data, dtype=np.uint8) if isinstance(data, bytes) else data
-    return EncodedBatches(buffer.copy(), *(arrays[i] for i in range(len(_META_FIELDS))))
-
-
 # ---------------------------------------------------------------------------------------- stage 2: write
 
 
@@ -228,10 +221,12 @@ def write_pieces(plan: WritePlan, attempt: str, batches: Iterator[pa.RecordBatch
 
 
 def _received_piece(batch: pa.RecordBatch, row: int) -> EncodedBatches:
-    """Piece ``row`` of a received record batch (:data:`PIECES_SCHEMA`), its bytes read in place."""
+    """Piece ``row`` of a received record batch (:data:`PIECES_SCHEMA`) as :meth:`Log.append_encoded`
+    takes it: its bytes copied out of the batch once (offsets are set in place), its metadata unpacked."""
     data = batch.column("data")[row].as_buffer()
-    values = np.frombuffer(data, dtype=np.uint8) if data is not None else np.zeros(0, np.uint8)
-    return _unpack(batch.column("meta")[row].as_py(), values)
+    buffer = np.frombuffer(data, dtype=np.uint8).copy() if data is not None else np.zeros(0, np.uint8)
+    arrays = np.frombuffer(batch.column("meta")[row].as_py(), dtype=np.int64).reshape(len(_META_FIELDS), -1)
+    return EncodedBatches(buffer, *(arrays[i] for i in range(len(_META_FIELDS))))
 
 
 def open_partition(

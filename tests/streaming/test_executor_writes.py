@@ -30,7 +30,7 @@ from streaming import executor_writes
 from streaming.executor_writes import (
     PIECES_SCHEMA,
     WritePlan,
-    _unpack,
+    _received_piece,
     checkpoint_partition,
     encode_pieces,
     left_clean,
@@ -81,8 +81,9 @@ def _pieces(plan: WritePlan, start: int, n: int) -> dict[int, list[EncodedBatche
     batches = iter([_rows(start, half), _rows(start + half, n - half)])
     table = pa.Table.from_batches(list(encode_pieces(plan, 0, batches)), schema=PIECES_SCHEMA)
     out: dict[int, list[EncodedBatches]] = {}
-    for row in table.to_pylist():
-        out.setdefault(row["partition"], []).append(_unpack(row["meta"], row["data"]))
+    for batch in table.to_batches():
+        for row, partition in enumerate(batch.column("partition").to_pylist()):
+            out.setdefault(partition, []).append(_received_piece(batch, row))
     return out
 
 
