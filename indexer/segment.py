@@ -690,9 +690,19 @@ class LogSegment:
         last_indexed = self.base_offset if index is None else index.last_offset
         # From the (verified) position of the last entry: its offset may be damaged, its batch is not.
         scan = self._scan_headers(self._lookup_position(last_indexed).position)
-        if len(scan.last_offsets) == 0:
-            return LogOffsetMetadata(self.base_offset, self.base_offset, scan.valid_bytes)
-        return LogOffsetMetadata(int(scan.last_offsets[-1]) + 1, self.base_offset, scan.valid_bytes)
+        # Headers are not CRC-checked here: a damaged lastOffsetDelta or base offset shows as an offset
+        # below the segment's base or below an earlier batch's. The end is that of the batches before it
+        # (the damage is the CRC pass's to report), never an offset no batch could have.
+        last = np.asarray(scan.last_offsets, dtype=np.int64)
+        ordered = (
+            (last >= np.maximum.accumulate(np.concatenate(([self.base_offset], last[:-1])))) if last.size else last
+        )
+        whole = int(np.argmin(ordered)) if last.size and not ordered.all() else last.size
+        if whole == 0:
+            end = int(scan.positions[0]) if last.size else scan.valid_bytes
+            return LogOffsetMetadata(self.base_offset, self.base_offset, end)
+        end = scan.valid_bytes if whole == last.size else int(scan.positions[whole])
+        return LogOffsetMetadata(int(last[whole - 1]) + 1, self.base_offset, end)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int | None = None) -> TimestampAndOffset | None:
         """The first record at or after ``starting_offset`` whose timestamp is ``>= timestamp``.

@@ -170,3 +170,20 @@ def test_a_live_writers_torn_tail_above_the_high_watermark_is_not_damage(tmp_pat
             for start in range(0, end, 7):
                 assert _poll(log, start, 25) == (list(range(start, end)), None)
                 assert log.read(start, 1 << 20).records
+
+
+@pytest.mark.parametrize("delta", [-0x1000000, -2])
+def test_a_damaged_last_offset_delta_never_gives_an_end_offset_below_the_batches_before_it(
+    tmp_path: Path, delta: int
+) -> None:
+    """The log end offset of a read-only open comes from the last batch's header, read without its CRC
+    (as Kafka's readNextOffset): a damaged lastOffsetDelta made it an offset no batch could have
+    (``log end offset -16777214`` in ``seglog describe``). The end is then that of the batches before it."""
+    directory = tmp_path / "t-0"
+    batches = _write_log(directory)
+    last = batches[-1]
+    with open(last.path, "r+b") as f:
+        f.seek(last.position + 23)  # lastOffsetDelta
+        f.write(delta.to_bytes(4, "big", signed=True))
+    with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
+        assert log.log_end_offset == last.base_offset
