@@ -124,22 +124,28 @@ CONFIG_SECTIONS: dict[str, tuple[str, str]] = {
 }
 
 
-def add_log_config_arguments(parser: argparse.ArgumentParser, *, sections: Sequence[str] = ()) -> None:
+def add_log_config_arguments(
+    parser: argparse.ArgumentParser, *, sections: Sequence[str] = (), topic_keys: bool = True
+) -> None:
     """``--config KEY=VALUE`` (repeatable) and ``--conf FILE``.
 
-    ``--config`` takes Kafka's topic config keys and the keys of the settings file's ``sections``
-    this command uses (e.g. ``[maintenance]``'s ``log.retention.check.interval.ms``).
+    ``--config`` takes Kafka's topic config keys (unless ``topic_keys`` is false: a command that
+    only records a topic, whose configs live in the settings files) and the keys of the settings
+    file's ``sections`` this command uses (e.g. ``[maintenance]``'s ``log.retention.check.interval.ms``).
+    A command that takes no key still parses ``--config``, unlisted, to say where the keys belong.
     """
     unknown = [name for name in sections if name not in CONFIG_SECTIONS]
     assert not unknown, f"no such settings section: {unknown}"
-    also = "".join(f", or a [{name}] key" for name in sections)
+    takes = (["a topic config key with Kafka's name, e.g. segment.bytes=1048576"] if topic_keys else []) + [
+        f"a [{name}] key" for name in sections
+    ]
     group = parser.add_argument_group("configuration")
     group.add_argument(
         "--config",
         metavar="KEY=VALUE",
         action="append",
         default=[],
-        help=f"a topic config key with Kafka's name, e.g. segment.bytes=1048576{also} (repeatable)",
+        help=f"{', or '.join(takes)} (repeatable)" if takes else argparse.SUPPRESS,
     )
     group.add_argument(
         "--conf",
@@ -147,7 +153,7 @@ def add_log_config_arguments(parser: argparse.ArgumentParser, *, sections: Seque
         default=None,
         help="settings file, read after the packaged conf/seglog.toml and $SEGLOG_CONF (-v names the files read)",
     )
-    parser.set_defaults(config_sections=tuple(sections))
+    parser.set_defaults(config_sections=tuple(sections), config_topic_keys=topic_keys)
 
 
 def settings_from_args(args: argparse.Namespace) -> Any:
@@ -160,7 +166,7 @@ def settings_from_args(args: argparse.Namespace) -> Any:
     from indexer.config import load_settings, parse_overrides, topic_config_keys
     from indexer.errors import ConfigError
 
-    topic_keys = topic_config_keys()
+    topic_keys = topic_config_keys() if getattr(args, "config_topic_keys", True) else ()
     section_keys = {
         name: getattr(importlib.import_module(CONFIG_SECTIONS[name][0]), CONFIG_SECTIONS[name][1])()
         for name in getattr(args, "config_sections", ())
@@ -173,10 +179,18 @@ def settings_from_args(args: argparse.Namespace) -> Any:
             topic[key] = value
         elif owner is not None:
             sections.setdefault(owner, {})[key] = value
+        elif key in topic_config_keys():
+            topic_table = f'[topics."{getattr(args, "topic", None) or "<topic>"}"]'
+            raise ConfigError(
+                f"seglog {args.command} does not store topic configs such as {key}: a topic's configs are read from the"
+                f" settings files' [topic] and {topic_table} tables (and each command's own --config) by every"
+                " command that writes or maintains it; put it there (docs/cli.md, Configuration)"
+            )
         else:
-            known = [f"topic keys: {', '.join(topic_keys)}"]
+            known = [f"topic keys: {', '.join(topic_keys)}"] if topic_keys else []
             known += [f"[{name}] keys: {', '.join(keys)}" for name, keys in section_keys.items()]
-            raise ConfigError(f"unknown --config key {key!r}; {args.command} accepts {'; '.join(known)}")
+            takes = f"accepts {'; '.join(known)}" if known else "takes no --config keys"
+            raise ConfigError(f"unknown --config key {key!r}; seglog {args.command} {takes}")
     return load_settings(args.conf, topic, section_overrides=sections)
 
 

@@ -10,6 +10,10 @@ keys written before hash to other partitions afterwards, and a topic never shrin
 ``describe`` lists each topic with its partition count (read-only; a log directory written before
 the count was recorded shows the count its partition directories imply).
 
+Unlike ``kafka-topics.sh --config``, a topic's configs (``retention.ms``, ...) are not stored with it:
+every command that writes or maintains the topic reads them from the settings files'
+``[topics."<name>"]`` table (``$SEGLOG_CONF``, ``--conf``) and its own ``--config``.
+
 examples:
   seglog topic create --log-dir data/logs --topic events --partitions 4
   seglog topic describe --log-dir data/logs
@@ -44,7 +48,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     describe = actions.add_parser("describe", help="list topics and their partition counts", parents=common)
     for sub in (create, alter, describe):
         sub.add_argument("--log-dir", required=True, metavar="DIR", help="the log directory")
-        add_log_config_arguments(sub)
+        add_log_config_arguments(sub, topic_keys=False)
     for sub, required in ((create, True), (alter, True), (describe, False)):
         sub.add_argument("--topic", required=required, metavar="T", help="topic name")
     create.add_argument("--partitions", required=True, type=positive_int, metavar="N", help="partition count")

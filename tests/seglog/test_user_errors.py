@@ -102,6 +102,27 @@ def test_topic_create_makes_every_partition_and_records_the_count(
     assert sorted(p.name for p in logs.glob("events-*")) == [f"events-{i}" for i in range(6)]
 
 
+@pytest.mark.parametrize("action", [["create", "--partitions", "4"], ["alter", "--partitions", "6"], ["describe"]])
+def test_topic_configs_given_to_seglog_topic_are_refused_not_dropped(
+    action: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`kafka-topics.sh --create --config retention.ms=...` stores the config with the topic; seglog
+    keeps topic configs in the settings files, so `seglog topic ... --config` must say where they
+    go instead of creating the topic with the default retention in silence."""
+    logs = tmp_path / "logs"
+    if action[0] != "create":
+        assert main(["topic", "create", "--log-dir", str(logs), "--topic", "events", "--partitions", "2"]) == 0
+    before = _snapshot(tmp_path)
+    capsys.readouterr()
+    args = ["topic", action[0], "--log-dir", str(logs), "--topic", "events", *action[1:]]
+    assert main([*args, "--config", "retention.ms=1000"]) == 1
+    line = _one_error_line(capsys.readouterr().err, "ConfigError")
+    assert "retention.ms" in line and '[topics."events"]' in line, line
+    assert _snapshot(tmp_path) == before
+    assert main(["topic", action[0], "--help"]) == 0
+    assert "--config" not in capsys.readouterr().out  # the option is not offered
+
+
 def test_append_beyond_the_topic_is_refused_and_writes_nothing(
     log_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
