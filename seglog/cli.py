@@ -19,6 +19,7 @@ prints the installed package's version.
 from __future__ import annotations
 
 import argparse
+import datetime
 import importlib
 import importlib.metadata
 import logging
@@ -221,6 +222,28 @@ def non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def timestamp_ms(text: str) -> int:
+    """argparse type: a record timestamp, milliseconds since the epoch (>= 0) or an ISO-8601 time
+    (``2024-05-01``, ``2024-05-01T12:00:00Z``; without a zone, UTC)."""
+    try:
+        return non_negative_int(text)
+    except argparse.ArgumentTypeError:
+        pass
+    try:
+        moment = datetime.datetime.fromisoformat(text)
+        if moment.tzinfo is None:
+            moment = moment.replace(tzinfo=datetime.UTC)
+        value = (moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)) // datetime.timedelta(milliseconds=1)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(
+            "expected milliseconds since the epoch (>= 0) or an ISO-8601 time such as 2024-05-01T12:00:00Z,"
+            f" got {text!r}"
+        )
     return value
 
 

@@ -35,6 +35,7 @@ from seglog.cli import (
     log_dir_from_args,
     non_negative_int,
     settings_from_args,
+    timestamp_ms,
 )
 from seglog.output import ENCODINGS, Output, first_invalid_utf8, render_records_jsonl
 
@@ -56,9 +57,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     start.add_argument("--from-offset", type=non_negative_int, metavar="N", help="first offset to read")
     start.add_argument(
         "--from-timestamp",
-        type=int,
+        type=timestamp_ms,
         metavar="MS",
-        help="start at the earliest offset whose timestamp is >= MS (ms since the epoch)",
+        help="start at the earliest offset whose timestamp is >= MS (ms since the epoch, or an ISO-8601 time"
+        " such as 2024-05-01T12:00:00Z; without a zone, UTC)",
     )
     parser.add_argument("--max-records", type=non_negative_int, metavar="N", help="stop after N records")
     parser.add_argument(
@@ -68,7 +70,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Stream the records as JSON lines to stdout; exit 0 even when there is nothing to read.
+    """Stream the records as JSON lines to stdout; exit 0 even when there is nothing to read (which
+    a warning on stderr says, so that an empty result is never mistaken for an empty range).
 
     Records are printed up to the first one that cannot be shown (a damaged batch, or text that is
     not UTF-8); then the command fails naming that record's file and offset.
@@ -82,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
             start = log.offset_for_timestamp(args.from_timestamp)
             logger.info("first offset with timestamp >= %d: %s", args.from_timestamp, start)
             if start is None:
+                logger.warning(
+                    "nothing to read: no record of %s-%d has a timestamp >= %d",
+                    args.topic,
+                    args.partition,
+                    args.from_timestamp,
+                )
                 return 0
         elif args.from_beginning:
             start = log.log_start_offset
@@ -95,6 +104,14 @@ def run(args: argparse.Namespace) -> int:
                     path=log.directory,
                 )
         remaining = args.max_records
+        if start >= high_watermark and remaining != 0:
+            logger.warning(
+                "nothing to read: %s-%d has no committed records from offset %d (high watermark %d)",
+                args.topic,
+                args.partition,
+                start,
+                high_watermark,
+            )
         out = Output()
         while start < high_watermark and (remaining is None or remaining > 0):
             step = READ_CHUNK_RECORDS if remaining is None else min(remaining, READ_CHUNK_RECORDS)

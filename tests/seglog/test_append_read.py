@@ -269,6 +269,34 @@ def test_read_by_timestamp_and_max_records(tmp_path: Path, capsys: pytest.Captur
     assert [r["offset"] for r in read_records(capsys, log_dir, "t", "--from-offset", "97")] == [97, 98, 99]
 
 
+def test_read_takes_iso_timestamps_and_says_when_there_is_nothing_to_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ISO-8601 time is a timestamp too (UTC without a zone); a negative one (Kafka's -1 "latest"
+    sentinel) is refused rather than read as "everything"; an empty result is said on stderr, not
+    left to look like an empty partition."""
+    log_dir = tmp_path / "logs"
+    assert _append(tmp_path, log_dir, [{"value": f"v{i}", "timestamp": TS + 1000 * i} for i in range(5)]) == 0
+    capsys.readouterr()
+    iso = "2023-11-14T22:13:22.500Z"  # TS + 2500
+    assert [r["offset"] for r in read_records(capsys, log_dir, "t", "--from-timestamp", iso)] == [3, 4]
+    naive = "2023-11-14T22:13:22.500"
+    assert [r["offset"] for r in read_records(capsys, log_dir, "t", "--from-timestamp", naive)] == [3, 4]
+    args = ["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0"]
+    for bad in ("-1", "yesterday"):
+        assert main([*args, "--from-timestamp", bad]) == 2
+        assert "expected milliseconds since the epoch (>= 0) or an ISO-8601 time" in capsys.readouterr().err
+    for start, said in (
+        (["--from-timestamp", str(TS + 10_000)], "no record of t-0 has a timestamp >= 1700000010000"),
+        (["--from-offset", "5"], "t-0 has no committed records from offset 5 (high watermark 5)"),
+    ):
+        assert main([*args, *start]) == 0
+        out, err = capsys.readouterr()
+        assert out == "" and f"nothing to read: {said}" in err, err
+    assert main([*args, "--from-offset", "4", "--max-records", "0"]) == 0
+    assert capsys.readouterr() == ("", "")  # nothing asked, nothing said
+
+
 def test_read_from_beginning_starts_at_the_log_start_offset(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log_dir = tmp_path / "logs"
     assert _append(tmp_path, log_dir, [{"value": f"v{i}"} for i in range(10)]) == 0
