@@ -55,6 +55,7 @@ from indexer.file_names import (
     time_index_file,
     transaction_index_file,
 )
+from indexer.limits import integer_argument
 from indexer.lock import FileLock
 from indexer.log_loader import LoadedLog, LogLoader
 from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset
@@ -353,7 +354,11 @@ class Log:
         """Set the high watermark to ``offset`` clamped into ``[log_start_offset, log_end_offset]``.
 
         May move it backwards (Kafka ``updateHighWatermark``). Returns the new value. Thread-safe.
+
+        Raises:
+            InvalidArgumentError: ``offset`` is not an integer of Kafka's int64 range.
         """
+        offset = integer_argument("offset", offset)
         with self.lock:
             return self._set_high_watermark(offset)
 
@@ -366,7 +371,9 @@ class Log:
 
         Raises:
             OffsetOutOfRangeError: ``offset`` is beyond the high watermark.
+            InvalidArgumentError: ``offset`` is not an integer of Kafka's int64 range.
         """
+        offset = integer_argument("offset", offset)
         with self.lock:
             self._check_writable("raise the log start offset")
             if offset > self.high_watermark:
@@ -402,12 +409,13 @@ class Log:
 
         Raises:
             SchemaError: ``data`` has unknown columns or wrong types.
+            InvalidArgumentError: ``now_ms`` is not an integer in 0..2**63 - 1 (a Kafka timestamp).
             InvalidTimestampError: a negative timestamp (Kafka's producer refuses them).
             RecordTooLargeError: one record alone is larger than ``max.message.bytes``.
             RecordBatchTooLargeError: one record alone does not fit a segment (``segment.bytes``).
             StorageError: an I/O error; the log is then in the state a crash would leave.
         """
-        now = self.clock.milliseconds() if now_ms is None else now_ms
+        now = self.clock.milliseconds() if now_ms is None else integer_argument("now_ms", now_ms, low=0)
         codec = self.config.stored_codec(compression)
         table = to_append_table(data, now_ms=now)
         log_append_time_ms = now if self.config.is_log_append_time else None
@@ -457,9 +465,10 @@ class Log:
                 buffer, or its codec or timestamp type is not the topic's; the log is read-only or closed.
             RecordTooLargeError: a batch is larger than ``max.message.bytes``.
             RecordBatchTooLargeError: a batch is larger than ``segment.bytes``.
+            InvalidArgumentError: ``now_ms`` is not an integer in 0..2**63 - 1 (a Kafka timestamp).
             StorageError: an I/O error; the log is then in the state a crash would leave.
         """
-        now = self.clock.milliseconds() if now_ms is None else now_ms
+        now = self.clock.milliseconds() if now_ms is None else integer_argument("now_ms", now_ms, low=0)
         with self.lock:
             self._check_writable("append")
             first_offset = self.log_end_offset
@@ -539,7 +548,10 @@ class Log:
         Raises:
             InvalidOffsetError: a non-empty segment already exists at that offset, or it is below
                 the active segment's base offset.
+            InvalidArgumentError: ``expected_next_offset`` is not an integer of Kafka's int64 range.
         """
+        if expected_next_offset is not None:
+            expected_next_offset = integer_argument("expected_next_offset", expected_next_offset)
         with self.lock:
             self._check_writable("roll")
             return self._roll_locked(expected_next_offset)
@@ -553,7 +565,9 @@ class Log:
 
         Raises:
             InvalidOffsetError: ``offset`` is not above the log end offset.
+            InvalidArgumentError: ``offset`` is not an integer of Kafka's int64 range.
         """
+        offset = integer_argument("offset", offset)
         with self.lock:
             self._check_writable("continue_at")
             if offset <= self.log_end_offset:
@@ -653,8 +667,13 @@ class Log:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
             CorruptRecordError: the bytes where ``start_offset``'s batch should be are not a whole batch
                 (names the file, the position and ``offset=start_offset``).
+            InvalidArgumentError: an offset not of Kafka's int64 range, or ``max_bytes`` below 0.
             ValueError: the log is closed (also when :meth:`close` overtakes the read).
         """
+        start_offset = integer_argument("start_offset", start_offset)
+        max_bytes = integer_argument("max_bytes", max_bytes, low=0)
+        if max_offset is not None:
+            max_offset = integer_argument("max_offset", max_offset)
         self._check_readable()
         end = self._next_offset_metadata
         bound = self._high_watermark_metadata if max_offset is None else self._offset_metadata(max_offset)
@@ -736,8 +755,14 @@ class Log:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
             CorruptRecordError: damage where the read starts (names the file, the position and the
                 first offset that cannot be read, ``offset``).
+            InvalidArgumentError: an offset or ``max_records`` not an integer of Kafka's int64 range.
             ValueError: the log is closed (also when :meth:`close` overtakes the read).
         """
+        start_offset = integer_argument("start_offset", start_offset)
+        if max_records is not None:
+            max_records = integer_argument("max_records", max_records)
+        if max_offset is not None:
+            max_offset = integer_argument("max_offset", max_offset)
         self._check_readable()
         end = self._next_offset_metadata
         segment: LogSegment | None = self._check_read_offset(start_offset, end)
@@ -894,8 +919,10 @@ class Log:
         the segments are searched (the search then starts again from the new one).
 
         Raises:
+            InvalidArgumentError: ``timestamp`` is not an integer of Kafka's int64 range.
             ValueError: the log is closed (also when :meth:`close` overtakes the search).
         """
+        timestamp = integer_argument("timestamp", timestamp)
         self._check_readable()
         while True:
             start = self._log_start_offset
@@ -1010,9 +1037,11 @@ class Log:
 
         The batch holding ``target_offset`` is removed whole; the log end offset becomes
         ``target_offset``. Removed segments are deleted asynchronously. Thread-safe (log lock).
+
+        Raises:
+            InvalidArgumentError: ``target_offset`` is not an integer in 0..2**63 - 1.
         """
-        if target_offset < 0:
-            raise ValueError(f"Cannot truncate partition {self.directory.name} to a negative offset ({target_offset}).")
+        target_offset = integer_argument("target_offset", target_offset, low=0)
         with self.lock:
             self._check_writable("truncate")
             if target_offset >= self.log_end_offset:
@@ -1037,9 +1066,11 @@ class Log:
         """Delete every segment and start an empty log at ``new_offset`` (log start = HW = LEO).
 
         Thread-safe (log lock).
+
+        Raises:
+            InvalidArgumentError: ``new_offset`` is not an integer in 0..2**63 - 1.
         """
-        if new_offset < 0:
-            raise ValueError(f"Cannot start partition {self.directory.name} at a negative offset ({new_offset}).")
+        new_offset = integer_argument("new_offset", new_offset, low=0)
         with self.lock:
             self._check_writable("truncate")
             self._truncate_fully_locked(new_offset)
@@ -1138,8 +1169,9 @@ class Log:
 
         Raises:
             StorageError: a file could not be deleted (the first such error, after trying them all).
+            InvalidArgumentError: ``now_ms`` is not an integer in 0..2**63 - 1.
         """
-        now = self.clock.milliseconds() if now_ms is None else now_ms
+        now = self.clock.milliseconds() if now_ms is None else integer_argument("now_ms", now_ms, low=0)
         with self.lock:
             due = [s for t, s in self._pending_deletes if t <= now]
             self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
@@ -1171,7 +1203,10 @@ class Log:
         Raises:
             StorageError: an fsync failed, or the partition directory has gone away (``errno``
                 ``ENOENT``); the recovery point then stays where it was.
+            InvalidArgumentError: ``offset`` is not an integer of Kafka's int64 range.
         """
+        if offset is not None:
+            offset = integer_argument("offset", offset)
         with self.lock:
             self._check_writable("flush")
             if offset is None:
