@@ -57,7 +57,7 @@ from indexer.file_names import (
 )
 from indexer.limits import integer_argument
 from indexer.lock import FileLock
-from indexer.log_loader import LoadedLog, LogLoader
+from indexer.log_loader import UNCLEAN_SHUTDOWN, LoadedLog, LogLoader
 from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset
 from indexer.records.append_pipeline import AppendSummary, Fill, check_stored_as_is, plan_append
 from indexer.records.batch_header import LOG_OVERHEAD, SIZE_OFFSET
@@ -145,12 +145,15 @@ class Log:
         clock: Clock | None = None,
         read_only: bool = False,
         high_watermark: int | None = None,
+        recovery_reason: str = UNCLEAN_SHUTDOWN,
     ) -> Log:
         """Open the partition ``directory`` (created if missing, unless read-only).
 
         Writable: takes the partition lock, then loads and recovers the segments (``LogLoader``;
         ``recovery_point``, ``log_start_offset`` and ``had_clean_shutdown`` come from the log
-        directory's checkpoints). The high watermark starts at ``high_watermark``, else at the log
+        directory's checkpoints); without a clean shutdown the recovered segments' steps and logs give
+        ``recovery_reason`` (a caller that recovers for another reason says so). The high watermark
+        starts at ``high_watermark``, else at the log
         start offset, as in Kafka; a log that ends below ``high_watermark`` lost committed records
         (damage, recovery) and is refused until the loss is accepted (``seglog recover
         --accept-data-loss``), so their offsets are never given to other records.
@@ -193,6 +196,7 @@ class Log:
                 log_start_offset=log_start_offset,
                 had_clean_shutdown=had_clean_shutdown,
                 clock=clock,
+                recovery_reason=recovery_reason,
             ).load()
             if high_watermark is not None and high_watermark > loaded.next_offset:
                 loaded.segments.close()  # trimmed, as a closed log leaves them
