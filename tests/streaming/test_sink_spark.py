@@ -189,22 +189,30 @@ def test_a_sink_given_another_querys_checkpoint_fails_and_writes_nothing(spark: 
 
 @pytest.mark.parametrize("writes", ["driver", "executors"])
 @pytest.mark.parametrize(
-    "shape, error, message",
+    "shape, error, message, attributes",
     [
-        (lambda df: df.select(F.col("key")), SchemaError, "no 'value' column"),
-        (lambda df: df.select(F.length("value").alias("value")), SchemaError, "column 'value': found type int32"),
+        (lambda df: df.select(F.col("key")), SchemaError, "no 'value' column", {}),
+        (lambda df: df.select(F.length("value").alias("value")), SchemaError, "column 'value': found type int32", {}),
         (  # Spark's Kafka sink fails on it too (Kafka's ProducerRecord refuses a negative timestamp)
             lambda df: df.select("value", F.timestamp_millis(F.lit(-1000)).alias("timestamp")),
             InvalidTimestampError,
             "row 0: timestamp -1000 is negative",
+            {"index": 0, "timestamp": -1000},
         ),
     ],
 )
 def test_bad_input_fails_the_query_with_the_sink_error(
-    spark: SparkSession, tmp_path: Path, shape: object, error: type[Exception], message: str, writes: str
+    spark: SparkSession,
+    tmp_path: Path,
+    shape: object,
+    error: type[Exception],
+    message: str,
+    attributes: dict[str, object],
+    writes: str,
 ) -> None:
-    """On the executors too: the task's error reaches the driver as the sink's own error. A column of a
-    wrong type (or none) fails before any Spark job of the micro-batch: no collect, no encoding task."""
+    """On the executors too: the task's error reaches the driver as the sink's own error, with the same
+    attributes (the offending row, its value). A column of a wrong type (or none) fails before any
+    Spark job of the micro-batch: no collect, no encoding task."""
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
     (tmp_path / "logs").mkdir()
     sink = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS, writes=writes)
@@ -215,6 +223,7 @@ def test_bad_input_fails_the_query_with_the_sink_error(
     sink.close()
     assert isinstance(sink.last_error, error)
     assert message in str(sink.last_error)
+    assert {name: getattr(sink.last_error, name) for name in attributes} == attributes
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId))
     assert (jobs == []) == (error is SchemaError), jobs
     # Executor writes create the topic's (empty) partitions and record them before the job runs, once
