@@ -341,35 +341,49 @@ class LogManager:
                 count.
             ValueError: a read-only manager.
         """
-        if num_partitions is not None:
-            num_partitions = _check_partition_count(num_partitions)
         if self.read_only:
             raise ValueError(f"cannot create topic {topic!r} in read-only log directory {self.log_dir}")
         with self._lock:
             existing = self.topic_partitions(topic)
+            if existing is not None and not exist_ok:
+                raise TopicExistsError(f"topic {topic!r} already exists in {self.log_dir} with {existing} partitions")
+            count = self.partition_count(topic, num_partitions)
             if existing is not None:
-                if not exist_ok:
-                    raise TopicExistsError(
-                        f"topic {topic!r} already exists in {self.log_dir} with {existing} partitions"
-                    )
-                if num_partitions is not None and num_partitions != existing:
-                    way = (
-                        f"To grow it: `seglog topic alter --log-dir {self.log_dir} --topic {topic} "
-                        f"--partitions {num_partitions}`"
-                        if num_partitions > existing
-                        else f"A topic never shrinks: use {existing} partitions"
-                    )
-                    raise InvalidPartitionsError(
-                        f"topic {topic!r} has {existing} partitions in {self.log_dir}, not {num_partitions}: a topic's "
-                        f"partition count is fixed at creation (keys would hash to other partitions). {way}"
-                    )
                 self._create_partitions(topic, existing)
                 return existing
-            count = num_partitions if num_partitions is not None else DEFAULT_NUM_PARTITIONS
             self._record(topic, count, grow_only=False)
             self._create_partitions(topic, count)
             logger.info("[LogManager dir=%s] created topic %s with %d partitions", self.log_dir, topic, count)
             return count
+
+    def partition_count(self, topic: str, num_partitions: int | None = None) -> int:
+        """The partition count ``create_topic(topic, num_partitions, exist_ok=True)`` gives ``topic``,
+        creating nothing (a writer that checks its input first, then creates): the topic's count if it
+        exists, which a given ``num_partitions`` must equal, else ``num_partitions`` or Kafka's default.
+
+        Raises:
+            InvalidTopicError: the topic name breaks Kafka's rules.
+            InvalidPartitionsError: ``num_partitions`` < 1 or above 2**31 - 1, or differs from the existing
+                count.
+        """
+        file_names.validate_topic(topic)
+        if num_partitions is not None:
+            num_partitions = _check_partition_count(num_partitions)
+        existing = self.topic_partitions(topic)
+        if existing is None:
+            return num_partitions if num_partitions is not None else DEFAULT_NUM_PARTITIONS
+        if num_partitions is not None and num_partitions != existing:
+            way = (
+                f"To grow it: `seglog topic alter --log-dir {self.log_dir} --topic {topic} "
+                f"--partitions {num_partitions}`"
+                if num_partitions > existing
+                else f"A topic never shrinks: use {existing} partitions"
+            )
+            raise InvalidPartitionsError(
+                f"topic {topic!r} has {existing} partitions in {self.log_dir}, not {num_partitions}: a topic's "
+                f"partition count is fixed at creation (keys would hash to other partitions). {way}"
+            )
+        return existing
 
     def add_partitions(self, topic: str, num_partitions: int) -> int:
         """Grow ``topic`` to ``num_partitions`` partitions (Kafka's CreatePartitions); returns the old count.

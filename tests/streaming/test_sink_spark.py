@@ -17,7 +17,14 @@ from pyspark.sql import functions as F
 
 from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig, Settings
-from indexer.errors import ConfigError, InvalidTimestampError, LogLockedError, RecordTooLargeError, SchemaError
+from indexer.errors import (
+    ConfigError,
+    InvalidTimestampError,
+    LogLockedError,
+    RecordTooLargeError,
+    SchemaError,
+    UnknownTopicOrPartitionError,
+)
 from indexer.log import Log
 from indexer.sink_fence import fence_file
 from streaming.arrow_collect import micro_batch_plan
@@ -199,6 +206,12 @@ def test_a_sink_given_another_querys_checkpoint_fails_and_writes_nothing(spark: 
             "row 0: timestamp -1000 is negative",
             {"index": 0, "timestamp": -1000},
         ),
+        (  # found once the topic's partition count is known
+            lambda df: df.select("value", F.lit(7).alias("partition")),
+            UnknownTopicOrPartitionError,
+            "row 0: partition 7 of topic 'ev' is outside the topic's partitions 0..2",
+            {},
+        ),
     ],
 )
 def test_bad_input_fails_the_query_with_the_sink_error(
@@ -227,7 +240,9 @@ def test_bad_input_fails_the_query_with_the_sink_error(
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId))
     assert (jobs == []) == (error is SchemaError), jobs
     # Executor writes create the topic's (empty) partitions and record them before the job runs, once
-    # the micro-batch's schema passed: a schema error leaves the directory untouched on both paths.
+    # the micro-batch's schema passed: a schema error leaves the directory untouched on both paths. The
+    # driver path creates the topic once the rows passed, so a bad value leaves nothing either (it
+    # created the topic, fixing its partition count, when a value was found after the layout).
     assert read_topic(tmp_path / "logs", "ev", up_to_high_watermark=False) == []
     if writes == "driver" or error is SchemaError:
         assert snapshot(tmp_path / "logs") == {}
