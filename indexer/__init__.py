@@ -15,6 +15,7 @@ from indexer.errors import CorruptIndexError as CorruptIndexError
 from indexer.errors import CorruptRecordError as CorruptRecordError
 from indexer.errors import IndexFullError as IndexFullError
 from indexer.errors import IndexOffsetOverflowError as IndexOffsetOverflowError
+from indexer.errors import InvalidArgumentError as InvalidArgumentError
 from indexer.errors import InvalidOffsetError as InvalidOffsetError
 from indexer.errors import InvalidRecordError as InvalidRecordError
 from indexer.errors import InvalidTopicError as InvalidTopicError
@@ -46,6 +47,7 @@ __all__ = [
     "CorruptRecordError",
     "IndexFullError",
     "IndexOffsetOverflowError",
+    "InvalidArgumentError",
     "InvalidOffsetError",
     "InvalidRecordError",
     "InvalidTopicError",

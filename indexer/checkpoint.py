@@ -18,13 +18,14 @@ lives in each partition directory (spec 6.5).
 
 Writes go to ``<file>.tmp``, which is fsynced and atomically renamed over ``<file>``, then the
 directory is fsynced: a crash leaves either the old or the new file, plus at worst a stale
-``.tmp`` that the next write replaces. Several processes that own different partitions of one log
-directory share its offset checkpoints through :func:`update_checkpoint`, a read-merge-write under
-the log directory's ``.lock``.
+``.tmp`` that the next write replaces; a write that fails (a full disk) deletes its ``.tmp``.
+Several processes that own different partitions of one log directory share its offset checkpoints
+through :func:`update_checkpoint`, a read-merge-write under the log directory's ``.lock``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
@@ -91,7 +92,9 @@ def fsync_directory(directory: Path) -> None:
 def write_atomically(path: Path, data: bytes, *, sync: bool = True, tmp: Path | None = None) -> None:
     """Replace ``path`` with ``data`` so that a crash leaves the old file or the new one, never a
     mix: write ``tmp`` (default ``<path>.tmp``), fsync it, rename it over ``path``, fsync the
-    directory (the fsyncs only with ``sync``). Every file seglog replaces goes through here.
+    directory (the fsyncs only with ``sync``). Every file seglog replaces goes through here. A
+    ``tmp`` that cannot be written or renamed (a full disk) is deleted: it would hold the pages it
+    got, and a process-named one would never be replaced.
 
     Raises:
         OSError: as the system reported it (callers name the file in their own error).
@@ -99,14 +102,19 @@ def write_atomically(path: Path, data: bytes, *, sync: bool = True, tmp: Path | 
     tmp = path.with_name(path.name + TMP_SUFFIX) if tmp is None else tmp
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
     try:
-        view = memoryview(data)
-        while view:
-            view = view[os.write(fd, view) :]
-        if sync:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view) :]
+            if sync:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     if sync:
         fsync_directory(path.parent)
 

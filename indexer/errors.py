@@ -2,8 +2,10 @@
 
 Every error seglog raises about data, files or offsets derives from :class:`SeglogError`, so
 callers can write ``except SeglogError``. Names follow Kafka's exception classes with an
-``Error`` suffix. Caller misuse (a negative size, an unknown option) stays ``ValueError`` /
-``TypeError``, as Kafka uses ``IllegalArgumentException``.
+``Error`` suffix. An argument of a public engine call that is not an integer of Kafka's range (an
+offset, a count, a partition, a time) is an :class:`InvalidArgumentError` naming it (also a
+``TypeError`` and a ``ValueError``); other caller misuse (a closed log, an unknown option) stays
+``ValueError`` / ``TypeError``, as Kafka uses ``IllegalArgumentException``.
 
 Context travels as attributes (``path``, ``offset``, ``position``) and is also named in the
 message, so a log line alone says which file and where::
@@ -29,6 +31,7 @@ message, so a log line alone says which file and where::
     ├── LogDirectoryNotFoundError         a log directory that does not exist
     ├── NotALogDirectoryError             a partition (or other) directory given as a log directory
     ├── SchemaError                       input columns of the wrong name or type
+    ├── InvalidArgumentError              an offset, count, partition or time that is no integer in range
     └── ConfigError                       unknown config key or invalid value
 """
 
@@ -184,6 +187,17 @@ class UnknownTopicOrPartitionError(SeglogError, ValueError):
 
 class SchemaError(SeglogError, TypeError):
     """Input columns missing or of the wrong type."""
+
+
+class InvalidArgumentError(SeglogError, TypeError, ValueError):
+    """An argument of a public engine call that is not an integer in its range (a float or bool offset,
+    a time past Kafka's int64); ``argument`` is its name, ``value`` what was given. Raised by
+    :func:`indexer.limits.integer_argument`, the one check every entry point calls."""
+
+    def __init__(self, message: str, *, argument: str, value: object):
+        super().__init__(message)
+        self.argument = argument
+        self.value = value
 
 
 class ConfigError(SeglogError, ValueError):

@@ -16,7 +16,7 @@ import re
 from pathlib import Path
 
 from indexer.errors import InvalidTopicError, SeglogError, StorageError
-from indexer.limits import INT32_MAX
+from indexer.limits import INT32_MAX, integer_argument
 
 LOG_FILE_SUFFIX = ".log"
 INDEX_FILE_SUFFIX = ".index"
@@ -156,12 +156,19 @@ def is_listed_to_patterns(topic: str) -> bool:
     return topic not in INTERNAL_TOPICS and topic != CLUSTER_METADATA_TOPIC
 
 
+def partition_number(partition: object) -> int:
+    """``partition`` as an ``int`` if it is one of Kafka's partition numbers (0..2**31 - 1, an int32).
+
+    Raises:
+        InvalidArgumentError: anything else (a float, a bool, a negative or larger number).
+    """
+    return integer_argument("partition", partition, low=0, high=INT32_MAX)
+
+
 def partition_dir_name(topic: str, partition: int) -> str:
-    """``<topic>-<partition>`` after validating both."""
+    """``<topic>-<partition>`` after validating both (:func:`validate_topic`, :func:`partition_number`)."""
     validate_topic(topic)
-    if not isinstance(partition, int) or isinstance(partition, bool) or not 0 <= partition <= INT32_MAX:
-        raise ValueError(f"partition must be an integer in 0..{INT32_MAX} (Kafka's int32), got {partition!r}")
-    return f"{topic}-{partition}"
+    return f"{topic}-{partition_number(partition)}"
 
 
 def parse_topic_partition_name(name: str) -> TopicPartition:

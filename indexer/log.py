@@ -55,8 +55,9 @@ from indexer.file_names import (
     time_index_file,
     transaction_index_file,
 )
+from indexer.limits import integer_argument
 from indexer.lock import FileLock
-from indexer.log_loader import LoadedLog, LogLoader
+from indexer.log_loader import UNCLEAN_SHUTDOWN, LoadedLog, LogLoader
 from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset
 from indexer.records.append_pipeline import AppendSummary, Fill, check_stored_as_is, plan_append
 from indexer.records.batch_header import LOG_OVERHEAD, SIZE_OFFSET
@@ -144,12 +145,15 @@ class Log:
         clock: Clock | None = None,
         read_only: bool = False,
         high_watermark: int | None = None,
+        recovery_reason: str = UNCLEAN_SHUTDOWN,
     ) -> Log:
         """Open the partition ``directory`` (created if missing, unless read-only).
 
         Writable: takes the partition lock, then loads and recovers the segments (``LogLoader``;
         ``recovery_point``, ``log_start_offset`` and ``had_clean_shutdown`` come from the log
-        directory's checkpoints). The high watermark starts at ``high_watermark``, else at the log
+        directory's checkpoints); without a clean shutdown the recovered segments' steps and logs give
+        ``recovery_reason`` (a caller that recovers for another reason says so). The high watermark
+        starts at ``high_watermark``, else at the log
         start offset, as in Kafka; a log that ends below ``high_watermark`` lost committed records
         (damage, recovery) and is refused until the loss is accepted (``seglog recover
         --accept-data-loss``), so their offsets are never given to other records.
@@ -192,6 +196,7 @@ class Log:
                 log_start_offset=log_start_offset,
                 had_clean_shutdown=had_clean_shutdown,
                 clock=clock,
+                recovery_reason=recovery_reason,
             ).load()
             if high_watermark is not None and high_watermark > loaded.next_offset:
                 loaded.segments.close()  # trimmed, as a closed log leaves them
@@ -353,7 +358,11 @@ class Log:
         """Set the high watermark to ``offset`` clamped into ``[log_start_offset, log_end_offset]``.
 
         May move it backwards (Kafka ``updateHighWatermark``). Returns the new value. Thread-safe.
+
+        Raises:
+            InvalidArgumentError: ``offset`` is not an integer of Kafka's int64 range.
         """
+        offset = integer_argument("offset", offset)
         with self.lock:
             return self._set_high_watermark(offset)
 
@@ -366,7 +375,9 @@ class Log:
 
         Raises:
             OffsetOutOfRangeError: ``offset`` is beyond the high watermark.
+            InvalidArgumentError: ``offset`` is not an integer of Kafka's int64 range.
         """
+        offset = integer_argument("offset", offset)
         with self.lock:
             self._check_writable("raise the log start offset")
             if offset > self.high_watermark:
@@ -402,12 +413,13 @@ class Log:
 
         Raises:
             SchemaError: ``data`` has unknown columns or wrong types.
+            InvalidArgumentError: ``now_ms`` is not an integer in 0..2**63 - 1 (a Kafka timestamp).
             InvalidTimestampError: a negative timestamp (Kafka's producer refuses them).
             RecordTooLargeError: one record alone is larger than ``max.message.bytes``.
             RecordBatchTooLargeError: one record alone does not fit a segment (``segment.bytes``).
             StorageError: an I/O error; the log is then in the state a crash would leave.
         """
-        now = self.clock.milliseconds() if now_ms is None else now_ms
+        now = self.clock.milliseconds() if now_ms is None else integer_argument("now_ms", now_ms, low=0)
         codec = self.config.stored_codec(compression)
         table = to_append_table(data, now_ms=now)
         log_append_time_ms = now if self.config.is_log_append_time else None
@@ -457,9 +469,10 @@ class Log:
                 buffer, or its codec or timestamp type is not the topic's; the log is read-only or closed.
             RecordTooLargeError: a batch is larger than ``max.message.bytes``.
             RecordBatchTooLargeError: a batch is larger than ``segment.bytes``.
+            InvalidArgumentError: ``now_ms`` is not an integer in 0..2**63 - 1 (a Kafka timestamp).
             StorageError: an I/O error; the log is then in the state a crash would leave.
         """
-        now = self.clock.milliseconds() if now_ms is None else now_ms
+        now = self.clock.milliseconds() if now_ms is None else integer_argument("now_ms", now_ms, low=0)
         with self.lock:
             self._check_writable("append")
             first_offset = self.log_end_offset
@@ -539,7 +552,10 @@ class Log:
         Raises:
             InvalidOffsetError: a non-empty segment already exists at that offset, or it is below
                 the active segment's base offset.
+            InvalidArgumentError: ``expected_next_offset`` is not an integer of Kafka's int64 range.
         """
+        if expected_next_offset is not None:
+            expected_next_offset = integer_argument("expected_next_offset", expected_next_offset)
         with self.lock:
             self._check_writable("roll")
             return self._roll_locked(expected_next_offset)
@@ -553,7 +569,9 @@ class Log:
 
         Raises:
             InvalidOffsetError: ``offset`` is not above the log end offset.
+            InvalidArgumentError: ``offset`` is not an integer of Kafka's int64 range.
         """
+        offset = integer_argument("offset", offset)
         with self.lock:
             self._check_writable("continue_at")
             if offset <= self.log_end_offset:
@@ -653,8 +671,13 @@ class Log:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
             CorruptRecordError: the bytes where ``start_offset``'s batch should be are not a whole batch
                 (names the file, the position and ``offset=start_offset``).
+            InvalidArgumentError: an offset not of Kafka's int64 range, or ``max_bytes`` below 0.
             ValueError: the log is closed (also when :meth:`close` overtakes the read).
         """
+        start_offset = integer_argument("start_offset", start_offset)
+        max_bytes = integer_argument("max_bytes", max_bytes, low=0)
+        if max_offset is not None:
+            max_offset = integer_argument("max_offset", max_offset)
         self._check_readable()
         end = self._next_offset_metadata
         bound = self._high_watermark_metadata if max_offset is None else self._offset_metadata(max_offset)
@@ -736,8 +759,14 @@ class Log:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
             CorruptRecordError: damage where the read starts (names the file, the position and the
                 first offset that cannot be read, ``offset``).
+            InvalidArgumentError: an offset or ``max_records`` not an integer of Kafka's int64 range.
             ValueError: the log is closed (also when :meth:`close` overtakes the read).
         """
+        start_offset = integer_argument("start_offset", start_offset)
+        if max_records is not None:
+            max_records = integer_argument("max_records", max_records)
+        if max_offset is not None:
+            max_offset = integer_argument("max_offset", max_offset)
         self._check_readable()
         end = self._next_offset_metadata
         segment: LogSegment | None = self._check_read_offset(start_offset, end)
@@ -894,8 +923,10 @@ class Log:
         the segments are searched (the search then starts again from the new one).
 
         Raises:
+            InvalidArgumentError: ``timestamp`` is not an integer of Kafka's int64 range.
             ValueError: the log is closed (also when :meth:`close` overtakes the search).
         """
+        timestamp = integer_argument("timestamp", timestamp)
         self._check_readable()
         while True:
             start = self._log_start_offset
@@ -1010,9 +1041,11 @@ class Log:
 
         The batch holding ``target_offset`` is removed whole; the log end offset becomes
         ``target_offset``. Removed segments are deleted asynchronously. Thread-safe (log lock).
+
+        Raises:
+            InvalidArgumentError: ``target_offset`` is not an integer in 0..2**63 - 1.
         """
-        if target_offset < 0:
-            raise ValueError(f"Cannot truncate partition {self.directory.name} to a negative offset ({target_offset}).")
+        target_offset = integer_argument("target_offset", target_offset, low=0)
         with self.lock:
             self._check_writable("truncate")
             if target_offset >= self.log_end_offset:
@@ -1037,9 +1070,11 @@ class Log:
         """Delete every segment and start an empty log at ``new_offset`` (log start = HW = LEO).
 
         Thread-safe (log lock).
+
+        Raises:
+            InvalidArgumentError: ``new_offset`` is not an integer in 0..2**63 - 1.
         """
-        if new_offset < 0:
-            raise ValueError(f"Cannot start partition {self.directory.name} at a negative offset ({new_offset}).")
+        new_offset = integer_argument("new_offset", new_offset, low=0)
         with self.lock:
             self._check_writable("truncate")
             self._truncate_fully_locked(new_offset)
@@ -1138,8 +1173,9 @@ class Log:
 
         Raises:
             StorageError: a file could not be deleted (the first such error, after trying them all).
+            InvalidArgumentError: ``now_ms`` is not an integer in 0..2**63 - 1.
         """
-        now = self.clock.milliseconds() if now_ms is None else now_ms
+        now = self.clock.milliseconds() if now_ms is None else integer_argument("now_ms", now_ms, low=0)
         with self.lock:
             due = [s for t, s in self._pending_deletes if t <= now]
             self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
@@ -1171,7 +1207,10 @@ class Log:
         Raises:
             StorageError: an fsync failed, or the partition directory has gone away (``errno``
                 ``ENOENT``); the recovery point then stays where it was.
+            InvalidArgumentError: ``offset`` is not an integer of Kafka's int64 range.
         """
+        if offset is not None:
+            offset = integer_argument("offset", offset)
         with self.lock:
             self._check_writable("flush")
             if offset is None:

@@ -322,6 +322,11 @@ def _truncate_epochs(entries: list[EpochEntry], end_offset: int, start_offset: i
     return out
 
 
+UNCLEAN_SHUTDOWN = "unflushed after an unclean shutdown"
+"""Why segments from the recovery point on are recovered, unless the caller knows better (the default
+``recovery_reason``: Kafka recovers them only after an unclean shutdown)."""
+
+
 class LogLoader:
     """Loads (and recovers) the partition directory ``directory``; use once.
 
@@ -342,7 +347,7 @@ class LogLoader:
         log_start_offset: int = 0,
         had_clean_shutdown: bool = False,
         clock: Clock | None = None,
-        recovery_reason: str = "unflushed after an unclean shutdown",
+        recovery_reason: str = UNCLEAN_SHUTDOWN,
     ) -> None:
         self.directory = Path(directory)
         self.config = config

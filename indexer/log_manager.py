@@ -53,7 +53,7 @@ from indexer.errors import (
     storage_errors,
 )
 from indexer.file_names import TopicPartition
-from indexer.limits import INT32_MAX
+from indexer.limits import INT32_MAX, integer_argument
 from indexer.lock import FileLock
 from indexer.log import Log
 
@@ -115,18 +115,22 @@ def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -
     return path
 
 
-def _check_partition_count(num_partitions: int) -> None:
-    """Kafka's bounds of a topic's partition count: at least 1, at most an int32.
+def _check_partition_count(num_partitions: int) -> int:
+    """``num_partitions`` as an ``int`` within Kafka's bounds of a topic's partition count: at least 1, at
+    most an int32.
 
     Raises:
+        InvalidArgumentError: not an integer.
         InvalidPartitionsError: outside them.
     """
+    num_partitions = integer_argument("num_partitions", num_partitions)
     if num_partitions < 1:
         raise InvalidPartitionsError(f"a topic needs at least 1 partition, got {num_partitions}")
     if num_partitions > INT32_MAX:
         raise InvalidPartitionsError(
             f"a topic has at most {INT32_MAX} partitions (Kafka's int32), got {num_partitions}"
         )
+    return num_partitions
 
 
 def write_clean_shutdown_marker(log_dir: Path) -> None:
@@ -197,6 +201,7 @@ class LogManager:
         """The partition's log, opened (and recovered) on first use; None if it does not exist.
 
         Raises:
+            InvalidArgumentError: ``partition`` is not an integer in 0..2**31 - 1 (Kafka's int32).
             LogLockedError: another process is the partition's writer (writable managers only).
             StorageError: the partition cannot be loaded.
         """
@@ -209,10 +214,11 @@ class LogManager:
             InvalidTopicError: the topic name breaks Kafka's rules.
             UnknownTopicOrPartitionError: the topic's recorded partition count does not include
                 ``partition`` (grow it with :meth:`add_partitions`).
-            ValueError: a partition outside 0..2**31 - 1 (Kafka's int32), or a read-only manager asked to
-                create one.
+            InvalidArgumentError: ``partition`` is not an integer in 0..2**31 - 1 (Kafka's int32).
+            ValueError: a read-only manager asked to create a partition.
             LogLockedError: another process is the partition's writer.
         """
+        partition = file_names.partition_number(partition)
         count = topics.read_topics(self.log_dir).get(topic) if (topic, partition) not in self._logs else None
         if count is not None and partition >= count:
             raise UnknownTopicOrPartitionError(
@@ -240,6 +246,7 @@ class LogManager:
         return self.all_logs()
 
     def _get(self, topic: str, partition: int, *, create: bool) -> Log | None:
+        partition = file_names.partition_number(partition)
         name = file_names.partition_dir_name(topic, partition)
         with self._lock:
             if self._closed:
@@ -334,35 +341,49 @@ class LogManager:
                 count.
             ValueError: a read-only manager.
         """
-        if num_partitions is not None:
-            _check_partition_count(num_partitions)
         if self.read_only:
             raise ValueError(f"cannot create topic {topic!r} in read-only log directory {self.log_dir}")
         with self._lock:
             existing = self.topic_partitions(topic)
+            if existing is not None and not exist_ok:
+                raise TopicExistsError(f"topic {topic!r} already exists in {self.log_dir} with {existing} partitions")
+            count = self.partition_count(topic, num_partitions)
             if existing is not None:
-                if not exist_ok:
-                    raise TopicExistsError(
-                        f"topic {topic!r} already exists in {self.log_dir} with {existing} partitions"
-                    )
-                if num_partitions is not None and num_partitions != existing:
-                    way = (
-                        f"To grow it: `seglog topic alter --log-dir {self.log_dir} --topic {topic} "
-                        f"--partitions {num_partitions}`"
-                        if num_partitions > existing
-                        else f"A topic never shrinks: use {existing} partitions"
-                    )
-                    raise InvalidPartitionsError(
-                        f"topic {topic!r} has {existing} partitions in {self.log_dir}, not {num_partitions}: a topic's "
-                        f"partition count is fixed at creation (keys would hash to other partitions). {way}"
-                    )
                 self._create_partitions(topic, existing)
                 return existing
-            count = num_partitions if num_partitions is not None else DEFAULT_NUM_PARTITIONS
             self._record(topic, count, grow_only=False)
             self._create_partitions(topic, count)
             logger.info("[LogManager dir=%s] created topic %s with %d partitions", self.log_dir, topic, count)
             return count
+
+    def partition_count(self, topic: str, num_partitions: int | None = None) -> int:
+        """The partition count ``create_topic(topic, num_partitions, exist_ok=True)`` gives ``topic``,
+        creating nothing (a writer that checks its input first, then creates): the topic's count if it
+        exists, which a given ``num_partitions`` must equal, else ``num_partitions`` or Kafka's default.
+
+        Raises:
+            InvalidTopicError: the topic name breaks Kafka's rules.
+            InvalidPartitionsError: ``num_partitions`` < 1 or above 2**31 - 1, or differs from the existing
+                count.
+        """
+        file_names.validate_topic(topic)
+        if num_partitions is not None:
+            num_partitions = _check_partition_count(num_partitions)
+        existing = self.topic_partitions(topic)
+        if existing is None:
+            return num_partitions if num_partitions is not None else DEFAULT_NUM_PARTITIONS
+        if num_partitions is not None and num_partitions != existing:
+            way = (
+                f"To grow it: `seglog topic alter --log-dir {self.log_dir} --topic {topic} "
+                f"--partitions {num_partitions}`"
+                if num_partitions > existing
+                else f"A topic never shrinks: use {existing} partitions"
+            )
+            raise InvalidPartitionsError(
+                f"topic {topic!r} has {existing} partitions in {self.log_dir}, not {num_partitions}: a topic's "
+                f"partition count is fixed at creation (keys would hash to other partitions). {way}"
+            )
+        return existing
 
     def add_partitions(self, topic: str, num_partitions: int) -> int:
         """Grow ``topic`` to ``num_partitions`` partitions (Kafka's CreatePartitions); returns the old count.
@@ -374,7 +395,7 @@ class LogManager:
             UnknownTopicOrPartitionError: the topic does not exist.
             InvalidPartitionsError: ``num_partitions`` is not above the current count, or above 2**31 - 1.
         """
-        _check_partition_count(num_partitions)
+        num_partitions = _check_partition_count(num_partitions)
         if self.read_only:
             raise ValueError(f"cannot change topic {topic!r} in read-only log directory {self.log_dir}")
         with self._lock:
@@ -426,7 +447,12 @@ class LogManager:
             return {}
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
-        """The partition's high watermark as last checkpointed (for readers in other processes)."""
+        """The partition's high watermark as last checkpointed (for readers in other processes).
+
+        Raises:
+            InvalidArgumentError: ``partition`` is not an integer in 0..2**31 - 1 (Kafka's int32).
+        """
+        partition = file_names.partition_number(partition)
         return self._read_checkpoint(file_names.REPLICATION_OFFSET_CHECKPOINT_FILE).get((topic, partition))
 
     def _writable_logs(self) -> dict[TopicPartition, Log]:

@@ -15,9 +15,10 @@ Two ways to run the jobs, one interface (:class:`LogAccess`):
   ``index`` job still checks its files read-only.
 
 A partition the daemon closed cleanly and that nobody touched since is reopened as cleanly shut
-down (nothing is rescanned); a writer that died holding it (its pid left in the lock file) or any
-change of its newest segment in between makes the next open recover from the recovery point, as
-after a crash. Opening a partition
+down (nothing is rescanned); otherwise the open recovers from the recovery point, as after a crash,
+and the loader's steps say why (:meth:`BorrowedLogs._recovery_reason`): the daemon's first open of
+the partition, a writer that died holding it (its pid left in the lock file: an unclean shutdown)
+or a change of its newest segment since the daemon released it. Opening a partition
 runs the loader, which removes leftover ``.deleted`` files at once (spec 6.2 step 1): harmless,
 since the daemon has no readers of its own and readers elsewhere hold their own file handles.
 """
@@ -49,10 +50,13 @@ from indexer.file_names import (
     partition_dirs,
 )
 from indexer.log import Log
+from indexer.log_loader import UNCLEAN_SHUTDOWN
 from maintenance.metadata import PartitionMetadata, scan_partition
 from maintenance.report import JobReport
 
 logger = logging.getLogger(__name__)
+
+_CHANGED = "changed since this process's maintenance released it"
 
 Wanted = Callable[[TopicPartition, PartitionMetadata], bool]
 
@@ -281,15 +285,17 @@ class BorrowedLogs(LogAccess):
         self, tp: TopicPartition, path: Path, checkpoints: dict[str, dict[TopicPartition, int]], report: JobReport
     ) -> Log | None:
         name = partition_name(tp)
+        reason = self._recovery_reason(tp, path)
         try:
             log = Log.open(
                 path,
                 self.settings.log_config(tp[0]),
                 recovery_point=checkpoints["recovery-point"].get(tp, 0),
                 log_start_offset=checkpoints["log-start-offset"].get(tp, 0),
-                had_clean_shutdown=self._untouched_since_release(tp, path),
+                had_clean_shutdown=reason is None,
                 clock=self.clock,
                 high_watermark=checkpoints["high-watermark"].get(tp, 0),
+                recovery_reason=reason or UNCLEAN_SHUTDOWN,  # (unused when clean)
             )
         except LogLockedError as e:
             holder = str(e)
@@ -307,24 +313,27 @@ class BorrowedLogs(LogAccess):
             logger.info("%s is free again; maintaining it", name)
         return log
 
-    def _untouched_since_release(self, tp: TopicPartition, path: Path) -> bool:
-        """Whether the partition is as this daemon left it: no writer died holding it (its lock file
-        names no holder) and its newest segment is the one released, with the same size and mtime."""
+    def _recovery_reason(self, tp: TopicPartition, path: Path) -> str | None:
+        """None when the partition is as this daemon left it (no writer died holding it: its lock file
+        names no holder; its newest segment is the one released, with the same size and mtime), so it
+        opens as cleanly shut down; else why its open recovers from the recovery point, which the
+        loader's steps and logs say (``recovery_reason``)."""
         state = self._released.get(tp)
         if state is None:
-            return False
+            return "first opened by this process's maintenance"
         try:
             if (path / PARTITION_LOCK_FILE).read_bytes().strip():
-                return False
+                return UNCLEAN_SHUTDOWN
             st = log_file(path, state.active_base_offset).stat()
             newest = max(int(name[:-4]) for name in os.listdir(path) if name.endswith(LOG_FILE_SUFFIX))
         except (OSError, ValueError):
-            return False
-        return (
+            return _CHANGED
+        untouched = (
             newest == state.active_base_offset
             and st.st_size == state.active_size
             and st.st_mtime_ns == state.active_mtime_ns
         )
+        return None if untouched else _CHANGED
 
     def _release(
         self,

@@ -45,6 +45,7 @@ are already there.
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import time
@@ -411,22 +412,46 @@ def run_write_job(batch_df: object, plan: WritePlan) -> list[PartitionResult]:
     return out
 
 
-_TASK_ERROR_LINE = re.compile(r"^indexer\.errors\.(\w+): (.*)$", re.MULTILINE)
+_ATTRIBUTES_NOTE = "seglog error attributes: "
+_TASK_ERROR = re.compile(
+    r"^indexer\.errors\.(\w+): (.*)$(?:\n" + re.escape(_ATTRIBUTES_NOTE) + r"(.*)$)?", re.MULTILINE
+)
+
+
+def _noting_attributes(rows: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+    """``rows``, with a :class:`SeglogError` raised by them given a note (printed in the traceback, the
+    text Spark hands the driver, on the line after the error's) holding its attributes as JSON, for
+    :func:`task_seglog_error`."""
+    try:
+        yield from rows
+    except SeglogError as e:
+        attributes = {name: value for name, value in vars(e).items() if not name.startswith("__")}
+        e.add_note(_ATTRIBUTES_NOTE + json.dumps(attributes, default=_json_value))
+        raise
+
+
+def _json_value(value: object) -> object:
+    """An attribute JSON has no type for: a numpy integer as an int, anything else as its text."""
+    return int(value) if isinstance(value, np.integer) else str(value)
 
 
 def task_seglog_error(error: BaseException) -> SeglogError | None:
     """The :class:`SeglogError` a Spark task raised, rebuilt from ``error`` (Spark hands the driver a
-    task's Python exception as text only, in a ``PythonException``): the same class and message, so
-    bad input found on the executors reaches the user (and ``sink.last_error``) as on the driver path;
-    None when the text names none."""
-    found = _TASK_ERROR_LINE.findall(str(error))
+    task's Python exception as text only, in a ``PythonException``): the same class, message and
+    attributes (the offending row, value, limit: from the task's note), so bad input found on the
+    executors reaches the user (and ``sink.last_error``) as on the driver path; None when the text
+    names none."""
+    found = _TASK_ERROR.findall(str(error))
     if not found:
         return None
-    name, message = found[-1]
+    name, message, attributes = found[-1]
     kind = getattr(errors, name, None)
     if not (isinstance(kind, type) and issubclass(kind, SeglogError)):
         return None
-    return kind(message)
+    rebuilt = kind.__new__(kind, message)  # its __init__ may want keyword arguments: they are set below
+    BaseException.__init__(rebuilt, message)
+    rebuilt.__dict__.update(json.loads(attributes) if attributes else {})
+    return rebuilt
 
 
 def _task_functions(
@@ -442,13 +467,13 @@ def _task_functions(
 
         context = TaskContext.get()
         assert context is not None
-        yield from encode_pieces(plan, context.partitionId(), batches)
+        yield from _noting_attributes(encode_pieces(plan, context.partitionId(), batches))
 
     def write(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         from pyspark import TaskContext
 
         context = TaskContext.get()
         assert context is not None
-        yield from write_pieces(plan, f"{plan.write_id}/{context.taskAttemptId()}", batches)
+        yield from _noting_attributes(write_pieces(plan, f"{plan.write_id}/{context.taskAttemptId()}", batches))
 
     return encode, write

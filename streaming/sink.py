@@ -39,6 +39,7 @@ batch at a time.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
@@ -189,6 +190,7 @@ class SegmentLogSink:
         self._recovered = False
         self._layouts: dict[str, TopicLayout] = {}
         self._layouts_lock = threading.Lock()  # the pool's threads ask for layouts
+        self._created: set[str] = set()  # topics this sink has created (or found), all partitions there
         self.history: deque[BatchStats] = deque(maxlen=HISTORY_LENGTH)
         self.rows_written = 0
         self.last_error: BaseException | None = None
@@ -294,7 +296,8 @@ class SegmentLogSink:
             finally:
                 encoder.cancel()
             manager = self._manager()
-            if self.topic is not None:  # every partition of the sink's topic exists after a batch, rows or not
+            self._create_topics({part.topic for part in parts} | ({self.topic} if self.topic is not None else set()))
+            if self.topic is not None:  # every partition of the sink's topic is open after a batch, rows or not
                 for partition in range(self._layout(self.topic).num_partitions):
                     self._log(manager, (self.topic, partition))
             committed = self._record_baselines(committed, manager, parts)
@@ -346,6 +349,7 @@ class SegmentLogSink:
             # The schema first: a micro-batch that cannot be written leaves the directory as it found it.
             selected = _sink_columns(batch_df)
             layout = self._layout(self.topic)
+            self._create_topics({self.topic})
             committed = self._record_unowned_baselines(committed, self.topic, layout.num_partitions)
             if not self._recovered:
                 self._publish_unowned(committed.end_offsets)
@@ -469,13 +473,14 @@ class SegmentLogSink:
             return self._layouts.get(topic) or self._new_layout(topic)
 
     def _new_layout(self, topic: str) -> TopicLayout:
-        # The engine creates the topic with all its partitions, or checks the count it recorded. Without
-        # an open manager (executor writes hold none), a short-lived one that leaves no partition open.
+        # The engine's count for the topic (the one it recorded, which num_partitions must equal), creating
+        # nothing: the topic is created once the micro-batch's rows passed (_create_topics). Without an
+        # open manager (the first batch, executor writes), a short-lived read-only one.
         if self._log_manager is not None:
-            wanted = self._log_manager.create_topic(topic, self.num_partitions, exist_ok=True)
+            wanted = self._log_manager.partition_count(topic, self.num_partitions)
         else:
-            with LogManager(self.log_dir, self.settings) as manager:
-                wanted = manager.create_topic(topic, self.num_partitions, exist_ok=True)
+            with LogManager(self.log_dir, self.settings, read_only=True) as manager:
+                wanted = manager.partition_count(topic, self.num_partitions)
         config = self.settings.log_config(topic)
         # Batches are stored as encoded: in the topic's stored codec (a broker would recompress to
         # it), stamped with the append time for LogAppendTime topics.
@@ -489,6 +494,20 @@ class SegmentLogSink:
         )
         self._layouts[topic] = layout
         return layout
+
+    def _create_topics(self, topics: Iterable[str]) -> None:
+        """Create the ``topics`` of a micro-batch that passed its checks, each with all the partitions of
+        its layout and its count recorded (:meth:`LogManager.create_topic`), once per sink: a refused
+        micro-batch creates nothing. Without an open manager (executor writes hold none), a short-lived
+        one that leaves no partition open."""
+        new = sorted(set(topics) - self._created)
+        if not new:
+            return
+        with contextlib.ExitStack() as stack:
+            manager = self._log_manager or stack.enter_context(LogManager(self.log_dir, self.settings))
+            for topic in new:
+                manager.create_topic(topic, self._layout(topic).num_partitions, exist_ok=True)
+        self._created.update(new)
 
     def _manager(self) -> LogManager:
         if self._log_manager is None:

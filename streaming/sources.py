@@ -6,7 +6,8 @@
   no Python UDF, so rows never leave the JVM before the sink collects them as Arrow.
 * ``files``: a directory of JSON, CSV or Parquet files. Files that have a ``value`` column are
   passed through (with whichever of ``key``, ``topic``, ``partition``, ``headers``,
-  ``timestamp`` they have); other files become ``value = to_json(row)``, keyed by ``key_column``.
+  ``timestamp`` they have; a text ``timestamp``, as JSON holds one, is read as an ISO-8601
+  timestamp); other files become ``value = to_json(row)``, keyed by ``key_column``.
   A JSON line or CSV row Spark cannot parse fails the micro-batch (``raise_error``), which the job
   reports as a :class:`~indexer.errors.SchemaError` (:func:`malformed_input_error`).
 * ``kafka``: Spark's Kafka source (needs ``spark-sql-kafka-0-10`` on the classpath).
@@ -97,7 +98,7 @@ def file_events(
     """
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField
+    from pyspark.sql.types import StringType, StructField, StructType, TimestampType
 
     if file_format not in FILE_FORMATS:
         raise ConfigError(f"file format must be one of {FILE_FORMATS}, got {file_format!r}")
@@ -115,6 +116,13 @@ def file_events(
             f"no {file_format} file in {path} to take the schema from: the files source reads it from the "
             "files there when the query starts, so put at least one in first"
         ) from None
+    names = schema.fieldNames()
+    if "value" in names and "timestamp" in names and isinstance(schema["timestamp"].dataType, StringType):
+        # JSON has no timestamp type (Spark writes one as an ISO-8601 string, and infers a string back):
+        # read it as the timestamp Spark's Kafka sink takes; a string that is none is a malformed line.
+        schema = StructType(
+            [StructField(f.name, TimestampType(), f.nullable) if f.name == "timestamp" else f for f in schema.fields]
+        )
     corrupt = None
     if file_format in ("json", "csv"):
         # Spark's readers turn a line they cannot parse into a row of nulls (PERMISSIVE), which the sink

@@ -16,9 +16,10 @@ A topic that does not exist yet is created with partitions 0..P (all of them, as
 topic; the count is recorded in the log directory); a partition beyond an existing topic's count is
 an error (grow the topic with ``seglog topic alter``).
 
-On success the records are appended (offsets assigned from the log end offset), the high watermark
-is advanced to the new log end offset, the log is flushed and the log directory's checkpoint
-files are written. The assigned offsets are printed as ``<topic>-<partition> <first>..<last>``
+On success the records are appended (offsets assigned from the log end offset), the log is
+flushed, then the high watermark is advanced to the new log end offset (readers never see records
+that are not on disk: a failed flush fails the command and leaves them invisible) and the log
+directory's checkpoint files are written. The assigned offsets are printed as ``<topic>-<partition> <first>..<last>``
 (``--json``: one object with ``first_offset``, ``last_offset``, ``records``, ``high_watermark``).
 
 examples:
@@ -79,7 +80,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Parse everything, append, advance the high watermark, flush, write the checkpoints."""
+    """Parse everything, append, flush, advance the high watermark, write the checkpoints."""
     settings = settings_from_args(args)
     source = "<stdin>" if args.input == "-" else args.input
     data = sys.stdin.buffer.read() if args.input == "-" else Path(args.input).read_bytes()
@@ -93,8 +94,8 @@ def run(args: argparse.Namespace) -> int:
         if table.num_rows:
             info = log.append(table)
             first_offset, last_offset = info.first_offset, info.last_offset
+        log.flush()  # on disk before readers may see it: flush, then high watermark, as the sink commits
         log.update_high_watermark(log.log_end_offset)
-        log.flush()
         result: dict[str, Any] = {
             "topic": args.topic,
             "partition": args.partition,

@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from indexer.config import LogConfig
+from indexer.config import LogConfig, load_settings
 from indexer.errors import StorageError
 from indexer.log import Log
+from indexer.log_manager import LogManager
 from tests.filesystems import TinyFs
 
 REPO = Path(__file__).resolve().parents[2]
@@ -166,3 +167,27 @@ def test_opening_a_crashed_log_on_a_full_disk_is_not_a_bus_error(tiny_fs: TinyFs
     )
     done = subprocess.run([sys.executable, "-c", check], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0 and "ok" in done.stdout, (done.returncode, done.stdout, done.stderr[-2000:])
+
+
+def test_a_checkpoint_the_full_disk_refuses_leaves_no_temporary_file(tiny_fs: TinyFs) -> None:
+    """Every file seglog replaces is written to a temporary file that is renamed over it. When the
+    disk refuses the write, the temporary file is deleted: before, each checkpoint's ``.tmp`` stayed
+    in the log directory (holding the pages it got), and the clean-shutdown marker's, named after the
+    process, was never replaced by a later write."""
+    log_dir = tiny_fs.path / "logs"
+    settings = load_settings()
+    with LogManager(log_dir, settings) as logs:
+        log = logs.get_or_create_log("t", 0)
+        log.append(_rows("a"))
+        log.flush()
+        log.update_high_watermark(log.log_end_offset)
+        tiny_fs.fill()
+        with pytest.raises(StorageError, match="No space left on device"):
+            logs.close()
+    assert sorted(p.name for p in log_dir.iterdir() if p.name.endswith(".tmp")) == []
+    tiny_fs.free()
+    with LogManager(log_dir, settings) as logs:
+        log = logs.get_or_create_log("t", 0)
+        log.update_high_watermark(log.log_end_offset)  # (its checkpoint was refused)
+        assert _committed(log) == _expected("a")
+    assert sorted(p.name for p in log_dir.iterdir() if p.name.endswith(".tmp")) == []

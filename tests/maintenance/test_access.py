@@ -92,3 +92,30 @@ def test_only_live_partition_directories_are_maintained(log_dir: Path) -> None:
         (log_dir / name).mkdir()
     (log_dir / "t-3").write_text("a file, not a directory")
     assert [tp for tp, _ in partition_dirs(log_dir)] == [("t", 0), ("t", 1)]
+
+
+def test_the_daemon_says_why_it_recovers_a_partition(
+    log_dir: Path, clock: MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The daemon recovers a partition from its recovery point whenever it cannot know it is as it
+    left it; the loader's steps say why, in the daemon's words. Its first open of a partition of a
+    cleanly shut down directory said "unflushed after an unclean shutdown" (the loader's default);
+    only a writer that died holding the partition is an unclean shutdown."""
+    with Log.open(log_dir / "t-0", small_config(), clock=clock) as log:
+        append_batches(log, clock, 3)
+    access = BorrowedLogs(log_dir, settings_for(small_config()), clock=clock)
+
+    def reasons() -> list[str]:  # what the recovered segments' steps say, once each
+        caplog.clear()
+        with caplog.at_level("INFO", logger="indexer.log_loader"):
+            for _tp, _log in access.each_log(JobReport("test")):
+                pass
+        return sorted({r.getMessage().split("] ", 1)[1] for r in caplog.records if "recover-segment" in r.getMessage()})
+
+    assert reasons() == ["recover-segment: first opened by this process's maintenance: rebuilt indexes"]
+    assert reasons() == []  # as the daemon left it: opened as cleanly shut down
+    (log_dir / "t-0" / ".seglog.lock").write_text("pid=999999 host=elsewhere since_ms=0\n")
+    assert reasons() == ["recover-segment: unflushed after an unclean shutdown: rebuilt indexes"]
+    with Log.open(log_dir / "t-0", small_config(), clock=clock) as writer:
+        append_batches(writer, clock, 1)
+    assert reasons() == ["recover-segment: changed since this process's maintenance released it: rebuilt indexes"]

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import base64
+import errno
 import io
 import json
+import os
 import struct
 import subprocess
 import sys
@@ -333,6 +335,30 @@ def test_bad_input_appends_nothing(tmp_path: Path, capsys: pytest.CaptureFixture
     assert len(read_records(capsys, log_dir, "t", "--from-offset", "0")) == 1
     assert main(["append", "--log-dir", str(tmp_path / "other"), "--topic", "t", "--partition", "0", str(source)]) == 1
     assert not (tmp_path / "other").exists()
+
+
+def test_an_append_whose_flush_fails_is_not_made_visible(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The high watermark moves only after the records are on disk (flush, then high watermark, as the
+    sink commits). An fsync of the segment that fails (EIO; a real one cannot be made here, so it is
+    injected into the real command) fails the command, and readers do not see its records: before,
+    the high watermark was advanced first and the shutdown checkpointed it, so `seglog read` showed
+    records that the command reported as failed and that a power loss then takes away."""
+    log_dir = tmp_path / "logs"
+    assert _append(tmp_path, log_dir, [{"value": "kept"}]) == 0
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".log"):
+            raise OSError(errno.EIO, "Input/output error")
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    assert _append(tmp_path, log_dir, [{"value": "unflushed"}]) == 1
+    assert "StorageError: Failed to flush" in capsys.readouterr().err
+    monkeypatch.undo()
+    assert [r["value"] for r in read_records(capsys, log_dir, "t", "--from-beginning")] == ["kept"]
 
 
 def test_stdin_and_base64(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -302,6 +302,35 @@ def test_a_malformed_input_row_stops_the_files_source_in_one_line_instead_of_bec
 
 
 @pytest.mark.spark
+def test_iso_8601_timestamps_of_json_files_are_record_timestamps(spark: SparkSession, tmp_path: Path) -> None:
+    """JSON has no timestamp type: Spark writes a timestamp column to JSON as an ISO-8601 string, and its
+    reader infers a string column back. The files source gave the sink that string column, which it
+    refused with a bare SchemaError ("found type string, expected int64 (ms since epoch) or an Arrow
+    timestamp"). A ``timestamp`` field of JSON files is now read as Spark's timestamp type (what Spark's
+    Kafka sink takes), so ISO-8601 strings become the records' timestamps, and a string that is no
+    timestamp stops the job naming the file and the line, as any line Spark cannot parse."""
+    from streaming.job import run_job
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text(
+        '{"key": "a", "value": "1", "timestamp": "2024-01-02T03:04:05.678Z"}\n'
+        '{"key": "a", "value": "2", "timestamp": "2024-01-02T04:04:05+01:00"}\n'
+        '{"key": "a", "value": "3", "timestamp": null}\n'
+    )
+    spec = _files_job(tmp_path)
+    assert run_job(spec, Settings(), spark=spark).rows == 3
+    stored = sorted(read_topic(tmp_path / "logs", "events"), key=lambda r: r.value)
+    assert [r.timestamp for r in stored[:2]] == [1_704_164_645_678, 1_704_164_645_000]
+    assert stored[2].timestamp > 1_704_164_645_678  # null: the time of the micro-batch
+    (tmp_path / "in" / "b.json").write_text('{"key": "b", "value": "4", "timestamp": "yesterday"}\n')
+    with pytest.raises(SchemaError) as caught:
+        run_job(spec, Settings(), spark=spark)
+    assert str(caught.value).startswith(f"malformed json record in file://{tmp_path / 'in' / 'b.json'}: ")
+    assert "yesterday" in str(caught.value)
+    assert len(read_topic(tmp_path / "logs", "events")) == 3
+
+
+@pytest.mark.spark
 def test_seglog_run_reports_a_malformed_input_line_in_one_line_without_spark_task_stack_traces(tmp_path: Path) -> None:
     """The malformed line fails a Spark task (not the driver's sink): Spark's Executor and TaskSetManager
     logged that task's error with its Java stack trace (twice) before the job's one line."""

@@ -17,7 +17,14 @@ from pyspark.sql import functions as F
 
 from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig, Settings
-from indexer.errors import ConfigError, InvalidTimestampError, LogLockedError, RecordTooLargeError, SchemaError
+from indexer.errors import (
+    ConfigError,
+    InvalidTimestampError,
+    LogLockedError,
+    RecordTooLargeError,
+    SchemaError,
+    UnknownTopicOrPartitionError,
+)
 from indexer.log import Log
 from indexer.sink_fence import fence_file
 from streaming.arrow_collect import micro_batch_plan
@@ -189,22 +196,36 @@ def test_a_sink_given_another_querys_checkpoint_fails_and_writes_nothing(spark: 
 
 @pytest.mark.parametrize("writes", ["driver", "executors"])
 @pytest.mark.parametrize(
-    "shape, error, message",
+    "shape, error, message, attributes",
     [
-        (lambda df: df.select(F.col("key")), SchemaError, "no 'value' column"),
-        (lambda df: df.select(F.length("value").alias("value")), SchemaError, "column 'value': found type int32"),
+        (lambda df: df.select(F.col("key")), SchemaError, "no 'value' column", {}),
+        (lambda df: df.select(F.length("value").alias("value")), SchemaError, "column 'value': found type int32", {}),
         (  # Spark's Kafka sink fails on it too (Kafka's ProducerRecord refuses a negative timestamp)
             lambda df: df.select("value", F.timestamp_millis(F.lit(-1000)).alias("timestamp")),
             InvalidTimestampError,
             "row 0: timestamp -1000 is negative",
+            {"index": 0, "timestamp": -1000},
+        ),
+        (  # found once the topic's partition count is known
+            lambda df: df.select("value", F.lit(7).alias("partition")),
+            UnknownTopicOrPartitionError,
+            "row 0: partition 7 of topic 'ev' is outside the topic's partitions 0..2",
+            {},
         ),
     ],
 )
 def test_bad_input_fails_the_query_with_the_sink_error(
-    spark: SparkSession, tmp_path: Path, shape: object, error: type[Exception], message: str, writes: str
+    spark: SparkSession,
+    tmp_path: Path,
+    shape: object,
+    error: type[Exception],
+    message: str,
+    attributes: dict[str, object],
+    writes: str,
 ) -> None:
-    """On the executors too: the task's error reaches the driver as the sink's own error. A column of a
-    wrong type (or none) fails before any Spark job of the micro-batch: no collect, no encoding task."""
+    """On the executors too: the task's error reaches the driver as the sink's own error, with the same
+    attributes (the offending row, its value). A column of a wrong type (or none) fails before any
+    Spark job of the micro-batch: no collect, no encoding task."""
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
     (tmp_path / "logs").mkdir()
     sink = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=3, settings=SETTINGS, writes=writes)
@@ -215,10 +236,13 @@ def test_bad_input_fails_the_query_with_the_sink_error(
     sink.close()
     assert isinstance(sink.last_error, error)
     assert message in str(sink.last_error)
+    assert {name: getattr(sink.last_error, name) for name in attributes} == attributes
     jobs = spark.sparkContext.statusTracker().getJobIdsForGroup(str(query.runId))
     assert (jobs == []) == (error is SchemaError), jobs
     # Executor writes create the topic's (empty) partitions and record them before the job runs, once
-    # the micro-batch's schema passed: a schema error leaves the directory untouched on both paths.
+    # the micro-batch's schema passed: a schema error leaves the directory untouched on both paths. The
+    # driver path creates the topic once the rows passed, so a bad value leaves nothing either (it
+    # created the topic, fixing its partition count, when a value was found after the layout).
     assert read_topic(tmp_path / "logs", "ev", up_to_high_watermark=False) == []
     if writes == "driver" or error is SchemaError:
         assert snapshot(tmp_path / "logs") == {}
