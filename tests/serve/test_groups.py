@@ -1,6 +1,7 @@
 """A consumer group over ``seglog serve``: 3 kafka-python consumers share 4 partitions, the group
 rebalances when one leaves, and after the server restarts a consumer of the group resumes from the
-committed offsets (kept in the log directory)."""
+committed offsets (kept in the log directory). Static members (``group.instance.id``, KIP-345) with
+confluent-kafka and kafka-python's admin client."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 
 from indexer.config import load_settings
@@ -21,7 +23,8 @@ from tests.serve.conftest import ServeProcess
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+    from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata, TopicPartition
+    from kafka.admin import MemberToRemove
 
 TOPIC, PARTITIONS, RECORDS = "orders", 4, 50
 
@@ -363,8 +366,6 @@ def test_a_member_commits_when_its_partitions_are_revoked(serve: Callable[..., S
     generation is still the current one: Kafka accepts that commit (only CompletingRebalance answers
     REBALANCE_IN_PROGRESS). It was refused, so every rebalance lost the offsets read since the last
     commit and the next owner read those records again."""
-    import confluent_kafka
-
     log_dir = tmp_path / "logs"
     _write(log_dir, 0, RECORDS)
     server = serve(log_dir)
@@ -409,8 +410,6 @@ def test_metadata_over_4_kib_is_refused_as_by_kafka(serve: Callable[..., ServePr
     """A committed offset's metadata longer than Kafka's ``offset.metadata.max.bytes`` (4096) gets
     OFFSET_METADATA_TOO_LARGE for its partition, as from a broker, and the other partitions of the
     commit are committed (it was stored, whatever its size, in the file every commit rewrites)."""
-    import confluent_kafka
-
     log_dir = tmp_path / "logs"
     _write(log_dir, 0, 1)
     server = serve(log_dir)
@@ -425,3 +424,96 @@ def test_metadata_over_4_kib_is_refused_as_by_kafka(serve: Callable[..., ServePr
     committed = consumer.committed([confluent_kafka.TopicPartition(TOPIC, p) for p in (0, 1)], timeout=20)
     assert [tp.offset for tp in committed] == [1, confluent_kafka.OFFSET_INVALID]
     consumer.close()
+
+
+def _static(bootstrap: str, instance_id: str) -> confluent_kafka.Consumer:
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "static",
+            "group.instance.id": instance_id,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 200,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.subscribe([TOPIC])
+    return consumer
+
+
+def _poll(consumers: list[confluent_kafka.Consumer], seconds: float, errors: list[confluent_kafka.KafkaError]) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for consumer in consumers:
+            message = consumer.poll(0.05)
+            if message is not None and message.error():
+                errors.append(message.error())
+
+
+def _partitions(consumer: confluent_kafka.Consumer) -> list[int]:
+    return sorted(tp.partition for tp in consumer.assignment())
+
+
+def _assigned_within(consumer: confluent_kafka.Consumer, seconds: float) -> float | None:
+    """Seconds until ``consumer`` holds every partition, or None after ``seconds``."""
+    start = time.monotonic()
+    while time.monotonic() < start + seconds:
+        consumer.poll(0.05)
+        if _partitions(consumer) == list(range(PARTITIONS)):
+            return time.monotonic() - start
+    return None
+
+
+def test_a_static_member_restarts_without_a_rebalance_and_a_duplicate_is_fenced(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    """librdkafka's static member does not leave on close. Restarted with its instance id, it used to
+    join as a new member and wait for the old one's session to expire (6 s here, 45 s by default)
+    before getting partitions; two consumers with one instance id shared the partitions."""
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    first = _static(server.bootstrap, "a")
+    assert _assigned_within(first, 20) is not None
+    first.close()
+
+    restarted = _static(server.bootstrap, "a")
+    waited = _assigned_within(restarted, 5)
+    assert waited is not None and waited < 2, waited
+    assert server.log_text().count("rebalancing") == 1  # the first join's only
+
+    duplicate = _static(server.bootstrap, "a")
+    errors: list[confluent_kafka.KafkaError] = []
+    _poll([restarted, duplicate], 3, errors)
+    assert errors and all(e.code() == confluent_kafka.KafkaError._FATAL for e in errors), errors
+    assert "fenced" in errors[0].str()
+    assert _partitions(duplicate) == list(range(PARTITIONS))
+    restarted.close()
+    duplicate.close()
+
+
+def test_an_admin_client_removes_a_static_member_by_its_instance_id(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    """LeaveGroup naming an instance id and no member id (kafka-python's remove_group_members, Kafka's
+    kafka-consumer-groups.sh --remove-members) removed nothing: UNKNOWN_MEMBER_ID."""
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    consumer = _static(server.bootstrap, "worker-1")
+    assert _assigned_within(consumer, 20) is not None
+    consumer.close()  # a static member does not leave: it stays in the group
+
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        members = admin.describe_groups(["static"])["static"]["members"]
+        assert [m["group_instance_id"] for m in members] == ["worker-1"]
+        removed = admin.remove_group_members("static", [MemberToRemove(group_instance_id="worker-1")])
+        assert [e.__name__ for e in removed.values()] == ["NoError"]
+        assert admin.describe_groups(["static"])["static"]["group_state"] == "Empty"
+        again = admin.remove_group_members("static", [MemberToRemove(group_instance_id="worker-1")])
+        assert [e.__name__ for e in again.values()] == ["UnknownMemberIdError"]
+    finally:
+        admin.close()
