@@ -14,7 +14,9 @@ new member extending the wait up to the rebalance timeout. Completing it bumps t
 keeps the leader if it rejoined (else the first member), picks the first protocol of the leader's
 list that every member supports, and answers every pending JoinGroup (the leader gets the members'
 metadata). The leader's SyncGroup hands every member its assignment. A member that sends nothing
-(heartbeat, join, sync, commit) for its session timeout is removed, which starts a rebalance.
+(heartbeat, join, sync, commit) for its session timeout is removed, which starts a rebalance; one
+waiting for its JoinGroup or SyncGroup answer keeps its session until answered (a leader's slow
+assignor does not expire the members waiting for it), as in Kafka.
 
 Static membership (KIP-345, ``group.instance.id``), as Kafka's ``updateStaticMemberThenRebalanceOrCompleteJoin``:
 a JoinGroup without member id from an instance id the group knows replaces that instance's member
@@ -102,6 +104,11 @@ class Member:
 
     def supports(self, name: str) -> bool:
         return any(p == name for p, _ in self.protocols)
+
+    def waiting(self) -> bool:
+        """Whether it waits for its JoinGroup or SyncGroup answer: it cannot heartbeat meanwhile (librdkafka
+        sends none), so its session holds until answered, as Kafka's ``hasSatisfiedHeartbeat``."""
+        return any(f is not None and not f.done() for f in (self.join, self.sync))
 
 
 @dataclass
@@ -274,8 +281,7 @@ class GroupCoordinator:
         logger.info("group %s: rebalancing (generation %d, %s)", group.group_id, group.generation, reason)
         if group.state is GroupState.COMPLETING_REBALANCE:
             for member in group.members.values():
-                if member.sync is not None and not member.sync.done():
-                    member.sync.set_result(SyncResult(protocol.REBALANCE_IN_PROGRESS))
+                self._answer_sync(member, SyncResult(protocol.REBALANCE_IN_PROGRESS))
         was_empty = group.state is GroupState.EMPTY
         group.state = GroupState.PREPARING_REBALANCE
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
@@ -373,8 +379,7 @@ class GroupCoordinator:
             group.state = GroupState.STABLE
             logger.info("group %s: generation %d stable", group.group_id, group.generation)
             for m in group.members.values():
-                if m.sync is not None and not m.sync.done():
-                    m.sync.set_result(SyncResult(protocol.NONE, m.assignment, group.protocol_type, group.protocol_name))
+                self._answer_sync(m, SyncResult(protocol.NONE, m.assignment, group.protocol_type, group.protocol_name))
                 m.sync = None
             return SyncResult(protocol.NONE, member.assignment, group.protocol_type, group.protocol_name)
         return await member.sync
@@ -407,13 +412,18 @@ class GroupCoordinator:
             errors.append(protocol.NONE)
         return errors
 
-    @staticmethod
-    def _answer_waiting(member: Member, error: int) -> None:
+    def _answer_sync(self, member: Member, result: SyncResult) -> None:
+        """Answer the SyncGroup ``member`` waits in, if any; its session starts again from now (as
+        Kafka's ``propagateAssignment``): it could not heartbeat while it waited."""
+        if member.sync is not None and not member.sync.done():
+            member.sync.set_result(result)
+            member.deadline = self._now() + member.session_timeout_ms / 1000
+
+    def _answer_waiting(self, member: Member, error: int) -> None:
         """Answer the JoinGroup and SyncGroup ``member`` waits in (if any) with ``error``."""
         if member.join is not None and not member.join.done():
             member.join.set_result(JoinResult(error, member_id=member.member_id))
-        if member.sync is not None and not member.sync.done():
-            member.sync.set_result(SyncResult(error))
+        self._answer_sync(member, SyncResult(error))
 
     def _member_gone(self, group: Group, member: Member) -> None:
         self._answer_waiting(member, protocol.UNKNOWN_MEMBER_ID)
@@ -434,8 +444,7 @@ class GroupCoordinator:
             now = self._now()
             for group in list(self._groups.values()):
                 for member in list(group.members.values()):
-                    waiting = member.join is not None and not member.join.done()
-                    if not waiting and now > member.deadline and member.member_id in group.members:
+                    if not member.waiting() and now > member.deadline and member.member_id in group.members:
                         logger.info("group %s: member %s session expired", group.group_id, member.member_id)
                         group.remove(member.member_id)
                         self._member_gone(group, member)

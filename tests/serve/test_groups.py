@@ -213,7 +213,6 @@ def test_admin_clients_list_and_describe_the_groups(serve: Callable[..., ServePr
     empty)."""
     from confluent_kafka import ConsumerGroupState
     from confluent_kafka.admin import AdminClient
-    from kafka import KafkaAdminClient
 
     log_dir = tmp_path / "logs"
     _write(log_dir, 0, RECORDS)
@@ -343,7 +342,6 @@ def test_with_several_brokers_each_group_is_listed_once(serve: Callable[..., Ser
     ``list_groups`` had each group three times (librdkafka and Kafka's admin client drop repeats).
     Only node 0, the coordinator, lists them now."""
     from confluent_kafka.admin import AdminClient
-    from kafka import KafkaAdminClient
 
     log_dir = tmp_path / "logs"
     _write(log_dir, 0, 1)
@@ -517,3 +515,73 @@ def test_an_admin_client_removes_a_static_member_by_its_instance_id(
         assert [e.__name__ for e in again.values()] == ["UnknownMemberIdError"]
     finally:
         admin.close()
+
+
+def test_a_member_waiting_for_a_slow_leaders_assignment_keeps_its_session(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    """A member waiting in SyncGroup for the leader's assignment sends no heartbeats (librdkafka
+    sends none then), and Kafka counts its session as kept while it waits (``hasSatisfiedHeartbeat``).
+    With a leader whose assignor took longer than the follower's ``session.timeout.ms`` (7 s against
+    6 s here) the follower's session expired: its SyncGroup got UNKNOWN_MEMBER_ID, it joined again
+    under a new member id and the group rebalanced once more."""
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+    class SlowRange(RangePartitionAssignor):  # an assignor that asks something slow before it decides
+        @classmethod
+        def assign(cls, cluster: object, members: dict[str, object]) -> dict[str, object]:
+            if len(members) > 1:
+                time.sleep(7)
+            return dict(super().assign(cluster, members))
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    leader = KafkaConsumer(
+        bootstrap_servers=server.bootstrap,
+        group_id="slow",
+        partition_assignment_strategy=[SlowRange],
+        session_timeout_ms=20000,
+        heartbeat_interval_ms=300,
+        max_poll_interval_ms=30000,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=100,
+    )
+    leader.subscribe([TOPIC])
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            leader.poll(timeout_ms=100)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    follower = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": server.bootstrap,
+            "group.id": "slow",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 300,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while "generation 1 stable" not in server.log_text():
+            assert time.monotonic() < deadline, server.log_text()
+            time.sleep(0.05)
+        follower.subscribe([TOPIC])
+        member_ids = set()
+        deadline = time.monotonic() + 25
+        while _partitions(follower) != [2, 3]:
+            assert time.monotonic() < deadline, server.log_text()
+            follower.poll(0.05)
+            member_ids.add(follower.memberid())
+        assert len(member_ids - {None, ""}) == 1, member_ids
+        assert "session expired" not in server.log_text()
+    finally:
+        stop.set()
+        thread.join(10)
+        leader.close()
+        follower.close()
