@@ -14,13 +14,23 @@ new member extending the wait up to the rebalance timeout. Completing it bumps t
 keeps the leader if it rejoined (else the first member), picks the first protocol of the leader's
 list that every member supports, and answers every pending JoinGroup (the leader gets the members'
 metadata). The leader's SyncGroup hands every member its assignment. A member that sends nothing
-(heartbeat, join, sync, commit) for its session timeout is removed, which starts a rebalance.
+(heartbeat, join, sync, commit) for its session timeout is removed, which starts a rebalance; one
+waiting for its JoinGroup or SyncGroup answer keeps its session until answered (a leader's slow
+assignor does not expire the members waiting for it), as in Kafka.
+
+Static membership (KIP-345, ``group.instance.id``), as Kafka's ``updateStaticMemberThenRebalanceOrCompleteJoin``:
+a JoinGroup without member id from an instance id the group knows replaces that instance's member
+(new member id, same assignment). In a Stable group whose selected protocol stays, it is answered at
+once with the current generation and no rebalance (the leader id is the one before the replacement,
+so a returning leader acts as a follower until the next rebalance, as Kafka before KIP-814);
+otherwise the group rebalances. The replaced member id is fenced: its waiting JoinGroup/SyncGroup
+and its next Heartbeat, SyncGroup, OffsetCommit, JoinGroup or LeaveGroup get FENCED_INSTANCE_ID.
+LeaveGroup may name a member by its instance id alone (admin clients' "remove members").
 
 Differences from Kafka, for one node without a log: group metadata (members, generation) lives in
 memory only, so after a restart members get UNKNOWN_MEMBER_ID and rejoin, resuming from the
 committed offsets (:mod:`seglog.serve.group_offsets`), which do survive; a new member gets its id at
-once (the v4+ ``MEMBER_ID_REQUIRED`` round trip is skipped, which clients accept); static membership
-(``group.instance.id``) is treated as dynamic membership.
+once (the v4+ ``MEMBER_ID_REQUIRED`` round trip is skipped, which clients accept).
 
 Everything runs on the event loop thread; waiting requests (JoinGroup, SyncGroup) are futures.
 """
@@ -28,6 +38,7 @@ Everything runs on the event loop thread; waiting requests (JoinGroup, SyncGroup
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import enum
 import logging
 import uuid
@@ -63,7 +74,7 @@ class JoinResult:
     protocol_name: str | None = None
     leader: str = ""
     member_id: str = ""
-    members: tuple[tuple[str, bytes], ...] = ()  # (member id, metadata), for the leader only
+    members: tuple[tuple[str, str | None, bytes], ...] = ()  # (member id, instance id, metadata), for the leader
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +96,7 @@ class Member:
     rebalance_timeout_ms: int
     protocol_type: str
     protocols: list[tuple[str, bytes]]
+    instance_id: str | None = None  # group.instance.id of a static member
     deadline: float = 0.0
     assignment: bytes = b""
     join: asyncio.Future[JoinResult] | None = None
@@ -92,6 +104,11 @@ class Member:
 
     def supports(self, name: str) -> bool:
         return any(p == name for p, _ in self.protocols)
+
+    def waiting(self) -> bool:
+        """Whether it waits for its JoinGroup or SyncGroup answer: it cannot heartbeat meanwhile (librdkafka
+        sends none), so its session holds until answered, as Kafka's ``hasSatisfiedHeartbeat``."""
+        return any(f is not None and not f.done() for f in (self.join, self.sync))
 
 
 @dataclass
@@ -103,8 +120,37 @@ class Group:
     protocol_name: str | None = None
     leader: str | None = None
     members: dict[str, Member] = field(default_factory=dict)
+    static_members: dict[str, str] = field(default_factory=dict)  # instance id -> its member id
     rebalance_deadline: float = 0.0
     join_delay_until: float = 0.0
+
+    def add(self, member: Member) -> None:
+        """Make ``member`` a member (the member of its instance id, for a static one)."""
+        self.members[member.member_id] = member
+        if member.instance_id is not None:
+            self.static_members[member.instance_id] = member.member_id
+
+    def remove(self, member_id: str) -> Member | None:
+        """Remove a member (and its instance id's entry); the member, or None if it was none."""
+        member = self.members.pop(member_id, None)
+        if member is not None and member.instance_id is not None:
+            if self.static_members.get(member.instance_id) == member_id:
+                del self.static_members[member.instance_id]
+        return member
+
+    def fenced(self, member_id: str, instance_id: str | None) -> bool:
+        """Kafka's ``isStaticMemberFenced``: ``instance_id`` now belongs to another member id."""
+        owner = self.static_members.get(instance_id) if instance_id is not None else None
+        return owner is not None and owner != member_id
+
+    def select_protocol(self) -> str:
+        """The first protocol of the leader's list that every member supports."""
+        assert self.leader is not None
+        return next(
+            name
+            for name, _ in self.members[self.leader].protocols
+            if all(m.supports(name) for m in self.members.values())
+        )
 
 
 class GroupCoordinator:
@@ -142,14 +188,20 @@ class GroupCoordinator:
         rebalance_timeout_ms: int,
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
+        instance_id: str | None = None,
     ) -> JoinResult:
-        """JoinGroup: wait for the rebalance this join starts or joins, then answer."""
+        """JoinGroup: wait for the rebalance this join starts or joins, then answer (at once for a
+        static member that comes back to a Stable group, see the module's docstring)."""
         if not group_id:
             return JoinResult(protocol.INVALID_GROUP_ID, member_id=member_id)
         if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
             return JoinResult(protocol.INVALID_SESSION_TIMEOUT, member_id=member_id)
         group = self._groups.setdefault(group_id, Group(group_id))
-        if member_id and member_id not in group.members:
+        if member_id and group.fenced(member_id, instance_id):
+            return JoinResult(protocol.FENCED_INSTANCE_ID, member_id=member_id)
+        if member_id and (
+            member_id not in group.members or (instance_id is not None and instance_id not in group.static_members)
+        ):
             return JoinResult(protocol.UNKNOWN_MEMBER_ID, member_id=member_id)
         others = [m for m in group.members.values() if m.member_id != member_id]
         if (
@@ -172,20 +224,50 @@ class GroupCoordinator:
         ):
             existing.deadline = now + session_timeout_ms / 1000
             return self._join_result(group, existing)
+        replaced = None  # the member a static member that comes back replaces
         if existing is None:
-            member_id = f"{client_id or 'member'}-{uuid.uuid4()}"
-            logger.info("group %s: member %s joins", group_id, member_id)
+            member_id = f"{instance_id or client_id or 'member'}-{uuid.uuid4()}"
+            if instance_id is not None and instance_id in group.static_members:
+                replaced = group.remove(group.static_members[instance_id])
+                assert replaced is not None
+                logger.info(
+                    "group %s: static member %s rejoins as %s, replacing %s",
+                    group_id,
+                    instance_id,
+                    member_id,
+                    replaced.member_id,
+                )
+            else:
+                logger.info("group %s: member %s joins", group_id, member_id)
         member = Member(
-            member_id, client_id, client_host, session_timeout_ms, rebalance_timeout_ms, protocol_type, protocols
+            member_id,
+            client_id,
+            client_host,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            protocol_type,
+            protocols,
+            instance_id=instance_id,
         )
-        if existing is not None:
-            member.assignment = existing.assignment
+        kept = existing or replaced
+        if kept is not None:
+            member.assignment = kept.assignment
         member.deadline = now + session_timeout_ms / 1000
+        if replaced is not None:
+            self._answer_waiting(replaced, protocol.FENCED_INSTANCE_ID)
+            previous_leader = group.leader
+            if group.leader == replaced.member_id:
+                group.leader = member_id
+            group.add(member)
+            if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
+                # No rebalance: the leader id before the replacement, so a returning leader does not
+                # compute an assignment that a Stable group would not hand out.
+                return dataclasses.replace(self._join_result(group, member), leader=previous_leader or "", members=())
         joined: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         member.join = joined
         if existing is not None and existing.join is not None and not existing.join.done():
             existing.join.set_result(JoinResult(protocol.UNKNOWN_MEMBER_ID, member_id=member_id))  # superseded
-        group.members[member_id] = member
+        group.add(member)
         group.protocol_type = protocol_type
         if group.state is not GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(group, now, f"member {member_id} joined")
@@ -199,8 +281,7 @@ class GroupCoordinator:
         logger.info("group %s: rebalancing (generation %d, %s)", group.group_id, group.generation, reason)
         if group.state is GroupState.COMPLETING_REBALANCE:
             for member in group.members.values():
-                if member.sync is not None and not member.sync.done():
-                    member.sync.set_result(SyncResult(protocol.REBALANCE_IN_PROGRESS))
+                self._answer_sync(member, SyncResult(protocol.REBALANCE_IN_PROGRESS))
         was_empty = group.state is GroupState.EMPTY
         group.state = GroupState.PREPARING_REBALANCE
         timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
@@ -218,7 +299,7 @@ class GroupCoordinator:
     def _complete_join(self, group: Group, now: float) -> None:
         for member in [m for m in group.members.values() if m.join is None or m.join.done()]:
             logger.info("group %s: member %s did not rejoin in time: removed", group.group_id, member.member_id)
-            del group.members[member.member_id]
+            group.remove(member.member_id)
         group.generation += 1
         if not group.members:
             group.state, group.leader, group.protocol_name = GroupState.EMPTY, None, None
@@ -226,10 +307,7 @@ class GroupCoordinator:
             return
         if group.leader not in group.members:
             group.leader = next(iter(group.members))
-        leader = group.members[group.leader]
-        group.protocol_name = next(
-            name for name, _ in leader.protocols if all(m.supports(name) for m in group.members.values())
-        )
+        group.protocol_name = group.select_protocol()
         group.state = GroupState.COMPLETING_REBALANCE
         logger.info(
             "group %s: generation %d with %d members, leader %s, protocol %s",
@@ -247,10 +325,10 @@ class GroupCoordinator:
             member.join = None
 
     def _join_result(self, group: Group, member: Member) -> JoinResult:
-        members: tuple[tuple[str, bytes], ...] = ()
+        members: tuple[tuple[str, str | None, bytes], ...] = ()
         if member.member_id == group.leader:
             members = tuple(
-                (m.member_id, next(meta for name, meta in m.protocols if name == group.protocol_name))
+                (m.member_id, m.instance_id, next(meta for name, meta in m.protocols if name == group.protocol_name))
                 for m in group.members.values()
             )
         return JoinResult(
@@ -263,9 +341,13 @@ class GroupCoordinator:
             members,
         )
 
-    def _member(self, group_id: str, member_id: str, generation: int) -> tuple[Group | None, Member | None, int]:
+    def _member(
+        self, group_id: str, member_id: str, instance_id: str | None, generation: int
+    ) -> tuple[Group | None, Member | None, int]:
         """Look a member up as SyncGroup/Heartbeat/OffsetCommit do; the error code if it is not current."""
         group = self._groups.get(group_id)
+        if group is not None and group.fenced(member_id, instance_id):
+            return group, None, protocol.FENCED_INSTANCE_ID
         member = group.members.get(member_id) if group is not None else None
         if group is None or member is None:
             return group, None, protocol.UNKNOWN_MEMBER_ID
@@ -275,10 +357,15 @@ class GroupCoordinator:
         return group, member, protocol.NONE
 
     async def sync(
-        self, group_id: str, member_id: str, generation: int, assignments: Mapping[str, bytes]
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        assignments: Mapping[str, bytes],
+        instance_id: str | None = None,
     ) -> SyncResult:
         """SyncGroup: the leader's call hands out the assignments; the others wait for it."""
-        group, member, error = self._member(group_id, member_id, generation)
+        group, member, error = self._member(group_id, member_id, instance_id, generation)
         if error != protocol.NONE or group is None or member is None:
             return SyncResult(error)
         if group.state is GroupState.PREPARING_REBALANCE:
@@ -292,25 +379,30 @@ class GroupCoordinator:
             group.state = GroupState.STABLE
             logger.info("group %s: generation %d stable", group.group_id, group.generation)
             for m in group.members.values():
-                if m.sync is not None and not m.sync.done():
-                    m.sync.set_result(SyncResult(protocol.NONE, m.assignment, group.protocol_type, group.protocol_name))
+                self._answer_sync(m, SyncResult(protocol.NONE, m.assignment, group.protocol_type, group.protocol_name))
                 m.sync = None
             return SyncResult(protocol.NONE, member.assignment, group.protocol_type, group.protocol_name)
         return await member.sync
 
-    def heartbeat(self, group_id: str, member_id: str, generation: int) -> int:
+    def heartbeat(self, group_id: str, member_id: str, generation: int, instance_id: str | None = None) -> int:
         """Heartbeat: keeps the member's session; REBALANCE_IN_PROGRESS tells it to rejoin."""
-        group, _member, error = self._member(group_id, member_id, generation)
+        group, _member, error = self._member(group_id, member_id, instance_id, generation)
         if error != protocol.NONE or group is None:
             return error
         return protocol.REBALANCE_IN_PROGRESS if group.state is GroupState.PREPARING_REBALANCE else protocol.NONE
 
-    def leave(self, group_id: str, member_ids: list[str]) -> list[int]:
-        """LeaveGroup: remove each member (its error code each); the rest of the group rebalances."""
+    def leave(self, group_id: str, leaving: list[tuple[str, str | None]]) -> list[int]:
+        """LeaveGroup: remove each ``(member id, instance id)`` member, a static one by its instance id
+        alone if its member id is empty (its error code each); the rest of the group rebalances."""
         group = self._groups.get(group_id)
         errors = []
-        for member_id in member_ids:
-            member = group.members.pop(member_id, None) if group is not None else None
+        for member_id, instance_id in leaving:
+            if group is not None and member_id and group.fenced(member_id, instance_id):
+                errors.append(protocol.FENCED_INSTANCE_ID)
+                continue
+            if group is not None and instance_id is not None and instance_id in group.static_members:
+                member_id = group.static_members[instance_id]
+            member = group.remove(member_id) if group is not None else None
             if member is None:
                 errors.append(protocol.UNKNOWN_MEMBER_ID)
                 continue
@@ -320,11 +412,21 @@ class GroupCoordinator:
             errors.append(protocol.NONE)
         return errors
 
-    def _member_gone(self, group: Group, member: Member) -> None:
-        if member.join is not None and not member.join.done():
-            member.join.set_result(JoinResult(protocol.UNKNOWN_MEMBER_ID))
+    def _answer_sync(self, member: Member, result: SyncResult) -> None:
+        """Answer the SyncGroup ``member`` waits in, if any; its session starts again from now (as
+        Kafka's ``propagateAssignment``): it could not heartbeat while it waited."""
         if member.sync is not None and not member.sync.done():
-            member.sync.set_result(SyncResult(protocol.UNKNOWN_MEMBER_ID))
+            member.sync.set_result(result)
+            member.deadline = self._now() + member.session_timeout_ms / 1000
+
+    def _answer_waiting(self, member: Member, error: int) -> None:
+        """Answer the JoinGroup and SyncGroup ``member`` waits in (if any) with ``error``."""
+        if member.join is not None and not member.join.done():
+            member.join.set_result(JoinResult(error, member_id=member.member_id))
+        self._answer_sync(member, SyncResult(error))
+
+    def _member_gone(self, group: Group, member: Member) -> None:
+        self._answer_waiting(member, protocol.UNKNOWN_MEMBER_ID)
         now = self._now()
         if not group.members:
             if group.state is not GroupState.EMPTY:
@@ -342,17 +444,21 @@ class GroupCoordinator:
             now = self._now()
             for group in list(self._groups.values()):
                 for member in list(group.members.values()):
-                    waiting = member.join is not None and not member.join.done()
-                    if not waiting and now > member.deadline and member.member_id in group.members:
+                    if not member.waiting() and now > member.deadline and member.member_id in group.members:
                         logger.info("group %s: member %s session expired", group.group_id, member.member_id)
-                        del group.members[member.member_id]
+                        group.remove(member.member_id)
                         self._member_gone(group, member)
                 self._maybe_complete_join(group, now)
 
     # -- offsets ---------------------------------------------------------------------------------
 
     async def commit_offsets(
-        self, group_id: str, member_id: str, generation: int, offsets: Mapping[TopicPartition, CommittedOffset]
+        self,
+        group_id: str,
+        member_id: str,
+        generation: int,
+        offsets: Mapping[TopicPartition, CommittedOffset],
+        instance_id: str | None = None,
     ) -> int:
         """OffsetCommit for the partitions given (already checked to exist); one error code for all.
 
@@ -366,7 +472,7 @@ class GroupCoordinator:
             if group is not None and group.members:  # a standalone commit into a live group
                 return protocol.UNKNOWN_MEMBER_ID
         else:
-            group, _member, error = self._member(group_id, member_id, generation)
+            group, _member, error = self._member(group_id, member_id, instance_id, generation)
             if error != protocol.NONE or group is None:
                 return error
             # A member of the current generation commits while a rebalance is prepared (what it read

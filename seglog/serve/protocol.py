@@ -79,6 +79,7 @@ ILLEGAL_GENERATION: int = kafka_errors.IllegalGenerationError.errno
 INCONSISTENT_GROUP_PROTOCOL: int = kafka_errors.InconsistentGroupProtocolError.errno
 INVALID_GROUP_ID: int = kafka_errors.InvalidGroupIdError.errno
 UNKNOWN_MEMBER_ID: int = kafka_errors.UnknownMemberIdError.errno
+FENCED_INSTANCE_ID: int = kafka_errors.FencedInstanceIdError.errno
 INVALID_SESSION_TIMEOUT: int = kafka_errors.InvalidSessionTimeoutError.errno
 REBALANCE_IN_PROGRESS: int = kafka_errors.RebalanceInProgressError.errno
 TOPIC_AUTHORIZATION_FAILED: int = kafka_errors.TopicAuthorizationFailedError.errno

@@ -407,10 +407,11 @@ class Server:
             body.rebalance_timeout_ms if request.version >= 1 else body.session_timeout_ms,
             body.protocol_type,
             [(p.name, bytes(p.metadata)) for p in body.protocols],
+            body.group_instance_id if request.version >= 5 else None,
         )
         members = [
-            JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=None, metadata=meta)
-            for m, meta in result.members
+            JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=instance, metadata=meta)
+            for m, instance, meta in result.members
         ]
         return _group_response(
             JoinGroupResponse,
@@ -424,21 +425,25 @@ class Server:
     async def _SyncGroup(self, request: protocol.Request) -> Any:
         body = request.body
         assignments = {a.member_id: bytes(a.assignment) for a in body.assignments}
-        result = await self.groups.sync(body.group_id, body.member_id, body.generation_id, assignments)
+        instance_id = body.group_instance_id if request.version >= 3 else None
+        result = await self.groups.sync(body.group_id, body.member_id, body.generation_id, assignments, instance_id)
         return _group_response(SyncGroupResponse, request, result)
 
     def _Heartbeat(self, request: protocol.Request) -> Any:
         body = request.body
-        error = self.groups.heartbeat(body.group_id, body.member_id, body.generation_id)
+        instance_id = body.group_instance_id if request.version >= 3 else None
+        error = self.groups.heartbeat(body.group_id, body.member_id, body.generation_id, instance_id)
         return HeartbeatResponse(version=request.version, throttle_time_ms=0, error_code=error)
 
     def _LeaveGroup(self, request: protocol.Request) -> Any:
         body = request.body
-        ids = [body.member_id] if request.version < 3 else [m.member_id for m in body.members]
-        errors = self.groups.leave(body.group_id, ids)
+        leaving: list[tuple[str, str | None]] = [(body.member_id, None)]
+        if request.version >= 3:  # a batch of members, each by member id and/or instance id
+            leaving = [(m.member_id, m.group_instance_id) for m in body.members]
+        errors = self.groups.leave(body.group_id, leaving)
         members = [
-            LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=None, error_code=e)
-            for m, e in zip(ids, errors, strict=True)
+            LeaveGroupResponse.MemberResponse(member_id=m, group_instance_id=instance, error_code=e)
+            for (m, instance), e in zip(leaving, errors, strict=True)
         ]
         top = errors[0] if request.version < 3 else protocol.NONE
         return LeaveGroupResponse(version=request.version, throttle_time_ms=0, error_code=top, members=members)
@@ -462,7 +467,11 @@ class Server:
         if valid:
             try:
                 error = await self.groups.commit_offsets(
-                    body.group_id, body.member_id, body.generation_id_or_member_epoch, valid
+                    body.group_id,
+                    body.member_id,
+                    body.generation_id_or_member_epoch,
+                    valid,
+                    body.group_instance_id if version >= 7 else None,
                 )
             except StorageError as e:
                 logger.error("cannot store offsets of group %s: %s", body.group_id, e)
@@ -593,7 +602,7 @@ class Server:
             members = [
                 described.DescribedGroupMember(
                     member_id=m.member_id,
-                    group_instance_id=None,
+                    group_instance_id=m.instance_id,
                     client_id=m.client_id,
                     client_host=m.client_host,
                     member_metadata=next((meta for name, meta in m.protocols if name == group.protocol_name), b"")

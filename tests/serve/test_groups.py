@@ -1,6 +1,7 @@
 """A consumer group over ``seglog serve``: 3 kafka-python consumers share 4 partitions, the group
 rebalances when one leaves, and after the server restarts a consumer of the group resumes from the
-committed offsets (kept in the log directory)."""
+committed offsets (kept in the log directory). Static members (``group.instance.id``, KIP-345) with
+confluent-kafka and kafka-python's admin client."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
+import confluent_kafka
 import pytest
 
 from indexer.config import load_settings
@@ -21,7 +23,8 @@ from tests.serve.conftest import ServeProcess
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka import KafkaConsumer, OffsetAndMetadata, TopicPartition
+    from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata, TopicPartition
+    from kafka.admin import MemberToRemove
 
 TOPIC, PARTITIONS, RECORDS = "orders", 4, 50
 
@@ -210,7 +213,6 @@ def test_admin_clients_list_and_describe_the_groups(serve: Callable[..., ServePr
     empty)."""
     from confluent_kafka import ConsumerGroupState
     from confluent_kafka.admin import AdminClient
-    from kafka import KafkaAdminClient
 
     log_dir = tmp_path / "logs"
     _write(log_dir, 0, RECORDS)
@@ -340,7 +342,6 @@ def test_with_several_brokers_each_group_is_listed_once(serve: Callable[..., Ser
     ``list_groups`` had each group three times (librdkafka and Kafka's admin client drop repeats).
     Only node 0, the coordinator, lists them now."""
     from confluent_kafka.admin import AdminClient
-    from kafka import KafkaAdminClient
 
     log_dir = tmp_path / "logs"
     _write(log_dir, 0, 1)
@@ -363,8 +364,6 @@ def test_a_member_commits_when_its_partitions_are_revoked(serve: Callable[..., S
     generation is still the current one: Kafka accepts that commit (only CompletingRebalance answers
     REBALANCE_IN_PROGRESS). It was refused, so every rebalance lost the offsets read since the last
     commit and the next owner read those records again."""
-    import confluent_kafka
-
     log_dir = tmp_path / "logs"
     _write(log_dir, 0, RECORDS)
     server = serve(log_dir)
@@ -409,8 +408,6 @@ def test_metadata_over_4_kib_is_refused_as_by_kafka(serve: Callable[..., ServePr
     """A committed offset's metadata longer than Kafka's ``offset.metadata.max.bytes`` (4096) gets
     OFFSET_METADATA_TOO_LARGE for its partition, as from a broker, and the other partitions of the
     commit are committed (it was stored, whatever its size, in the file every commit rewrites)."""
-    import confluent_kafka
-
     log_dir = tmp_path / "logs"
     _write(log_dir, 0, 1)
     server = serve(log_dir)
@@ -425,3 +422,166 @@ def test_metadata_over_4_kib_is_refused_as_by_kafka(serve: Callable[..., ServePr
     committed = consumer.committed([confluent_kafka.TopicPartition(TOPIC, p) for p in (0, 1)], timeout=20)
     assert [tp.offset for tp in committed] == [1, confluent_kafka.OFFSET_INVALID]
     consumer.close()
+
+
+def _static(bootstrap: str, instance_id: str) -> confluent_kafka.Consumer:
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": bootstrap,
+            "group.id": "static",
+            "group.instance.id": instance_id,
+            "auto.offset.reset": "earliest",
+            "enable.auto.commit": False,
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 200,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    consumer.subscribe([TOPIC])
+    return consumer
+
+
+def _poll(consumers: list[confluent_kafka.Consumer], seconds: float, errors: list[confluent_kafka.KafkaError]) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        for consumer in consumers:
+            message = consumer.poll(0.05)
+            if message is not None and message.error():
+                errors.append(message.error())
+
+
+def _partitions(consumer: confluent_kafka.Consumer) -> list[int]:
+    return sorted(tp.partition for tp in consumer.assignment())
+
+
+def _assigned_within(consumer: confluent_kafka.Consumer, seconds: float) -> float | None:
+    """Seconds until ``consumer`` holds every partition, or None after ``seconds``."""
+    start = time.monotonic()
+    while time.monotonic() < start + seconds:
+        consumer.poll(0.05)
+        if _partitions(consumer) == list(range(PARTITIONS)):
+            return time.monotonic() - start
+    return None
+
+
+def test_a_static_member_restarts_without_a_rebalance_and_a_duplicate_is_fenced(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    """librdkafka's static member does not leave on close. Restarted with its instance id, it used to
+    join as a new member and wait for the old one's session to expire (6 s here, 45 s by default)
+    before getting partitions; two consumers with one instance id shared the partitions."""
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    first = _static(server.bootstrap, "a")
+    assert _assigned_within(first, 20) is not None
+    first.close()
+
+    restarted = _static(server.bootstrap, "a")
+    waited = _assigned_within(restarted, 5)
+    assert waited is not None and waited < 2, waited
+    assert server.log_text().count("rebalancing") == 1  # the first join's only
+
+    duplicate = _static(server.bootstrap, "a")
+    errors: list[confluent_kafka.KafkaError] = []
+    _poll([restarted, duplicate], 3, errors)
+    assert errors and all(e.code() == confluent_kafka.KafkaError._FATAL for e in errors), errors
+    assert "fenced" in errors[0].str()
+    assert _partitions(duplicate) == list(range(PARTITIONS))
+    restarted.close()
+    duplicate.close()
+
+
+def test_an_admin_client_removes_a_static_member_by_its_instance_id(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    """LeaveGroup naming an instance id and no member id (kafka-python's remove_group_members, Kafka's
+    kafka-consumer-groups.sh --remove-members) removed nothing: UNKNOWN_MEMBER_ID."""
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    consumer = _static(server.bootstrap, "worker-1")
+    assert _assigned_within(consumer, 20) is not None
+    consumer.close()  # a static member does not leave: it stays in the group
+
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        members = admin.describe_groups(["static"])["static"]["members"]
+        assert [m["group_instance_id"] for m in members] == ["worker-1"]
+        removed = admin.remove_group_members("static", [MemberToRemove(group_instance_id="worker-1")])
+        assert [e.__name__ for e in removed.values()] == ["NoError"]
+        assert admin.describe_groups(["static"])["static"]["group_state"] == "Empty"
+        again = admin.remove_group_members("static", [MemberToRemove(group_instance_id="worker-1")])
+        assert [e.__name__ for e in again.values()] == ["UnknownMemberIdError"]
+    finally:
+        admin.close()
+
+
+def test_a_member_waiting_for_a_slow_leaders_assignment_keeps_its_session(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    """A member waiting in SyncGroup for the leader's assignment sends no heartbeats (librdkafka
+    sends none then), and Kafka counts its session as kept while it waits (``hasSatisfiedHeartbeat``).
+    With a leader whose assignor took longer than the follower's ``session.timeout.ms`` (7 s against
+    6 s here) the follower's session expired: its SyncGroup got UNKNOWN_MEMBER_ID, it joined again
+    under a new member id and the group rebalanced once more."""
+    from kafka.coordinator.assignors.range import RangePartitionAssignor
+
+    class SlowRange(RangePartitionAssignor):  # an assignor that asks something slow before it decides
+        @classmethod
+        def assign(cls, cluster: object, members: dict[str, object]) -> dict[str, object]:
+            if len(members) > 1:
+                time.sleep(7)
+            return dict(super().assign(cluster, members))
+
+    log_dir = tmp_path / "logs"
+    _write(log_dir, 0, RECORDS)
+    server = serve(log_dir)
+    leader = KafkaConsumer(
+        bootstrap_servers=server.bootstrap,
+        group_id="slow",
+        partition_assignment_strategy=[SlowRange],
+        session_timeout_ms=20000,
+        heartbeat_interval_ms=300,
+        max_poll_interval_ms=30000,
+        enable_auto_commit=False,
+        fetch_max_wait_ms=100,
+    )
+    leader.subscribe([TOPIC])
+    stop = threading.Event()
+
+    def run() -> None:
+        while not stop.is_set():
+            leader.poll(timeout_ms=100)
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    follower = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": server.bootstrap,
+            "group.id": "slow",
+            "session.timeout.ms": 6000,
+            "heartbeat.interval.ms": 300,
+            "enable.auto.commit": False,
+            "fetch.wait.max.ms": 100,
+        }
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while "generation 1 stable" not in server.log_text():
+            assert time.monotonic() < deadline, server.log_text()
+            time.sleep(0.05)
+        follower.subscribe([TOPIC])
+        member_ids = set()
+        deadline = time.monotonic() + 25
+        while _partitions(follower) != [2, 3]:
+            assert time.monotonic() < deadline, server.log_text()
+            follower.poll(0.05)
+            member_ids.add(follower.memberid())
+        assert len(member_ids - {None, ""}) == 1, member_ids
+        assert "session expired" not in server.log_text()
+    finally:
+        stop.set()
+        thread.join(10)
+        leader.close()
+        follower.close()
