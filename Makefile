@@ -28,9 +28,12 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
-# The coverage floor is fail_under in pyproject.toml's [tool.coverage.report].
+# The coverage floor is fail_under in pyproject.toml's [tool.coverage.report]. TEST_WORKERS pytest-xdist
+# processes share the tests (worksteal: an idle worker takes queued tests from the other); most of the
+# suite's time is spent waiting on JVMs, servers and subprocesses, so 2 workers fit 2 cores.
+TEST_WORKERS ?= 2
 test: $(STAMP)
-	$(BIN)/python -m pytest --cov --cov-report=term $(PYTEST_ARGS)
+	$(BIN)/python -m pytest -n $(TEST_WORKERS) --dist worksteal --cov --cov-report=term $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
 	$(BIN)/python -m pytest -m "not spark and not slow and not stress" $(PYTEST_ARGS)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,9 +11,15 @@ from hypothesis import HealthCheck, settings
 
 from tests.budget import BUDGET
 from tests.filesystems import TinyFs, mount_tiny_fs, unmount
+from tests.spark_session import TEST_JVM_OPTIONS
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 VECTORS_DIR = REPO_ROOT.parent / "shared" / "vectors" / "kafka"
+
+# The Spark drivers that tests start as subprocesses (`seglog run`, the crash and cluster drivers) start
+# with the test JVM options too: spark-submit adds SPARK_SUBMIT_OPTS to the driver JVM's options. It
+# takes about 3 s off each such start here (a `seglog run` that fails on its first row: 11.5 s -> 8.3 s).
+os.environ.setdefault("SPARK_SUBMIT_OPTS", TEST_JVM_OPTIONS)
 
 # One hypothesis profile, locally and in CI: each property test sets its own max_examples, sized so
 # that the whole suite stays well under its time budget; a profile cannot raise or lower those.

@@ -15,9 +15,10 @@ import pytest
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
+# C1-only JIT and the serial GC halve the JVM's start on a busy 2-core machine; test queries are short.
+TEST_JVM_OPTIONS = "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC"
 TEST_SPARK_CONF = {
-    # C1-only JIT and the serial GC halve the JVM's start on a busy 2-core machine; test queries are short.
-    "spark.driver.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+    "spark.driver.extraJavaOptions": TEST_JVM_OPTIONS,
     "spark.sql.shuffle.partitions": "2",
     "spark.default.parallelism": "2",
 }

@@ -13,6 +13,7 @@ import pytest
 from indexer.config import LogConfig, load_settings
 from indexer.log import Log
 from maintenance.recovery import recover_log_dir
+from tests.budget import scaled
 from tests.maintenance.conftest import maintain_daemon, wait_for, write_conf
 
 if TYPE_CHECKING:
@@ -37,8 +38,9 @@ MAINTENANCE = {
     "replica.high.watermark.checkpoint.interval.ms": 1000,
     "log.flush.scheduler.interval.ms": 1000,
 }
-# ~40 s by default; SEGLOG_SOAK_SECONDS shortens or lengthens it.
-DURATION_S = float(os.environ.get("SEGLOG_SOAK_SECONDS", "40"))
+# 40 s by default, 15 s under SEGLOG_TEST_BUDGET=ci (still 14 micro-batches, several retention deletes
+# per partition and over 3x retention.bytes written), 10 min under soak; SEGLOG_SOAK_SECONDS overrides.
+DURATION_S = float(os.environ.get("SEGLOG_SOAK_SECONDS", scaled(40, ci=15, soak=600)))
 
 
 def test_sink_and_maintenance_run_together(

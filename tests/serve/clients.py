@@ -174,11 +174,13 @@ def kcat(
     topics: list[str],
     *,
     group: str | None = None,
+    partition: int | None = None,
     committed: bool = False,
     timeout_s: float = 60,
 ) -> Received:
-    """``kcat -C -e`` (every partition of one topic, from the beginning to the end) or ``kcat -G group -e``
-    (until every assigned partition is at its end); ``expected`` is not needed: kcat stops by itself.
+    """``kcat -C -e`` (every partition of one topic, or only ``partition``, from the beginning to the end) or
+    ``kcat -G group -e`` (until every assigned partition is at its end); ``expected`` is not needed: kcat
+    stops by itself.
 
         Each record is printed as a text line with the key and value lengths (-1 for null) followed by the
         raw bytes, so binary data and null versus empty survive; headers come as kcat's ``n=v`` CSV.
@@ -201,7 +203,7 @@ def kcat(
     ]
     if group is None:
         assert len(topics) == 1
-        args += ["-C", "-e", "-t", topics[0]]
+        args += ["-C", "-e", "-t", topics[0], *([] if partition is None else ["-p", str(partition)])]
     else:
         args += ["-e", "-G", group, *topics, "-X", "enable.auto.commit=true", "-X", "auto.commit.interval.ms=100"]
     proc = subprocess.run(args, capture_output=True, timeout=timeout_s, check=False)

@@ -108,14 +108,14 @@ def main(argv: list[str] | None = None) -> int:
     from indexer.config import load_settings, parse_overrides
     from streaming.session import build_spark_session
     from streaming.sink import SegmentLogSink
-    from tests.spark_session import TEST_SPARK_CONF
+    from tests.spark_session import TEST_JVM_OPTIONS, TEST_SPARK_CONF
 
     arm(args.kill_batch, args.kill_phase)
     conf = {
         **TEST_SPARK_CONF,
         "spark.task.maxFailures": "20",
         "spark.executor.memory": "512m",
-        "spark.executor.extraJavaOptions": "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC",
+        "spark.executor.extraJavaOptions": TEST_JVM_OPTIONS,
     }
     if args.speculation:  # a copy of any task running longer than the others so far, after 200 ms
         conf.update(

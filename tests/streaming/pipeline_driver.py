@@ -23,6 +23,7 @@ def main(argv: list[str] | None = None) -> int:
     from pyspark.sql import functions as F
 
     from streaming.sink import SegmentLogSink
+    from tests.spark_session import TEST_JVM_OPTIONS
 
     arm(args.kill_batch, args.kill_phase)
     spark = (
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> int:
         .appName("seglog-pipeline")
         .config("spark.ui.enabled", "false")
         .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.extraJavaOptions", "-XX:TieredStopAtLevel=1 -XX:+UseSerialGC")
+        .config("spark.driver.extraJavaOptions", TEST_JVM_OPTIONS)
         .getOrCreate()
     )
     spark.sparkContext.setLogLevel("ERROR")
