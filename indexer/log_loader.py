@@ -625,7 +625,7 @@ class LogLoader:
             if log_end_offset < self.log_start_offset_checkpoint:  # e.g. segment files deleted by hand
                 why = f"the log ends at {log_end_offset}, below its start {self.log_start_offset_checkpoint}"
                 segments = [self._segments[b] for b in sorted(self._segments)]
-                self._delete_segments(segments, StepKind.DELETE_BELOW_LOG_START, why)
+                self._delete_segments(segments, StepKind.DELETE_BELOW_LOG_START, why, log_end_offset=log_end_offset)
                 log_end_offset = None
         if not self._segments:
             self._create_empty_segment(self.log_start_offset_checkpoint)
@@ -834,9 +834,13 @@ class LogLoader:
         i = bisect.bisect_right(self._bases, base_offset)
         return self._bases[i] if i < len(self._bases) else None
 
-    def _delete_segments(self, segments: Iterable[_Segment], kind: StepKind, why: str) -> None:
+    def _delete_segments(
+        self, segments: Iterable[_Segment], kind: StepKind, why: str, *, log_end_offset: int | None = None
+    ) -> None:
         """Remove segments from the map: their ``.log`` goes to quarantine, their other files are
-        deleted asynchronously (spec 4.10)."""
+        deleted asynchronously (spec 4.10). The records of each segment with data are lost offsets
+        (up to the next segment's base, for the last one ``log_end_offset`` if known), also below a
+        checkpointed log start above the log end: that checkpoint cannot be trusted over the files."""
         for segment in list(segments):
             base = segment.base_offset
             next_base = self._next_base(base)
@@ -851,7 +855,7 @@ class LogLoader:
                 if segment.size:
                     quarantined = [quarantine_whole_file(segment.log.path, base).name]
                 self._schedule_delete(segment)
-            lost = (LostRange(base, next_base),) if kind is StepKind.DELETE_AFTER_CORRUPTION and segment.size else ()
+            lost = (LostRange(base, log_end_offset if next_base is None else next_base),) if segment.size else ()
             detail = f"{segment.size} bytes, deleted{' (the .log quarantined)' if segment.size else ''}: {why}"
             self._record(
                 kind,

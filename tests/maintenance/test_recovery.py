@@ -279,3 +279,30 @@ def test_recovery_of_a_cleanly_shut_down_directory_does_not_call_it_unclean(
     details = [s["detail"] for p in outcome.partitions for s in p.steps if s["kind"] == "recover-segment"]
     assert details and all(d.startswith("validated by seglog recover:") for d in details), details
     assert "unclean" not in caplog.text
+
+
+def test_a_log_start_checkpoint_above_the_log_end_names_the_committed_records_recovery_removes(
+    template: Path, tmp_path: Path
+) -> None:
+    """A damaged ``log-start-offset-checkpoint`` (t-0 at 99999, above its log end 48 and its high
+    watermark) makes recovery remove every segment, as Kafka does for files deleted by hand. Those
+    records were committed: the dry run and the recovery name them and exit 3, and the quarantine
+    holds their bytes."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    partition = log_dir / "t-0"
+    sizes = {p.name: p.stat().st_size for p in partition.glob("*.log")}
+    end = batches_of(partition)[-1].last_offset + 1
+    (log_dir / "log-start-offset-checkpoint").write_text("0\n1\nt 0 99999\n")
+    settings = settings_for(small_config())
+    before = digest(log_dir)
+    dry = recover_log_dir(log_dir, settings, dry_run=True, progress=False)
+    assert digest(log_dir) == before
+    real = recover_log_dir(log_dir, settings, progress=False)
+    for outcome in (dry, real):
+        row = next(p for p in outcome.partitions if p.partition == "t-0")
+        assert row.lost_offsets == [{"first": 0, "last": end - 1, "committed": True}], row.lost_offsets
+        assert outcome.exit_status() == EXIT_COMMITTED_DATA_LOST
+    assert {p.name: p.stat().st_size for p in partition.glob("*.log.0.quarantine")} == {
+        f"{name}.0.quarantine": size for name, size in sizes.items()
+    }
