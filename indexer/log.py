@@ -157,17 +157,30 @@ class Log:
         Read-only: opens the ``.log`` files found, with indexes mapped read-only; the high watermark is
         ``high_watermark`` if given, else the log end offset (everything on disk is visible). The log
         ends after the last whole batch: a tail its writer has reserved but not yet filled is not data.
+        A ``log_start_offset`` above that end is refused: no writer leaves one (its log end never goes
+        below its log start), so the checkpoint is damaged or segments are missing, and a read from it
+        would quietly return nothing.
 
         Raises:
             LogLockedError: another writer, in this or another process, holds the partition.
             StorageError: the directory or a file cannot be read or created (read-only: the directory
-                holds no ``.log`` file); writable: the log ends below ``high_watermark``.
+                holds no ``.log`` file, or ``log_start_offset`` is above its end); writable: the log ends
+                below ``high_watermark``.
         """
         directory = Path(directory)
         clock = clock if clock is not None else SystemClock()
         if read_only:
             segments, end = cls._load_read_only(directory, config, clock)
             first_base = segments.first_segment_base_offset() or 0
+            if log_start_offset > end.message_offset:
+                segments.close_handlers()
+                raise StorageError(
+                    f"partition {directory.name} in {directory.parent}: its checkpointed log start offset "
+                    f"{log_start_offset} is above its log end offset {end.message_offset} (a damaged checkpoint, "
+                    "or segment files missing): reading from it would skip every record on disk; "
+                    f"`seglog recover --log-dir {directory.parent} --dry-run` names what recovery would remove",
+                    path=directory,
+                )
             return cls(
                 directory,
                 config,
