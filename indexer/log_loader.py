@@ -70,6 +70,7 @@ from indexer import file_names
 from indexer.checkpoint import EpochEntry, LeaderEpochCheckpointFile, fsync_directory
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig
+from indexer.data_loss import offsets_in_no_segment
 from indexer.errors import (
     CorruptIndexError,
     InvalidOffsetError,
@@ -105,6 +106,7 @@ class StepKind(enum.StrEnum):
     DROP_SEGMENT_DATA = "drop-segment-data"
     DELETE_AFTER_CORRUPTION = "delete-segment-after-corruption"
     DELETE_BELOW_LOG_START = "delete-segment-below-log-start"
+    OFFSETS_IN_NO_SEGMENT = "offsets-in-no-segment"
     CREATE_EMPTY_SEGMENT = "create-empty-segment"
     SPLIT_OVERFLOWED_SEGMENT = "split-overflowed-segment"
     DELETE_STRAY_SNAPSHOT = "delete-stray-producer-snapshot"
@@ -619,6 +621,7 @@ class LogLoader:
                     why = f"segment {segment.base_offset} before it lost {truncated} bytes to corruption"
                     self._delete_segments(unflushed[i + 1 :], StepKind.DELETE_AFTER_CORRUPTION, why)
                     break
+            self._report_offsets_in_no_segment([s.base_offset for s in unflushed])
         log_end_offset: int | None = None
         if self._segments:
             log_end_offset = self._read_next_offset(self._segments[max(self._segments)])
@@ -634,6 +637,24 @@ class LogLoader:
         if log_end_offset is None:
             log_end_offset = self._read_next_offset(self._segments[max(self._segments)])
         return min(self.recovery_point_checkpoint, log_end_offset), log_end_offset
+
+    def _report_offsets_in_no_segment(self, recovered: list[int]) -> None:
+        """Offsets between a segment recovered here and the next segment that no segment holds and
+        no step of this load names are lost unless an earlier recovery or a user accounts for them
+        (:func:`~indexer.data_loss.offsets_in_no_segment`)."""
+        named = self._report.lost_offsets
+        gaps = []
+        for base in recovered:
+            following = self._next_base(base)
+            if base in self._segments and following is not None:
+                end = self._read_next_offset(self._segments[base])
+                if not any(r.first <= end and (r.end is None or r.end >= following) for r in named):
+                    gaps.append((base, end, following))
+        for lost in offsets_in_no_segment(self.directory, gaps):
+            assert lost.end is not None
+            why = f"offsets {lost.first}..{lost.end - 1} are in no segment file: a segment is missing"
+            path = file_names.log_file(self.directory, lost.end)
+            self._record(StepKind.OFFSETS_IN_NO_SEGMENT, path, why, lost.end, lost_offsets=(lost,))
 
     # -- one segment ----------------------------------------------------------------------------
 
@@ -994,7 +1015,12 @@ class LogLoader:
 
 _OUT_OF_ORDER = "the batches' last offsets do not increase"
 _LOSSY_KINDS = frozenset(
-    {StepKind.DROP_SEGMENT_DATA, StepKind.DELETE_AFTER_CORRUPTION, StepKind.DELETE_BELOW_LOG_START}
+    {
+        StepKind.DROP_SEGMENT_DATA,
+        StepKind.DELETE_AFTER_CORRUPTION,
+        StepKind.DELETE_BELOW_LOG_START,
+        StepKind.OFFSETS_IN_NO_SEGMENT,
+    }
 )
 
 

@@ -5,7 +5,8 @@ For each ``<topic>-<partition>`` directory: log start offset, log end offset, hi
 ``recovery-point-offset-checkpoint``), size, and per segment its base offset, last offset, size,
 batch and record counts, the timestamps of its first record and its largest one, and how many
 entries its index files hold; the quarantine files holding bytes recovery removed (``seglog
-quarantine``) and the committed data losses accepted with ``seglog recover --accept-data-loss``.
+quarantine``), the committed data losses accepted with ``seglog recover --accept-data-loss``, and
+offsets that no segment holds and nothing accounts for (a segment missing in the middle).
 Counts come from one vectorised walk over the batch headers of each ``.log`` (no record is
 decoded; ``records`` counts the offsets the batches cover, which is the number of records unless
 compaction removed some). A partition that cannot be opened is listed
@@ -14,7 +15,7 @@ with its error instead of stopping the command.
 the first damaged batch of each segment and, under ``recovery.strategy=salvage`` (the default), what
 ``seglog recover`` would do with it: the intact batches it keeps after the damage, the byte ranges it
 quarantines and the offsets they held (the engine's own salvage plan; nothing is written). The exit
-status is then 1 when damage was found.
+status is then 1 when damage or offsets in no segment were found.
 
 Everything is opened read-only (no lock, nothing written): this works while a writer runs and on
 read-only copies of broker directories.
@@ -36,7 +37,7 @@ from typing import Any
 import numpy as np
 
 from indexer.checkpoint import OffsetCheckpointFile
-from indexer.data_loss import read_accepted_losses
+from indexer.data_loss import offsets_in_no_segment, read_accepted_losses
 from indexer.errors import SeglogError
 from indexer.file_names import RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE
 from indexer.log_manager import LogManager
@@ -68,7 +69,9 @@ def run(args: argparse.Namespace) -> int:
     description = describe_log_dir(log_dir, settings_from_args(args), verify=args.verify)
     Output(json_mode=args.json).emit(description, render_text)
     damaged = args.verify and any(
-        "missing_committed" in p or any("invalid_bytes" in s for s in p.get("segments", ()))
+        "missing_committed" in p
+        or p.get("offsets_in_no_segment")
+        or any("invalid_bytes" in s for s in p.get("segments", ()))
         for p in description["partitions"]
     )
     return 1 if any("error" in p for p in description["partitions"]) or damaged else 0
@@ -130,6 +133,11 @@ def describe_partition(topic: str, partition: int, log: Any, *, verify: bool = F
         )
         for i, segment in enumerate(log.segments.values())
     ]
+    gaps = [  # a damaged segment's own losses are its salvage plan's
+        (s["base_offset"], s["base_offset"] if s["last_offset"] is None else s["last_offset"] + 1, following)
+        for s, following in zip(segments, bases[1:], strict=False)
+        if "invalid_bytes" not in s
+    ]
     return {
         "topic": topic,
         "partition": partition,
@@ -142,6 +150,7 @@ def describe_partition(topic: str, partition: int, log: Any, *, verify: bool = F
         "num_segments": len(segments),
         "segments": segments,
         "quarantine": [q.to_dict() for q in list_quarantine(Path(log.directory))],
+        "offsets_in_no_segment": [r.to_dict() for r in offsets_in_no_segment(Path(log.directory), gaps)],
     }
 
 
@@ -285,6 +294,11 @@ def render_text(description: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  quarantine: {len(p['quarantine'])} files, {size} bytes removed by recovery "
                 f"({', '.join(Path(q['path']).name for q in p['quarantine'])}; see `seglog quarantine list`)"
+            )
+        for r in p["offsets_in_no_segment"]:
+            lines.append(
+                f"  offsets {offset_range_text(r)} are in no segment file (a segment is missing): "
+                "`seglog recover` reports them lost until the loss is accepted"
             )
         if "missing_committed" in p:
             missing = p["missing_committed"]

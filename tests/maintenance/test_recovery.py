@@ -306,3 +306,33 @@ def test_a_log_start_checkpoint_above_the_log_end_names_the_committed_records_re
     assert {p.name: p.stat().st_size for p in partition.glob("*.log.0.quarantine")} == {
         f"{name}.0.quarantine": size for name, size in sizes.items()
     }
+
+
+def test_a_segment_missing_in_the_middle_is_a_loss_of_its_offsets_until_accepted(
+    template: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A middle segment's files gone (deleted by mistake, an incomplete copy): its committed offsets
+    are in no segment. The dry run (writing nothing) and every recovery name them and exit 3 until
+    the loss is accepted; then it is recorded and no longer reported."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    partition = log_dir / "t-0"
+    bases = sorted(int(p.name.split(".")[0]) for p in partition.glob("*.log"))
+    gone, following = bases[2], bases[3]
+    for path in partition.glob(f"{gone:020d}.*"):
+        path.unlink()
+    settings = settings_for(small_config())
+    lost = [{"first": gone, "last": following - 1, "committed": True}]
+    before = digest(log_dir)
+    dry = recover_log_dir(log_dir, settings, dry_run=True, progress=False)
+    assert digest(log_dir) == before
+    for attempt in range(2):
+        outcome = recover_log_dir(log_dir, settings, progress=False)
+        for o in (dry, outcome):
+            row = next(p for p in o.partitions if p.partition == "t-0")
+            assert row.lost_offsets == lost, (attempt, row.lost_offsets)
+            assert o.exit_status() == EXIT_COMMITTED_DATA_LOST
+    accepted = recover_log_dir(log_dir, settings, accept_data_loss=True, progress=False)
+    assert accepted.exit_status() == 0 and accepted.partitions[0].accepted_data_loss
+    again = recover_log_dir(log_dir, settings, progress=False)
+    assert [p.lost_offsets for p in again.partitions] == [[], []] and again.exit_status() == 0

@@ -223,3 +223,23 @@ def test_an_open_offset_range_reads_as_recover_prints_it() -> None:
     plan = {"kept_batches_after_damage": 0, "kept_offsets_after_damage": None, "removed": [], "lost": []}
     plan["lost"] = [{"first": 9575, "last": None}]
     assert _salvage_text(plan).endswith("offsets lost: 9575.. (how many: unknown)")
+
+
+def test_a_segment_missing_in_the_middle_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """describe listed a partition whose middle segment's files were gone as sound (``--verify`` exit
+    0), while ``seglog recover`` reports its offsets lost: both now name them."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(f'{{"value": "v{i}"}}\n' for i in range(50)))
+    log_dir = tmp_path / "logs"
+    small = ["--config", "segment.bytes=300", "--config", "max.message.bytes=120"]
+    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", *small, str(source)]) == 0
+    partition = log_dir / "t-0"
+    bases = sorted(int(p.name.split(".")[0]) for p in partition.glob("*.log"))
+    gone, following = bases[1], bases[2]
+    for path in partition.glob(f"{gone:020d}.*"):
+        path.unlink()
+    capsys.readouterr()
+    [p] = _describe(capsys, log_dir)["partitions"]
+    assert p["offsets_in_no_segment"] == [{"first": gone, "last": following - 1}]
+    assert main(["describe", "--log-dir", str(log_dir), "--verify"]) == 1
+    assert f"offsets {gone}..{following - 1} are in no segment file" in capsys.readouterr().out
