@@ -364,6 +364,7 @@ class LogLoader:
         self._virtual: dict[int, _PlannedSegment] = {}  # dry run: planned output of splits
         self._bases: list[int] = []  # base offsets of the segments, for each segment's successor
         self._renamed: dict[str, str] = {}  # dry run: final name -> swap file holding it
+        self._deleted_logs: dict[int, str] = {}  # base offset -> stray <base>.log.deleted, decided after recovery
 
     # -- entry points ---------------------------------------------------------------------------
 
@@ -414,6 +415,7 @@ class LogLoader:
         self._next_offsets = {}
         self._virtual = {}
         self._renamed = {}
+        self._deleted_logs = {}
         self._bases = []
         with storage_errors(self.directory, "list the partition directory"):
             self._names = {e.name for e in os.scandir(self.directory) if e.is_file(follow_symlinks=False)}
@@ -431,6 +433,9 @@ class LogLoader:
                 assert isinstance(active, LogSegment)
                 active.offset_index.resize(self.config.segment_index_bytes)
                 active.time_index.resize(self.config.segment_index_bytes)
+        for name in self._deleted_logs.values():
+            self._names.add(name)
+            self._delete_file(name, StepKind.DELETE_STRAY_DELETED, "stray temporary file")
         first_base = min(self._segments)
         report = self._report
         report.log_start_offset = max(self.log_start_offset_checkpoint, first_base)
@@ -481,7 +486,12 @@ class LogLoader:
             path = self._path(name)
             if not os.access(path, os.R_OK):
                 raise StorageError(f"Could not read file {path}", path=path)
-            if file_names.is_stray_deleted_file(name):
+            if name.endswith(file_names.LOG_FILE_SUFFIX + file_names.DELETED_FILE_SUFFIX) and (
+                (offset := _offset_or_none(name)) is not None
+            ):
+                self._deleted_logs[offset] = name  # deleted once recovery knows it holds no lost offsets
+                self._names.discard(name)
+            elif file_names.is_stray_deleted_file(name):
                 self._delete_file(name, StepKind.DELETE_STRAY_DELETED, "stray temporary file")
             elif name.endswith(file_names.CLEANED_FILE_SUFFIX):
                 offset = _offset_or_none(name)
@@ -653,8 +663,26 @@ class LogLoader:
         for lost in offsets_in_no_segment(self.directory, gaps):
             assert lost.end is not None
             why = f"offsets {lost.first}..{lost.end - 1} are in no segment file: a segment is missing"
+            # A .log.deleted there is the missing segment's data, not a leftover (retention deletes
+            # from the front, truncation the tail): its bytes are quarantined, not deleted.
+            quarantined = tuple(
+                self._quarantine_deleted_log(base)
+                for base in sorted(self._deleted_logs)
+                if lost.first <= base < lost.end
+            )
+            if quarantined:
+                why += f"; the {file_names.DELETED_FILE_SUFFIX} file of its data is quarantined"
             path = file_names.log_file(self.directory, lost.end)
-            self._record(StepKind.OFFSETS_IN_NO_SEGMENT, path, why, lost.end, lost_offsets=(lost,))
+            self._record(
+                StepKind.OFFSETS_IN_NO_SEGMENT, path, why, lost.end, lost_offsets=(lost,), quarantined=quarantined
+            )
+
+    def _quarantine_deleted_log(self, base: int) -> str:
+        """Move the stray ``<base>.log.deleted`` into quarantine (a dry run only names it)."""
+        path = self._path(self._deleted_logs.pop(base))
+        if self._fix:
+            return quarantine_whole_file(path, base).name
+        return file_names.quarantine_file(self.directory, base, 0).name
 
     # -- one segment ----------------------------------------------------------------------------
 

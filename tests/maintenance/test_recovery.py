@@ -336,3 +336,32 @@ def test_a_segment_missing_in_the_middle_is_a_loss_of_its_offsets_until_accepted
     assert accepted.exit_status() == 0 and accepted.partitions[0].accepted_data_loss
     again = recover_log_dir(log_dir, settings, progress=False)
     assert [p.lost_offsets for p in again.partitions] == [[], []] and again.exit_status() == 0
+
+
+def test_a_deleted_file_holding_the_only_copy_of_missing_offsets_is_quarantined_not_deleted(
+    template: Path, tmp_path: Path
+) -> None:
+    """A middle segment's ``.log`` renamed ``.log.deleted`` (retention only deletes from the front, a
+    truncation only the tail: nothing of seglog's leaves one between live segments) holds the only copy
+    of its committed records. Recovery deleted it as a stray temporary file; it now goes to quarantine,
+    named with the offsets lost."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    partition = log_dir / "t-0"
+    bases = sorted(int(p.name.split(".")[0]) for p in partition.glob("*.log"))
+    gone, following = bases[2], bases[3]
+    log_path = partition / f"{gone:020d}.log"
+    data = log_path.read_bytes()
+    log_path.rename(partition / f"{log_path.name}.deleted")
+    settings = settings_for(small_config())
+    before = digest(log_dir)
+    dry = recover_log_dir(log_dir, settings, dry_run=True, progress=False)
+    assert digest(log_dir) == before
+    real = recover_log_dir(log_dir, settings, progress=False)
+    quarantine = f"{gone:020d}.log.0.quarantine"
+    for outcome in (dry, real):
+        row = next(p for p in outcome.partitions if p.partition == "t-0")
+        assert row.lost_offsets == [{"first": gone, "last": following - 1, "committed": True}]
+        assert row.quarantined == [quarantine], row.quarantined
+    assert (partition / quarantine).read_bytes() == data
+    assert not list(partition.glob("*.deleted"))
