@@ -81,7 +81,7 @@ from indexer.index_check import IndexProblem, offset_index_problem, time_index_p
 from indexer.limits import INT32_MAX, INT64_MAX
 from indexer.quarantine import quarantine_range, quarantine_whole_file
 from indexer.records.file_records import BatchScan, FileRecords
-from indexer.salvage import LostRange, SalvagePlan, plan_salvage, write_ranges
+from indexer.salvage import LostRange, SalvagePlan, merge_lost_ranges, plan_salvage, write_ranges
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 
@@ -206,19 +206,6 @@ class RecoveryReport:
         out["lost_offsets"] = [r.to_dict() for r in self.lost_offsets]
         out["steps"] = [s.to_dict() for s in self.steps]
         return out
-
-
-def merge_lost_ranges(ranges: Iterable[LostRange]) -> list[LostRange]:
-    """Sorted, with touching or overlapping ranges merged (an open end absorbs what follows)."""
-    out: list[LostRange] = []
-    for r in sorted(ranges, key=lambda r: r.first):
-        if out and (out[-1].end is None or r.first <= out[-1].end):
-            prev = out[-1]
-            end = None if prev.end is None or r.end is None else max(prev.end, r.end)
-            out[-1] = LostRange(prev.first, end)
-        else:
-            out.append(r)
-    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,6 +34,7 @@ import contextlib
 import errno
 import mmap
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -206,7 +207,8 @@ def plan_salvage(records: FileRecords, base_offset: int, next_base: int | None, 
     keep = _intact(valid, base_offset, next_base, size)
     kept = _select(valid, keep)
     removed = _removed_ranges(kept, size)
-    return SalvagePlan(size, kept, removed, _lost_ranges(kept, removed, base_offset, next_base))
+    lost = _lost_ranges(kept, removed, _select(valid, ~keep), base_offset, next_base)
+    return SalvagePlan(size, kept, removed, lost)
 
 
 def _crc_valid(buf: np.ndarray, position: int) -> bool:
@@ -284,9 +286,12 @@ def _removed_ranges(kept: BatchScan, size: int) -> list[tuple[int, int]]:
 
 
 def _lost_ranges(
-    kept: BatchScan, removed: list[tuple[int, int]], base_offset: int, next_base: int | None
+    kept: BatchScan, removed: list[tuple[int, int]], dropped: BatchScan, base_offset: int, next_base: int | None
 ) -> list[LostRange]:
-    """The offsets each removed byte range held, bounded by the kept batches around it."""
+    """The offsets each removed byte range held, bounded by the kept batches around it, and those
+    of each ``dropped`` CRC-valid batch that no kept batch holds, below the next segment (a batch
+    moved or swapped out of offset order sits between kept batches its offsets do not lie between),
+    merged."""
     positions = np.asarray(kept.positions, dtype=np.int64)
     out: list[LostRange] = []
     for position, _length in removed:
@@ -295,6 +300,35 @@ def _lost_ranges(
         end = int(kept.base_offsets[i]) if i < len(positions) else next_base
         if end is None or end > first:
             out.append(LostRange(first, end))
+    kept_bases = np.asarray(kept.base_offsets, dtype=np.int64)
+    kept_lasts = np.asarray(kept.last_offsets, dtype=np.int64)
+    # Past the last kept batch of the last segment the offsets are the log's end: what was committed
+    # there is the caller's to bound (a damaged base offset may claim offsets that never existed).
+    limit = next_base if next_base is not None else int(kept_lasts[-1]) + 1 if len(kept_lasts) else base_offset
+    for base, last in zip(dropped.base_offsets, dropped.last_offsets, strict=True):
+        first, end = max(int(base), base_offset), min(int(last) + 1, limit)
+        # the kept batches (increasing, disjoint) overlapping [first, end) split it into what is lost
+        for i in range(int(np.searchsorted(kept_lasts, first)), len(kept_bases)):
+            if first >= end or kept_bases[i] >= end:
+                break
+            if kept_bases[i] > first:
+                out.append(LostRange(first, int(kept_bases[i])))
+            first = max(first, int(kept_lasts[i]) + 1)
+        if first < end:
+            out.append(LostRange(first, end))
+    return merge_lost_ranges(out)
+
+
+def merge_lost_ranges(ranges: Iterable[LostRange]) -> list[LostRange]:
+    """Sorted, with touching or overlapping ranges merged (an open end absorbs what follows)."""
+    out: list[LostRange] = []
+    for r in sorted(ranges, key=lambda r: r.first):
+        if out and (out[-1].end is None or r.first <= out[-1].end):
+            prev = out[-1]
+            end = None if prev.end is None or r.end is None else max(prev.end, r.end)
+            out[-1] = LostRange(prev.first, end)
+        else:
+            out.append(r)
     return out
 
 

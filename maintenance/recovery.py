@@ -54,9 +54,9 @@ from indexer.file_names import (
 )
 from indexer.lock import FileLock
 from indexer.log import Log
-from indexer.log_loader import LogLoader, RecoveryReport, merge_lost_ranges
+from indexer.log_loader import LogLoader, RecoveryReport
 from indexer.log_manager import write_clean_shutdown_marker
-from indexer.salvage import LostRange
+from indexer.salvage import LostRange, merge_lost_ranges
 from maintenance.access import (
     CHECKPOINT_FILES,
     partition_name,
