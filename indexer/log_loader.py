@@ -81,7 +81,14 @@ from indexer.index_check import IndexProblem, offset_index_problem, time_index_p
 from indexer.limits import INT32_MAX, INT64_MAX
 from indexer.quarantine import quarantine_range, quarantine_whole_file
 from indexer.records.file_records import BatchScan, FileRecords
-from indexer.salvage import LostRange, SalvagePlan, merge_lost_ranges, plan_salvage, write_ranges
+from indexer.salvage import (
+    LostRange,
+    SalvagePlan,
+    first_misplaced_batch,
+    merge_lost_ranges,
+    plan_salvage,
+    write_ranges,
+)
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 
@@ -1063,11 +1070,7 @@ def _inspect_records(
     relative = last - base_offset
     outside = (relative < 0) | (relative > INT32_MAX)
     base = np.asarray(scan.base_offsets, dtype=np.int64)
-    misfit = bool(
-        np.any(outside)
-        or (next_base is not None and last.size and np.any(last >= next_base))
-        or (base.size and (base[0] < base_offset or np.any(base[1:] <= last[:-1])))  # overlapping batches
-    )
+    misfit = bool(np.any(outside)) or first_misplaced_batch(scan, base_offset, next_base) is not None
     if salvage and outside.any():
         # A run of batches with consecutive offsets is data written that way (KAFKA-6264); a lone
         # v2 batch whose offsets continue neither neighbour's has a damaged base offset.

@@ -169,6 +169,23 @@ class SalvagePlan:
         return int(self.kept.last_offsets[-1]) + 1 if len(self.kept) else None
 
 
+def first_misplaced_batch(scan: BatchScan, base_offset: int, next_base: int | None) -> int | None:
+    """The index of the first batch of ``scan`` (a segment based at ``base_offset``, followed by one
+    based at ``next_base`` if any) whose offsets start below the segment's base, do not come after
+    the batch before it (written twice, swapped, moved) or reach the next segment; None when every
+    batch fits. Such batches are damage that salvage removes, although each one's CRC is valid."""
+    base = np.asarray(scan.base_offsets, dtype=np.int64)
+    last = np.asarray(scan.last_offsets, dtype=np.int64)
+    bad = np.zeros(len(base), dtype=bool)
+    if len(base):
+        bad[0] = base[0] < base_offset
+        bad[1:] = base[1:] <= last[:-1]
+        if next_base is not None:
+            bad |= last >= next_base
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if hits.size else None
+
+
 def plan_salvage(records: FileRecords, base_offset: int, next_base: int | None, scan: BatchScan) -> SalvagePlan:
     """Find the intact batches of ``records`` (a segment based at ``base_offset``, followed by a
     segment based at ``next_base`` if any), given ``scan``, its CRC-checked scan from 0.

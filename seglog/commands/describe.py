@@ -44,7 +44,7 @@ from indexer.log_manager import LogManager
 from indexer.offset_index import OffsetIndex
 from indexer.quarantine import list_quarantine
 from indexer.records.batch_header import NO_TIMESTAMP
-from indexer.salvage import plan_salvage
+from indexer.salvage import first_misplaced_batch, plan_salvage
 from indexer.time_index import TimeIndex
 from seglog.cli import add_log_config_arguments, log_dir_from_args, settings_from_args
 from seglog.output import Output, format_table, offset_range_text
@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     damaged = args.verify and any(
         "missing_committed" in p
         or p.get("offsets_in_no_segment")
-        or any("invalid_bytes" in s for s in p.get("segments", ()))
+        or any("invalid_bytes" in s or "misplaced_batch_position" in s for s in p.get("segments", ()))
         for p in description["partitions"]
     )
     return 1 if any("error" in p for p in description["partitions"]) or damaged else 0
@@ -136,7 +136,7 @@ def describe_partition(topic: str, partition: int, log: Any, *, verify: bool = F
     gaps = [  # a damaged segment's own losses are its salvage plan's
         (s["base_offset"], s["base_offset"] if s["last_offset"] is None else s["last_offset"] + 1, following)
         for s, following in zip(segments, bases[1:], strict=False)
-        if "invalid_bytes" not in s
+        if "invalid_bytes" not in s and "misplaced_batch_position" not in s
     ]
     return {
         "topic": topic,
@@ -182,19 +182,23 @@ def describe_segment(
         "index_entries": _entries(segment.offset_index_path, OffsetIndex.ENTRY_SIZE),
         "time_index_entries": _entries(segment.time_index_path, TimeIndex.ENTRY_SIZE),
     }
+    misplaced = first_misplaced_batch(scan, segment.base_offset, next_base) if verify else None
     if scan.error is not None or scan.valid_bytes != segment.size:
         described["invalid_bytes"] = segment.size - scan.valid_bytes
         described["error"] = None if scan.error is None else str(scan.error)
-        if verify and salvage:
-            described["salvage"] = _salvage(records, segment.base_offset, next_base, scan)
+    elif misplaced is not None:
+        described["misplaced_batch_position"] = int(scan.positions[misplaced])
+    if verify and salvage and ("invalid_bytes" in described or misplaced is not None):
+        damage_at = scan.valid_bytes if misplaced is None else described["misplaced_batch_position"]
+        described["salvage"] = _salvage(records, segment.base_offset, next_base, scan, damage_at)
     return described
 
 
-def _salvage(records: Any, base_offset: int, next_base: int | None, scan: Any) -> dict[str, Any]:
-    """What ``seglog recover`` would do with a damaged segment: its intact batches after the damage
-    (kept), the byte ranges it quarantines, the offsets those held."""
+def _salvage(records: Any, base_offset: int, next_base: int | None, scan: Any, damage_at: int) -> dict[str, Any]:
+    """What ``seglog recover`` would do with a damaged segment (damage from position ``damage_at``):
+    its intact batches after the damage (kept), the byte ranges it quarantines, the offsets those held."""
     plan = plan_salvage(records, base_offset, next_base, scan)
-    after = plan.kept.positions >= scan.valid_bytes
+    after = plan.kept.positions >= damage_at
     return {
         "kept_batches_after_damage": int(np.count_nonzero(after)),
         "kept_offsets_after_damage": (
@@ -287,8 +291,13 @@ def render_text(description: dict[str, Any]) -> list[str]:
                 where = s["size_bytes"] - s["invalid_bytes"]
                 why = s.get("error") or "bytes that are not a whole batch (cut or damaged)"
                 lines.append(f"  segment {s['base_offset']}: invalid from position {where}: {why}")
-                if "salvage" in s:
-                    lines.append(f"    seglog recover would {_salvage_text(s['salvage'])}")
+            if "misplaced_batch_position" in s:
+                lines.append(
+                    f"  segment {s['base_offset']}: batch offsets go backwards at position "
+                    f"{s['misplaced_batch_position']} (a batch written twice or out of place, or past its segment)"
+                )
+            if "salvage" in s:
+                lines.append(f"    seglog recover would {_salvage_text(s['salvage'])}")
         if p["quarantine"]:
             size = sum(q["size"] for q in p["quarantine"])
             lines.append(

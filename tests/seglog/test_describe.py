@@ -243,3 +243,28 @@ def test_a_segment_missing_in_the_middle_is_reported(tmp_path: Path, capsys: pyt
     assert p["offsets_in_no_segment"] == [{"first": gone, "last": following - 1}]
     assert main(["describe", "--log-dir", str(log_dir), "--verify"]) == 1
     assert f"offsets {gone}..{following - 1} are in no segment file" in capsys.readouterr().out
+
+
+def test_verify_reports_batches_out_of_offset_order_as_recover_salvages_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two CRC-valid batches swapped: ``describe --verify`` said nothing (exit 0) while ``recover``
+    removes one of them; it now names the segment and says what recover would do, as recover does."""
+    log_dir = tmp_path / "logs"
+    for i in range(4):  # four batches of two records, the same size
+        source = tmp_path / f"in{i}.jsonl"
+        source.write_text(f'{{"value": "v{i}-a"}}\n{{"value": "v{i}-b"}}\n')
+        assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source)]) == 0
+    log = log_dir / "t-0" / "00000000000000000000.log"
+    data = log.read_bytes()
+    size = len(data) // 4
+    log.write_bytes(data[:size] + data[2 * size : 3 * size] + data[size : 2 * size] + data[3 * size :])
+    capsys.readouterr()
+    assert main(["describe", "--log-dir", str(log_dir), "--verify", "--json"]) == 1
+    segment = json.loads(capsys.readouterr().out)["partitions"][0]["segments"][0]
+    assert main(["recover", "--log-dir", str(log_dir), "--dry-run", "--json"]) == 3
+    (partition,) = json.loads(capsys.readouterr().out)["partitions"]
+    lost = [{"first": r["first"], "last": r["last"]} for r in partition["lost_offsets"]]
+    assert segment["salvage"]["lost"] == lost and lost, (segment, lost)
+    assert main(["describe", "--log-dir", str(log_dir), "--verify"]) == 1
+    assert f"segment 0: batch offsets go backwards at position {2 * size}" in capsys.readouterr().out
