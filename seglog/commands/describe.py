@@ -39,7 +39,11 @@ import numpy as np
 from indexer.checkpoint import OffsetCheckpointFile
 from indexer.data_loss import offsets_in_no_segment, read_accepted_losses
 from indexer.errors import SeglogError
-from indexer.file_names import RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE
+from indexer.file_names import (
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
+    misnamed_partition_dirs,
+)
 from indexer.log_manager import LogManager
 from indexer.offset_index import OffsetIndex
 from indexer.quarantine import list_quarantine
@@ -74,7 +78,8 @@ def run(args: argparse.Namespace) -> int:
         or any("invalid_bytes" in s or "misplaced_batch_position" in s for s in p.get("segments", ()))
         for p in description["partitions"]
     )
-    return 1 if any("error" in p for p in description["partitions"]) or damaged else 0
+    unreadable = any("error" in p for p in description["partitions"]) or description["misnamed_directories"]
+    return 1 if unreadable or damaged else 0
 
 
 def describe_log_dir(log_dir: Path, settings: Any, *, verify: bool = False) -> dict[str, Any]:
@@ -111,6 +116,10 @@ def describe_log_dir(log_dir: Path, settings: Any, *, verify: bool = False) -> d
         "num_segments": sum(p["num_segments"] for p in described),
         "size_bytes": sum(p["size_bytes"] for p in described),
         "partitions": partitions,
+        "misnamed_directories": [
+            {"directory": path.name, "error": f"{type(e).__name__}: {e}"}
+            for path, e in misnamed_partition_dirs(log_dir)
+        ],
     }
 
 
@@ -247,6 +256,8 @@ def render_text(description: dict[str, Any]) -> list[str]:
         f"log dir {description['log_dir']}: {description['num_partitions']} partitions, "
         f"{description['num_segments']} segments, {description['size_bytes']} bytes"
     ]
+    for d in description["misnamed_directories"]:
+        lines += ["", f"{d['directory']}: cannot read: {d['error']}"]
     for p in description["partitions"]:
         name = f"{p['topic']}-{p['partition']}"
         if "error" in p:

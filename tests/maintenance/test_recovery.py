@@ -365,3 +365,25 @@ def test_a_deleted_file_holding_the_only_copy_of_missing_offsets_is_quarantined_
         assert row.quarantined == [quarantine], row.quarantined
     assert (partition / quarantine).read_bytes() == data
     assert not list(partition.glob("*.deleted"))
+
+
+@pytest.mark.parametrize("name", ["t-x", "t-00", "events"])
+def test_a_directory_of_segments_that_is_no_partition_is_named_not_ignored(
+    template: Path, tmp_path: Path, name: str
+) -> None:
+    """A directory holding segment files whose name is not ``<topic>-<partition>`` (renamed by hand, a
+    typo) was skipped in silence: recover said '2 partitions' and exit 0 over records no partition
+    holds. It is now a skipped row naming it (exit 1), in the dry run too; nothing is written to it."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    shutil.copytree(log_dir / "t-1", log_dir / name)
+    before = digest(log_dir)
+    settings = settings_for(small_config())
+    dry = recover_log_dir(log_dir, settings, dry_run=True, progress=False)
+    assert digest(log_dir) == before
+    real = recover_log_dir(log_dir, settings, progress=False)
+    for outcome in (dry, real):
+        [row] = [p for p in outcome.partitions if p.partition == name]
+        assert row.status == "skipped" and "not a <topic>-<partition> directory" in row.message, row
+        assert outcome.exit_status() == 1 and not outcome.marked_clean
+    assert digest(log_dir / name) == {k.split("/", 1)[1]: v for k, v in before.items() if k.startswith(name + "/")}

@@ -268,3 +268,15 @@ def test_verify_reports_batches_out_of_offset_order_as_recover_salvages_them(
     assert segment["salvage"]["lost"] == lost and lost, (segment, lost)
     assert main(["describe", "--log-dir", str(log_dir), "--verify"]) == 1
     assert f"segment 0: batch offsets go backwards at position {2 * size}" in capsys.readouterr().out
+
+
+def test_a_directory_of_segments_that_is_no_partition_is_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log_dir, log = _one_batch(tmp_path)
+    (log_dir / "t-x").mkdir()
+    (log_dir / "t-x" / log.name).write_bytes(log.read_bytes())
+    capsys.readouterr()
+    assert main(["describe", "--log-dir", str(log_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "t-x: cannot read: StorageError: " in out and "not a <topic>-<partition> directory" in out
