@@ -224,7 +224,7 @@ def plan_salvage(records: FileRecords, base_offset: int, next_base: int | None, 
     keep = _intact(valid, base_offset, next_base, size)
     kept = _select(valid, keep)
     removed = _removed_ranges(kept, size)
-    lost = _lost_ranges(kept, removed, _select(valid, ~keep), base_offset, next_base)
+    lost = _lost_ranges(kept, size, base_offset, next_base)
     return SalvagePlan(size, kept, removed, lost)
 
 
@@ -302,38 +302,17 @@ def _removed_ranges(kept: BatchScan, size: int) -> list[tuple[int, int]]:
     return [(int(s), int(e - s)) for s, e in zip(gap_starts[nonempty], gap_ends[nonempty], strict=True)]
 
 
-def _lost_ranges(
-    kept: BatchScan, removed: list[tuple[int, int]], dropped: BatchScan, base_offset: int, next_base: int | None
-) -> list[LostRange]:
-    """The offsets each removed byte range held, bounded by the kept batches around it, and those
-    of each ``dropped`` CRC-valid batch that no kept batch holds, below the next segment (a batch
-    moved or swapped out of offset order sits between kept batches its offsets do not lie between),
-    merged."""
-    positions = np.asarray(kept.positions, dtype=np.int64)
-    out: list[LostRange] = []
-    for position, _length in removed:
-        i = int(np.searchsorted(positions, position))  # the first kept batch after the range
-        first = int(kept.last_offsets[i - 1]) + 1 if i > 0 else base_offset
-        end = int(kept.base_offsets[i]) if i < len(positions) else next_base
-        if end is None or end > first:
-            out.append(LostRange(first, end))
-    kept_bases = np.asarray(kept.base_offsets, dtype=np.int64)
-    kept_lasts = np.asarray(kept.last_offsets, dtype=np.int64)
-    # Past the last kept batch of the last segment the offsets are the log's end: what was committed
-    # there is the caller's to bound (a damaged base offset may claim offsets that never existed).
-    limit = next_base if next_base is not None else int(kept_lasts[-1]) + 1 if len(kept_lasts) else base_offset
-    for base, last in zip(dropped.base_offsets, dropped.last_offsets, strict=True):
-        first, end = max(int(base), base_offset), min(int(last) + 1, limit)
-        # the kept batches (increasing, disjoint) overlapping [first, end) split it into what is lost
-        for i in range(int(np.searchsorted(kept_lasts, first)), len(kept_bases)):
-            if first >= end or kept_bases[i] >= end:
-                break
-            if kept_bases[i] > first:
-                out.append(LostRange(first, int(kept_bases[i])))
-            first = max(first, int(kept_lasts[i]) + 1)
-        if first < end:
-            out.append(LostRange(first, end))
-    return merge_lost_ranges(out)
+def _lost_ranges(kept: BatchScan, size: int, base_offset: int, next_base: int | None) -> list[LostRange]:
+    """Every offset of the segment (``size`` bytes) that no kept batch holds: before the first, between
+    two, and after the last up to the next segment's base. The kept batches are in offset order, but
+    removed bytes need not lie where their offsets belong (a batch swapped out of place, or damaged
+    there). In the last segment, offsets after the last kept batch are lost (how many: unknown) only
+    when bytes after it were removed."""
+    firsts = [base_offset, *(int(o) + 1 for o in kept.last_offsets)]
+    ends: list[int | None] = [*(int(o) for o in kept.base_offsets), next_base]
+    if next_base is None and kept.valid_bytes >= size:
+        ends[-1] = firsts[-1]  # nothing removed after the last kept batch: the log ends there
+    return [LostRange(first, end) for first, end in zip(firsts, ends, strict=True) if end is None or end > first]
 
 
 def merge_lost_ranges(ranges: Iterable[LostRange]) -> list[LostRange]:

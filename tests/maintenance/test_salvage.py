@@ -238,17 +238,19 @@ def test_salvage_keeps_every_undamaged_batch(
 
 
 @st.composite
-def rearrangements(draw: st.DrawFn, template: Template) -> tuple[str, str, int, int]:
-    """``(kind, segment, i, j)``: in one segment, batch ``i`` duplicated at batch ``j``'s place, or
-    batches ``i`` and ``j`` swapped, or batch ``i`` moved to ``j``'s place (every batch stays CRC-valid)."""
+def rearrangements(draw: st.DrawFn, template: Template) -> tuple[str, str, int, int, int | None]:
+    """``(kind, segment, i, j, flip)``: in one segment, batch ``i`` duplicated at batch ``j``'s place, or
+    batches ``i`` and ``j`` swapped, or batch ``i`` moved to ``j``'s place; then, unless ``flip`` is
+    None, one CRC-covered byte flipped in the batch now at place ``flip`` (a swap and a bad byte)."""
     segment = draw(st.sampled_from(template.segments))
     count = sum(1 for b in template.batches if b.segment == segment)
     i = draw(st.integers(0, count - 1))
     j = draw(st.integers(0, count))
-    return draw(st.sampled_from(["duplicate", "swap", "move"])), segment, i, j
+    kind = draw(st.sampled_from(["duplicate", "swap", "move"]))
+    return kind, segment, i, j, draw(st.none() | st.integers(0, 10**6))
 
 
-def _rearrange(partition: Path, template: Template, kind: str, segment: str, i: int, j: int) -> None:
+def _rearrange(partition: Path, template: Template, kind: str, segment: str, i: int, j: int, flip: int | None) -> None:
     batches = [b.raw for b in template.batches if b.segment == segment]
     j = min(j, len(batches) - 1) if kind == "swap" else j
     if kind == "duplicate":
@@ -257,6 +259,10 @@ def _rearrange(partition: Path, template: Template, kind: str, segment: str, i: 
         batches[i], batches[j] = batches[j], batches[i]
     else:
         batches.insert(j, batches.pop(i))
+    if flip is not None:
+        hit = bytearray(batches[flip % len(batches)])
+        hit[21 + flip % (len(hit) - 21)] ^= 0x10  # attributes on: covered by the CRC
+        batches[flip % len(batches)] = bytes(hit)
     (partition / segment).write_bytes(b"".join(batches))
 
 
