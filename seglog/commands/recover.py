@@ -98,18 +98,27 @@ def _text(doc: dict[str, Any]) -> Iterator[str]:
         rows,
         indent="  ",
     )
+    dry = doc["dry_run"]  # a dry run removed nothing: it says what recovery would do
     for p in doc["partitions"]:
         if p["message"]:
             yield f"  {p['partition']}: {p['message']}"
         for r in p["lost_offsets"]:
             what = "committed" if r["committed"] else "uncommitted"
-            yield f"  {p['partition']}: lost {what} offsets {offset_range_text(r)}"
+            lost = "would lose" if dry else "lost"
+            yield f"  {p['partition']}: {lost} {what} offsets {offset_range_text(r)}"
         if p["quarantined"]:
-            yield f"  {p['partition']}: removed bytes kept in quarantine: {', '.join(p['quarantined'])}"
+            kept = "would keep removed bytes" if dry else "removed bytes kept"
+            yield f"  {p['partition']}: {kept} in quarantine: {', '.join(p['quarantined'])}"
         if p["accepted_data_loss"]:
-            verb = "would be" if doc["dry_run"] else "is"
+            verb = "would be" if dry else "is"
             yield f"  {p['partition']}: the loss {verb} accepted and recorded; the log ends at {p['log_end_offset']}"
-    if doc["committed_data_lost"]:
+    if doc["committed_data_lost"] and dry:
+        yield (
+            "COMMITTED DATA WOULD BE LOST: recovery would remove the offsets above (their bytes, if any, to "
+            "quarantine). First see whether they can be restored; to recover and accept the loss: seglog recover "
+            f"--log-dir {doc['log_dir']} --accept-data-loss"
+        )
+    elif doc["committed_data_lost"]:
         yield (
             "COMMITTED DATA LOST: the offsets above are gone (their bytes, if any, are in quarantine). To accept "
             f"the loss and let writers go on: seglog recover --log-dir {doc['log_dir']} --accept-data-loss"
