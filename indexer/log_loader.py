@@ -656,7 +656,7 @@ class LogLoader:
                     gaps.append((base, end, following))
         for lost in offsets_in_no_segment(self.directory, gaps):
             assert lost.end is not None
-            why = f"offsets {lost.first}..{lost.end - 1} are in no segment file: a segment is missing"
+            why = f"offsets {lost.first}..{lost.end - 1} are in no segment file: a segment is missing or was cut short"
             # A .log.deleted there is the missing segment's data, not a leftover (retention deletes
             # from the front, truncation the tail): its bytes are quarantined, not deleted.
             quarantined = tuple(

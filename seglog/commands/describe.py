@@ -317,7 +317,7 @@ def render_text(description: dict[str, Any]) -> list[str]:
             )
         for r in p["offsets_in_no_segment"]:
             lines.append(
-                f"  offsets {offset_range_text(r)} are in no segment file (a segment is missing): "
+                f"  offsets {offset_range_text(r)} are in no segment file (a segment is missing or was cut short): "
                 "`seglog recover` reports them lost until the loss is accepted"
             )
         if "missing_committed" in p:
