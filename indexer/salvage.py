@@ -285,6 +285,14 @@ def _intact(valid: BatchScan, base_offset: int, next_base: int | None, size: int
     collide = np.flatnonzero(adjacent & (base[1:] <= last[:-1]))
     keep[collide[anchored_after[collide + 1] & ~anchored_before[collide]]] = False
     keep[collide[anchored_before[collide] & ~anchored_after[collide + 1]] + 1] = False
+    # Two byte-adjacent batches whose offsets leave a hole (nothing lies between them to hold it), one
+    # of them next to damage: when the other continues its other neighbour, the base offset of the
+    # one next to the damage was hit (a zeroed range ending in its baseOffset, as after a power loss).
+    damage_before = np.concatenate(([positions[0] > 0], ~adjacent))
+    damage_after = np.concatenate((~adjacent, [ends[-1] < size]))
+    hole = np.flatnonzero(adjacent & (base[1:] > last[:-1] + 1))
+    keep[hole[damage_before[hole] & anchored_after[hole + 1]]] = False
+    keep[hole[damage_after[hole + 1] & anchored_before[hole]] + 1] = False
     candidates = np.flatnonzero(keep)
     if candidates.size > 1 and np.any(base[candidates[1:]] <= last[candidates[:-1]]):
         chain = longest_increasing_chain(base[candidates], last[candidates])

@@ -695,3 +695,26 @@ def test_a_damaged_base_offset_after_damage_does_not_push_out_the_next_batch(
     assert report["partitions"][0]["lost_offsets"] == _ranges(list(lost))  # type: ignore[index]
     kept = [(b.base_offset, b.last_offset) for b in log_batches(partition) if b.segment == segment]
     assert kept == [(b.base_offset, b.last_offset) for b in batches if b not in (batches[1], victim)]
+
+
+def test_a_zeroed_range_ending_in_the_next_batchs_base_offset_invents_no_record(
+    template: Template, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Zeros from inside a batch up to the middle of the next one's baseOffset (outside the CRC), as
+    a power loss leaves them: the next batch, CRC-valid, claimed the offsets of the batch before it
+    and was kept, so reads returned its records under other offsets, and the loss named the wrong
+    offsets. It is now removed with the damaged batch, both named lost."""
+    segment = template.segments[0]  # based at 0: a zeroed base offset still fits the segment
+    batches = [b for b in template.batches if b.segment == segment]
+    damaged, victim = batches[0], batches[1]
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template.log_dir, log_dir)
+    partition = log_dir / PARTITION_DIR
+    _apply(partition, [(f"zero:{segment}", damaged.position + 40, bytes(victim.position + 8 - damaged.position - 40))])
+    status, report = _recover(log_dir, capsys)
+    assert status == EXIT_COMMITTED_DATA_LOST
+    lost = range(damaged.base_offset, victim.last_offset + 1)
+    assert report["partitions"][0]["lost_offsets"] == _ranges(list(lost))  # type: ignore[index]
+    records = read_records(capsys, log_dir, TOPIC, "--from-beginning", "--encoding", "base64")
+    assert all(base64.b64decode(r["value"]) == template.values[r["offset"]] for r in records)
+    assert [r["offset"] for r in records] == [o for o in sorted(template.values) if o not in lost]
