@@ -21,7 +21,7 @@ import json
 import logging
 import os
 import socket
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -29,6 +29,8 @@ from indexer import file_names
 from indexer._files import pwrite_all
 from indexer.checkpoint import fsync_directory
 from indexer.errors import StorageError, storage_errors
+from indexer.quarantine import list_quarantine
+from indexer.salvage import LostRange
 
 logger = logging.getLogger(__name__)
 
@@ -114,3 +116,35 @@ def read_accepted_losses(log_dir: str | os.PathLike[str]) -> list[dict[str, Any]
                 continue
             raise StorageError(f"{path} line {number} is not JSON: {e}", path=path) from e
     return out
+
+
+def offsets_in_no_segment(partition_dir: Path, gaps: Iterable[tuple[int, int, int]]) -> list[LostRange]:
+    """Of the gaps ``(segment base, its next offset, the next segment's base offset)`` between the
+    segments of ``partition_dir``, the offsets nothing accounts for: lost, because a segment's files
+    went missing (deleted by hand, an incomplete copy). Writers roll at the log end, so only recovery
+    leaves such a gap: an earlier one (a quarantine file of that segment holds the bytes), or one
+    whose loss a user accepted (recorded here).
+
+    Raises:
+        StorageError: the partition directory or the accepted-loss record cannot be read.
+    """
+    open_gaps = [(base, end, following) for base, end, following in gaps if end < following]
+    if not open_gaps:
+        return []
+    quarantined = {q.base_offset for q in list_quarantine(partition_dir)}
+    try:
+        topic, partition = file_names.parse_topic_partition_name(partition_dir.name)
+    except ValueError:  # not a partition of a log directory: nothing can have been accepted
+        accepted = []
+    else:
+        accepted = [
+            (int(r["first"]), int(r["last"]))
+            for entry in read_accepted_losses(partition_dir.parent)
+            if (entry.get("topic"), entry.get("partition")) == (topic, partition)
+            for r in entry.get("lost", [])
+        ]
+    return [
+        LostRange(end, following)
+        for base, end, following in open_gaps
+        if base not in quarantined and not any(first <= end and last >= following - 1 for first, last in accepted)
+    ]

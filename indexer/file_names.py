@@ -15,7 +15,7 @@ import os
 import re
 from pathlib import Path
 
-from indexer.errors import InvalidTopicError, SeglogError, StorageError
+from indexer.errors import InvalidTopicError, SeglogError, StorageError, storage_errors
 from indexer.limits import INT32_MAX, integer_argument
 
 LOG_FILE_SUFFIX = ".log"
@@ -221,3 +221,33 @@ def partition_dirs(log_dir: Path) -> list[tuple[TopicPartition, Path]]:
         except (ValueError, SeglogError):
             continue
     return sorted(found)
+
+
+def misnamed_partition_dirs(log_dir: Path) -> list[tuple[Path, StorageError]]:
+    """Directories of ``log_dir`` that hold ``.log`` files yet are not live partition directories
+    (:func:`partition_dirs`) nor Kafka's ``-delete``/``-future``/``-stray`` ones (a partition renamed
+    by hand, a typo), each with the error that names it: their records belong to no partition, so a
+    command that lists partitions names them instead of passing over them in silence. Sorted.
+
+    Raises:
+        StorageError: ``log_dir`` cannot be listed.
+    """
+    live = {path.name for _, path in partition_dirs(log_dir)}
+    if not Path(log_dir).is_dir():
+        return []
+    out = []
+    with storage_errors(log_dir, "list"):
+        dirs = sorted(p for p in Path(log_dir).iterdir() if p.is_dir() and not p.is_symlink())
+    for path in dirs:
+        if path.name in live or path.name.endswith(("-delete", "-future", "-stray")):
+            continue
+        with storage_errors(path, "list"):
+            segments = sum(1 for e in os.scandir(path) if e.name.endswith(LOG_FILE_SUFFIX) and e.is_file())
+        if segments:
+            error = StorageError(
+                f"{path} holds {segments} segment files but is not a <topic>-<partition> directory (as "
+                "events-0): no partition holds its records; rename it to the partition it belongs to",
+                path=path,
+            )
+            out.append((path, error))
+    return out

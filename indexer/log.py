@@ -66,7 +66,7 @@ from indexer.records.columns import READ_SCHEMA, AppendInput, to_append_table
 from indexer.records.decoder import decode_records
 from indexer.records.encoder import EncodedBatches
 from indexer.records.file_records import FileSlice
-from indexer.records.framing import assign_offsets, whole_entries
+from indexer.records.framing import assign_offsets, backwards_entry, whole_entries
 from indexer.records.isolation import IsolationLevel
 from indexer.retention import RetentionDecision, RetentionReason, plan_retention
 from indexer.segment import LogSegment
@@ -90,6 +90,24 @@ _P = ParamSpec("_P")
 class _PrefixAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
     def process(self, msg: Any, kwargs: MutableMapping[str, Any]) -> tuple[Any, MutableMapping[str, Any]]:
         return f"{self.extra['prefix']} {msg}", kwargs  # type: ignore[index]
+
+
+def _backwards(table: pa.Table, buf: bytes, floor: int) -> tuple[pa.Table, int, int, int] | None:
+    """When the records decoded from ``buf`` (whole batches, in file order) do not all come after
+    ``floor`` and each other, the batch whose offsets go backwards (written twice, swapped or moved:
+    a log's offsets never go back): ``(the records before it that are in order and below its first
+    offset, its position in buf, that first offset, the largest offset before it)``. One vectorised
+    comparison when the offsets increase; the batch headers are walked only when they do not."""
+    offsets = table.column("offset").to_numpy()
+    in_order = np.concatenate(([offsets[:1] > floor], offsets[1:] > offsets[:-1]), axis=None)
+    if in_order.all():
+        return None
+    found = backwards_entry(buf, floor)
+    if found is None:  # out of order only inside a batch: the decoder's records are the batch's
+        return None
+    at, first, before = found
+    fine = in_order & (offsets < first)
+    return table.slice(0, len(fine) if fine.all() else int(np.argmin(fine))), at, first, before
 
 
 class Log:
@@ -161,17 +179,30 @@ class Log:
         Read-only: opens the ``.log`` files found, with indexes mapped read-only; the high watermark is
         ``high_watermark`` if given, else the log end offset (everything on disk is visible). The log
         ends after the last whole batch: a tail its writer has reserved but not yet filled is not data.
+        A ``log_start_offset`` above that end is refused: no writer leaves one (its log end never goes
+        below its log start), so the checkpoint is damaged or segments are missing, and a read from it
+        would quietly return nothing.
 
         Raises:
             LogLockedError: another writer, in this or another process, holds the partition.
             StorageError: the directory or a file cannot be read or created (read-only: the directory
-                holds no ``.log`` file); writable: the log ends below ``high_watermark``.
+                holds no ``.log`` file, or ``log_start_offset`` is above its end); writable: the log ends
+                below ``high_watermark``.
         """
         directory = Path(directory)
         clock = clock if clock is not None else SystemClock()
         if read_only:
             segments, end = cls._load_read_only(directory, config, clock)
             first_base = segments.first_segment_base_offset() or 0
+            if log_start_offset > end.message_offset:
+                segments.close_handlers()
+                raise StorageError(
+                    f"partition {directory.name} in {directory.parent}: its checkpointed log start offset "
+                    f"{log_start_offset} is above its log end offset {end.message_offset} (a damaged checkpoint, "
+                    "or segment files missing): reading from it would skip every record on disk; "
+                    f"`seglog recover --log-dir {directory.parent} --dry-run` names what recovery would remove",
+                    path=directory,
+                )
             return cls(
                 directory,
                 config,
@@ -824,6 +855,7 @@ class Log:
             return out, None
         position, end = start.position, segment.size
         covered = first  # every offset below this one was read (or not asked for)
+        floor = segment.base_offset - 1  # the largest offset of the batches walked so far
         read = 0
         chunk = min(_FIRST_READ_CHUNK_BYTES, _READ_CHUNK_BYTES)
         while position < end and covered < bound:
@@ -852,10 +884,21 @@ class Log:
                 except CorruptRecordError as e:
                     bad = good if e.position is None else e.position - position
                     good, damage = (bad if 0 <= bad < good else 0), e
+            if damage is None and (backwards := _backwards(table, buf[:whole], floor)) is not None:
+                table, at, unread, before = backwards
+                damage = CorruptRecordError(
+                    f"batch at position {position + at} starts at offset {unread}, not after offset {before}: "
+                    "offsets go backwards (a batch written twice or out of place)",
+                    path=segment.log.path,
+                    position=position + at,
+                )
+            elif damage is not None:
+                unread = max(covered, whole_entries(buf[:good])[1])
             if damage is not None:
                 if table.num_rows:
                     out.append(table)
-                return out, self._unreadable(segment, damage, max(covered, whole_entries(buf[:good])[1]))
+                return out, self._unreadable(segment, damage, unread)
+            floor = after - 1
             if table.num_rows:
                 out.append(table)
                 read += table.num_rows

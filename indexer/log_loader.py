@@ -70,6 +70,7 @@ from indexer import file_names
 from indexer.checkpoint import EpochEntry, LeaderEpochCheckpointFile, fsync_directory
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig
+from indexer.data_loss import offsets_in_no_segment
 from indexer.errors import (
     CorruptIndexError,
     InvalidOffsetError,
@@ -80,7 +81,14 @@ from indexer.index_check import IndexProblem, offset_index_problem, time_index_p
 from indexer.limits import INT32_MAX, INT64_MAX
 from indexer.quarantine import quarantine_range, quarantine_whole_file
 from indexer.records.file_records import BatchScan, FileRecords
-from indexer.salvage import LostRange, SalvagePlan, plan_salvage, write_ranges
+from indexer.salvage import (
+    LostRange,
+    SalvagePlan,
+    first_misplaced_batch,
+    merge_lost_ranges,
+    plan_salvage,
+    write_ranges,
+)
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 
@@ -105,6 +113,7 @@ class StepKind(enum.StrEnum):
     DROP_SEGMENT_DATA = "drop-segment-data"
     DELETE_AFTER_CORRUPTION = "delete-segment-after-corruption"
     DELETE_BELOW_LOG_START = "delete-segment-below-log-start"
+    OFFSETS_IN_NO_SEGMENT = "offsets-in-no-segment"
     CREATE_EMPTY_SEGMENT = "create-empty-segment"
     SPLIT_OVERFLOWED_SEGMENT = "split-overflowed-segment"
     DELETE_STRAY_SNAPSHOT = "delete-stray-producer-snapshot"
@@ -204,19 +213,6 @@ class RecoveryReport:
         out["lost_offsets"] = [r.to_dict() for r in self.lost_offsets]
         out["steps"] = [s.to_dict() for s in self.steps]
         return out
-
-
-def merge_lost_ranges(ranges: Iterable[LostRange]) -> list[LostRange]:
-    """Sorted, with touching or overlapping ranges merged (an open end absorbs what follows)."""
-    out: list[LostRange] = []
-    for r in sorted(ranges, key=lambda r: r.first):
-        if out and (out[-1].end is None or r.first <= out[-1].end):
-            prev = out[-1]
-            end = None if prev.end is None or r.end is None else max(prev.end, r.end)
-            out[-1] = LostRange(prev.first, end)
-        else:
-            out.append(r)
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -367,6 +363,7 @@ class LogLoader:
         self._virtual: dict[int, _PlannedSegment] = {}  # dry run: planned output of splits
         self._bases: list[int] = []  # base offsets of the segments, for each segment's successor
         self._renamed: dict[str, str] = {}  # dry run: final name -> swap file holding it
+        self._deleted_logs: dict[int, str] = {}  # base offset -> stray <base>.log.deleted, decided after recovery
 
     # -- entry points ---------------------------------------------------------------------------
 
@@ -417,6 +414,7 @@ class LogLoader:
         self._next_offsets = {}
         self._virtual = {}
         self._renamed = {}
+        self._deleted_logs = {}
         self._bases = []
         with storage_errors(self.directory, "list the partition directory"):
             self._names = {e.name for e in os.scandir(self.directory) if e.is_file(follow_symlinks=False)}
@@ -434,6 +432,9 @@ class LogLoader:
                 assert isinstance(active, LogSegment)
                 active.offset_index.resize(self.config.segment_index_bytes)
                 active.time_index.resize(self.config.segment_index_bytes)
+        for name in self._deleted_logs.values():
+            self._names.add(name)
+            self._delete_file(name, StepKind.DELETE_STRAY_DELETED, "stray temporary file")
         first_base = min(self._segments)
         report = self._report
         report.log_start_offset = max(self.log_start_offset_checkpoint, first_base)
@@ -484,7 +485,12 @@ class LogLoader:
             path = self._path(name)
             if not os.access(path, os.R_OK):
                 raise StorageError(f"Could not read file {path}", path=path)
-            if file_names.is_stray_deleted_file(name):
+            if name.endswith(file_names.LOG_FILE_SUFFIX + file_names.DELETED_FILE_SUFFIX) and (
+                (offset := _offset_or_none(name)) is not None
+            ):
+                self._deleted_logs[offset] = name  # deleted once recovery knows it holds no lost offsets
+                self._names.discard(name)
+            elif file_names.is_stray_deleted_file(name):
                 self._delete_file(name, StepKind.DELETE_STRAY_DELETED, "stray temporary file")
             elif name.endswith(file_names.CLEANED_FILE_SUFFIX):
                 offset = _offset_or_none(name)
@@ -624,13 +630,14 @@ class LogLoader:
                     why = f"segment {segment.base_offset} before it lost {truncated} bytes to corruption"
                     self._delete_segments(unflushed[i + 1 :], StepKind.DELETE_AFTER_CORRUPTION, why)
                     break
+            self._report_offsets_in_no_segment([s.base_offset for s in unflushed])
         log_end_offset: int | None = None
         if self._segments:
             log_end_offset = self._read_next_offset(self._segments[max(self._segments)])
             if log_end_offset < self.log_start_offset_checkpoint:  # e.g. segment files deleted by hand
                 why = f"the log ends at {log_end_offset}, below its start {self.log_start_offset_checkpoint}"
                 segments = [self._segments[b] for b in sorted(self._segments)]
-                self._delete_segments(segments, StepKind.DELETE_BELOW_LOG_START, why)
+                self._delete_segments(segments, StepKind.DELETE_BELOW_LOG_START, why, log_end_offset=log_end_offset)
                 log_end_offset = None
         if not self._segments:
             self._create_empty_segment(self.log_start_offset_checkpoint)
@@ -639,6 +646,42 @@ class LogLoader:
         if log_end_offset is None:
             log_end_offset = self._read_next_offset(self._segments[max(self._segments)])
         return min(self.recovery_point_checkpoint, log_end_offset), log_end_offset
+
+    def _report_offsets_in_no_segment(self, recovered: list[int]) -> None:
+        """Offsets between a segment recovered here and the next segment that no segment holds and
+        no step of this load names are lost unless an earlier recovery or a user accounts for them
+        (:func:`~indexer.data_loss.offsets_in_no_segment`)."""
+        named = self._report.lost_offsets
+        gaps = []
+        for base in recovered:
+            following = self._next_base(base)
+            if base in self._segments and following is not None:
+                end = self._read_next_offset(self._segments[base])
+                if not any(r.first <= end and (r.end is None or r.end >= following) for r in named):
+                    gaps.append((base, end, following))
+        for lost in offsets_in_no_segment(self.directory, gaps):
+            assert lost.end is not None
+            why = f"offsets {lost.first}..{lost.end - 1} are in no segment file: a segment is missing or was cut short"
+            # A .log.deleted there is the missing segment's data, not a leftover (retention deletes
+            # from the front, truncation the tail): its bytes are quarantined, not deleted.
+            quarantined = tuple(
+                self._quarantine_deleted_log(base)
+                for base in sorted(self._deleted_logs)
+                if lost.first <= base < lost.end
+            )
+            if quarantined:
+                why += f"; the {file_names.DELETED_FILE_SUFFIX} file of its data is quarantined"
+            path = file_names.log_file(self.directory, lost.end)
+            self._record(
+                StepKind.OFFSETS_IN_NO_SEGMENT, path, why, lost.end, lost_offsets=(lost,), quarantined=quarantined
+            )
+
+    def _quarantine_deleted_log(self, base: int) -> str:
+        """Move the stray ``<base>.log.deleted`` into quarantine (a dry run only names it)."""
+        path = self._path(self._deleted_logs.pop(base))
+        if self._fix:
+            return quarantine_whole_file(path, base).name
+        return file_names.quarantine_file(self.directory, base, 0).name
 
     # -- one segment ----------------------------------------------------------------------------
 
@@ -839,9 +882,13 @@ class LogLoader:
         i = bisect.bisect_right(self._bases, base_offset)
         return self._bases[i] if i < len(self._bases) else None
 
-    def _delete_segments(self, segments: Iterable[_Segment], kind: StepKind, why: str) -> None:
+    def _delete_segments(
+        self, segments: Iterable[_Segment], kind: StepKind, why: str, *, log_end_offset: int | None = None
+    ) -> None:
         """Remove segments from the map: their ``.log`` goes to quarantine, their other files are
-        deleted asynchronously (spec 4.10)."""
+        deleted asynchronously (spec 4.10). The records of each segment with data are lost offsets
+        (up to the next segment's base, for the last one ``log_end_offset`` if known), also below a
+        checkpointed log start above the log end: that checkpoint cannot be trusted over the files."""
         for segment in list(segments):
             base = segment.base_offset
             next_base = self._next_base(base)
@@ -856,7 +903,7 @@ class LogLoader:
                 if segment.size:
                     quarantined = [quarantine_whole_file(segment.log.path, base).name]
                 self._schedule_delete(segment)
-            lost = (LostRange(base, next_base),) if kind is StepKind.DELETE_AFTER_CORRUPTION and segment.size else ()
+            lost = (LostRange(base, log_end_offset if next_base is None else next_base),) if segment.size else ()
             detail = f"{segment.size} bytes, deleted{' (the .log quarantined)' if segment.size else ''}: {why}"
             self._record(
                 kind,
@@ -995,7 +1042,12 @@ class LogLoader:
 
 _OUT_OF_ORDER = "the batches' last offsets do not increase"
 _LOSSY_KINDS = frozenset(
-    {StepKind.DROP_SEGMENT_DATA, StepKind.DELETE_AFTER_CORRUPTION, StepKind.DELETE_BELOW_LOG_START}
+    {
+        StepKind.DROP_SEGMENT_DATA,
+        StepKind.DELETE_AFTER_CORRUPTION,
+        StepKind.DELETE_BELOW_LOG_START,
+        StepKind.OFFSETS_IN_NO_SEGMENT,
+    }
 )
 
 
@@ -1023,11 +1075,7 @@ def _inspect_records(
     relative = last - base_offset
     outside = (relative < 0) | (relative > INT32_MAX)
     base = np.asarray(scan.base_offsets, dtype=np.int64)
-    misfit = bool(
-        np.any(outside)
-        or (next_base is not None and last.size and np.any(last >= next_base))
-        or (base.size and (base[0] < base_offset or np.any(base[1:] <= last[:-1])))  # overlapping batches
-    )
+    misfit = bool(np.any(outside)) or first_misplaced_batch(scan, base_offset, next_base) is not None
     if salvage and outside.any():
         # A run of batches with consecutive offsets is data written that way (KAFKA-6264); a lone
         # v2 batch whose offsets continue neither neighbour's has a damaged base offset.

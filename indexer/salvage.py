@@ -34,6 +34,7 @@ import contextlib
 import errno
 import mmap
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -168,6 +169,23 @@ class SalvagePlan:
         return int(self.kept.last_offsets[-1]) + 1 if len(self.kept) else None
 
 
+def first_misplaced_batch(scan: BatchScan, base_offset: int, next_base: int | None) -> int | None:
+    """The index of the first batch of ``scan`` (a segment based at ``base_offset``, followed by one
+    based at ``next_base`` if any) whose offsets start below the segment's base, do not come after
+    the batch before it (written twice, swapped, moved) or reach the next segment; None when every
+    batch fits. Such batches are damage that salvage removes, although each one's CRC is valid."""
+    base = np.asarray(scan.base_offsets, dtype=np.int64)
+    last = np.asarray(scan.last_offsets, dtype=np.int64)
+    bad = np.zeros(len(base), dtype=bool)
+    if len(base):
+        bad[0] = base[0] < base_offset
+        bad[1:] = base[1:] <= last[:-1]
+        if next_base is not None:
+            bad |= last >= next_base
+    hits = np.flatnonzero(bad)
+    return int(hits[0]) if hits.size else None
+
+
 def plan_salvage(records: FileRecords, base_offset: int, next_base: int | None, scan: BatchScan) -> SalvagePlan:
     """Find the intact batches of ``records`` (a segment based at ``base_offset``, followed by a
     segment based at ``next_base`` if any), given ``scan``, its CRC-checked scan from 0.
@@ -206,7 +224,8 @@ def plan_salvage(records: FileRecords, base_offset: int, next_base: int | None, 
     keep = _intact(valid, base_offset, next_base, size)
     kept = _select(valid, keep)
     removed = _removed_ranges(kept, size)
-    return SalvagePlan(size, kept, removed, _lost_ranges(kept, removed, base_offset, next_base))
+    lost = _lost_ranges(kept, size, base_offset, next_base)
+    return SalvagePlan(size, kept, removed, lost)
 
 
 def _crc_valid(buf: np.ndarray, position: int) -> bool:
@@ -266,6 +285,14 @@ def _intact(valid: BatchScan, base_offset: int, next_base: int | None, size: int
     collide = np.flatnonzero(adjacent & (base[1:] <= last[:-1]))
     keep[collide[anchored_after[collide + 1] & ~anchored_before[collide]]] = False
     keep[collide[anchored_before[collide] & ~anchored_after[collide + 1]] + 1] = False
+    # Two byte-adjacent batches whose offsets leave a hole (nothing lies between them to hold it), one
+    # of them next to damage: when the other continues its other neighbour, the base offset of the
+    # one next to the damage was hit (a zeroed range ending in its baseOffset, as after a power loss).
+    damage_before = np.concatenate(([positions[0] > 0], ~adjacent))
+    damage_after = np.concatenate((~adjacent, [ends[-1] < size]))
+    hole = np.flatnonzero(adjacent & (base[1:] > last[:-1] + 1))
+    keep[hole[damage_before[hole] & anchored_after[hole + 1]]] = False
+    keep[hole[damage_after[hole + 1] & anchored_before[hole]] + 1] = False
     candidates = np.flatnonzero(keep)
     if candidates.size > 1 and np.any(base[candidates[1:]] <= last[candidates[:-1]]):
         chain = longest_increasing_chain(base[candidates], last[candidates])
@@ -283,18 +310,29 @@ def _removed_ranges(kept: BatchScan, size: int) -> list[tuple[int, int]]:
     return [(int(s), int(e - s)) for s, e in zip(gap_starts[nonempty], gap_ends[nonempty], strict=True)]
 
 
-def _lost_ranges(
-    kept: BatchScan, removed: list[tuple[int, int]], base_offset: int, next_base: int | None
-) -> list[LostRange]:
-    """The offsets each removed byte range held, bounded by the kept batches around it."""
-    positions = np.asarray(kept.positions, dtype=np.int64)
+def _lost_ranges(kept: BatchScan, size: int, base_offset: int, next_base: int | None) -> list[LostRange]:
+    """Every offset of the segment (``size`` bytes) that no kept batch holds: before the first, between
+    two, and after the last up to the next segment's base. The kept batches are in offset order, but
+    removed bytes need not lie where their offsets belong (a batch swapped out of place, or damaged
+    there). In the last segment, offsets after the last kept batch are lost (how many: unknown) only
+    when bytes after it were removed."""
+    firsts = [base_offset, *(int(o) + 1 for o in kept.last_offsets)]
+    ends: list[int | None] = [*(int(o) for o in kept.base_offsets), next_base]
+    if next_base is None and kept.valid_bytes >= size:
+        ends[-1] = firsts[-1]  # nothing removed after the last kept batch: the log ends there
+    return [LostRange(first, end) for first, end in zip(firsts, ends, strict=True) if end is None or end > first]
+
+
+def merge_lost_ranges(ranges: Iterable[LostRange]) -> list[LostRange]:
+    """Sorted, with touching or overlapping ranges merged (an open end absorbs what follows)."""
     out: list[LostRange] = []
-    for position, _length in removed:
-        i = int(np.searchsorted(positions, position))  # the first kept batch after the range
-        first = int(kept.last_offsets[i - 1]) + 1 if i > 0 else base_offset
-        end = int(kept.base_offsets[i]) if i < len(positions) else next_base
-        if end is None or end > first:
-            out.append(LostRange(first, end))
+    for r in sorted(ranges, key=lambda r: r.first):
+        if out and (out[-1].end is None or r.first <= out[-1].end):
+            prev = out[-1]
+            end = None if prev.end is None or r.end is None else max(prev.end, r.end)
+            out[-1] = LostRange(prev.first, end)
+        else:
+            out.append(r)
     return out
 
 

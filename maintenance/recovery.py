@@ -50,13 +50,14 @@ from indexer.file_names import (
     PARTITION_LOCK_FILE,
     TIME_INDEX_FILE_SUFFIX,
     TopicPartition,
+    misnamed_partition_dirs,
     partition_dirs,
 )
 from indexer.lock import FileLock
 from indexer.log import Log
-from indexer.log_loader import LogLoader, RecoveryReport, merge_lost_ranges
+from indexer.log_loader import LogLoader, RecoveryReport
 from indexer.log_manager import write_clean_shutdown_marker
-from indexer.salvage import LostRange
+from indexer.salvage import LostRange, merge_lost_ranges
 from maintenance.access import (
     CHECKPOINT_FILES,
     partition_name,
@@ -354,6 +355,9 @@ def recover_log_dir(
     high_watermarks = read_checkpoint(log_dir, "high-watermark")
     sink_commits = sink_committed_offsets(log_dir)
     partitions = partition_dirs(log_dir)
+    for path, error in misnamed_partition_dirs(log_dir):  # not recovered: the user must know
+        logger.warning("%s: skipped, %s", path.name, error)
+        outcome.partitions.append(PartitionRecovery(path.name, "skipped", _log_bytes(path), message=str(error)))
     sizes = {tp: _log_bytes(path) for tp, path in partitions}
     new_values: dict[str, dict[TopicPartition, int | None]] = {kind: {} for kind in CHECKPOINT_FILES}
     disable = None if progress is None else not progress

@@ -41,6 +41,21 @@ def whole_entries(buf: bytes) -> tuple[int, int]:
     return position, (-1 if last < 0 else entry_last_offset(buf, last) + 1)
 
 
+def backwards_entry(buf: bytes, floor: int) -> tuple[int, int, int] | None:
+    """The first entry of ``buf`` (whole entries back to back) whose first offset is not above
+    ``floor`` nor the last offset of every entry before it: ``(its position, its first offset, the
+    largest offset before it)``; None when offsets only increase. Offsets of a log never go back, so
+    such an entry (a batch written twice, batches swapped) is damage, wherever its CRC is valid."""
+    position, n, before = 0, len(buf), floor
+    while position + LOG_OVERHEAD <= n:
+        first = int.from_bytes(buf[position + OFFSET_OFFSET : position + OFFSET_OFFSET + 8], "big", signed=True)
+        if first <= before:
+            return position, first, before
+        before = entry_last_offset(buf, position)
+        position += LOG_OVERHEAD + int.from_bytes(buf[position + SIZE_OFFSET : position + LOG_OVERHEAD], "big")
+    return None
+
+
 def entry_last_offset(buf: bytes, position: int) -> int:
     """The last offset of the whole entry at ``buf[position]``: ``baseOffset + lastOffsetDelta`` for
     a v2 batch, the offset field for a legacy entry (a compressed wrapper carries its last offset)."""

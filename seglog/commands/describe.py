@@ -5,7 +5,8 @@ For each ``<topic>-<partition>`` directory: log start offset, log end offset, hi
 ``recovery-point-offset-checkpoint``), size, and per segment its base offset, last offset, size,
 batch and record counts, the timestamps of its first record and its largest one, and how many
 entries its index files hold; the quarantine files holding bytes recovery removed (``seglog
-quarantine``) and the committed data losses accepted with ``seglog recover --accept-data-loss``.
+quarantine``), the committed data losses accepted with ``seglog recover --accept-data-loss``, and
+offsets that no segment holds and nothing accounts for (a segment missing in the middle).
 Counts come from one vectorised walk over the batch headers of each ``.log`` (no record is
 decoded; ``records`` counts the offsets the batches cover, which is the number of records unless
 compaction removed some). A partition that cannot be opened is listed
@@ -14,7 +15,7 @@ with its error instead of stopping the command.
 the first damaged batch of each segment and, under ``recovery.strategy=salvage`` (the default), what
 ``seglog recover`` would do with it: the intact batches it keeps after the damage, the byte ranges it
 quarantines and the offsets they held (the engine's own salvage plan; nothing is written). The exit
-status is then 1 when damage was found.
+status is then 1 when damage or offsets in no segment were found.
 
 Everything is opened read-only (no lock, nothing written): this works while a writer runs and on
 read-only copies of broker directories.
@@ -36,14 +37,18 @@ from typing import Any
 import numpy as np
 
 from indexer.checkpoint import OffsetCheckpointFile
-from indexer.data_loss import read_accepted_losses
+from indexer.data_loss import offsets_in_no_segment, read_accepted_losses
 from indexer.errors import SeglogError
-from indexer.file_names import RECOVERY_POINT_CHECKPOINT_FILE, REPLICATION_OFFSET_CHECKPOINT_FILE
+from indexer.file_names import (
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
+    misnamed_partition_dirs,
+)
 from indexer.log_manager import LogManager
 from indexer.offset_index import OffsetIndex
 from indexer.quarantine import list_quarantine
 from indexer.records.batch_header import NO_TIMESTAMP
-from indexer.salvage import plan_salvage
+from indexer.salvage import first_misplaced_batch, plan_salvage
 from indexer.time_index import TimeIndex
 from seglog.cli import add_log_config_arguments, log_dir_from_args, settings_from_args
 from seglog.output import Output, format_table, offset_range_text
@@ -68,10 +73,13 @@ def run(args: argparse.Namespace) -> int:
     description = describe_log_dir(log_dir, settings_from_args(args), verify=args.verify)
     Output(json_mode=args.json).emit(description, render_text)
     damaged = args.verify and any(
-        "missing_committed" in p or any("invalid_bytes" in s for s in p.get("segments", ()))
+        "missing_committed" in p
+        or p.get("offsets_in_no_segment")
+        or any("invalid_bytes" in s or "misplaced_batch_position" in s for s in p.get("segments", ()))
         for p in description["partitions"]
     )
-    return 1 if any("error" in p for p in description["partitions"]) or damaged else 0
+    unreadable = any("error" in p for p in description["partitions"]) or description["misnamed_directories"]
+    return 1 if unreadable or damaged else 0
 
 
 def describe_log_dir(log_dir: Path, settings: Any, *, verify: bool = False) -> dict[str, Any]:
@@ -108,6 +116,10 @@ def describe_log_dir(log_dir: Path, settings: Any, *, verify: bool = False) -> d
         "num_segments": sum(p["num_segments"] for p in described),
         "size_bytes": sum(p["size_bytes"] for p in described),
         "partitions": partitions,
+        "misnamed_directories": [
+            {"directory": path.name, "error": f"{type(e).__name__}: {e}"}
+            for path, e in misnamed_partition_dirs(log_dir)
+        ],
     }
 
 
@@ -130,6 +142,11 @@ def describe_partition(topic: str, partition: int, log: Any, *, verify: bool = F
         )
         for i, segment in enumerate(log.segments.values())
     ]
+    gaps = [  # a damaged segment's own losses are its salvage plan's
+        (s["base_offset"], s["base_offset"] if s["last_offset"] is None else s["last_offset"] + 1, following)
+        for s, following in zip(segments, bases[1:], strict=False)
+        if "invalid_bytes" not in s and "misplaced_batch_position" not in s
+    ]
     return {
         "topic": topic,
         "partition": partition,
@@ -142,6 +159,7 @@ def describe_partition(topic: str, partition: int, log: Any, *, verify: bool = F
         "num_segments": len(segments),
         "segments": segments,
         "quarantine": [q.to_dict() for q in list_quarantine(Path(log.directory))],
+        "offsets_in_no_segment": [r.to_dict() for r in offsets_in_no_segment(Path(log.directory), gaps)],
     }
 
 
@@ -173,19 +191,23 @@ def describe_segment(
         "index_entries": _entries(segment.offset_index_path, OffsetIndex.ENTRY_SIZE),
         "time_index_entries": _entries(segment.time_index_path, TimeIndex.ENTRY_SIZE),
     }
+    misplaced = first_misplaced_batch(scan, segment.base_offset, next_base) if verify else None
     if scan.error is not None or scan.valid_bytes != segment.size:
         described["invalid_bytes"] = segment.size - scan.valid_bytes
         described["error"] = None if scan.error is None else str(scan.error)
-        if verify and salvage:
-            described["salvage"] = _salvage(records, segment.base_offset, next_base, scan)
+    elif misplaced is not None:
+        described["misplaced_batch_position"] = int(scan.positions[misplaced])
+    if verify and salvage and ("invalid_bytes" in described or misplaced is not None):
+        damage_at = scan.valid_bytes if misplaced is None else described["misplaced_batch_position"]
+        described["salvage"] = _salvage(records, segment.base_offset, next_base, scan, damage_at)
     return described
 
 
-def _salvage(records: Any, base_offset: int, next_base: int | None, scan: Any) -> dict[str, Any]:
-    """What ``seglog recover`` would do with a damaged segment: its intact batches after the damage
-    (kept), the byte ranges it quarantines, the offsets those held."""
+def _salvage(records: Any, base_offset: int, next_base: int | None, scan: Any, damage_at: int) -> dict[str, Any]:
+    """What ``seglog recover`` would do with a damaged segment (damage from position ``damage_at``):
+    its intact batches after the damage (kept), the byte ranges it quarantines, the offsets those held."""
     plan = plan_salvage(records, base_offset, next_base, scan)
-    after = plan.kept.positions >= scan.valid_bytes
+    after = plan.kept.positions >= damage_at
     return {
         "kept_batches_after_damage": int(np.count_nonzero(after)),
         "kept_offsets_after_damage": (
@@ -234,6 +256,8 @@ def render_text(description: dict[str, Any]) -> list[str]:
         f"log dir {description['log_dir']}: {description['num_partitions']} partitions, "
         f"{description['num_segments']} segments, {description['size_bytes']} bytes"
     ]
+    for d in description["misnamed_directories"]:
+        lines += ["", f"{d['directory']}: cannot read: {d['error']}"]
     for p in description["partitions"]:
         name = f"{p['topic']}-{p['partition']}"
         if "error" in p:
@@ -278,13 +302,23 @@ def render_text(description: dict[str, Any]) -> list[str]:
                 where = s["size_bytes"] - s["invalid_bytes"]
                 why = s.get("error") or "bytes that are not a whole batch (cut or damaged)"
                 lines.append(f"  segment {s['base_offset']}: invalid from position {where}: {why}")
-                if "salvage" in s:
-                    lines.append(f"    seglog recover would {_salvage_text(s['salvage'])}")
+            if "misplaced_batch_position" in s:
+                lines.append(
+                    f"  segment {s['base_offset']}: batch offsets go backwards at position "
+                    f"{s['misplaced_batch_position']} (a batch written twice or out of place, or past its segment)"
+                )
+            if "salvage" in s:
+                lines.append(f"    seglog recover would {_salvage_text(s['salvage'])}")
         if p["quarantine"]:
             size = sum(q["size"] for q in p["quarantine"])
             lines.append(
                 f"  quarantine: {len(p['quarantine'])} files, {size} bytes removed by recovery "
                 f"({', '.join(Path(q['path']).name for q in p['quarantine'])}; see `seglog quarantine list`)"
+            )
+        for r in p["offsets_in_no_segment"]:
+            lines.append(
+                f"  offsets {offset_range_text(r)} are in no segment file (a segment is missing or was cut short): "
+                "`seglog recover` reports them lost until the loss is accepted"
             )
         if "missing_committed" in p:
             missing = p["missing_committed"]

@@ -6,15 +6,16 @@ indexes, repair the checkpoints), and marks it cleanly shut down. Where a segmen
 default strategy, ``salvage``, keeps every intact batch before and after the damage and leaves an
 offset gap; ``truncate`` is Kafka's own answer (cut at the first damage, delete later segments).
 Either way every removed byte is kept in a quarantine file beside its segment (``seglog
-quarantine``). Partitions a live writer holds are skipped. Prints a per-partition report naming
+quarantine``). Partitions a live writer holds are skipped, and so are directories of segment
+files not named ``<topic>-<partition>`` (each named in the report). Prints a per-partition report naming
 the offsets lost and whether they were committed. ``--dry-run`` writes nothing at all (no lock
 file either: it only tests whether a writer holds the lock), so it also works on a read-only file
 system.
 
 Exit status: 0 when all is well, 1 when a partition failed (one line per partition on stderr, e.g.
-on a read-only file system) or was skipped because a writer holds it, 3 when committed data was
-lost (offsets below a partition's recovery point, high watermark or sink commit are gone) and not
-accepted with ``--accept-data-loss``.
+on a read-only file system) or was skipped (a writer holds it, or it is not named as a partition),
+3 when committed data was lost (offsets below a partition's recovery point, high watermark or sink
+commit are gone) and not accepted with ``--accept-data-loss``.
 """
 
 from __future__ import annotations
@@ -97,18 +98,27 @@ def _text(doc: dict[str, Any]) -> Iterator[str]:
         rows,
         indent="  ",
     )
+    dry = doc["dry_run"]  # a dry run removed nothing: it says what recovery would do
     for p in doc["partitions"]:
         if p["message"]:
             yield f"  {p['partition']}: {p['message']}"
         for r in p["lost_offsets"]:
             what = "committed" if r["committed"] else "uncommitted"
-            yield f"  {p['partition']}: lost {what} offsets {offset_range_text(r)}"
+            lost = "would lose" if dry else "lost"
+            yield f"  {p['partition']}: {lost} {what} offsets {offset_range_text(r)}"
         if p["quarantined"]:
-            yield f"  {p['partition']}: removed bytes kept in quarantine: {', '.join(p['quarantined'])}"
+            kept = "would keep removed bytes" if dry else "removed bytes kept"
+            yield f"  {p['partition']}: {kept} in quarantine: {', '.join(p['quarantined'])}"
         if p["accepted_data_loss"]:
-            verb = "would be" if doc["dry_run"] else "is"
+            verb = "would be" if dry else "is"
             yield f"  {p['partition']}: the loss {verb} accepted and recorded; the log ends at {p['log_end_offset']}"
-    if doc["committed_data_lost"]:
+    if doc["committed_data_lost"] and dry:
+        yield (
+            "COMMITTED DATA WOULD BE LOST: recovery would remove the offsets above (their bytes, if any, to "
+            "quarantine). First see whether they can be restored; to recover and accept the loss: seglog recover "
+            f"--log-dir {doc['log_dir']} --accept-data-loss"
+        )
+    elif doc["committed_data_lost"]:
         yield (
             "COMMITTED DATA LOST: the offsets above are gone (their bytes, if any, are in quarantine). To accept "
             f"the loss and let writers go on: seglog recover --log-dir {doc['log_dir']} --accept-data-loss"

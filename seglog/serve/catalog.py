@@ -23,6 +23,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import errno
 import logging
 import os
 import uuid
@@ -33,7 +34,7 @@ from indexer import file_names
 from indexer.checkpoint import OffsetCheckpointFile
 from indexer.config import Settings
 from indexer.data_loss import missing_committed_records
-from indexer.errors import SeglogError
+from indexer.errors import SeglogError, StorageError
 from indexer.file_names import TopicPartition
 from indexer.log import Log
 from indexer.log_manager import LogManager
@@ -80,6 +81,7 @@ class _Partition:
     log: Log | None = None
     dir_stat: tuple[int, int, int] | None = None
     offsets: tuple[int | None, int | None] = (None, None)  # checkpointed (high watermark, log start)
+    problem: str | None = None  # why it last failed to open
 
 
 @dataclass
@@ -274,9 +276,14 @@ class Catalog:
                 log_start_offset=log_start_offset or 0,
                 high_watermark=high_watermark,
             )
-        except SeglogError as e:  # no segment yet, or files renamed while we listed them: next poll
-            logger.debug("cannot open %s-%d yet: %s", tp[0], tp[1], e)
+        except SeglogError as e:
+            if isinstance(e, StorageError) and e.errno == errno.ENOENT:  # no segment yet, files renamed
+                logger.debug("cannot open %s-%d yet: %s", tp[0], tp[1], e)
+            elif str(e) != entry.problem:  # damage: said once, not at every fetch that asks again
+                logger.warning("cannot serve %s-%d: %s", tp[0], tp[1], e)
+            entry.problem = str(e)
             return False
+        entry.problem = None
         if high_watermark is not None and high_watermark > log.log_end_offset:
             loss = missing_committed_records(
                 entry.directory, log.log_end_offset, high_watermark, "its checkpointed high watermark"

@@ -187,3 +187,33 @@ def test_a_damaged_last_offset_delta_never_gives_an_end_offset_below_the_batches
         f.write(delta.to_bytes(4, "big", signed=True))
     with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
         assert log.log_end_offset == last.base_offset
+
+
+@pytest.mark.parametrize("kind", ["duplicate", "swap", "move back"])
+def test_batches_out_of_offset_order_stop_a_read_naming_the_offset(tmp_path: Path, kind: str) -> None:
+    """A batch written twice, two batches swapped, or one moved back (a misdirected write, a bad
+    copy): every batch is CRC-valid, but the offsets go backwards. Reads returned the duplicate's
+    records twice, or records out of offset order (a consumer that skips offsets it has passed loses
+    them). A poll now returns the records in order up to the first offset that comes back, then
+    names it, the file and the batch's position."""
+    directory = tmp_path / "t-0"
+    batches = _write_log(directory)
+    sealed = [b for b in batches if b.sealed]
+    victims = [b for b in sealed if b.path == sealed[0].path][1:4]
+    a, b, c = victims
+    raw = a.path.read_bytes()
+    pieces = {v: raw[v.position : v.position + v.size] for v in victims}
+    if kind == "duplicate":  # a, b, c -> a, b, a, c
+        moved, order = a, [a, b, a, c]
+    elif kind == "swap":  # a, b, c -> a, c, b
+        moved, order = b, [a, c, b]
+    else:  # a, b, c -> b, c, a
+        moved, order = a, [b, c, a]
+    new = b"".join(pieces[v] for v in order)
+    a.path.write_bytes(raw[: a.position] + new + raw[c.position + c.size :])
+    position = a.position + sum(v.size for v in order[: len(order) - 1 - order[::-1].index(moved)])
+    with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
+        offsets, error = _poll(log, 0, 1000)
+    assert offsets == list(range(moved.base_offset)), offsets[moved.base_offset - 3 :]
+    assert error is not None and error.offset == moved.base_offset
+    assert error.path == str(a.path) and error.position == position, (str(error), position)

@@ -279,3 +279,111 @@ def test_recovery_of_a_cleanly_shut_down_directory_does_not_call_it_unclean(
     details = [s["detail"] for p in outcome.partitions for s in p.steps if s["kind"] == "recover-segment"]
     assert details and all(d.startswith("validated by seglog recover:") for d in details), details
     assert "unclean" not in caplog.text
+
+
+def test_a_log_start_checkpoint_above_the_log_end_names_the_committed_records_recovery_removes(
+    template: Path, tmp_path: Path
+) -> None:
+    """A damaged ``log-start-offset-checkpoint`` (t-0 at 99999, above its log end 48 and its high
+    watermark) makes recovery remove every segment, as Kafka does for files deleted by hand. Those
+    records were committed: the dry run and the recovery name them and exit 3, and the quarantine
+    holds their bytes."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    partition = log_dir / "t-0"
+    sizes = {p.name: p.stat().st_size for p in partition.glob("*.log")}
+    end = batches_of(partition)[-1].last_offset + 1
+    (log_dir / "log-start-offset-checkpoint").write_text("0\n1\nt 0 99999\n")
+    settings = settings_for(small_config())
+    before = digest(log_dir)
+    dry = recover_log_dir(log_dir, settings, dry_run=True, progress=False)
+    assert digest(log_dir) == before
+    real = recover_log_dir(log_dir, settings, progress=False)
+    for outcome in (dry, real):
+        row = next(p for p in outcome.partitions if p.partition == "t-0")
+        assert row.lost_offsets == [{"first": 0, "last": end - 1, "committed": True}], row.lost_offsets
+        assert outcome.exit_status() == EXIT_COMMITTED_DATA_LOST
+    assert {p.name: p.stat().st_size for p in partition.glob("*.log.0.quarantine")} == {
+        f"{name}.0.quarantine": size for name, size in sizes.items()
+    }
+
+
+def test_a_segment_missing_in_the_middle_is_a_loss_of_its_offsets_until_accepted(
+    template: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A middle segment's files gone (deleted by mistake, an incomplete copy): its committed offsets
+    are in no segment. The dry run (writing nothing) and every recovery name them and exit 3 until
+    the loss is accepted; then it is recorded and no longer reported."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    partition = log_dir / "t-0"
+    bases = sorted(int(p.name.split(".")[0]) for p in partition.glob("*.log"))
+    gone, following = bases[2], bases[3]
+    for path in partition.glob(f"{gone:020d}.*"):
+        path.unlink()
+    settings = settings_for(small_config())
+    lost = [{"first": gone, "last": following - 1, "committed": True}]
+    before = digest(log_dir)
+    dry = recover_log_dir(log_dir, settings, dry_run=True, progress=False)
+    assert digest(log_dir) == before
+    for attempt in range(2):
+        outcome = recover_log_dir(log_dir, settings, progress=False)
+        for o in (dry, outcome):
+            row = next(p for p in o.partitions if p.partition == "t-0")
+            assert row.lost_offsets == lost, (attempt, row.lost_offsets)
+            assert o.exit_status() == EXIT_COMMITTED_DATA_LOST
+    accepted = recover_log_dir(log_dir, settings, accept_data_loss=True, progress=False)
+    assert accepted.exit_status() == 0 and accepted.partitions[0].accepted_data_loss
+    again = recover_log_dir(log_dir, settings, progress=False)
+    assert [p.lost_offsets for p in again.partitions] == [[], []] and again.exit_status() == 0
+
+
+def test_a_deleted_file_holding_the_only_copy_of_missing_offsets_is_quarantined_not_deleted(
+    template: Path, tmp_path: Path
+) -> None:
+    """A middle segment's ``.log`` renamed ``.log.deleted`` (retention only deletes from the front, a
+    truncation only the tail: nothing of seglog's leaves one between live segments) holds the only copy
+    of its committed records. Recovery deleted it as a stray temporary file; it now goes to quarantine,
+    named with the offsets lost."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    partition = log_dir / "t-0"
+    bases = sorted(int(p.name.split(".")[0]) for p in partition.glob("*.log"))
+    gone, following = bases[2], bases[3]
+    log_path = partition / f"{gone:020d}.log"
+    data = log_path.read_bytes()
+    log_path.rename(partition / f"{log_path.name}.deleted")
+    settings = settings_for(small_config())
+    before = digest(log_dir)
+    dry = recover_log_dir(log_dir, settings, dry_run=True, progress=False)
+    assert digest(log_dir) == before
+    real = recover_log_dir(log_dir, settings, progress=False)
+    quarantine = f"{gone:020d}.log.0.quarantine"
+    for outcome in (dry, real):
+        row = next(p for p in outcome.partitions if p.partition == "t-0")
+        assert row.lost_offsets == [{"first": gone, "last": following - 1, "committed": True}]
+        assert row.quarantined == [quarantine], row.quarantined
+    assert (partition / quarantine).read_bytes() == data
+    assert not list(partition.glob("*.deleted"))
+
+
+@pytest.mark.parametrize("name", ["t-x", "t-00", "events"])
+def test_a_directory_of_segments_that_is_no_partition_is_named_not_ignored(
+    template: Path, tmp_path: Path, name: str
+) -> None:
+    """A directory holding segment files whose name is not ``<topic>-<partition>`` (renamed by hand, a
+    typo) was skipped in silence: recover said '2 partitions' and exit 0 over records no partition
+    holds. It is now a skipped row naming it (exit 1), in the dry run too; nothing is written to it."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    shutil.copytree(log_dir / "t-1", log_dir / name)
+    before = digest(log_dir)
+    settings = settings_for(small_config())
+    dry = recover_log_dir(log_dir, settings, dry_run=True, progress=False)
+    assert digest(log_dir) == before
+    real = recover_log_dir(log_dir, settings, progress=False)
+    for outcome in (dry, real):
+        [row] = [p for p in outcome.partitions if p.partition == name]
+        assert row.status == "skipped" and "not a <topic>-<partition> directory" in row.message, row
+        assert outcome.exit_status() == 1 and not outcome.marked_clean
+    assert digest(log_dir / name) == {k.split("/", 1)[1]: v for k, v in before.items() if k.startswith(name + "/")}

@@ -315,6 +315,25 @@ def test_read_from_beginning_starts_at_the_log_start_offset(tmp_path: Path, caps
     assert [r["offset"] for r in read_records(capsys, log_dir, "t", "--from-beginning")] == list(range(4, 10))
 
 
+def test_a_log_start_checkpoint_above_the_log_end_is_an_error_not_an_empty_read(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A damaged ``log-start-offset-checkpoint`` (99999, above the log end 10) made ``seglog read
+    --from-beginning`` print nothing and exit 0 over ten committed records, and ``describe`` list the
+    partition as sound. Both now fail naming the partition and the two offsets."""
+    log_dir = tmp_path / "logs"
+    assert _append(tmp_path, log_dir, [{"value": f"v{i}"} for i in range(10)]) == 0
+    (log_dir / "log-start-offset-checkpoint").write_text("0\n1\nt 0 99999\n")
+    capsys.readouterr()
+    assert main(["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--from-beginning"]) == 1
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert err.startswith("seglog: StorageError: partition t-0 in ") and "log start offset 99999" in err, err
+    assert "log end offset 10" in err and len(err.splitlines()) == 1, err
+    assert main(["describe", "--log-dir", str(log_dir)]) == 1
+    assert "log start offset 99999" in capsys.readouterr().out
+
+
 def test_read_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log_dir = tmp_path / "logs"
     assert _append(tmp_path, log_dir, [{"value": "x"}]) == 0

@@ -223,3 +223,60 @@ def test_an_open_offset_range_reads_as_recover_prints_it() -> None:
     plan = {"kept_batches_after_damage": 0, "kept_offsets_after_damage": None, "removed": [], "lost": []}
     plan["lost"] = [{"first": 9575, "last": None}]
     assert _salvage_text(plan).endswith("offsets lost: 9575.. (how many: unknown)")
+
+
+def test_a_segment_missing_in_the_middle_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """describe listed a partition whose middle segment's files were gone as sound (``--verify`` exit
+    0), while ``seglog recover`` reports its offsets lost: both now name them."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(f'{{"value": "v{i}"}}\n' for i in range(50)))
+    log_dir = tmp_path / "logs"
+    small = ["--config", "segment.bytes=300", "--config", "max.message.bytes=120"]
+    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", *small, str(source)]) == 0
+    partition = log_dir / "t-0"
+    bases = sorted(int(p.name.split(".")[0]) for p in partition.glob("*.log"))
+    gone, following = bases[1], bases[2]
+    for path in partition.glob(f"{gone:020d}.*"):
+        path.unlink()
+    capsys.readouterr()
+    [p] = _describe(capsys, log_dir)["partitions"]
+    assert p["offsets_in_no_segment"] == [{"first": gone, "last": following - 1}]
+    assert main(["describe", "--log-dir", str(log_dir), "--verify"]) == 1
+    assert f"offsets {gone}..{following - 1} are in no segment file" in capsys.readouterr().out
+
+
+def test_verify_reports_batches_out_of_offset_order_as_recover_salvages_them(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Two CRC-valid batches swapped: ``describe --verify`` said nothing (exit 0) while ``recover``
+    removes one of them; it now names the segment and says what recover would do, as recover does."""
+    log_dir = tmp_path / "logs"
+    for i in range(4):  # four batches of two records, the same size
+        source = tmp_path / f"in{i}.jsonl"
+        source.write_text(f'{{"value": "v{i}-a"}}\n{{"value": "v{i}-b"}}\n')
+        assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source)]) == 0
+    log = log_dir / "t-0" / "00000000000000000000.log"
+    data = log.read_bytes()
+    size = len(data) // 4
+    log.write_bytes(data[:size] + data[2 * size : 3 * size] + data[size : 2 * size] + data[3 * size :])
+    capsys.readouterr()
+    assert main(["describe", "--log-dir", str(log_dir), "--verify", "--json"]) == 1
+    segment = json.loads(capsys.readouterr().out)["partitions"][0]["segments"][0]
+    assert main(["recover", "--log-dir", str(log_dir), "--dry-run", "--json"]) == 3
+    (partition,) = json.loads(capsys.readouterr().out)["partitions"]
+    lost = [{"first": r["first"], "last": r["last"]} for r in partition["lost_offsets"]]
+    assert segment["salvage"]["lost"] == lost and lost, (segment, lost)
+    assert main(["describe", "--log-dir", str(log_dir), "--verify"]) == 1
+    assert f"segment 0: batch offsets go backwards at position {2 * size}" in capsys.readouterr().out
+
+
+def test_a_directory_of_segments_that_is_no_partition_is_listed(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    log_dir, log = _one_batch(tmp_path)
+    (log_dir / "t-x").mkdir()
+    (log_dir / "t-x" / log.name).write_bytes(log.read_bytes())
+    capsys.readouterr()
+    assert main(["describe", "--log-dir", str(log_dir)]) == 1
+    out = capsys.readouterr().out
+    assert "t-x: cannot read: StorageError: " in out and "not a <topic>-<partition> directory" in out

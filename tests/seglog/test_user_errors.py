@@ -188,8 +188,12 @@ def test_recover_dry_run_writes_nothing_not_even_lock_files(log_dir: Path, capsy
         f.write(b"\xff" * 16)
     before = _snapshot(log_dir)
     assert main(["recover", "--log-dir", str(log_dir), "--dry-run", "--no-progress"]) == 3
-    assert "COMMITTED DATA LOST" in capsys.readouterr().out
+    out = capsys.readouterr().out
     assert _snapshot(log_dir) == before
+    # it says what recovery would do, not that anything is gone or quarantined already (it said both)
+    assert "COMMITTED DATA WOULD BE LOST" in out and "would lose committed offsets" in out, out
+    assert "would keep removed bytes in quarantine: " in out, out
+    assert " are gone" not in out and "lost committed" not in out and "kept in quarantine" not in out, out
 
 
 def test_recover_dry_run_of_a_clean_directory_logs_no_error(log_dir: Path) -> None:

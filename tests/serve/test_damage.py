@@ -73,3 +73,22 @@ def test_committed_records_missing_from_the_end_of_the_log_are_a_warning(
         server.log_text()
     )
     assert "served up to offset 0" in server.log_text()
+
+
+def test_a_partition_that_cannot_be_opened_is_a_warning_not_silence(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    """A partition the server cannot open for good (here its log start checkpoint is above its log
+    end) was answered as unknown with only a DEBUG line: a consumer waited in silence. The server now
+    warns, naming the partition and why, once."""
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings()) as manager:
+        log = manager.get_or_create_log("t", 0)
+        log.append({"value": [b"x"] * 10})
+        log.update_high_watermark(log.log_end_offset)
+    (log_dir / "log-start-offset-checkpoint").write_text("0\n1\nt 0 99999\n")
+    server = serve(log_dir)
+    for _ in range(2):
+        assert _fetch(server, 0).error_code != protocol.NONE
+    warnings = [line for line in server.log_text().splitlines() if "log start offset 99999" in line]
+    assert len(warnings) == 1 and "WARNING" in warnings[0] and "t-0" in warnings[0], server.log_text()
