@@ -92,20 +92,20 @@ class _PrefixAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
         return f"{self.extra['prefix']} {msg}", kwargs  # type: ignore[index]
 
 
-def _backwards(table: pa.Table, buf: bytes, floor: int) -> tuple[pa.Table, int, int, int] | None:
-    """When the records decoded from ``buf`` (whole batches, in file order) do not all come after
+def _backwards(table: pa.Table, buf: bytes, whole: int, floor: int) -> tuple[pa.Table, int, int, int] | None:
+    """When the records decoded from ``buf[:whole]`` (whole batches, in file order) do not all come after
     ``floor`` and each other, the batch whose offsets go backwards (written twice, swapped or moved:
     a log's offsets never go back): ``(the records before it that are in order and below its first
     offset, its position in buf, that first offset, the largest offset before it)``. One vectorised
     comparison when the offsets increase; the batch headers are walked only when they do not."""
     offsets = table.column("offset").to_numpy()
-    in_order = np.concatenate(([offsets[:1] > floor], offsets[1:] > offsets[:-1]), axis=None)
-    if in_order.all():
+    if not offsets.size or (offsets[0] > floor and (offsets[1:] > offsets[:-1]).all()):
         return None
-    found = backwards_entry(buf, floor)
+    found = backwards_entry(buf[:whole], floor)
     if found is None:  # out of order only inside a batch: the decoder's records are the batch's
         return None
     at, first, before = found
+    in_order = np.concatenate(([offsets[:1] > floor], offsets[1:] > offsets[:-1]), axis=None)
     fine = in_order & (offsets < first)
     return table.slice(0, len(fine) if fine.all() else int(np.argmin(fine))), at, first, before
 
@@ -884,7 +884,7 @@ class Log:
                 except CorruptRecordError as e:
                     bad = good if e.position is None else e.position - position
                     good, damage = (bad if 0 <= bad < good else 0), e
-            if damage is None and (backwards := _backwards(table, buf[:whole], floor)) is not None:
+            if damage is None and (backwards := _backwards(table, buf, whole, floor)) is not None:
                 table, at, unread, before = backwards
                 damage = CorruptRecordError(
                     f"batch at position {position + at} starts at offset {unread}, not after offset {before}: "
