@@ -102,7 +102,13 @@ def file_events(
 
     if file_format not in FILE_FORMATS:
         raise ConfigError(f"file format must be one of {FILE_FORMATS}, got {file_format!r}")
-    reader_options = {"header": "true"} if file_format == "csv" else {}
+    # CSV as RFC 4180 (Python's csv module, pandas, spreadsheets) writes it: a quoted field may hold a line
+    # end, which Spark's reader cuts the record at without multiLine (valid CSV became a malformed record),
+    # and a quote inside one is doubled, which Spark's default escape (a backslash) kept as two quotes.
+    # An empty field is null, a quoted empty one ("") the empty string, as Spark's CSV writer writes them:
+    # Spark's default nullValue "" made both null (an empty value became a tombstone); NUL is no text.
+    csv_options = {"header": "true", "multiLine": "true", "escape": '"', "nullValue": "\x00"}
+    reader_options = csv_options if file_format == "csv" else {}
     reader_options.update(options or {})
     static = spark.read.format(file_format).options(**reader_options)
     if file_format == "csv":

@@ -93,3 +93,17 @@ def test_kafka_and_delta_sources_explain_the_missing_package(spark: SparkSession
         sources.kafka_events(spark, "localhost:9092", "clicks")
     with pytest.raises(ConfigError, match="delta-spark"):
         sources.delta_events(spark, str(tmp_path))
+
+
+def test_csv_fields_may_hold_quoted_commas_and_line_ends(spark: SparkSession, tmp_path: Path) -> None:
+    """RFC 4180 (and Spark's own CSV writer) quote a field holding a line end; Spark's CSV reader splits
+    such a record at the line end unless ``multiLine`` is on, so the files source refused valid CSV as a
+    malformed record (``malformed csv record in ...: line2"``); and a doubled quote inside a quoted field
+    (RFC 4180's escape) was read as two quotes, and the field's own quotes kept, instead of ``say "hi"``.
+    A quoted empty field (``""``, how Spark's CSV writer writes an empty string) was read as null like an
+    empty one, so an empty value became a tombstone."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "x.csv").write_text('key,value\nk1,"a,b"\nk2,"line1\nline2"\r\nk3,"say ""hi"""\nk4,""\nk5,\n')
+    table = _drain(sources.file_events(spark, str(tmp_path / "in"), "csv"), tmp_path).sort_by("key")
+    assert table.column("key").to_pylist() == ["k1", "k2", "k3", "k4", "k5"]
+    assert table.column("value").to_pylist() == ["a,b", "line1\nline2", 'say "hi"', "", None]
