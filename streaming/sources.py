@@ -4,7 +4,8 @@
   (``user-000042``, 1000 users), ``value`` a JSON event (id, user, type, amount, time), ``headers``
   the source and the event type, ``timestamp`` the rate source's time. Pure Spark SQL expressions,
   no Python UDF, so rows never leave the JVM before the sink collects them as Arrow.
-* ``files``: a directory of JSON, CSV or Parquet files. Files that have a ``value`` column are
+* ``files``: a directory of JSON, CSV or Parquet files, subdirectories included (hidden names, where a
+  file is written before it is renamed into place, are not read). Files that have a ``value`` column are
   passed through (with whichever of ``key``, ``topic``, ``partition``, ``headers``,
   ``timestamp`` they have; a text ``timestamp``, as JSON holds one, is read as an ISO-8601
   timestamp); other files become ``value = to_json(row)``, keyed by ``key_column``.
@@ -88,7 +89,8 @@ def file_events(
     key_column: str | None = None,
     options: Mapping[str, str] | None = None,
 ) -> DataFrame:
-    """A streaming read of the ``file_format`` files in directory ``path``, shaped for the sink.
+    """A streaming read of the ``file_format`` files under directory ``path`` (subdirectories too, hidden
+    names not), shaped for the sink.
 
     The schema is taken from the files already there (streaming file sources need one up front),
     so the directory must hold at least one file when the query starts.
@@ -109,6 +111,10 @@ def file_events(
     # Spark's default nullValue "" made both null (an empty value became a tombstone); NUL is no text.
     csv_options = {"header": "true", "multiLine": "true", "escape": '"', "nullValue": "\x00"}
     reader_options = csv_options if file_format == "csv" else {}
+    # Every file under the directory, at any depth: Spark's default reads only the top level's (unless
+    # every subdirectory is a name=value partition) and skipped the others in silence. Hidden names
+    # (.name, _name) are never listed, so a file written under one and then renamed is read whole.
+    reader_options["recursiveFileLookup"] = "true"
     reader_options.update(options or {})
     static = spark.read.format(file_format).options(**reader_options)
     if file_format == "csv":

@@ -107,3 +107,22 @@ def test_csv_fields_may_hold_quoted_commas_and_line_ends(spark: SparkSession, tm
     table = _drain(sources.file_events(spark, str(tmp_path / "in"), "csv"), tmp_path).sort_by("key")
     assert table.column("key").to_pylist() == ["k1", "k2", "k3", "k4", "k5"]
     assert table.column("value").to_pylist() == ["a,b", "line1\nline2", 'say "hi"', "", None]
+
+
+def test_files_in_subdirectories_are_read_and_hidden_ones_are_not(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark's file source reads only the files directly in its directory (unless their subdirectories are
+    all ``name=value`` partitions): files a user's tool writes into ``in/2024-01-02/`` were skipped in
+    silence. Every file under the directory is read now, except hidden ones (``.name``, ``_name``, which
+    Spark never lists: where a file is written before it is renamed into place), gzipped ones too."""
+    import gzip
+
+    (tmp_path / "in" / "2024-01-02" / "deeper").mkdir(parents=True)
+    (tmp_path / "in" / "a.json").write_text('{"key": "top", "value": "1"}\n')
+    (tmp_path / "in" / "2024-01-02" / "b.json").write_text('{"key": "sub", "value": "2"}\n')
+    (tmp_path / "in" / "2024-01-02" / "deeper" / "c.json.gz").write_bytes(
+        gzip.compress(b'{"key": "deep", "value": "3"}\n')
+    )
+    (tmp_path / "in" / ".d.json.tmp").write_text('{"key": "hidden", "value": "4"}\n{"key": "cut')
+    (tmp_path / "in" / "_e.json").write_text('{"key": "hidden", "value": "5"}\n')
+    table = _drain(sources.file_events(spark, str(tmp_path / "in"), "json"), tmp_path).sort_by("value")
+    assert table.column("key").to_pylist() == ["top", "sub", "deep"]
