@@ -28,7 +28,8 @@ from indexer.errors import ConfigError, SchemaError
 from streaming.micro_batch import SINK_COLUMNS
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
 
 logger = logging.getLogger(__name__)
 
@@ -100,7 +101,7 @@ def file_events(
     """
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+    from pyspark.sql.types import ArrayType, StringType, StructField, TimestampType
 
     if file_format not in FILE_FORMATS:
         raise ConfigError(f"file format must be one of {FILE_FORMATS}, got {file_format!r}")
@@ -132,9 +133,12 @@ def file_events(
     if "value" in names and "timestamp" in names and isinstance(schema["timestamp"].dataType, StringType):
         # JSON has no timestamp type (Spark writes one as an ISO-8601 string, and infers a string back):
         # read it as the timestamp Spark's Kafka sink takes; a string that is none is a malformed line.
-        schema = StructType(
-            [StructField(f.name, TimestampType(), f.nullable) if f.name == "timestamp" else f for f in schema.fields]
-        )
+        schema = _with_type(schema, "timestamp", TimestampType())
+    header_pairs = "value" in names and "headers" in names and _holds_header_pairs(schema["headers"].dataType)
+    if header_pairs:
+        # seglog read's headers, [[key, value], ...] (the format seglog append takes): Spark infers them as
+        # array<array<string>>, or array<string> when every list is empty; read both as the pairs.
+        schema = _with_type(schema, "headers", ArrayType(ArrayType(StringType())))
     corrupt = None
     if file_format in ("json", "csv"):
         # Spark's readers turn a line they cannot parse into a row of nulls (PERMISSIVE), which the sink
@@ -154,6 +158,8 @@ def file_events(
             raise ConfigError(f"key column {key_column!r} is not among the file columns {columns}")
         key = F.col(key_column).cast("string") if key_column else F.lit(None).cast("string")
         shaped = {"key": key, "value": F.to_json(F.struct(*[F.col(c) for c in columns]))}
+    if header_pairs:
+        shaped["headers"] = F.transform(F.col("headers"), lambda pair: _header_struct(pair, file_format))
     value = shaped["value"]
     if corrupt is not None:
         message = F.concat(
@@ -162,6 +168,40 @@ def file_events(
         value = F.when(F.col(corrupt).isNotNull(), F.raise_error(message)).otherwise(value)
     shaped["value"] = value
     return df.select(*[column.alias(name) for name, column in shaped.items()])
+
+
+def _with_type(schema: StructType, name: str, data_type: DataType) -> StructType:
+    """``schema`` with field ``name`` of type ``data_type``."""
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType([StructField(f.name, data_type, f.nullable) if f.name == name else f for f in schema.fields])
+
+
+def _holds_header_pairs(data_type: DataType) -> bool:
+    """Whether Spark inferred a ``headers`` field of ``[key, value]`` lists (or of empty lists only)."""
+    from pyspark.sql.types import ArrayType, StringType
+
+    if not isinstance(data_type, ArrayType):
+        return False
+    element = data_type.elementType
+    return isinstance(element, StringType) or (
+        isinstance(element, ArrayType) and isinstance(element.elementType, StringType)
+    )
+
+
+def _header_struct(pair: Column, file_format: str) -> Column:
+    """A ``[key, value]`` header as Spark's Kafka ``struct<key string, value binary>``; anything else
+    stops the query naming the file (:func:`malformed_input_error`)."""
+    from pyspark.sql import functions as F
+
+    message = F.concat(
+        F.lit(f"{MALFORMED_MARK}{file_format} record in "),
+        F.input_file_name(),
+        F.lit(": headers must be [key, value] pairs with a key, got "),
+        F.to_json(pair),
+    )
+    header = F.struct(pair[0].alias("key"), pair[1].cast("binary").alias("value"))
+    return F.when((F.size(pair) == 2) & pair[0].isNotNull(), header).otherwise(F.raise_error(message))
 
 
 def malformed_input_error(failure: BaseException) -> SchemaError | None:

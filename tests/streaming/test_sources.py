@@ -126,3 +126,28 @@ def test_files_in_subdirectories_are_read_and_hidden_ones_are_not(spark: SparkSe
     (tmp_path / "in" / "_e.json").write_text('{"key": "hidden", "value": "5"}\n')
     table = _drain(sources.file_events(spark, str(tmp_path / "in"), "json"), tmp_path).sort_by("value")
     assert table.column("key").to_pylist() == ["top", "sub", "deep"]
+
+
+def test_seglog_read_output_passes_through_with_its_headers(spark: SparkSession, tmp_path: Path) -> None:
+    """``seglog read`` writes headers as ``[key, value]`` pairs (the format ``seglog append`` takes), which
+    Spark infers as ``array<array<string>>`` (``array<string>`` when every list is empty): the sink refused
+    the whole micro-batch with ``SchemaError: column 'headers': found type list<element: list<element:
+    string>>, expected ...``, naming no file. Such headers are now Spark's Kafka ``headers`` structs, and a
+    header that is not a pair with a key stops the job naming the file."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text(
+        '{"offset":0,"timestamp":5,"timestampType":0,"key":"a","value":"1","headers":[["h","x"],["h","y"],["",null]]}\n'
+        '{"offset":1,"timestamp":6,"timestampType":0,"key":"b","value":"2","headers":[]}\n'
+    )
+    (tmp_path / "only-empty").mkdir()
+    (tmp_path / "only-empty" / "b.json").write_text('{"key":"c","value":"3","headers":[]}\n')
+    table = _drain(sources.file_events(spark, str(tmp_path / "in"), "json"), tmp_path / "1").sort_by("value")
+    assert table.column("headers").to_pylist() == [
+        [{"key": "h", "value": b"x"}, {"key": "h", "value": b"y"}, {"key": "", "value": None}],
+        [],
+    ]
+    table = _drain(sources.file_events(spark, str(tmp_path / "only-empty"), "json"), tmp_path / "2")
+    assert table.column("headers").to_pylist() == [[]]
+    (tmp_path / "in" / "c.json").write_text('{"key":"d","value":"4","headers":[["h"]]}\n')
+    with pytest.raises(Exception, match=r'headers must be \[key, value\] pairs with a key, got \["h"\]'):
+        _drain(sources.file_events(spark, str(tmp_path / "in"), "json"), tmp_path / "3")
