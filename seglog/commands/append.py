@@ -315,7 +315,9 @@ def _field_with_lone_surrogate(obj: dict[str, Any]) -> str | None:
     headers = obj.get("headers")
     pairs = headers if isinstance(headers, list) else []
     texts = [("key", obj.get("key")), ("value", obj.get("value"))]
-    texts += [(f"a header {part}", x) for h in pairs if isinstance(h, list) for part, x in zip(("key", "value"), h)]
+    for pair in pairs:
+        if isinstance(pair, list):
+            texts += zip(("a header key", "a header value"), pair, strict=False)
     for field, text in texts:
         if isinstance(text, str):
             try:

@@ -93,7 +93,7 @@ def test_parse_fields_nulls_and_headers() -> None:
         # What Arrow refuses without saying where.
         (b'{}\n{"key": "a", "key": "b"}\n', "utf8", "in.jsonl: line 2: field key is given twice"),
         (b'{}\n{"value": "\\ud800"}\n', "utf8", "in.jsonl: line 2: value holds a lone surrogate"),
-        (b'{}\n\xef\xbb\xbf{}\n', "utf8", "in.jsonl: line 2: a byte order mark is allowed only at the start"),
+        (b"{}\n\xef\xbb\xbf{}\n", "utf8", "in.jsonl: line 2: a byte order mark is allowed only at the start"),
     ],
 )
 def test_parse_errors_name_the_line(data: bytes, encoding: str, message: str) -> None:
