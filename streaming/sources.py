@@ -36,6 +36,7 @@ logger = logging.getLogger(__name__)
 SOURCES = ("rate", "files", "kafka", "delta")
 CORRUPT_RECORD_COLUMN = "_corrupt_record"  # Spark's default name (spark.sql.columnNameOfCorruptRecord)
 MALFORMED_MARK = "seglog-malformed-input: "  # begins the error file_events raises for an unparsable line
+_PLAN_DUMP = "\n=== Streaming Query ==="  # begins what Spark appends to a query's failure: its state and plan
 FILE_FORMATS = ("json", "csv", "parquet")
 EVENT_TYPES = ("view", "click", "add_to_cart", "purchase")
 NUM_USERS = 1000
@@ -97,7 +98,8 @@ def file_events(
     so the directory must hold at least one file when the query starts.
 
     Raises:
-        ConfigError: an unknown format, a key column the files lack, or no file to take the schema from.
+        ConfigError: an unknown format, a key column the files lack, or no file (or no line that parses)
+            to take the schema from.
     """
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
@@ -130,6 +132,11 @@ def file_events(
             "files there when the query starts, so put at least one in first"
         ) from None
     names = schema.fieldNames()
+    if names == [reader_options.get("columnNameOfCorruptRecord", CORRUPT_RECORD_COLUMN)]:
+        raise ConfigError(
+            f"no line of the {file_format} files in {path} parses: each is cut short, not {file_format}, "
+            "or not UTF-8, so there is no schema to take from them"
+        )
     if "value" in names and "timestamp" in names and isinstance(schema["timestamp"].dataType, StringType):
         # JSON has no timestamp type (Spark writes one as an ISO-8601 string, and infers a string back):
         # read it as the timestamp Spark's Kafka sink takes; a string that is none is a malformed line.
@@ -207,8 +214,9 @@ def _header_struct(pair: Column, file_format: str) -> Column:
 def malformed_input_error(failure: BaseException) -> SchemaError | None:
     """The :class:`SchemaError` a query failure stands for when :func:`file_events` stopped it on a line
     Spark could not parse, else None. Spark wraps the line's message in its own error text, once per
-    layer (the task, the job, the query); the first copy is taken, without Spark's ``SQLSTATE``."""
-    text = str(failure)
+    layer (the task, the job, the query); the first copy is taken, without Spark's ``SQLSTATE``. The
+    query's plan, which Spark appends, holds the message as a literal, so it is not searched."""
+    text = str(failure).split(_PLAN_DUMP, 1)[0]
     start = text.find(MALFORMED_MARK)
     if start < 0:
         return None

@@ -151,3 +151,39 @@ def test_seglog_read_output_passes_through_with_its_headers(spark: SparkSession,
     (tmp_path / "in" / "c.json").write_text('{"key":"d","value":"4","headers":[["h"]]}\n')
     with pytest.raises(Exception, match=r'headers must be \[key, value\] pairs with a key, got \["h"\]'):
         _drain(sources.file_events(spark, str(tmp_path / "in"), "json"), tmp_path / "3")
+
+
+def test_a_failure_that_is_no_malformed_line_is_not_reported_as_one(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark's query failure ends with the query's plan, which holds the files source's error message as a
+    literal: any other failure of a files query (a file deleted once listed, a directory of which no line
+    parses) was reported as ``malformed json record in , input_file_name(), : , _corrupt_record#7)), ...``."""
+    from pyspark.errors import StreamingQueryException
+
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"key": "a", "value": "1"}\n')
+
+    def fail(_batch: DataFrame, _id: int) -> None:
+        raise RuntimeError("not a malformed line")
+
+    query = (
+        sources.file_events(spark, str(tmp_path / "in"), "json")
+        .writeStream.foreachBatch(fail)
+        .option("checkpointLocation", str(tmp_path / "ck"))
+        .trigger(availableNow=True)
+        .start()
+    )
+    with pytest.raises(StreamingQueryException) as caught:
+        query.awaitTermination()
+    assert sources.MALFORMED_MARK in str(caught.value)  # in the plan
+    assert sources.malformed_input_error(caught.value) is None
+
+
+def test_a_directory_where_no_line_parses_is_refused_at_start(spark: SparkSession, tmp_path: Path) -> None:
+    """A directory whose only lines Spark cannot parse (here Latin-1, not UTF-8) gives Spark a schema of
+    its corrupt-record column alone, which it refuses to query: the job stopped at its first micro-batch
+    with Spark's many-line UNSUPPORTED_FEATURE.QUERY_ONLY_CORRUPT_RECORD_COLUMN. It is one line now,
+    before the query starts."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_bytes(b'{"key": "l", "value": "caf\xe9"}\n')
+    with pytest.raises(ConfigError, match=r"no line of the json files in .*in parses: .* not UTF-8"):
+        sources.file_events(spark, str(tmp_path / "in"), "json")
