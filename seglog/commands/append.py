@@ -147,9 +147,8 @@ def parse_json_lines(data: bytes, *, encoding: str = "utf8", source: str = "<inp
             }
         )
     options = pa_json.ParseOptions(explicit_schema=_INPUT_SCHEMA, unexpected_field_behavior="error")
-    read_options = pa_json.ReadOptions(block_size=_block_size(data))
     try:
-        raw = pa_json.read_json(io.BytesIO(data), read_options=read_options, parse_options=options)
+        raw = _read_json(data, options)
         raw.validate(full=True)  # Arrow's parser keeps bytes that are not UTF-8 in its strings; this finds them
     except pa.ArrowInvalid as e:
         line, reason = _locate_bad_line(data, encoding)
@@ -218,15 +217,19 @@ def _to_headers(lists: pa.ListArray, encoding: str, fail: Any) -> pa.Array:
     return pa.ListArray.from_arrays(rebased, structs, type=HEADERS_TYPE, mask=mask)
 
 
-def _block_size(data: bytes) -> int:
-    """Arrow's JSON block size for ``data``: its default (1 MiB), or more than the longest line, since
-    Arrow refuses a line that straddles two block boundaries."""
-    default = 1 << 20
-    if len(data) <= default:
-        return default
-    ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
-    longest = int(np.diff(ends, prepend=-1, append=len(data)).max())
-    return max(default, min(longest + 2, INT32_MAX))
+def _read_json(data: bytes, options: pa_json.ParseOptions) -> pa.Table:
+    """Arrow's JSON read of ``data``. Arrow parses blocks of 1 MiB and refuses a line that straddles two
+    block boundaries, so a failed read is tried again with blocks longer than the longest line (measured
+    only then: it costs a third of a read)."""
+    try:
+        return pa_json.read_json(io.BytesIO(data), parse_options=options)
+    except pa.ArrowInvalid:
+        ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+        block_size = int(np.diff(ends, prepend=-1, append=len(data)).max()) + 2
+        if block_size <= pa_json.ReadOptions().block_size:
+            raise
+        read_options = pa_json.ReadOptions(block_size=min(block_size, INT32_MAX))
+        return pa_json.read_json(io.BytesIO(data), read_options=read_options, parse_options=options)
 
 
 def _line_of_row(data: bytes, row: int) -> int:
