@@ -98,12 +98,12 @@ def file_events(
     so the directory must hold at least one file when the query starts.
 
     Raises:
-        ConfigError: an unknown format, a key column the files lack, or no file (or no line that parses)
-            to take the schema from.
+        ConfigError: an unknown format, a key column the files lack, no file (or no line that parses)
+            to take the schema from, or a key or value that is no text (JSON, Parquet).
     """
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, StringType, StructField, TimestampType
+    from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, TimestampType
 
     if file_format not in FILE_FORMATS:
         raise ConfigError(f"file format must be one of {FILE_FORMATS}, got {file_format!r}")
@@ -137,6 +137,16 @@ def file_events(
             f"no line of the {file_format} files in {path} parses: each is cut short, not {file_format}, "
             "or not UTF-8, so there is no schema to take from them"
         )
+    for name in ("key", "value") if "value" in names else ():
+        if name not in names or isinstance(schema[name].dataType, (StringType, BinaryType)):
+            continue
+        if file_format == "csv":  # CSV has no types: the text is the key or value, not what inferSchema made of it
+            schema = _with_type(schema, name, StringType())
+        else:
+            raise ConfigError(
+                f"the {file_format} files in {path} have a {name} of type {schema[name].dataType.simpleString()}: "
+                f"a record's {name} is a string or bytes (as Spark's Kafka sink takes), so write it as a JSON string"
+            )
     if "value" in names and "timestamp" in names and isinstance(schema["timestamp"].dataType, StringType):
         # JSON has no timestamp type (Spark writes one as an ISO-8601 string, and infers a string back):
         # read it as the timestamp Spark's Kafka sink takes; a string that is none is a malformed line.

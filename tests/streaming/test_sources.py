@@ -187,3 +187,22 @@ def test_a_directory_where_no_line_parses_is_refused_at_start(spark: SparkSessio
     (tmp_path / "in" / "a.json").write_bytes(b'{"key": "l", "value": "caf\xe9"}\n')
     with pytest.raises(ConfigError, match=r"no line of the json files in .*in parses: .* not UTF-8"):
         sources.file_events(spark, str(tmp_path / "in"), "json")
+
+
+def test_a_value_or_key_that_is_no_text_is_refused_at_start(spark: SparkSession, tmp_path: Path) -> None:
+    """Spark's Kafka sink takes a string or binary key and value only. Files whose values are all numbers
+    were read as a bigint column, which the sink refused at the first micro-batch with ``SchemaError: column
+    'value': found type int64, expected binary ...``, naming no file; now it is one line before the query
+    starts, naming the directory. CSV has no types: its key and value are the text (inferSchema made
+    ``5.0`` a double, refused the same way)."""
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "a.json").write_text('{"key": "n", "value": 5}\n{"key": "m", "value": 6}\n')
+    with pytest.raises(ConfigError, match=r"the json files in .*in have a value of type bigint"):
+        sources.file_events(spark, str(tmp_path / "in"), "json")
+    (tmp_path / "in" / "a.json").write_text('{"key": 1, "value": "a"}\n')
+    with pytest.raises(ConfigError, match=r"the json files in .*in have a key of type bigint"):
+        sources.file_events(spark, str(tmp_path / "in"), "json")
+    (tmp_path / "csv").mkdir()
+    (tmp_path / "csv" / "a.csv").write_text("key,value\n1,5.0\n")
+    table = _drain(sources.file_events(spark, str(tmp_path / "csv"), "csv"), tmp_path)
+    assert table.to_pylist() == [{"key": "1", "value": "5.0"}]  # CSV has no types: its text
