@@ -137,7 +137,7 @@ def parse_json_lines(data: bytes, *, encoding: str = "utf8", source: str = "<inp
     """
     if encoding not in ENCODINGS:
         raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
-    if not data.strip():
+    if not data.strip(_JSON_SPACE):
         return pa.table(
             {
                 "key": pa.array([], pa.large_binary()),
@@ -236,7 +236,7 @@ def _line_of_row(data: bytes, row: int) -> int:
     """1-based line number of the ``row``-th non-blank line (error path only)."""
     seen = -1
     for number, line in enumerate(data.splitlines(), 1):
-        if line.strip():
+        if line.strip(_JSON_SPACE):
             seen += 1
             if seen == row:
                 return number
@@ -248,10 +248,12 @@ def _locate_bad_line(data: bytes, encoding: str) -> tuple[int | None, str]:
     allowed = set(_INPUT_SCHEMA.names)
     for number, line in enumerate(data.splitlines(), 1):
         if number == 1:
+            if line.startswith(_UTF16_BOMS):
+                return number, "the input is UTF-16, not UTF-8 (convert it: iconv -f UTF-16 -t UTF-8)"
             line = line.removeprefix(_BOM)
         elif line.startswith(_BOM):
             return number, "a byte order mark is allowed only at the start of the input"
-        if not line.strip():
+        if not line.strip(_JSON_SPACE):
             continue
         try:
             text = line.decode("utf-8")
@@ -293,6 +295,8 @@ def _locate_bad_line(data: bytes, encoding: str) -> tuple[int | None, str]:
 
 
 _BOM = b"\xef\xbb\xbf"
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_JSON_SPACE = b" \t\r\n"  # JSON's whitespace (RFC 8259): a line of these alone is blank
 
 
 class _RepeatedFieldError(ValueError):

@@ -94,6 +94,11 @@ def test_parse_fields_nulls_and_headers() -> None:
         (b'{}\n{"key": "a", "key": "b"}\n', "utf8", "in.jsonl: line 2: field key is given twice"),
         (b'{}\n{"value": "\\ud800"}\n', "utf8", "in.jsonl: line 2: value holds a lone surrogate"),
         (b"{}\n\xef\xbb\xbf{}\n", "utf8", "in.jsonl: line 2: a byte order mark is allowed only at the start"),
+        # JSON's whitespace is space, tab, CR and LF: a form feed is no blank line (Arrow said "row 1").
+        (b'{}\n\x0c\n{"value": "b"}\n', "utf8", "in.jsonl: line 2: not valid JSON"),
+        (b"\x0c\n", "utf8", "in.jsonl: line 1: not valid JSON"),
+        # Windows PowerShell writes UTF-16: not "binary data".
+        ('{"value": "a"}\n'.encode("utf-16"), "utf8", "in.jsonl: line 1: the input is UTF-16, not UTF-8"),
     ],
 )
 def test_parse_errors_name_the_line(data: bytes, encoding: str, message: str) -> None:
