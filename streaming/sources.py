@@ -4,7 +4,8 @@
   (``user-000042``, 1000 users), ``value`` a JSON event (id, user, type, amount, time), ``headers``
   the source and the event type, ``timestamp`` the rate source's time. Pure Spark SQL expressions,
   no Python UDF, so rows never leave the JVM before the sink collects them as Arrow.
-* ``files``: a directory of JSON, CSV or Parquet files. Files that have a ``value`` column are
+* ``files``: a directory of JSON, CSV or Parquet files, subdirectories included (hidden names, where a
+  file is written before it is renamed into place, are not read). Files that have a ``value`` column are
   passed through (with whichever of ``key``, ``topic``, ``partition``, ``headers``,
   ``timestamp`` they have; a text ``timestamp``, as JSON holds one, is read as an ISO-8601
   timestamp); other files become ``value = to_json(row)``, keyed by ``key_column``.
@@ -27,13 +28,15 @@ from indexer.errors import ConfigError, SchemaError
 from streaming.micro_batch import SINK_COLUMNS
 
 if TYPE_CHECKING:
-    from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql.types import DataType, StructType
 
 logger = logging.getLogger(__name__)
 
 SOURCES = ("rate", "files", "kafka", "delta")
 CORRUPT_RECORD_COLUMN = "_corrupt_record"  # Spark's default name (spark.sql.columnNameOfCorruptRecord)
 MALFORMED_MARK = "seglog-malformed-input: "  # begins the error file_events raises for an unparsable line
+_PLAN_DUMP = "\n=== Streaming Query ==="  # begins what Spark appends to a query's failure: its state and plan
 FILE_FORMATS = ("json", "csv", "parquet")
 EVENT_TYPES = ("view", "click", "add_to_cart", "purchase")
 NUM_USERS = 1000
@@ -88,21 +91,33 @@ def file_events(
     key_column: str | None = None,
     options: Mapping[str, str] | None = None,
 ) -> DataFrame:
-    """A streaming read of the ``file_format`` files in directory ``path``, shaped for the sink.
+    """A streaming read of the ``file_format`` files under directory ``path`` (subdirectories too, hidden
+    names not), shaped for the sink.
 
     The schema is taken from the files already there (streaming file sources need one up front),
     so the directory must hold at least one file when the query starts.
 
     Raises:
-        ConfigError: an unknown format, a key column the files lack, or no file to take the schema from.
+        ConfigError: an unknown format, a key column the files lack, no file (or no line that parses)
+            to take the schema from, or a key or value that is no text (JSON, Parquet).
     """
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, StructField, StructType, TimestampType
+    from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, TimestampType
 
     if file_format not in FILE_FORMATS:
         raise ConfigError(f"file format must be one of {FILE_FORMATS}, got {file_format!r}")
-    reader_options = {"header": "true"} if file_format == "csv" else {}
+    # CSV as RFC 4180 (Python's csv module, pandas, spreadsheets) writes it: a quoted field may hold a line
+    # end, which Spark's reader cuts the record at without multiLine (valid CSV became a malformed record),
+    # and a quote inside one is doubled, which Spark's default escape (a backslash) kept as two quotes.
+    # An empty field is null, a quoted empty one ("") the empty string, as Spark's CSV writer writes them:
+    # Spark's default nullValue "" made both null (an empty value became a tombstone); NUL is no text.
+    csv_options = {"header": "true", "multiLine": "true", "escape": '"', "nullValue": "\x00"}
+    reader_options = csv_options if file_format == "csv" else {}
+    # Every file under the directory, at any depth: Spark's default reads only the top level's (unless
+    # every subdirectory is a name=value partition) and skipped the others in silence. Hidden names
+    # (.name, _name) are never listed, so a file written under one and then renamed is read whole.
+    reader_options["recursiveFileLookup"] = "true"
     reader_options.update(options or {})
     static = spark.read.format(file_format).options(**reader_options)
     if file_format == "csv":
@@ -117,12 +132,30 @@ def file_events(
             "files there when the query starts, so put at least one in first"
         ) from None
     names = schema.fieldNames()
+    if names == [reader_options.get("columnNameOfCorruptRecord", CORRUPT_RECORD_COLUMN)]:
+        raise ConfigError(
+            f"no line of the {file_format} files in {path} parses: each is cut short, not {file_format}, "
+            "or not UTF-8, so there is no schema to take from them"
+        )
+    for name in ("key", "value") if "value" in names else ():
+        if name not in names or isinstance(schema[name].dataType, (StringType, BinaryType)):
+            continue
+        if file_format == "csv":  # CSV has no types: the text is the key or value, not what inferSchema made of it
+            schema = _with_type(schema, name, StringType())
+        else:
+            raise ConfigError(
+                f"the {file_format} files in {path} have a {name} of type {schema[name].dataType.simpleString()}: "
+                f"a record's {name} is a string or bytes (as Spark's Kafka sink takes), so write it as a JSON string"
+            )
     if "value" in names and "timestamp" in names and isinstance(schema["timestamp"].dataType, StringType):
         # JSON has no timestamp type (Spark writes one as an ISO-8601 string, and infers a string back):
         # read it as the timestamp Spark's Kafka sink takes; a string that is none is a malformed line.
-        schema = StructType(
-            [StructField(f.name, TimestampType(), f.nullable) if f.name == "timestamp" else f for f in schema.fields]
-        )
+        schema = _with_type(schema, "timestamp", TimestampType())
+    header_pairs = "value" in names and "headers" in names and _holds_header_pairs(schema["headers"].dataType)
+    if header_pairs:
+        # seglog read's headers, [[key, value], ...] (the format seglog append takes): Spark infers them as
+        # array<array<string>>, or array<string> when every list is empty; read both as the pairs.
+        schema = _with_type(schema, "headers", ArrayType(ArrayType(StringType())))
     corrupt = None
     if file_format in ("json", "csv"):
         # Spark's readers turn a line they cannot parse into a row of nulls (PERMISSIVE), which the sink
@@ -142,6 +175,8 @@ def file_events(
             raise ConfigError(f"key column {key_column!r} is not among the file columns {columns}")
         key = F.col(key_column).cast("string") if key_column else F.lit(None).cast("string")
         shaped = {"key": key, "value": F.to_json(F.struct(*[F.col(c) for c in columns]))}
+    if header_pairs:
+        shaped["headers"] = F.transform(F.col("headers"), lambda pair: _header_struct(pair, file_format))
     value = shaped["value"]
     if corrupt is not None:
         message = F.concat(
@@ -152,11 +187,46 @@ def file_events(
     return df.select(*[column.alias(name) for name, column in shaped.items()])
 
 
+def _with_type(schema: StructType, name: str, data_type: DataType) -> StructType:
+    """``schema`` with field ``name`` of type ``data_type``."""
+    from pyspark.sql.types import StructField, StructType
+
+    return StructType([StructField(f.name, data_type, f.nullable) if f.name == name else f for f in schema.fields])
+
+
+def _holds_header_pairs(data_type: DataType) -> bool:
+    """Whether Spark inferred a ``headers`` field of ``[key, value]`` lists (or of empty lists only)."""
+    from pyspark.sql.types import ArrayType, StringType
+
+    if not isinstance(data_type, ArrayType):
+        return False
+    element = data_type.elementType
+    return isinstance(element, StringType) or (
+        isinstance(element, ArrayType) and isinstance(element.elementType, StringType)
+    )
+
+
+def _header_struct(pair: Column, file_format: str) -> Column:
+    """A ``[key, value]`` header as Spark's Kafka ``struct<key string, value binary>``; anything else
+    stops the query naming the file (:func:`malformed_input_error`)."""
+    from pyspark.sql import functions as F
+
+    message = F.concat(
+        F.lit(f"{MALFORMED_MARK}{file_format} record in "),
+        F.input_file_name(),
+        F.lit(": headers must be [key, value] pairs with a key, got "),
+        F.to_json(pair),
+    )
+    header = F.struct(pair[0].alias("key"), pair[1].cast("binary").alias("value"))
+    return F.when((F.size(pair) == 2) & pair[0].isNotNull(), header).otherwise(F.raise_error(message))
+
+
 def malformed_input_error(failure: BaseException) -> SchemaError | None:
     """The :class:`SchemaError` a query failure stands for when :func:`file_events` stopped it on a line
     Spark could not parse, else None. Spark wraps the line's message in its own error text, once per
-    layer (the task, the job, the query); the first copy is taken, without Spark's ``SQLSTATE``."""
-    text = str(failure)
+    layer (the task, the job, the query); the first copy is taken, without Spark's ``SQLSTATE``. The
+    query's plan, which Spark appends, holds the message as a literal, so it is not searched."""
+    text = str(failure).split(_PLAN_DUMP, 1)[0]
     start = text.find(MALFORMED_MARK)
     if start < 0:
         return None

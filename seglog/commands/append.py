@@ -6,11 +6,14 @@ Input: one JSON object per line, every field optional::
 
 ``key``, ``value`` and header values are text (stored as UTF-8) or, with ``--encoding base64``,
 base64 of arbitrary bytes; ``null`` (or a missing field) is a null key / null value (tombstone) /
-"now" for the timestamp (a negative timestamp is refused, as Kafka's producer does). ``offset``,
+"now" for the timestamp (a negative timestamp is refused, as Kafka's producer does). The input is
+UTF-8 (a byte order mark at its start is skipped; bytes that are not UTF-8 are refused: binary data
+goes base64-encoded); lines end with LF, CRLF or CR, and the last one needs no line end. ``offset``,
 ``timestampType``, ``topic`` and ``partition`` are accepted and
 ignored, so the output of ``seglog read`` can be appended to another partition. Blank lines are
-skipped. The whole input is parsed into Arrow columns before anything is written: a bad line stops
-the command with its line number and nothing is appended.
+skipped. The whole input is parsed into Arrow columns before anything is written: a bad line (also
+one holding a record larger than ``max.message.bytes``) stops the command with its line number and
+nothing is appended.
 
 A topic that does not exist yet is created with partitions 0..P (all of them, as Kafka creates a
 topic; the count is recorded in the log directory); a partition beyond an existing topic's count is
@@ -44,7 +47,8 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 from numba import njit
 
-from indexer.errors import InvalidTimestampError, SchemaError
+from indexer.errors import InvalidTimestampError, RecordTooLargeError, SchemaError
+from indexer.limits import INT32_MAX
 from indexer.log_manager import LogManager
 from indexer.records.columns import HEADERS_TYPE, check_timestamps
 from seglog.cli import add_log_config_arguments, add_partition_arguments, log_dir_from_args, settings_from_args
@@ -92,7 +96,16 @@ def run(args: argparse.Namespace) -> int:
         log = manager.get_or_create_log(args.topic, args.partition)
         first_offset = last_offset = None
         if table.num_rows:
-            info = log.append(table)
+            try:
+                info = log.append(table)
+            except RecordTooLargeError as e:
+                raise RecordTooLargeError(
+                    f"{source}: line {_line_of_row(data, e.index or 0)}: the record, alone in a batch of {e.size} "
+                    f"bytes, is larger than max.message.bytes = {e.limit} of {args.topic}-{args.partition}",
+                    size=e.size,
+                    limit=e.limit,
+                    index=e.index,
+                ) from None
             first_offset, last_offset = info.first_offset, info.last_offset
         log.flush()  # on disk before readers may see it: flush, then high watermark, as the sink commits
         log.update_high_watermark(log.log_end_offset)
@@ -124,7 +137,7 @@ def parse_json_lines(data: bytes, *, encoding: str = "utf8", source: str = "<inp
     """
     if encoding not in ENCODINGS:
         raise ValueError(f"encoding must be one of {ENCODINGS}, got {encoding!r}")
-    if not data.strip():
+    if not data.strip(_JSON_SPACE):
         return pa.table(
             {
                 "key": pa.array([], pa.large_binary()),
@@ -135,7 +148,8 @@ def parse_json_lines(data: bytes, *, encoding: str = "utf8", source: str = "<inp
         )
     options = pa_json.ParseOptions(explicit_schema=_INPUT_SCHEMA, unexpected_field_behavior="error")
     try:
-        raw = pa_json.read_json(io.BytesIO(data), parse_options=options)
+        raw = _read_json(data, options)
+        raw.validate(full=True)  # Arrow's parser keeps bytes that are not UTF-8 in its strings; this finds them
     except pa.ArrowInvalid as e:
         line, reason = _locate_bad_line(data, encoding)
         if line is None:
@@ -203,11 +217,26 @@ def _to_headers(lists: pa.ListArray, encoding: str, fail: Any) -> pa.Array:
     return pa.ListArray.from_arrays(rebased, structs, type=HEADERS_TYPE, mask=mask)
 
 
+def _read_json(data: bytes, options: pa_json.ParseOptions) -> pa.Table:
+    """Arrow's JSON read of ``data``. Arrow parses blocks of 1 MiB and refuses a line that straddles two
+    block boundaries, so a failed read is tried again with blocks longer than the longest line (measured
+    only then: it costs a third of a read)."""
+    try:
+        return pa_json.read_json(io.BytesIO(data), parse_options=options)
+    except pa.ArrowInvalid:
+        ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10)
+        block_size = int(np.diff(ends, prepend=-1, append=len(data)).max()) + 2
+        if block_size <= pa_json.ReadOptions().block_size:
+            raise
+        read_options = pa_json.ReadOptions(block_size=min(block_size, INT32_MAX))
+        return pa_json.read_json(io.BytesIO(data), read_options=read_options, parse_options=options)
+
+
 def _line_of_row(data: bytes, row: int) -> int:
     """1-based line number of the ``row``-th non-blank line (error path only)."""
     seen = -1
     for number, line in enumerate(data.splitlines(), 1):
-        if line.strip():
+        if line.strip(_JSON_SPACE):
             seen += 1
             if seen == row:
                 return number
@@ -218,14 +247,32 @@ def _locate_bad_line(data: bytes, encoding: str) -> tuple[int | None, str]:
     """Find the first line Arrow refused and say why, in plain Python (error path only)."""
     allowed = set(_INPUT_SCHEMA.names)
     for number, line in enumerate(data.splitlines(), 1):
-        if not line.strip():
+        if number == 1:
+            if line.startswith(_UTF16_BOMS):
+                return number, "the input is UTF-16, not UTF-8 (convert it: iconv -f UTF-16 -t UTF-8)"
+            line = line.removeprefix(_BOM)
+        elif line.startswith(_BOM):
+            return number, "a byte order mark is allowed only at the start of the input"
+        if not line.strip(_JSON_SPACE):
             continue
         try:
-            obj = json.loads(line)
+            text = line.decode("utf-8")
+        except UnicodeDecodeError as e:
+            return number, (
+                f"not valid UTF-8 (byte 0x{line[e.start]:02x} at column {e.start + 1}); "
+                "give binary data base64-encoded with --encoding base64"
+            )
+        try:
+            obj = json.loads(text, object_pairs_hook=_object_without_repeats)
+        except _RepeatedFieldError as e:
+            return number, f"field {e.field} is given twice"
         except ValueError as e:
             return number, f"not valid JSON ({e})"
         if not isinstance(obj, dict):
             return number, f"expected a JSON object, got {type(obj).__name__}"
+        surrogate = _field_with_lone_surrogate(obj)
+        if surrogate is not None:
+            return number, f"{surrogate} holds a lone surrogate (a \\ud800-\\udfff escape outside a pair): not text"
         unknown = sorted(set(obj) - allowed)
         if unknown:
             return number, f"unknown field(s) {', '.join(unknown)}; expected key, value, timestamp, headers"
@@ -245,6 +292,46 @@ def _locate_bad_line(data: bytes, encoding: str) -> tuple[int | None, str]:
             if obj.get(field) is not None and not isinstance(obj[field], kind):
                 return number, f"{field} must be {kind.__name__} or null"
     return None, ""
+
+
+_BOM = b"\xef\xbb\xbf"
+_UTF16_BOMS = (b"\xff\xfe", b"\xfe\xff")
+_JSON_SPACE = b" \t\r\n"  # JSON's whitespace (RFC 8259): a line of these alone is blank
+
+
+class _RepeatedFieldError(ValueError):
+    """A JSON object naming a field twice (Arrow refuses it without saying where)."""
+
+    def __init__(self, field: str):
+        super().__init__(field)
+        self.field = field
+
+
+def _object_without_repeats(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``json.loads``' object hook: a dict, or :class:`_RepeatedFieldError` for a field given twice."""
+    obj: dict[str, Any] = {}
+    for field, value in pairs:
+        if field in obj:
+            raise _RepeatedFieldError(field)
+        obj[field] = value
+    return obj
+
+
+def _field_with_lone_surrogate(obj: dict[str, Any]) -> str | None:
+    """The first of key, value, header key, header value whose text cannot be UTF-8 (a lone surrogate)."""
+    headers = obj.get("headers")
+    pairs = headers if isinstance(headers, list) else []
+    texts = [("key", obj.get("key")), ("value", obj.get("value"))]
+    for pair in pairs:
+        if isinstance(pair, list):
+            texts += zip(("a header key", "a header value"), pair, strict=False)
+    for field, text in texts:
+        if isinstance(text, str):
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError:
+                return field
+    return None
 
 
 _B64_VALUES = np.full(256, 255, dtype=np.uint8)

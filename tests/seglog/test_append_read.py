@@ -87,6 +87,18 @@ def test_parse_fields_nulls_and_headers() -> None:
             "base64",
             "in.jsonl: line 2: a header value is not valid base64",
         ),
+        # Arrow stores bytes that are not UTF-8 as they are: a later `seglog read` could not show them.
+        (b'{}\n{"value": "caf\xe9"}\n', "utf8", "in.jsonl: line 2: not valid UTF-8 (byte 0xe9 at column 15)"),
+        (b'{}\n{"headers": [["\xff", "v"]]}\n', "utf8", "in.jsonl: line 2: not valid UTF-8 (byte 0xff"),
+        # What Arrow refuses without saying where.
+        (b'{}\n{"key": "a", "key": "b"}\n', "utf8", "in.jsonl: line 2: field key is given twice"),
+        (b'{}\n{"value": "\\ud800"}\n', "utf8", "in.jsonl: line 2: value holds a lone surrogate"),
+        (b"{}\n\xef\xbb\xbf{}\n", "utf8", "in.jsonl: line 2: a byte order mark is allowed only at the start"),
+        # JSON's whitespace is space, tab, CR and LF: a form feed is no blank line (Arrow said "row 1").
+        (b'{}\n\x0c\n{"value": "b"}\n', "utf8", "in.jsonl: line 2: not valid JSON"),
+        (b"\x0c\n", "utf8", "in.jsonl: line 1: not valid JSON"),
+        # Windows PowerShell writes UTF-16: not "binary data".
+        ('{"value": "a"}\n'.encode("utf-16"), "utf8", "in.jsonl: line 1: the input is UTF-16, not UTF-8"),
     ],
 )
 def test_parse_errors_name_the_line(data: bytes, encoding: str, message: str) -> None:
@@ -97,6 +109,22 @@ def test_parse_errors_name_the_line(data: bytes, encoding: str, message: str) ->
 
 def test_empty_input_is_an_empty_table() -> None:
     assert parse_json_lines(b" \n\n").num_rows == 0
+
+
+def test_line_ends_bom_and_a_last_line_without_newline() -> None:
+    data = b'\xef\xbb\xbf{"value": "a"}\r\n\r\n{"value": ""}\r\n{"key": "", "value": null}'
+    assert parse_json_lines(data).to_pylist() == [
+        {"key": None, "value": b"a", "timestamp": None, "headers": None},
+        {"key": None, "value": b"", "timestamp": None, "headers": None},
+        {"key": b"", "value": None, "timestamp": None, "headers": None},
+    ]
+
+
+def test_a_line_longer_than_arrows_block_is_read() -> None:
+    # Arrow's JSON reader parses 1 MiB blocks and refuses an object straddling two block boundaries.
+    big = "x" * (3 << 20)
+    data = f'{{"value": "a"}}\n{{"value": "{big}"}}\n{{"value": "b"}}\n'.encode()
+    assert parse_json_lines(data).column("value").to_pylist() == [b"a", big.encode(), b"b"]
 
 
 @settings(max_examples=60, deadline=None)
@@ -354,6 +382,19 @@ def test_bad_input_appends_nothing(tmp_path: Path, capsys: pytest.CaptureFixture
     assert len(read_records(capsys, log_dir, "t", "--from-offset", "0")) == 1
     assert main(["append", "--log-dir", str(tmp_path / "other"), "--topic", "t", "--partition", "0", str(source)]) == 1
     assert not (tmp_path / "other").exists()
+
+
+def test_a_record_over_max_message_bytes_names_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    log_dir = tmp_path / "logs"
+    assert _append(tmp_path, log_dir, [{"value": "ok"}]) == 0
+    source = tmp_path / "big.jsonl"
+    source.write_text(_jsonl([{"value": "fine"}]) + "\n" + _jsonl([{"value": "x" * 2_000_000}]))
+    assert append_file(log_dir, "t", source) == 1
+    assert capsys.readouterr().err == (
+        f"seglog: RecordTooLargeError: {source}: line 3: the record, alone in a batch of 2000074 bytes, "
+        "is larger than max.message.bytes = 1048588 of t-0\n"
+    )
+    assert len(read_records(capsys, log_dir, "t", "--from-offset", "0")) == 1
 
 
 def test_an_append_whose_flush_fails_is_not_made_visible(
