@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import re
-from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from indexer.errors import ConfigError, SchemaError
@@ -89,7 +88,6 @@ def file_events(
     *,
     max_files_per_trigger: int | None = None,
     key_column: str | None = None,
-    options: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """A streaming read of the ``file_format`` files under directory ``path`` (subdirectories too, hidden
     names not), shaped for the sink.
@@ -118,7 +116,6 @@ def file_events(
     # every subdirectory is a name=value partition) and skipped the others in silence. Hidden names
     # (.name, _name) are never listed, so a file written under one and then renamed is read whole.
     reader_options["recursiveFileLookup"] = "true"
-    reader_options.update(options or {})
     static = spark.read.format(file_format).options(**reader_options)
     if file_format == "csv":
         static = static.option("inferSchema", "true")
