@@ -59,6 +59,26 @@ def test_daemon_stops_gracefully_on_signals(tmp_path: Path, log_dir: Path, sig: 
     Log.open(directory, small_config()).close()  # the daemon left the partition free
 
 
+def test_a_daemon_started_before_its_log_directory_exists_waits_for_it(tmp_path: Path) -> None:
+    """A daemon started before the writer that creates the log directory (service start order) runs
+    and maintains the partitions once they appear, instead of exiting 1 (Kafka creates missing log
+    directories at startup); it says once that the directory does not exist yet."""
+    log_dir = tmp_path / "not-yet"
+    conf = write_conf(
+        tmp_path / "seglog.toml",
+        {"retention.ms": 60_000, "segment.bytes": 600},
+        {"log.initial.task.delay.ms": 0, "log.retention.check.interval.ms": 100},
+    )
+    with maintain_daemon(log_dir, conf, verbose=False) as (proc, err):
+        assert proc.poll() is None
+        log_dir.mkdir()
+        expired_partition(log_dir)
+        seen = wait_for(err, "t-0: deleted segment")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    assert sum(f"log directory {log_dir} does not exist yet" in line for line in seen) == 1, seen
+
+
 def test_the_daemon_says_what_it_does_without_verbose(tmp_path: Path, log_dir: Path) -> None:
     """An operator running ``seglog maintain`` sees, without ``-v``, that it started, each segment it
     deleted and that it stopped (Kafka logs deletions at INFO), not the scheduler's own chatter."""
