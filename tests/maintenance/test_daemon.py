@@ -6,6 +6,7 @@ import json
 import logging
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -94,6 +95,31 @@ def test_the_daemon_says_what_it_does_without_verbose(tmp_path: Path, log_dir: P
         assert proc.wait(timeout=30) == 0
         rest = wait_for(err, "stopped", timeout=5)
     assert "apscheduler" not in rest, rest
+
+
+def test_runs_skipped_or_coalesced_by_design_are_not_warnings(tmp_path: Path, log_dir: Path) -> None:
+    """A pass that outlasts its period (jobs wait for each other's pass in the daemon) makes APScheduler
+    skip or coalesce runs, which ``max_instances=1``/``coalesce=True`` ask for: no WARNING on stderr
+    for that, with or without ``-v`` (they are logged at DEBUG)."""
+    expired_partition(log_dir, appends=60)
+    conf = write_conf(
+        tmp_path / "seglog.toml",
+        {"retention.ms": 60_000, "segment.bytes": 600},
+        {
+            "log.initial.task.delay.ms": 0,
+            "log.retention.check.interval.ms": 10,
+            "seglog.roll.check.interval.ms": 10,
+            "seglog.index.check.interval.ms": 10,
+            "seglog.misfire.grace.ms": 1,
+        },
+    )
+    with maintain_daemon(log_dir, conf) as (proc, err):
+        seen = wait_for(err, "t-0: deleted segment")
+        time.sleep(1.5)  # passes of 10 ms jobs that wait for each other
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        seen += wait_for(err, "stopped", timeout=5)
+    assert [line for line in seen if " WARNING " in line or " ERROR " in line] == []
 
 
 def test_once_runs_one_job_and_exits(tmp_path: Path, log_dir: Path) -> None:
