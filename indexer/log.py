@@ -146,6 +146,7 @@ class Log:
         read_only: bool = False,
         high_watermark: int | None = None,
         recovery_reason: str = UNCLEAN_SHUTDOWN,
+        lock_role: str | None = None,
     ) -> Log:
         """Open the partition ``directory`` (created if missing, unless read-only).
 
@@ -156,7 +157,8 @@ class Log:
         starts at ``high_watermark``, else at the log
         start offset, as in Kafka; a log that ends below ``high_watermark`` lost committed records
         (damage, recovery) and is refused until the loss is accepted (``seglog recover
-        --accept-data-loss``), so their offsets are never given to other records.
+        --accept-data-loss``), so their offsets are never given to other records. ``lock_role`` marks
+        a holder that never appends in the lock file (:func:`indexer.lock.left_by_writer`).
 
         Read-only: opens the ``.log`` files found, with indexes mapped read-only; the high watermark is
         ``high_watermark`` if given, else the log end offset (everything on disk is visible). The log
@@ -186,7 +188,7 @@ class Log:
             )
         with storage_errors(directory, "create the partition directory"):
             directory.mkdir(parents=True, exist_ok=True)
-        file_lock = FileLock(directory / PARTITION_LOCK_FILE)
+        file_lock = FileLock(directory / PARTITION_LOCK_FILE, role=lock_role)
         file_lock.acquire()
         try:
             loaded = LogLoader(

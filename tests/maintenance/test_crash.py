@@ -15,7 +15,7 @@ from indexer.config import LogConfig, Settings
 from indexer.log import Log
 from maintenance.recovery import recover_log_dir
 from seglog.cli import main
-from tests.maintenance.conftest import REPO, lines_of, maintain_daemon, wait_for, write_conf
+from tests.maintenance.conftest import REPO, SEGLOG, lines_of, maintain_daemon, wait_for, write_conf
 from tests.maintenance.writer_proc import values_for
 
 WRITER = [sys.executable, "-m", "tests.maintenance.writer_proc"]
@@ -116,3 +116,40 @@ def test_sigkill_writer_and_daemon_at_random_moments(tmp_path: Path) -> None:
         assert idle_log.log_start_offset > 0
     finally:
         idle_log.close()
+
+
+def test_a_killed_daemon_is_not_taken_for_a_dead_writer(tmp_path: Path) -> None:
+    """A daemon SIGKILLed while it borrows a partition leaves its holder line in the lock file; the next
+    ``index`` pass must not take it for a writer that died mid-batch and truncate the tail a writer that
+    closed cleanly left above the high watermark (that tail is trusted; only the writer's own next
+    batch or a sink decides about it)."""
+    log_dir = tmp_path / "logs"
+    config = LogConfig.from_mapping({"segment.bytes": 600, "index.interval.bytes": 100, "retention.ms": -1})
+    log = Log.open(log_dir / "t-0", config)
+    for i in range(300):
+        log.append({"value": [b"%06d" % (3 * i + j) for j in range(3)]})
+    log.update_high_watermark(600)
+    end = log.log_end_offset
+    log.close()  # a clean close: records 600..899 stay above the high watermark, trusted
+    (log_dir / "replication-offset-checkpoint").write_text("0\n1\nt 0 600\n")
+    lock_file = log_dir / "t-0" / ".seglog.lock"
+    conf = write_conf(tmp_path / "seglog.toml", {"segment.bytes": 600, "retention.bytes": 2000, "retention.ms": -1}, {})
+    daemon = subprocess.Popen(
+        [*SEGLOG, "maintain", "--log-dir", str(log_dir), "--conf", str(conf), "--once", "retention"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not lock_file.read_bytes().strip() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    daemon.send_signal(signal.SIGKILL)
+    daemon.wait(timeout=30)
+    assert lock_file.read_bytes().strip(), "the daemon was killed before it borrowed the partition"
+
+    assert main(["maintain", "--log-dir", str(log_dir), "--conf", str(conf), "--once", "index"]) == 0
+    after = Log.open(log_dir / "t-0", config, read_only=True)
+    try:
+        assert after.log_end_offset == end
+    finally:
+        after.close()
