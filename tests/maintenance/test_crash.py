@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,6 +18,7 @@ from indexer.config import LogConfig, Settings
 from indexer.log import Log
 from maintenance.recovery import recover_log_dir
 from seglog.cli import main
+from tests.budget import scaled
 from tests.maintenance.conftest import REPO, SEGLOG, lines_of, maintain_daemon, wait_for, write_conf
 from tests.maintenance.writer_proc import values_for
 
@@ -153,3 +157,86 @@ def test_a_killed_daemon_is_not_taken_for_a_dead_writer(tmp_path: Path) -> None:
         assert after.log_end_offset == end
     finally:
         after.close()
+
+
+def _partition_state(log_dir: Path, config: LogConfig) -> tuple[int, int, list[str]]:
+    """The log start offset and end of ``t-0`` as a reader sees them, after checking that every record
+    from the start to the end is there with its value, and the names of files no segment owns."""
+    directory = log_dir / "t-0"
+    names = sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
+    live = {n[:20] for n in names if n.endswith(".log")}
+    orphans = [n for n in names if not n.endswith(".deleted") and n[:20] not in live]
+    log = Log.open(directory, config, read_only=True)
+    try:
+        start, end = log.log_start_offset, log.high_watermark
+        assert start == min(int(n) for n in live), (start, sorted(live)[:3])
+        table = log.read_records(start, max_offset=end)
+        assert table.column("offset").to_pylist() == list(range(start, end))
+        assert table.column("value").to_pylist() == [b"%06d" % o for o in range(start, end)]
+    finally:
+        log.close()
+    return start, end, orphans
+
+
+@pytest.mark.slow
+def test_sigkill_the_daemon_mid_pass_then_restart_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGKILL ``seglog maintain`` at random moments of its retention, roll and index passes (some
+    segments renamed ``.deleted`` before the log start offset checkpoint, an index half rebuilt), then
+    run it again: no record retention did not mean to delete is lost, the log start offset is the first
+    remaining record's, the files of the killed run neither block nor stay, and the killed daemon is not
+    taken for a dead writer whose tail the index job would cut."""
+    rng = random.Random(9)
+    topic = {"segment.bytes": 300, "index.interval.bytes": 100, "retention.ms": -1, "retention.bytes": 3000}
+    config = LogConfig.from_mapping(topic)
+    base = tmp_path / "base"
+    log = Log.open(base / "t-0", config)
+    for i in range(610):
+        if i == 600:  # the last 30 records stay above the high watermark: a clean writer's trusted tail
+            committed = log.update_high_watermark(log.log_end_offset)
+        log.append({"value": [b"%06d" % (3 * i + j) for j in range(3)]})
+    end = log.log_end_offset
+    log.close()
+    (base / "replication-offset-checkpoint").write_text(f"0\n1\nt 0 {committed}\n")
+    for index in sorted((base / "t-0").glob("*.index"))[:-1:3]:  # damaged first entries: the index job rebuilds
+        data = bytearray(index.read_bytes())
+        data[4:8] = (int.from_bytes(data[4:8], "big") + 7).to_bytes(4, "big")
+        index.write_bytes(bytes(data))
+    conf = write_conf(
+        tmp_path / "seglog.toml",
+        {**topic, "file.delete.delay.ms": 60_000},
+        {
+            "log.initial.task.delay.ms": 0,
+            "log.retention.check.interval.ms": 50,
+            "seglog.roll.check.interval.ms": 50,
+            "seglog.index.check.interval.ms": 50,
+        },
+    )
+    once = ["maintain", "--conf", str(conf), "--once"]
+    planned = tmp_path / "planned"
+    shutil.copytree(base, planned)
+    assert main([*once, "retention", "--log-dir", str(planned)]) == 0
+    final_start = _partition_state(planned, config)[0]
+    assert 0 < final_start < end
+    for trial in range(scaled(8, ci=4, soak=100)):
+        log_dir = tmp_path / f"trial{trial}"
+        shutil.copytree(base, log_dir)
+        with maintain_daemon(log_dir, conf, verbose=False) as (daemon, _err):
+            if trial % 2:  # at any moment of its first passes
+                time.sleep(rng.uniform(0.0, 0.8))
+            else:  # while retention renames segments: some are .deleted, the checkpoint is not written yet
+                while daemon.poll() is None and not any(
+                    p.name.endswith(".deleted") for p in os.scandir(log_dir / "t-0")
+                ):
+                    time.sleep(0.001)
+                time.sleep(rng.uniform(0.0, 0.03))
+            daemon.send_signal(signal.SIGKILL)
+            daemon.wait(timeout=30)
+        start, visible_end, _ = _partition_state(log_dir, config)  # a reader right after the kill
+        assert start <= final_start and visible_end == end
+        for job in ("index", "retention", "retention"):  # the second retention removes the first's renames
+            assert main([*once, job, "--log-dir", str(log_dir)]) == 0
+        assert _partition_state(log_dir, config) == (final_start, end, [])
+        assert not list((log_dir / "t-0").glob("*.deleted"))
+        capsys.readouterr()
+        assert main([*once, "index", "--log-dir", str(log_dir), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["findings"] == []  # the indexes agree with the log
