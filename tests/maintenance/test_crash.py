@@ -19,7 +19,15 @@ from indexer.log import Log
 from maintenance.recovery import recover_log_dir
 from seglog.cli import main
 from tests.budget import scaled
-from tests.maintenance.conftest import REPO, SEGLOG, lines_of, maintain_daemon, wait_for, write_conf
+from tests.maintenance.conftest import (
+    REPO,
+    SEGLOG,
+    lines_of,
+    maintain_daemon,
+    numbered_partition,
+    wait_for,
+    write_conf,
+)
 from tests.maintenance.writer_proc import values_for
 
 WRITER = [sys.executable, "-m", "tests.maintenance.writer_proc"]
@@ -129,13 +137,7 @@ def test_a_killed_daemon_is_not_taken_for_a_dead_writer(tmp_path: Path) -> None:
     batch or a sink decides about it)."""
     log_dir = tmp_path / "logs"
     config = LogConfig.from_mapping({"segment.bytes": 600, "index.interval.bytes": 100, "retention.ms": -1})
-    log = Log.open(log_dir / "t-0", config)
-    for i in range(300):
-        log.append({"value": [b"%06d" % (3 * i + j) for j in range(3)]})
-    log.update_high_watermark(600)
-    end = log.log_end_offset
-    log.close()  # a clean close: records 600..899 stay above the high watermark, trusted
-    (log_dir / "replication-offset-checkpoint").write_text("0\n1\nt 0 600\n")
+    _committed, end = numbered_partition(log_dir, config, 300, uncommitted=100)  # 300 records above the watermark
     lock_file = log_dir / "t-0" / ".seglog.lock"
     conf = write_conf(tmp_path / "seglog.toml", {"segment.bytes": 600, "retention.bytes": 2000, "retention.ms": -1}, {})
     daemon = subprocess.Popen(
@@ -189,14 +191,7 @@ def test_sigkill_the_daemon_mid_pass_then_restart_it(tmp_path: Path, capsys: pyt
     topic = {"segment.bytes": 300, "index.interval.bytes": 100, "retention.ms": -1, "retention.bytes": 3000}
     config = LogConfig.from_mapping(topic)
     base = tmp_path / "base"
-    log = Log.open(base / "t-0", config)
-    for i in range(610):
-        if i == 600:  # the last 30 records stay above the high watermark: a clean writer's trusted tail
-            committed = log.update_high_watermark(log.log_end_offset)
-        log.append({"value": [b"%06d" % (3 * i + j) for j in range(3)]})
-    end = log.log_end_offset
-    log.close()
-    (base / "replication-offset-checkpoint").write_text(f"0\n1\nt 0 {committed}\n")
+    _committed, end = numbered_partition(base, config, 610, uncommitted=10)  # a clean writer's trusted tail
     for index in sorted((base / "t-0").glob("*.index"))[:-1:3]:  # damaged first entries: the index job rebuilds
         data = bytearray(index.read_bytes())
         data[4:8] = (int.from_bytes(data[4:8], "big") + 7).to_bytes(4, "big")

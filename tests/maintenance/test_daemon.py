@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import signal
 import subprocess
 import time
@@ -12,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from indexer.clock import MockClock
+from indexer.config import LogConfig
 from indexer.log import Log
 from maintenance.access import BorrowedLogs
 from maintenance.jobs import JOBS
@@ -20,6 +22,7 @@ from tests.maintenance.conftest import (
     SEGLOG,
     append_batches,
     maintain_daemon,
+    numbered_partition,
     settings_for,
     small_config,
     wait_for,
@@ -164,3 +167,39 @@ def test_partitions_of_a_live_writer_are_only_checked_read_only(
     assert live_writer.wait(timeout=30) == 0
     report = JOBS["retention"].fn(access)
     assert report.skipped == [] and report.details["segments_deleted"] > 0
+
+
+def test_a_reader_opening_the_partition_during_retention_sees_no_error(tmp_path: Path, log_dir: Path) -> None:
+    """A reader in another process (``seglog read``, serve, the Spark reader open the partition
+    read-only) that opens it while retention renames hundreds of segments ``.deleted`` must get the
+    log before or after the deletion, not ``StorageError: Failed to open ...log: No such file``."""
+    config = LogConfig.from_mapping({"segment.bytes": 400, "index.interval.bytes": 100, "retention.ms": -1})
+    committed, _end = numbered_partition(log_dir, config, 600)
+    conf = write_conf(
+        tmp_path / "seglog.toml", {"segment.bytes": 400, "retention.bytes": 20_000, "retention.ms": -1}, {}
+    )
+    pristine = tmp_path / "pristine"
+    shutil.copytree(log_dir, pristine)
+    opens = 0
+    for _trial in range(3):
+        shutil.rmtree(log_dir)
+        shutil.copytree(pristine, log_dir)
+        daemon = subprocess.Popen(
+            [*SEGLOG, "maintain", "--log-dir", str(log_dir), "--conf", str(conf), "--once", "retention"],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        while daemon.poll() is None:
+            log = Log.open(log_dir / "t-0", config, read_only=True)
+            try:
+                start = log.log_start_offset
+                assert log.read_records(start, max_offset=committed).column("offset").to_pylist() == list(
+                    range(start, committed)
+                )
+            finally:
+                log.close()
+            opens += 1
+        assert daemon.wait() == 0, daemon.stderr.read() if daemon.stderr else ""
+    assert opens > 3
