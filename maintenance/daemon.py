@@ -73,10 +73,11 @@ def run_daemon(log_dir: Path, settings: Settings, *, stop: threading.Event | Non
     """
     stop = stop or threading.Event()
     MaintenanceSettings.from_settings(settings)  # a bad [maintenance] value fails before anything starts
+    missing = not log_dir.exists()
     with _stop_on_signals(stop):
         handle = start_maintenance(log_dir, settings)
         logger.info("seglog maintain on %s: %s", log_dir, ", ".join(handle.jobs) or "no jobs")
-        if not log_dir.exists():
+        if missing:
             logger.warning("log directory %s does not exist yet: maintaining its partitions once they appear", log_dir)
         try:
             # Event.wait with a timeout keeps the main thread responsive to signals.
