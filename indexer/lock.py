@@ -7,10 +7,14 @@ conflict within one process as well as across processes, and the kernel drops th
 holder dies, even by SIGKILL: a crash never leaves a stale lock behind. The descriptor is
 close-on-exec, so child processes do not inherit the lock.
 
-File content, rewritten by each new holder and emptied on release (informational only, read to name
-the holder in :class:`~indexer.errors.LogLockedError`)::
+File content, rewritten by each new holder and emptied on release (read to name the holder in
+:class:`~indexer.errors.LogLockedError`, and, left in a free lock, to tell that its holder died)::
 
-    pid=<int> host=<hostname> since_ms=<wall-clock ms>\\n
+    pid=<int> host=<hostname> since_ms=<wall-clock ms>[ role=<role>]\\n
+
+``role`` marks holders that never append (:data:`MAINTENANCE_ROLE`, :data:`RECOVERY_ROLE`): one of
+them killed while holding leaves a partition to recover, not a writer's uncommitted tail
+(:func:`left_by_writer`).
 """
 
 from __future__ import annotations
@@ -31,17 +35,32 @@ logger = logging.getLogger(__name__)
 
 _POLL_INTERVAL_S = 0.005
 
+#: The ``role`` of the maintenance jobs borrowing a partition (``seglog maintain``, ``seglog run``'s own).
+MAINTENANCE_ROLE = "maintenance"
+#: The ``role`` of ``seglog recover`` holding a partition.
+RECOVERY_ROLE = "recovery"
+
+
+def left_by_writer(holder: str) -> bool:
+    """Whether ``holder``, the line found in a free lock file, was left by a writer that died holding
+    the partition (so data above its committed offset may be a half-written batch), rather than by
+    a holder that never appends (a ``role``: maintenance, recovery) or by nobody (empty)."""
+    fields = dict(part.partition("=")[::2] for part in holder.split())
+    return bool(holder.strip()) and "role" not in fields
+
 
 class FileLock:
     """An exclusive lock on ``path`` held until :meth:`release` (or process death).
 
-    ``what`` names the locked resource in error messages (default: ``partition <parent dir>``).
+    ``what`` names the locked resource in error messages (default: ``partition <parent dir>``);
+    ``role`` marks a holder that is not a writer (:data:`MAINTENANCE_ROLE`, :data:`RECOVERY_ROLE`).
     Thread-safe; not reentrant: acquiring a lock this object already holds is a ``RuntimeError``.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, what: str | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, what: str | None = None, role: str | None = None) -> None:
         self.path = Path(path)
         self.what = what if what is not None else f"partition {self.path.parent}"
+        self.role = role
         self._fd: int | None = None
         self._mutex = threading.Lock()
 
@@ -155,7 +174,8 @@ class FileLock:
             time.sleep(_POLL_INTERVAL_S)
 
     def _write_holder(self, fd: int) -> None:
-        line = f"pid={os.getpid()} host={socket.gethostname()} since_ms={time.time_ns() // 1_000_000}\n"
+        role = f" role={self.role}" if self.role else ""
+        line = f"pid={os.getpid()} host={socket.gethostname()} since_ms={time.time_ns() // 1_000_000}{role}\n"
         try:
             os.ftruncate(fd, 0)
             os.pwrite(fd, line.encode("utf-8"), 0)
@@ -171,6 +191,8 @@ class FileLock:
         if "since_ms" in fields and fields["since_ms"].isdigit():
             since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(int(fields["since_ms"]) / 1000))
             extra.append(f"since {since}")
+        if "role" in fields:
+            extra.append(fields["role"])
         if pid.isdigit() and int(pid) == os.getpid():
             extra.append("this process")
         return f"pid {pid} ({', '.join(extra)})" if extra else f"pid {pid}"

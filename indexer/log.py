@@ -28,6 +28,7 @@ import errno
 import logging
 import os
 import threading
+import time
 from collections.abc import Callable, MutableMapping
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
@@ -80,8 +81,11 @@ logger = logging.getLogger(__name__)
 _FIRST_READ_CHUNK_BYTES = 64 * 1024
 _READ_CHUNK_BYTES = 4 * 1024 * 1024
 
-# A read-only open lists the segments again when the writer removed one meanwhile, this many times at most.
-_READ_ONLY_OPEN_ATTEMPTS = 5
+# A read-only open lists the segments again when the writer removed one meanwhile, for this long at
+# most, this long apart: a retention pass renames its segments oldest first, as a reader opens them, so a
+# reader may have to wait for the pass to end (thousands of renames take well under a second).
+_READ_ONLY_OPEN_PATIENCE_S = 10.0
+_READ_ONLY_OPEN_RETRY_S = 0.01
 
 _T = TypeVar("_T")
 _P = ParamSpec("_P")
@@ -164,6 +168,7 @@ class Log:
         read_only: bool = False,
         high_watermark: int | None = None,
         recovery_reason: str = UNCLEAN_SHUTDOWN,
+        lock_role: str | None = None,
     ) -> Log:
         """Open the partition ``directory`` (created if missing, unless read-only).
 
@@ -174,7 +179,8 @@ class Log:
         starts at ``high_watermark``, else at the log
         start offset, as in Kafka; a log that ends below ``high_watermark`` lost committed records
         (damage, recovery) and is refused until the loss is accepted (``seglog recover
-        --accept-data-loss``), so their offsets are never given to other records.
+        --accept-data-loss``), so their offsets are never given to other records. ``lock_role`` marks
+        a holder that never appends in the lock file (:func:`indexer.lock.left_by_writer`).
 
         Read-only: opens the ``.log`` files found, with indexes mapped read-only; the high watermark is
         ``high_watermark`` if given, else the log end offset (everything on disk is visible). The log
@@ -217,7 +223,7 @@ class Log:
             )
         with storage_errors(directory, "create the partition directory"):
             directory.mkdir(parents=True, exist_ok=True)
-        file_lock = FileLock(directory / PARTITION_LOCK_FILE)
+        file_lock = FileLock(directory / PARTITION_LOCK_FILE, role=lock_role)
         file_lock.acquire()
         try:
             loaded = LogLoader(
@@ -280,8 +286,11 @@ class Log:
     def _load_read_only(directory: Path, config: LogConfig, clock: Clock) -> tuple[LogSegments, LogOffsetMetadata]:
         """Open the segments listed in ``directory``. A ``.log`` its writer renamed or deleted between
         the listing and its opening (retention) makes the listing stale: it is taken again, so the
-        segments opened are ones the writer held together, never a set with a hole in it."""
-        for attempt in range(1, _READ_ONLY_OPEN_ATTEMPTS + 1):
+        segments opened are ones the writer held together, never a set with a hole in it. Since a
+        retention pass renames segments in the order a reader opens them, the listing is retaken
+        until the pass is over (``_READ_ONLY_OPEN_PATIENCE_S`` at most)."""
+        deadline = time.monotonic() + _READ_ONLY_OPEN_PATIENCE_S
+        while True:
             segments = LogSegments(directory.name)
             with storage_errors(directory, "list the partition directory"):
                 names = sorted(p.name for p in directory.iterdir() if is_log_file(p) and p.is_file())
@@ -294,9 +303,10 @@ class Log:
                 break
             except StorageError as e:
                 segments.close_handlers()
-                if e.errno != errno.ENOENT or attempt == _READ_ONLY_OPEN_ATTEMPTS:
+                if e.errno != errno.ENOENT or time.monotonic() >= deadline:
                     raise
                 logger.debug("%s: a segment went away while the partition was opened; listing it again", directory)
+                time.sleep(_READ_ONLY_OPEN_RETRY_S)
         if segments.is_empty():
             raise StorageError(f"{directory} holds no log segment to read", path=directory, errno=errno.ENOENT)
         return segments, segments.active_segment().read_end()

@@ -49,6 +49,7 @@ from indexer.file_names import (
     partition_dir_name,
     partition_dirs,
 )
+from indexer.lock import MAINTENANCE_ROLE
 from indexer.log import Log
 from indexer.log_loader import UNCLEAN_SHUTDOWN
 from maintenance.metadata import PartitionMetadata, scan_partition
@@ -296,6 +297,7 @@ class BorrowedLogs(LogAccess):
                 clock=self.clock,
                 high_watermark=checkpoints["high-watermark"].get(tp, 0),
                 recovery_reason=reason or UNCLEAN_SHUTDOWN,  # (unused when clean)
+                lock_role=MAINTENANCE_ROLE,  # killed while borrowing, it is no dead writer (jobs.index)
             )
         except LogLockedError as e:
             holder = str(e)

@@ -68,13 +68,17 @@ def run_daemon(log_dir: Path, settings: Settings, *, stop: threading.Event | Non
     """Schedule every job on ``log_dir`` and block until ``stop`` is set or a signal arrives.
 
     Must be called from the main thread (signal handlers). Returns the exit status, 0 after a
-    graceful stop.
+    graceful stop. A ``log_dir`` that does not exist yet (the daemon started before the writer that
+    creates it) has no partitions until it appears; the daemon says so once and keeps running.
     """
     stop = stop or threading.Event()
     MaintenanceSettings.from_settings(settings)  # a bad [maintenance] value fails before anything starts
+    missing = not log_dir.exists()
     with _stop_on_signals(stop):
         handle = start_maintenance(log_dir, settings)
         logger.info("seglog maintain on %s: %s", log_dir, ", ".join(handle.jobs) or "no jobs")
+        if missing:
+            logger.warning("log directory %s does not exist yet: maintaining its partitions once they appear", log_dir)
         try:
             # Event.wait with a timeout keeps the main thread responsive to signals.
             while not stop.wait(0.5):

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from indexer.errors import CorruptRecordError, SeglogError
 from indexer.file_names import TopicPartition, partition_dirs
 from indexer.index_check import IndexProblem, segment_index_problem
+from indexer.lock import left_by_writer
 from indexer.quarantine import purge_quarantine
 from indexer.segment import first_batch_max_timestamp, roll_time_reached
 from maintenance.access import CHECKPOINT_FILES, LogAccess, checkpoint_value, partition_name
@@ -173,7 +174,7 @@ def index(access: LogAccess) -> JobReport:
 
         def wanted(tp: TopicPartition, meta: PartitionMetadata) -> bool:
             found[tp] = index_problems(meta)
-            if tp in committed and meta.lock_holder():
+            if tp in committed and left_by_writer(meta.lock_holder()):
                 dead_writer.add(tp)  # or a live one: then the partition cannot be borrowed
             return bool(found[tp]) or tp in dead_writer
 

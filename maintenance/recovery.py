@@ -53,7 +53,7 @@ from indexer.file_names import (
     misnamed_partition_dirs,
     partition_dirs,
 )
-from indexer.lock import FileLock
+from indexer.lock import RECOVERY_ROLE, FileLock
 from indexer.log import Log
 from indexer.log_loader import LogLoader, RecoveryReport
 from indexer.log_manager import write_clean_shutdown_marker
@@ -262,7 +262,7 @@ def recover_partition(
     result = PartitionRecovery(partition_name(tp), "checked" if dry_run else "recovered", _log_bytes(path))
     result.committed_offset = committed_offset
     config = settings.log_config(tp[0])
-    lock = FileLock(path / PARTITION_LOCK_FILE)
+    lock = FileLock(path / PARTITION_LOCK_FILE, role=RECOVERY_ROLE)
     if dry_run:
         lock.probe()  # a dry run writes nothing, not even a lock file
     else:

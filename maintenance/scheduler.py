@@ -99,8 +99,32 @@ def add_jobs(
     return added
 
 
+class _SkippedRunsAtDebug(logging.Filter):
+    """Log APScheduler's "skipped: maximum number of running instances" and "was missed by" warnings
+    at DEBUG on this module's logger instead: a run skipped while the previous one is still going,
+    or coalesced after a late start, is what ``max_instances=1`` and ``coalesce=True`` ask for (Kafka's
+    scheduler says nothing either), not something an operator must act on."""
+
+    _EXPECTED = ("maximum number of running instances reached", "was missed by")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if record.levelno == logging.WARNING and any(text in message for text in self._EXPECTED):
+            logger.debug("%s", message)
+            return False
+        return True
+
+
+_SKIPPED_RUNS_AT_DEBUG = _SkippedRunsAtDebug()
+
+
 def new_scheduler() -> BackgroundScheduler:
-    """A UTC background scheduler with a small thread pool (UTC: no dependence on the host's time zone)."""
+    """A UTC background scheduler with a small thread pool (UTC: no dependence on the host's time zone),
+    whose skipped and coalesced runs are logged at DEBUG (:class:`_SkippedRunsAtDebug`)."""
+    # The scheduler's logger says a run was skipped, the default executor's that one was missed
+    # (addFilter adds a filter once).
+    for name in ("apscheduler.scheduler", "apscheduler.executors.default"):
+        logging.getLogger(name).addFilter(_SKIPPED_RUNS_AT_DEBUG)
     return BackgroundScheduler(executors={"default": ThreadPoolExecutor(_WORKERS)}, timezone=UTC)
 
 

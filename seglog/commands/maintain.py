@@ -2,13 +2,14 @@
 
 Runs the retention, roll and index jobs on the periods of the ``[maintenance]`` section of
 ``conf/seglog.toml`` (Kafka's key names, e.g. ``log.retention.check.interval.ms``) until SIGTERM or
-Ctrl-C, then lets the running jobs finish and exits 0. Partitions a live writer holds are only
-checked read-only; the writer runs its own maintenance in-process. ``--once JOB`` runs one job
-(any of them, including flush and the checkpoint jobs) and exits: 0 when it ran cleanly, 1 when a
-partition failed (one line per partition on stderr, e.g. on a read-only file system); it prints the
-job's summary and one line per finding (each deleted segment with the limit it breached: ``retention.ms``,
-``retention.bytes`` or the log start offset). ``--config``
-takes the ``[maintenance]`` keys as well as the topic keys. See docs/maintenance.md.
+Ctrl-C, then lets the running jobs finish and exits 0. Started before its log directory exists
+(before the writer that creates it), it says so once and maintains the partitions when they appear.
+Partitions a live writer holds are only checked read-only; the writer runs its own maintenance
+in-process. ``--once JOB`` runs one job (any of them, including flush and the checkpoint jobs) and
+exits: 0 when it ran cleanly, 1 when a partition failed (one line per partition on stderr, e.g. on a
+read-only file system); it prints the job's summary and one line per finding (each deleted segment
+with the limit it breached: ``retention.ms``, ``retention.bytes`` or the log start offset).
+``--config`` takes the ``[maintenance]`` keys as well as the topic keys. See docs/maintenance.md.
 
 examples:
   seglog maintain --log-dir data/logs
@@ -46,7 +47,8 @@ def run(args: argparse.Namespace) -> int:
     from maintenance.settings import MaintenanceSettings
     from seglog.cli import log_dir_from_args, settings_from_args
 
-    log_dir = log_dir_from_args(args)
+    # The daemon may start before the writer that creates the directory (it waits for it); --once may not.
+    log_dir = log_dir_from_args(args, must_exist=args.once is not None)
     settings = settings_from_args(args)
     MaintenanceSettings.from_settings(settings)  # a bad [maintenance] value fails now, in one line
     if args.once is None:

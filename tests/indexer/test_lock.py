@@ -13,20 +13,20 @@ from pathlib import Path
 import pytest
 
 from indexer.errors import LogLockedError, StorageError
-from indexer.lock import FileLock
+from indexer.lock import MAINTENANCE_ROLE, FileLock, left_by_writer
 
 _HOLDER = """
 import sys, time
 from indexer.lock import FileLock
-lock = FileLock(sys.argv[1])
+lock = FileLock(sys.argv[1], role=sys.argv[2] or None)
 lock.acquire()
 print("locked", flush=True)
 time.sleep(60)
 """
 
 
-def _start_holder(path: Path) -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path)], stdout=subprocess.PIPE, text=True)
+def _start_holder(path: Path, role: str = "") -> subprocess.Popen[str]:
+    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path), role], stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "locked"
     return proc
@@ -91,6 +91,25 @@ def test_lock_held_by_other_process_names_its_pid(tmp_path: Path) -> None:
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_a_holder_that_never_appends_leaves_no_dead_writer_behind(tmp_path: Path) -> None:
+    """A maintenance holder is named with its role; SIGKILLed, its line stays (the next open recovers)
+    but is no dead writer's, unlike a writer's line."""
+    path = tmp_path / ".seglog.lock"
+    proc = _start_holder(path, MAINTENANCE_ROLE)
+    try:
+        with pytest.raises(LogLockedError, match=rf"is locked by pid {proc.pid} \(host .*, maintenance\)"):
+            FileLock(path).acquire()
+    finally:
+        proc.kill()
+        proc.wait()
+    assert FileLock(path).holder() and not left_by_writer(FileLock(path).holder())
+    writer = _start_holder(path)
+    writer.kill()
+    writer.wait()
+    assert left_by_writer(FileLock(path).holder())
+    assert not left_by_writer("")
 
 
 def test_lock_dies_with_sigkilled_holder(tmp_path: Path) -> None:

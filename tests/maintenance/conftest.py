@@ -52,6 +52,23 @@ def append_batches(log: Log, clock: MockClock, count: int, *, step_ms: int = 100
         clock.advance(step_ms)
 
 
+def numbered_partition(log_dir: Path, config: LogConfig, batches: int, *, uncommitted: int = 0) -> tuple[int, int]:
+    """Partition ``t-0`` of ``log_dir``: ``batches`` batches of 3 records whose values are their offsets
+    (``b"%06d"``), the last ``uncommitted`` of them above the high watermark (a clean writer's tail),
+    and its ``replication-offset-checkpoint``. Returns the high watermark and the log end offset."""
+    log = Log.open(log_dir / "t-0", config)
+    for i in range(batches):
+        if i == batches - uncommitted:
+            log.update_high_watermark(log.log_end_offset)
+        log.append({"value": [b"%06d" % (3 * i + j) for j in range(3)]})
+    if not uncommitted:
+        log.update_high_watermark(log.log_end_offset)
+    committed, end = log.high_watermark, log.log_end_offset
+    log.close()
+    (log_dir / "replication-offset-checkpoint").write_text(f"0\n1\nt 0 {committed}\n")
+    return committed, end
+
+
 @pytest.fixture
 def clock() -> MockClock:
     return MockClock(START_MS)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -15,7 +18,16 @@ from indexer.config import LogConfig, Settings
 from indexer.log import Log
 from maintenance.recovery import recover_log_dir
 from seglog.cli import main
-from tests.maintenance.conftest import REPO, lines_of, maintain_daemon, wait_for, write_conf
+from tests.budget import scaled
+from tests.maintenance.conftest import (
+    REPO,
+    SEGLOG,
+    lines_of,
+    maintain_daemon,
+    numbered_partition,
+    wait_for,
+    write_conf,
+)
 from tests.maintenance.writer_proc import values_for
 
 WRITER = [sys.executable, "-m", "tests.maintenance.writer_proc"]
@@ -116,3 +128,110 @@ def test_sigkill_writer_and_daemon_at_random_moments(tmp_path: Path) -> None:
         assert idle_log.log_start_offset > 0
     finally:
         idle_log.close()
+
+
+def test_a_killed_daemon_is_not_taken_for_a_dead_writer(tmp_path: Path) -> None:
+    """A daemon SIGKILLed while it borrows a partition leaves its holder line in the lock file; the next
+    ``index`` pass must not take it for a writer that died mid-batch and truncate the tail a writer that
+    closed cleanly left above the high watermark (that tail is trusted; only the writer's own next
+    batch or a sink decides about it)."""
+    log_dir = tmp_path / "logs"
+    config = LogConfig.from_mapping({"segment.bytes": 600, "index.interval.bytes": 100, "retention.ms": -1})
+    _committed, end = numbered_partition(log_dir, config, 300, uncommitted=100)  # 300 records above the watermark
+    lock_file = log_dir / "t-0" / ".seglog.lock"
+    conf = write_conf(tmp_path / "seglog.toml", {"segment.bytes": 600, "retention.bytes": 2000, "retention.ms": -1}, {})
+    daemon = subprocess.Popen(
+        [*SEGLOG, "maintain", "--log-dir", str(log_dir), "--conf", str(conf), "--once", "retention"],
+        cwd=REPO,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    deadline = time.monotonic() + 60
+    while not lock_file.read_bytes().strip() and time.monotonic() < deadline:
+        time.sleep(0.001)
+    daemon.send_signal(signal.SIGKILL)
+    daemon.wait(timeout=30)
+    assert lock_file.read_bytes().strip(), "the daemon was killed before it borrowed the partition"
+
+    assert main(["maintain", "--log-dir", str(log_dir), "--conf", str(conf), "--once", "index"]) == 0
+    after = Log.open(log_dir / "t-0", config, read_only=True)
+    try:
+        assert after.log_end_offset == end
+    finally:
+        after.close()
+
+
+def _partition_state(log_dir: Path, config: LogConfig) -> tuple[int, int, list[str]]:
+    """The log start offset and end of ``t-0`` as a reader sees them, after checking that every record
+    from the start to the end is there with its value, and the names of files no segment owns."""
+    directory = log_dir / "t-0"
+    names = sorted(p.name for p in directory.iterdir() if not p.name.startswith("."))
+    live = {n[:20] for n in names if n.endswith(".log")}
+    orphans = [n for n in names if not n.endswith(".deleted") and n[:20] not in live]
+    log = Log.open(directory, config, read_only=True)
+    try:
+        start, end = log.log_start_offset, log.high_watermark
+        assert start == min(int(n) for n in live), (start, sorted(live)[:3])
+        table = log.read_records(start, max_offset=end)
+        assert table.column("offset").to_pylist() == list(range(start, end))
+        assert table.column("value").to_pylist() == [b"%06d" % o for o in range(start, end)]
+    finally:
+        log.close()
+    return start, end, orphans
+
+
+@pytest.mark.slow
+def test_sigkill_the_daemon_mid_pass_then_restart_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """SIGKILL ``seglog maintain`` at random moments of its retention, roll and index passes (some
+    segments renamed ``.deleted`` before the log start offset checkpoint, an index half rebuilt), then
+    run it again: no record retention did not mean to delete is lost, the log start offset is the first
+    remaining record's, the files of the killed run neither block nor stay, and the killed daemon is not
+    taken for a dead writer whose tail the index job would cut."""
+    rng = random.Random(9)
+    topic = {"segment.bytes": 300, "index.interval.bytes": 100, "retention.ms": -1, "retention.bytes": 3000}
+    config = LogConfig.from_mapping(topic)
+    base = tmp_path / "base"
+    _committed, end = numbered_partition(base, config, 610, uncommitted=10)  # a clean writer's trusted tail
+    for index in sorted((base / "t-0").glob("*.index"))[:-1:3]:  # damaged first entries: the index job rebuilds
+        data = bytearray(index.read_bytes())
+        data[4:8] = (int.from_bytes(data[4:8], "big") + 7).to_bytes(4, "big")
+        index.write_bytes(bytes(data))
+    conf = write_conf(
+        tmp_path / "seglog.toml",
+        {**topic, "file.delete.delay.ms": 60_000},
+        {
+            "log.initial.task.delay.ms": 0,
+            "log.retention.check.interval.ms": 50,
+            "seglog.roll.check.interval.ms": 50,
+            "seglog.index.check.interval.ms": 50,
+        },
+    )
+    once = ["maintain", "--conf", str(conf), "--once"]
+    planned = tmp_path / "planned"
+    shutil.copytree(base, planned)
+    assert main([*once, "retention", "--log-dir", str(planned)]) == 0
+    final_start = _partition_state(planned, config)[0]
+    assert 0 < final_start < end
+    for trial in range(scaled(8, ci=4, soak=100)):
+        log_dir = tmp_path / f"trial{trial}"
+        shutil.copytree(base, log_dir)
+        with maintain_daemon(log_dir, conf, verbose=False) as (daemon, _err):
+            if trial % 2:  # at any moment of its first passes
+                time.sleep(rng.uniform(0.0, 0.8))
+            else:  # while retention renames segments: some are .deleted, the checkpoint is not written yet
+                while daemon.poll() is None and not any(
+                    p.name.endswith(".deleted") for p in os.scandir(log_dir / "t-0")
+                ):
+                    time.sleep(0.001)
+                time.sleep(rng.uniform(0.0, 0.03))
+            daemon.send_signal(signal.SIGKILL)
+            daemon.wait(timeout=30)
+        start, visible_end, _ = _partition_state(log_dir, config)  # a reader right after the kill
+        assert start <= final_start and visible_end == end
+        for job in ("index", "retention", "retention"):  # the second retention removes the first's renames
+            assert main([*once, job, "--log-dir", str(log_dir)]) == 0
+        assert _partition_state(log_dir, config) == (final_start, end, [])
+        assert not list((log_dir / "t-0").glob("*.deleted"))
+        capsys.readouterr()
+        assert main([*once, "index", "--log-dir", str(log_dir), "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["findings"] == []  # the indexes agree with the log

@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
 
 from indexer.clock import MockClock
+from indexer.config import LogConfig
 from indexer.log import Log
 from maintenance.access import BorrowedLogs
 from maintenance.jobs import JOBS
@@ -19,6 +22,7 @@ from tests.maintenance.conftest import (
     SEGLOG,
     append_batches,
     maintain_daemon,
+    numbered_partition,
     settings_for,
     small_config,
     wait_for,
@@ -59,6 +63,26 @@ def test_daemon_stops_gracefully_on_signals(tmp_path: Path, log_dir: Path, sig: 
     Log.open(directory, small_config()).close()  # the daemon left the partition free
 
 
+def test_a_daemon_started_before_its_log_directory_exists_waits_for_it(tmp_path: Path) -> None:
+    """A daemon started before the writer that creates the log directory (service start order) runs
+    and maintains the partitions once they appear, instead of exiting 1 (Kafka creates missing log
+    directories at startup); it says once that the directory does not exist yet."""
+    log_dir = tmp_path / "not-yet"
+    conf = write_conf(
+        tmp_path / "seglog.toml",
+        {"retention.ms": 60_000, "segment.bytes": 600},
+        {"log.initial.task.delay.ms": 0, "log.retention.check.interval.ms": 100},
+    )
+    with maintain_daemon(log_dir, conf, verbose=False) as (proc, err):
+        assert proc.poll() is None
+        log_dir.mkdir()
+        expired_partition(log_dir)
+        seen = wait_for(err, "t-0: deleted segment")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    assert sum(f"log directory {log_dir} does not exist yet" in line for line in seen) == 1, seen
+
+
 def test_the_daemon_says_what_it_does_without_verbose(tmp_path: Path, log_dir: Path) -> None:
     """An operator running ``seglog maintain`` sees, without ``-v``, that it started, each segment it
     deleted and that it stopped (Kafka logs deletions at INFO), not the scheduler's own chatter."""
@@ -74,6 +98,31 @@ def test_the_daemon_says_what_it_does_without_verbose(tmp_path: Path, log_dir: P
         assert proc.wait(timeout=30) == 0
         rest = wait_for(err, "stopped", timeout=5)
     assert "apscheduler" not in rest, rest
+
+
+def test_runs_skipped_or_coalesced_by_design_are_not_warnings(tmp_path: Path, log_dir: Path) -> None:
+    """A pass that outlasts its period (jobs wait for each other's pass in the daemon) makes APScheduler
+    skip or coalesce runs, which ``max_instances=1``/``coalesce=True`` ask for: no WARNING on stderr
+    for that, with or without ``-v`` (they are logged at DEBUG)."""
+    expired_partition(log_dir, appends=60)
+    conf = write_conf(
+        tmp_path / "seglog.toml",
+        {"retention.ms": 60_000, "segment.bytes": 600},
+        {
+            "log.initial.task.delay.ms": 0,
+            "log.retention.check.interval.ms": 10,
+            "seglog.roll.check.interval.ms": 10,
+            "seglog.index.check.interval.ms": 10,
+            "seglog.misfire.grace.ms": 1,
+        },
+    )
+    with maintain_daemon(log_dir, conf) as (proc, err):
+        seen = wait_for(err, "t-0: deleted segment")
+        time.sleep(1.5)  # passes of 10 ms jobs that wait for each other
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        seen += wait_for(err, "stopped", timeout=5)
+    assert [line for line in seen if " WARNING " in line or " ERROR " in line] == []
 
 
 def test_once_runs_one_job_and_exits(tmp_path: Path, log_dir: Path) -> None:
@@ -118,3 +167,39 @@ def test_partitions_of_a_live_writer_are_only_checked_read_only(
     assert live_writer.wait(timeout=30) == 0
     report = JOBS["retention"].fn(access)
     assert report.skipped == [] and report.details["segments_deleted"] > 0
+
+
+def test_a_reader_opening_the_partition_during_retention_sees_no_error(tmp_path: Path, log_dir: Path) -> None:
+    """A reader in another process (``seglog read``, serve, the Spark reader open the partition
+    read-only) that opens it while retention renames hundreds of segments ``.deleted`` must get the
+    log before or after the deletion, not ``StorageError: Failed to open ...log: No such file``."""
+    config = LogConfig.from_mapping({"segment.bytes": 400, "index.interval.bytes": 100, "retention.ms": -1})
+    committed, _end = numbered_partition(log_dir, config, 600)
+    conf = write_conf(
+        tmp_path / "seglog.toml", {"segment.bytes": 400, "retention.bytes": 20_000, "retention.ms": -1}, {}
+    )
+    pristine = tmp_path / "pristine"
+    shutil.copytree(log_dir, pristine)
+    opens = 0
+    for _trial in range(3):
+        shutil.rmtree(log_dir)
+        shutil.copytree(pristine, log_dir)
+        daemon = subprocess.Popen(
+            [*SEGLOG, "maintain", "--log-dir", str(log_dir), "--conf", str(conf), "--once", "retention"],
+            cwd=REPO,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        while daemon.poll() is None:
+            log = Log.open(log_dir / "t-0", config, read_only=True)
+            try:
+                start = log.log_start_offset
+                assert log.read_records(start, max_offset=committed).column("offset").to_pylist() == list(
+                    range(start, committed)
+                )
+            finally:
+                log.close()
+            opens += 1
+        assert daemon.wait() == 0, daemon.stderr.read() if daemon.stderr else ""
+    assert opens > 3
