@@ -1317,6 +1317,7 @@ class Log:
                 raise
             finally:
                 self._closed = True
+                self._release_pending_deletes()
                 if self._file_lock is not None:
                     self._file_lock.release()
         self._log.info("closed at log end offset %d", self.log_end_offset)
@@ -1333,10 +1334,18 @@ class Log:
             self._closed = True
             try:
                 self._segments.close_handlers()
+                self._release_pending_deletes()
             finally:
                 if self._file_lock is not None:
                     self._file_lock.release(clear_holder=False)
         self._log.warning("abandoned at log end offset %d, files left as a crash leaves them", self.log_end_offset)
+
+    def _release_pending_deletes(self) -> None:
+        """Let go of the descriptors of the segments awaiting deletion: the delay is for readers in the
+        middle of them, and a closed log has none. The deletion task still removes their files when due
+        (the next open or maintenance pass does if this process ends first). Caller holds the log lock."""
+        for _, segment in self._pending_deletes:
+            segment.close_handlers()
 
     def __enter__(self) -> Log:
         return self
