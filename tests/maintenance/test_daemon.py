@@ -174,12 +174,18 @@ def test_a_reader_opening_the_partition_during_retention_sees_no_error(tmp_path:
     read-only) that opens it while retention renames hundreds of segments ``.deleted`` must get the
     log before or after the deletion, not ``StorageError: Failed to open ...log: No such file``."""
     config = LogConfig.from_mapping({"segment.bytes": 400, "index.interval.bytes": 100, "retention.ms": -1})
-    committed, _end = numbered_partition(log_dir, config, 600)
+    committed, end = numbered_partition(log_dir, config, 600)
+    # As a LogManager's clean close leaves it. Without it the daemon's first open recovers every segment,
+    # rebuilding their indexes in place, and a reader that has them mapped can fault (SIGBUS): a defect
+    # of its own (docs/recovery.md, "Readers beside a recovery"), not the listing race this test is about.
+    (log_dir / "recovery-point-offset-checkpoint").write_text(f"0\n1\nt 0 {end}\n")
     conf = write_conf(
         tmp_path / "seglog.toml", {"segment.bytes": 400, "retention.bytes": 20_000, "retention.ms": -1}, {}
     )
     pristine = tmp_path / "pristine"
     shutil.copytree(log_dir, pristine)
+    # The daemon's first open still recovers the active segment (see above): read the rolled ones.
+    readable = min(committed, max(int(p.name.split(".")[0]) for p in (log_dir / "t-0").glob("*.log")))
     opens = 0
     for _trial in range(3):
         shutil.rmtree(log_dir)
@@ -195,8 +201,8 @@ def test_a_reader_opening_the_partition_during_retention_sees_no_error(tmp_path:
             log = Log.open(log_dir / "t-0", config, read_only=True)
             try:
                 start = log.log_start_offset
-                assert log.read_records(start, max_offset=committed).column("offset").to_pylist() == list(
-                    range(start, committed)
+                assert log.read_records(start, max_offset=readable).column("offset").to_pylist() == list(
+                    range(start, readable)
                 )
             finally:
                 log.close()
