@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 import threading
 from pathlib import Path
 
@@ -131,8 +133,6 @@ def test_seglog_run_stops_cleanly_on_sigterm_and_seglog_read_shows_the_data(
 def test_ctrl_c_stops_seglog_run_cleanly(tmp_path: Path) -> None:
     """SIGINT (Ctrl-C) reaches `seglog run`'s own handler, not the one a new SparkContext installs (which
     cancels every job and raises KeyboardInterrupt): the running batch finishes and the job exits 0."""
-    import subprocess
-    import sys
     import time
 
     from seglog.commands.serve import SEGLOG_MAIN
@@ -162,19 +162,21 @@ def test_ctrl_c_stops_seglog_run_cleanly(tmp_path: Path) -> None:
 
 
 @pytest.mark.spark
-def test_seglog_run_reports_bad_input_in_one_line(tmp_path: Path) -> None:
-    """The sink's error once, as the last line: not after py4j's Python traceback and Spark's Java stack
-    trace of the same error (both logged before the job raised it); --debug still shows the traceback."""
-    import subprocess
-    import sys
-
+def _run_files_once(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
+    """``seglog run --source files --available-now`` in a subprocess over one JSON file holding ``text``."""
     from seglog.commands.serve import SEGLOG_MAIN
 
     (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "a.json").write_text('{"key": "k", "value": "v", "headers": "h"}\n')
+    (tmp_path / "in" / "a.json").write_text(text)
     argv = ["run", "--source", "files", "--input", str(tmp_path / "in"), "--available-now"]
     argv += ["--log-dir", str(tmp_path / "logs"), "--checkpoint-location", str(tmp_path / "cp")]
-    done = subprocess.run([sys.executable, "-c", SEGLOG_MAIN, *argv], capture_output=True, text=True, timeout=180)
+    return subprocess.run([sys.executable, "-c", SEGLOG_MAIN, *argv], capture_output=True, text=True, timeout=180)
+
+
+def test_seglog_run_reports_bad_input_in_one_line(tmp_path: Path) -> None:
+    """The sink's error once, as the last line: not after py4j's Python traceback and Spark's Java stack
+    trace of the same error (both logged before the job raised it); --debug still shows the traceback."""
+    done = _run_files_once(tmp_path, '{"key": "k", "value": "v", "headers": "h"}\n')
     assert done.returncode == 1
     # (values that are numbers, the input here before, are refused before Spark starts now)
     last = (
@@ -338,16 +340,7 @@ def test_iso_8601_timestamps_of_json_files_are_record_timestamps(spark: SparkSes
 def test_seglog_run_reports_a_malformed_input_line_in_one_line_without_spark_task_stack_traces(tmp_path: Path) -> None:
     """The malformed line fails a Spark task (not the driver's sink): Spark's Executor and TaskSetManager
     logged that task's error with its Java stack trace (twice) before the job's one line."""
-    import subprocess
-    import sys
-
-    from seglog.commands.serve import SEGLOG_MAIN
-
-    (tmp_path / "in").mkdir()
-    (tmp_path / "in" / "a.json").write_text('{"key": "k", "value": "v"}\n{"key": "k", \n')
-    argv = ["run", "--source", "files", "--input", str(tmp_path / "in"), "--available-now"]
-    argv += ["--log-dir", str(tmp_path / "logs"), "--checkpoint-location", str(tmp_path / "cp")]
-    done = subprocess.run([sys.executable, "-c", SEGLOG_MAIN, *argv], capture_output=True, text=True, timeout=180)
+    done = _run_files_once(tmp_path, '{"key": "k", "value": "v"}\n{"key": "k", \n')
     assert done.returncode == 1
     last = f'seglog: SchemaError: malformed json record in file://{tmp_path}/in/a.json: {{"key": "k",'
     assert done.stderr.splitlines()[-1] == last  # the CLI drops the line's trailing blank
