@@ -251,7 +251,7 @@ def _first_spec(lower: Mapping[str, str], names: tuple[str, str, str]) -> Offset
 
 def _per_partition(name: str, value: str, example: str, keywords: str = "") -> dict[TopicPartition, int]:
     """``{"<topic>": {"<partition>": <integer>}}``; ``keywords`` names the other values ``name`` takes."""
-    doc = _json(name, value, example)
+    doc = _json(name, value, example, keywords)
     try:
         spec = {(_valid_topic(name, t), int(p)): _json_int(o) for t, parts in doc.items() for p, o in parts.items()}
     except (AttributeError, TypeError, ValueError):
@@ -261,12 +261,14 @@ def _per_partition(name: str, value: str, example: str, keywords: str = "") -> d
     return spec
 
 
-def _json(name: str, value: str, example: str) -> dict[str, Any]:
+def _json(name: str, value: str, example: str, keywords: str = "") -> dict[str, Any]:
+    """The JSON object ``value`` of option ``name``; ``keywords`` names the other values it takes."""
     try:
         doc = json.loads(value)
     except json.JSONDecodeError as e:
         raise ConfigError(
-            f"option {name} is not valid JSON ({e.msg} at char {e.pos}); expected like {example}"
+            f"option {name} is not valid JSON ({e.msg} at char {e.pos}): {value!r}; it must be {keywords}JSON"
+            f" like {example}"
         ) from None
     if not isinstance(doc, dict):
         raise ConfigError(f"option {name} must be a JSON object like {example}, got {value!r}")

@@ -78,6 +78,7 @@ def test_patterns_skip_internal_topics_as_kafkas_listing_does() -> None:
             "unknown option 'startingoffset'.*did you mean startingOffsets",
         ),
         ({"subscribe": "a", "startingOffsets": "soon"}, "startingOffsets is not valid JSON"),
+        ({"subscribe": "a", "startingOffsets": "earliestt"}, "'earliestt'; it must be earliest, latest or JSON like"),
         ({"subscribe": "a", "startingOffsets": '{"a": [1]}'}, "startingOffsets must be earliest, latest or JSON"),
         ({"assign": "{bad"}, "assign is not valid JSON"),
         ({"assign": '{"a": "01"}'}, "assign must be JSON like"),  # not partitions 0 and 1
