@@ -216,12 +216,7 @@ class GroupCoordinator:
         now = self._now()
         rebalance_timeout_ms = rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms
         existing = group.members.get(member_id)
-        if (
-            existing is not None
-            and group.state is GroupState.STABLE
-            and member_id != group.leader
-            and existing.protocols == protocols
-        ):
+        if existing is not None and self._rejoin_changes_nothing(group, existing, protocols):
             existing.deadline = now + session_timeout_ms / 1000
             return self._join_result(group, existing)
         replaced = None  # the member a static member that comes back replaces
@@ -276,6 +271,19 @@ class GroupCoordinator:
         group.rebalance_deadline = max(group.rebalance_deadline, now + rebalance_timeout_ms / 1000)
         self._maybe_complete_join(group, now)  # may answer at once (then member.join is None again)
         return await joined
+
+    @staticmethod
+    def _rejoin_changes_nothing(group: Group, member: Member, protocols: list[tuple[str, bytes]]) -> bool:
+        """Whether a JoinGroup from ``member`` with unchanged ``protocols`` is answered with the current
+        generation instead of a rebalance, as Kafka's ``doCurrentMemberJoinGroup``: while the group
+        waits for SyncGroup (the member resends a JoinGroup whose answer it missed, as clients do on a
+        request timeout), and in a Stable group unless it is the leader's (the leader rejoins to
+        rebalance on a change its metadata does not show, such as a topic's partition count)."""
+        if member.protocols != protocols:
+            return False
+        return group.state is GroupState.COMPLETING_REBALANCE or (
+            group.state is GroupState.STABLE and member.member_id != group.leader
+        )
 
     def _prepare_rebalance(self, group: Group, now: float, reason: str) -> None:
         logger.info("group %s: rebalancing (generation %d, %s)", group.group_id, group.generation, reason)

@@ -1,0 +1,151 @@
+"""The group coordinator's answers to what real clients do only on a timeout, a crash or a stall,
+sent on cue from raw sockets (kafka-python's protocol classes), each checked against Kafka's
+``GroupCoordinator``; a real consumer shows what its user sees where one can."""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+import warnings
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from indexer.config import load_settings
+from indexer.log_manager import LogManager
+from tests.serve.conftest import ServeProcess
+
+with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
+    warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka.protocol.consumer import (
+        JoinGroupRequest,
+        JoinGroupResponse,
+        SyncGroupRequest,
+        SyncGroupResponse,
+    )
+
+TOPIC, PARTITIONS = "orders", 4
+
+
+def _write(log_dir: Path) -> None:
+    with LogManager(log_dir, load_settings()) as manager:
+        for p in range(PARTITIONS):
+            log = manager.get_or_create_log(TOPIC, p)
+            log.append({"value": [b"%d" % p] * 5})
+            log.update_high_watermark(log.log_end_offset)
+        manager.checkpoint_high_watermarks()
+
+
+class RawMember:
+    """One group member on a connection of its own, sending JoinGroup and SyncGroup when told."""
+
+    def __init__(
+        self,
+        port: int,
+        group: str,
+        *,
+        version: int = 5,
+        instance_id: str | None = None,
+        session_ms: int = 6000,
+        rebalance_ms: int = 6000,
+    ) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.group, self.version, self.instance_id = group, version, instance_id
+        self.session_ms, self.rebalance_ms = session_ms, rebalance_ms
+        self.member_id, self.generation = "", -1
+        self._correlation = 0
+
+    def _call(self, request: Any, response: Any, version: int) -> Any:
+        self._correlation += 1
+        request.API_VERSION = version
+        request.with_header(correlation_id=self._correlation, client_id="raw")
+        self.sock.sendall(bytes(request.encode(header=True, framed=True)))
+        (size,) = struct.unpack(">i", self._read(4))
+        return response.decode(self._read(size), version=version, header=True)
+
+    def _read(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed by the server")
+            data += chunk
+        return data
+
+    def join(self, metadata: bytes = b"m") -> Any:
+        """JoinGroup (the member's id once it has one); keeps the member id and generation it gets."""
+        request = JoinGroupRequest(
+            version=self.version,
+            group_id=self.group,
+            session_timeout_ms=self.session_ms,
+            rebalance_timeout_ms=self.rebalance_ms,
+            member_id=self.member_id,
+            group_instance_id=self.instance_id,
+            protocol_type="consumer",
+            protocols=[JoinGroupRequest.JoinGroupRequestProtocol(name="range", metadata=metadata)],
+            reason=None,
+        )
+        answer = self._call(request, JoinGroupResponse, self.version)
+        if answer.error_code == 0:
+            self.member_id, self.generation = answer.member_id, answer.generation_id
+        return answer
+
+    def sync(self, assignments: dict[str, bytes] | None = None) -> Any:
+        """SyncGroup of the generation it joined (the leader's carries ``assignments``)."""
+        version = 5 if self.version >= 7 else 3
+        assignment = SyncGroupRequest.SyncGroupRequestAssignment
+        request = SyncGroupRequest(
+            version=version,
+            group_id=self.group,
+            generation_id=self.generation,
+            member_id=self.member_id,
+            group_instance_id=self.instance_id,
+            protocol_type="consumer",
+            protocol_name="range",
+            assignments=[assignment(member_id=m, assignment=a) for m, a in (assignments or {}).items()],
+        )
+        return self._call(request, SyncGroupResponse, version)
+
+    def close(self) -> None:
+        self.sock.close()
+
+
+def _join_both(first: RawMember, second: RawMember) -> tuple[Any, Any]:
+    """Both join one rebalance (``first`` first, so it leads); their JoinGroup answers."""
+    with ThreadPoolExecutor(2) as pool:
+        joined = pool.submit(first.join)
+        time.sleep(0.05)
+        answers = joined, pool.submit(second.join)
+        return answers[0].result(20), answers[1].result(20)
+
+
+def test_a_repeated_join_during_the_sync_gets_the_current_generation(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    """A member that sends its JoinGroup again, unchanged, while the group waits for the leader's
+    SyncGroup (a client whose request timed out resends it) is answered at once with the current
+    generation, the leader with the members again, as Kafka's coordinator ("member is joining with
+    the same metadata"). It started a new rebalance: every member had to join again and the
+    repeated JoinGroup waited for them, so clients that resend on timeouts rebalanced in turn."""
+    log_dir = tmp_path / "logs"
+    _write(log_dir)
+    server = serve(log_dir)
+    leader, follower = RawMember(server.port, "g"), RawMember(server.port, "g")
+    first, _ = _join_both(leader, follower)
+    assert first.leader == leader.member_id and len(first.members) == 2
+    with ThreadPoolExecutor(1) as pool:
+        again = pool.submit(follower.join).result(2)
+        assert (again.error_code, again.generation_id, again.leader, again.members) == (0, 1, leader.member_id, [])
+        again = pool.submit(leader.join).result(2)
+        assert (again.error_code, again.generation_id) == (0, 1)
+        assert sorted(m.member_id for m in again.members) == sorted([leader.member_id, follower.member_id])
+        waiting = pool.submit(follower.sync)
+        time.sleep(0.1)
+        assert leader.sync({leader.member_id: b"L", follower.member_id: b"F"}).error_code == 0
+        synced = waiting.result(5)
+    assert (synced.error_code, bytes(synced.assignment)) == (0, b"F")
+    assert server.log_text().count("rebalancing") == 1
+    leader.close()
+    follower.close()
