@@ -5,6 +5,7 @@ States, as in Kafka's ``GroupMetadata``::
     Empty --join--> PreparingRebalance --all members joined / rebalance timeout--> CompletingRebalance
     CompletingRebalance --leader's SyncGroup--> Stable
     Stable / CompletingRebalance --join of a new or changed member, leave, session expiry--> PreparingRebalance
+    Stable / CompletingRebalance --a member's SyncGroup missing a rebalance timeout after the join--> PreparingRebalance
     any --last member gone--> Empty
 
 A rebalance completes when every known member has sent JoinGroup again, or when the longest
@@ -13,7 +14,10 @@ rebalance of an empty group waits ``group.initial.rebalance.delay.ms`` more for 
 new member extending the wait up to the rebalance timeout. Completing it bumps the generation,
 keeps the leader if it rejoined (else the first member), picks the first protocol of the leader's
 list that every member supports, and answers every pending JoinGroup (the leader gets the members'
-metadata). The leader's SyncGroup hands every member its assignment. A member that sends nothing
+metadata). The leader's SyncGroup hands every member its assignment. A member that has not sent
+its SyncGroup a rebalance timeout after the join was answered is removed and the others rebalance
+(Kafka's pending-sync expiry), and a known member's JoinGroup with unchanged protocols while the
+group waits for SyncGroup is answered with the current generation. A member that sends nothing
 (heartbeat, join, sync, commit) for its session timeout is removed, which starts a rebalance; one
 waiting for its JoinGroup or SyncGroup answer keeps its session until answered (a leader's slow
 assignor does not expire the members waiting for it), as in Kafka.
@@ -123,6 +127,8 @@ class Group:
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> its member id
     rebalance_deadline: float = 0.0
     join_delay_until: float = 0.0
+    pending_sync: set[str] = field(default_factory=set)  # members of this generation yet to send SyncGroup
+    sync_deadline: float = 0.0  # when the members still in pending_sync are removed
 
     def add(self, member: Member) -> None:
         """Make ``member`` a member (the member of its instance id, for a static one)."""
@@ -133,10 +139,15 @@ class Group:
     def remove(self, member_id: str) -> Member | None:
         """Remove a member (and its instance id's entry); the member, or None if it was none."""
         member = self.members.pop(member_id, None)
+        self.pending_sync.discard(member_id)
         if member is not None and member.instance_id is not None:
             if self.static_members.get(member.instance_id) == member_id:
                 del self.static_members[member.instance_id]
         return member
+
+    def rebalance_timeout_s(self) -> float:
+        """The longest rebalance timeout of the members (Kafka's ``GroupMetadata.rebalanceTimeoutMs``)."""
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0) / 1000
 
     def fenced(self, member_id: str, instance_id: str | None) -> bool:
         """Kafka's ``isStaticMemberFenced``: ``instance_id`` now belongs to another member id."""
@@ -220,9 +231,11 @@ class GroupCoordinator:
             existing.deadline = now + session_timeout_ms / 1000
             return self._join_result(group, existing)
         replaced = None  # the member a static member that comes back replaces
+        replaced_owed_sync = False  # it had yet to send SyncGroup: so has its replacement
         if existing is None:
             member_id = f"{instance_id or client_id or 'member'}-{uuid.uuid4()}"
             if instance_id is not None and instance_id in group.static_members:
+                replaced_owed_sync = group.static_members[instance_id] in group.pending_sync
                 replaced = group.remove(group.static_members[instance_id])
                 assert replaced is not None
                 logger.info(
@@ -254,6 +267,8 @@ class GroupCoordinator:
             if group.leader == replaced.member_id:
                 group.leader = member_id
             group.add(member)
+            if replaced_owed_sync:
+                group.pending_sync.add(member_id)
             if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
                 # No rebalance: the leader id before the replacement, so a returning leader does not
                 # compute an assignment that a Stable group would not hand out.
@@ -292,8 +307,8 @@ class GroupCoordinator:
                 self._answer_sync(member, SyncResult(protocol.REBALANCE_IN_PROGRESS))
         was_empty = group.state is GroupState.EMPTY
         group.state = GroupState.PREPARING_REBALANCE
-        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
-        group.rebalance_deadline = now + timeout
+        group.pending_sync.clear()
+        group.rebalance_deadline = now + group.rebalance_timeout_s()
         delay_until = min(now + self.initial_rebalance_delay_s, group.rebalance_deadline)
         group.join_delay_until = delay_until if was_empty else now
 
@@ -317,6 +332,8 @@ class GroupCoordinator:
             group.leader = next(iter(group.members))
         group.protocol_name = group.select_protocol()
         group.state = GroupState.COMPLETING_REBALANCE
+        group.pending_sync = set(group.members)
+        group.sync_deadline = now + group.rebalance_timeout_s()
         logger.info(
             "group %s: generation %d with %d members, leader %s, protocol %s",
             group.group_id,
@@ -378,6 +395,7 @@ class GroupCoordinator:
             return SyncResult(error)
         if group.state is GroupState.PREPARING_REBALANCE:
             return SyncResult(protocol.REBALANCE_IN_PROGRESS)
+        group.pending_sync.discard(member_id)
         if group.state is GroupState.STABLE:
             return SyncResult(protocol.NONE, member.assignment, group.protocol_type, group.protocol_name)
         member.sync = asyncio.get_running_loop().create_future()
@@ -416,7 +434,7 @@ class GroupCoordinator:
                 continue
             assert group is not None
             logger.info("group %s: member %s left", group_id, member_id)
-            self._member_gone(group, member)
+            self._members_gone(group, [member], f"member {member_id} left")
             errors.append(protocol.NONE)
         return errors
 
@@ -433,17 +451,34 @@ class GroupCoordinator:
             member.join.set_result(JoinResult(error, member_id=member.member_id))
         self._answer_sync(member, SyncResult(error))
 
-    def _member_gone(self, group: Group, member: Member) -> None:
-        self._answer_waiting(member, protocol.UNKNOWN_MEMBER_ID)
+    def _members_gone(self, group: Group, members: list[Member], reason: str) -> None:
+        """After ``members`` were removed from ``group``: answer what they wait for, and rebalance the
+        rest of the group (or finish the rebalance under way; or leave the group Empty)."""
+        for member in members:
+            self._answer_waiting(member, protocol.UNKNOWN_MEMBER_ID)
         now = self._now()
         if not group.members:
             if group.state is not GroupState.EMPTY:
                 group.generation += 1
             group.state, group.leader, group.protocol_name = GroupState.EMPTY, None, None
+            group.pending_sync.clear()
         elif group.state is GroupState.PREPARING_REBALANCE:
             self._maybe_complete_join(group, now)
         else:
-            self._prepare_rebalance(group, now, f"member {member.member_id} left")
+            self._prepare_rebalance(group, now, reason)
+
+    def _expire_pending_sync(self, group: Group, now: float) -> None:
+        """Remove the members that did not send SyncGroup within the rebalance timeout after their
+        JoinGroup was answered, as Kafka's ``onExpirePendingSync``: a stalled member (its session kept
+        by heartbeats or a long ``session.timeout.ms``) would hold the group in CompletingRebalance, and
+        the members waiting for the leader's assignment with it."""
+        if not group.pending_sync or now < group.sync_deadline:
+            return
+        stalled = [group.members[member_id] for member_id in sorted(group.pending_sync)]
+        for member in stalled:
+            logger.info("group %s: member %s did not send SyncGroup in time: removed", group.group_id, member.member_id)
+            group.remove(member.member_id)
+        self._members_gone(group, stalled, f"{len(stalled)} members did not send SyncGroup")
 
     async def expire_sessions(self) -> None:
         """Remove members whose session expired and finish rebalances that timed out, until cancelled."""
@@ -455,8 +490,9 @@ class GroupCoordinator:
                     if not member.waiting() and now > member.deadline and member.member_id in group.members:
                         logger.info("group %s: member %s session expired", group.group_id, member.member_id)
                         group.remove(member.member_id)
-                        self._member_gone(group, member)
+                        self._members_gone(group, [member], f"member {member.member_id} session expired")
                 self._maybe_complete_join(group, now)
+                self._expire_pending_sync(group, now)
 
     # -- offsets ---------------------------------------------------------------------------------
 

@@ -13,6 +13,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import confluent_kafka
+
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
 from tests.serve.conftest import ServeProcess
@@ -149,3 +151,44 @@ def test_a_repeated_join_during_the_sync_gets_the_current_generation(
     assert server.log_text().count("rebalancing") == 1
     leader.close()
     follower.close()
+
+
+def test_a_member_that_never_sends_sync_group_is_removed_after_the_rebalance_timeout(
+    serve: Callable[..., ServeProcess], tmp_path: Path
+) -> None:
+    """A member that got its JoinGroup answer and then stalls (sends no SyncGroup; a long session
+    timeout keeps it alive) is removed after the group's rebalance timeout, as by Kafka's
+    pending-sync expiry, and the group rebalances without it. It held the group in
+    CompletingRebalance until its session expired (60 s here; forever if it kept heartbeating) while
+    the confluent-kafka consumer waited in SyncGroup for the stalled leader's assignment."""
+    log_dir = tmp_path / "logs"
+    _write(log_dir)
+    server = serve(log_dir, "--group-initial-rebalance-delay-ms", "3000")
+    stalled = RawMember(server.port, "g", session_ms=60_000, rebalance_ms=6000)
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": server.bootstrap,
+            "group.id": "g",
+            "session.timeout.ms": 6000,
+            "max.poll.interval.ms": 6000,
+            "heartbeat.interval.ms": 300,
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        with ThreadPoolExecutor(1) as pool:
+            joined = pool.submit(stalled.join)
+            consumer.subscribe([TOPIC])
+            deadline = time.monotonic() + 20
+            while not joined.done():  # the consumer joins within the initial delay; then the stall
+                assert time.monotonic() < deadline
+                consumer.poll(0.05)
+            assert joined.result().leader == stalled.member_id
+        start = time.monotonic()
+        while sorted(tp.partition for tp in consumer.assignment()) != list(range(PARTITIONS)):
+            assert time.monotonic() < start + 10, server.log_text()
+            consumer.poll(0.05)
+        assert "did not send SyncGroup" in server.log_text()
+    finally:
+        consumer.close()
+        stalled.close()
