@@ -25,10 +25,12 @@ assignor does not expire the members waiting for it), as in Kafka.
 Static membership (KIP-345, ``group.instance.id``), as Kafka's ``updateStaticMemberThenRebalanceOrCompleteJoin``:
 a JoinGroup without member id from an instance id the group knows replaces that instance's member
 (new member id, same assignment). In a Stable group whose selected protocol stays, it is answered at
-once with the current generation and no rebalance (the leader id is the one before the replacement,
-so a returning leader acts as a follower until the next rebalance, as Kafka before KIP-814);
-otherwise the group rebalances. The replaced member id is fenced: its waiting JoinGroup/SyncGroup
-and its next Heartbeat, SyncGroup, OffsetCommit, JoinGroup or LeaveGroup get FENCED_INSTANCE_ID.
+once with the current generation and no rebalance (a returning leader is told it leads, with the
+members and ``skip_assignment``, from JoinGroup v9, as KIP-814; at older versions, which cannot say
+"skip", the leader id is the one before the replacement, so it acts as a follower until the next
+rebalance, as Kafka answers them); otherwise the group rebalances. The replaced member id is
+fenced: its waiting JoinGroup/SyncGroup and its next Heartbeat, SyncGroup, OffsetCommit, JoinGroup
+or LeaveGroup get FENCED_INSTANCE_ID.
 LeaveGroup may name a member by its instance id alone (admin clients' "remove members").
 
 Differences from Kafka, for one node without a log: group metadata (members, generation) lives in
@@ -79,6 +81,7 @@ class JoinResult:
     leader: str = ""
     member_id: str = ""
     members: tuple[tuple[str, str | None, bytes], ...] = ()  # (member id, instance id, metadata), for the leader
+    skip_assignment: bool = False  # KIP-814: the leader keeps the assignment it has (JoinGroup v9+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,9 +203,12 @@ class GroupCoordinator:
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
         instance_id: str | None = None,
+        *,
+        can_skip_assignment: bool = False,
     ) -> JoinResult:
         """JoinGroup: wait for the rebalance this join starts or joins, then answer (at once for a
-        static member that comes back to a Stable group, see the module's docstring)."""
+        static member that comes back to a Stable group, see the module's docstring).
+        ``can_skip_assignment``: the request's version has KIP-814's ``skip_assignment`` (v9+)."""
         if not group_id:
             return JoinResult(protocol.INVALID_GROUP_ID, member_id=member_id)
         if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
@@ -270,8 +276,13 @@ class GroupCoordinator:
             if replaced_owed_sync:
                 group.pending_sync.add(member_id)
             if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
-                # No rebalance: the leader id before the replacement, so a returning leader does not
-                # compute an assignment that a Stable group would not hand out.
+                # No rebalance. A returning leader must not compute an assignment that a Stable group
+                # would not hand out: from v9 it is told it leads and to skip the assignment (KIP-814,
+                # so it keeps watching the metadata); before, it is given the leader id it replaced.
+                if can_skip_assignment:
+                    return dataclasses.replace(
+                        self._join_result(group, member), skip_assignment=member_id == group.leader
+                    )
                 return dataclasses.replace(self._join_result(group, member), leader=previous_leader or "", members=())
         joined: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         member.join = joined

@@ -408,6 +408,7 @@ class Server:
             body.protocol_type,
             [(p.name, bytes(p.metadata)) for p in body.protocols],
             body.group_instance_id if request.version >= 5 else None,
+            can_skip_assignment=request.version >= 9,
         )
         members = [
             JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=instance, metadata=meta)
@@ -418,7 +419,6 @@ class Server:
             request,
             result,
             protocol_name=result.protocol_name or ("" if request.version < 7 else None),
-            skip_assignment=False,
             members=members,
         )
 

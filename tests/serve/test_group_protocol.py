@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import confluent_kafka
+import pytest
 
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
@@ -192,3 +193,35 @@ def test_a_member_that_never_sends_sync_group_is_removed_after_the_rebalance_tim
     finally:
         consumer.close()
         stalled.close()
+
+
+@pytest.mark.parametrize("version", [5, 9])
+def test_a_returning_static_leader_is_told_it_leads_from_join_group_v9(
+    serve: Callable[..., ServeProcess], tmp_path: Path, version: int
+) -> None:
+    """A static leader that restarts (new connection, same instance id, no LeaveGroup) into a Stable
+    group: from JoinGroup v9 (Java clients 3.2+) it is told it is the leader, with the members and
+    ``skip_assignment`` (KIP-814), so it keeps watching the metadata for the group; before v9 the
+    leader id is the one it replaced (Kafka's answer to the versions without ``skip_assignment``:
+    librdkafka's v5, kafka-python's v7). Either way the group does not rebalance and the member gets
+    its assignment back. v9 got the pre-KIP-814 answer."""
+    log_dir = tmp_path / "logs"
+    _write(log_dir)
+    server = serve(log_dir)
+    first = RawMember(server.port, "s", version=version, instance_id="a")
+    assert first.join().leader == first.member_id
+    assert first.sync({first.member_id: b"A"}).error_code == 0
+    first.close()
+
+    back = RawMember(server.port, "s", version=version, instance_id="a")
+    answer = back.join()
+    assert answer.error_code == 0 and answer.generation_id == 1 and back.member_id != first.member_id
+    if version >= 9:
+        assert (answer.leader, answer.skip_assignment) == (back.member_id, True)
+        assert [(m.member_id, m.group_instance_id) for m in answer.members] == [(back.member_id, "a")]
+    else:
+        assert (answer.leader, answer.members) == (first.member_id, [])
+    synced = back.sync()
+    assert (synced.error_code, bytes(synced.assignment)) == (0, b"A")
+    assert server.log_text().count("rebalancing") == 1
+    back.close()
