@@ -29,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import kafka.errors as kafka_errors
+from kafka.admin import ConfigResourceType, ConfigSourceType, ConfigType
 from kafka.protocol.admin import (
     CreateTopicsResponse,
     DeleteGroupsResponse,
     DeleteTopicsResponse,
+    DescribeConfigsResponse,
     DescribeGroupsResponse,
     ListGroupsResponse,
 )
@@ -96,6 +98,33 @@ def _group_response(
     fields are the response's), then ``fields`` (ones it lacks, or a field in another form)."""
     carried = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
     return response(version=request.version, throttle_time_ms=0, **{**carried, **fields})
+
+
+# Settings.topic_config_origins' answers as Kafka's DescribeConfigs sources.
+_CONFIG_SOURCES = {
+    "topic": ConfigSourceType.DYNAMIC_TOPIC_CONFIG,
+    "settings": ConfigSourceType.STATIC_BROKER_CONFIG,
+    "default": ConfigSourceType.DEFAULT_CONFIG,
+}
+
+
+def _config_entry(entry: type[Any], key: str, value: object, origin: str) -> Any:
+    """One config of a DescribeConfigs answer, read-only, its value as Kafka writes it (``true``)."""
+    if isinstance(value, bool):
+        kind, text = ConfigType.BOOLEAN, str(value).lower()
+    else:
+        kind, text = (ConfigType.LONG if isinstance(value, int) else ConfigType.STRING), str(value)
+    return entry(
+        name=key,
+        value=text,
+        read_only=True,
+        config_source=_CONFIG_SOURCES[origin],
+        is_default=origin == "default",
+        is_sensitive=False,
+        synonyms=[],
+        config_type=kind,
+        documentation=None,
+    )
 
 
 class Server:
@@ -635,6 +664,44 @@ class Server:
                 error = protocol.KAFKA_STORAGE_ERROR
             results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=error))
         return DeleteGroupsResponse(version=request.version, throttle_time_ms=0, results=results)
+
+    # -- configs ---------------------------------------------------------------------------------
+
+    def _DescribeConfigs(self, request: protocol.Request) -> Any:
+        """A topic's configs as this server's settings give them (``Settings.log_config``: the settings
+        files and ``--config``, the files the writers and the maintenance daemon read), read-only, with
+        the source Kafka would name (``Settings.topic_config_origins``); no synonyms or documentation.
+        Other resources (brokers, groups, ...) have no configs here: INVALID_REQUEST, as Kafka answers
+        a resource type it does not describe."""
+        version = request.version
+        result = DescribeConfigsResponse.DescribeConfigsResult
+        entry = result.DescribeConfigsResourceResult
+        answers = []
+        for resource in request.body.resources:
+            error, message, configs = protocol.NONE, None, []
+            if resource.resource_type != ConfigResourceType.TOPIC:
+                error, message = protocol.INVALID_REQUEST, "seglog serve describes the configs of topics only"
+            elif resource.resource_name not in self.catalog.partition_counts():
+                error = protocol.UNKNOWN_TOPIC_OR_PARTITION
+                message = f"The topic '{resource.resource_name}' does not exist."
+            else:
+                values = self.catalog.settings.log_config(resource.resource_name).to_dict()
+                origins = self.catalog.settings.topic_config_origins(resource.resource_name)
+                configs = [
+                    _config_entry(entry, key, value, origins[key])
+                    for key, value in values.items()
+                    if resource.configuration_keys is None or key in resource.configuration_keys
+                ]
+            answers.append(
+                result(
+                    error_code=error,
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=configs,
+                )
+            )
+        return DescribeConfigsResponse(version=version, throttle_time_ms=0, results=answers)
 
     # -- refused writes --------------------------------------------------------------------------
 
