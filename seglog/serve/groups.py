@@ -51,6 +51,8 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription, ConsumerProtocolType
+
 from indexer.file_names import TopicPartition
 from seglog.serve import protocol
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
@@ -554,6 +556,55 @@ class GroupCoordinator:
             del self._groups[group_id]
         logger.info("group %s: deleted", group_id)
         return protocol.NONE
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[int, dict[TopicPartition, int]]:
+        """OffsetDelete of ``partitions`` (already checked to exist), as Kafka's ``handleDeleteOffsets``:
+        the group's error code, and each partition's. A group without members loses them all; a
+        consumer group with members keeps those of the topics its members subscribe to
+        (GROUP_SUBSCRIBED_TO_TOPIC: they would commit them again), and a group of another protocol
+        with members is NON_EMPTY_GROUP.
+
+        Raises:
+            StorageError: the offsets file could not be written (the offsets stay).
+        """
+        if not group_id:
+            return protocol.INVALID_GROUP_ID, {}
+        group = self._groups.get(group_id)
+        if group is None and group_id not in self.offsets.groups():
+            return protocol.GROUP_ID_NOT_FOUND, {}
+        subscribed: set[str] | None = set()
+        if group is not None and group.members:
+            if group.protocol_type != ConsumerProtocolType:
+                return protocol.NON_EMPTY_GROUP, {}
+            subscribed = self._subscribed_topics(group)
+        errors = {
+            tp: protocol.GROUP_SUBSCRIBED_TO_TOPIC if subscribed is None or tp[0] in subscribed else protocol.NONE
+            for tp in partitions
+        }
+        deletable = [tp for tp, error in errors.items() if error == protocol.NONE]
+        if deletable:
+            await self.offsets.delete(group_id, deletable)
+            logger.info("group %s: offsets of %d partitions deleted", group_id, len(deletable))
+        return protocol.NONE, errors
+
+    @staticmethod
+    def _subscribed_topics(group: Group) -> set[str] | None:
+        """The topics a consumer group's members subscribe to, from their metadata for the group's
+        protocol (Kafka's ``GroupMetadata.subscribedTopics``); None if that is not known (no protocol
+        chosen yet, metadata that does not parse), and then every topic counts as subscribed, as in
+        Kafka."""
+        if group.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for member in group.members.values():
+            metadata = next((meta for name, meta in member.protocols if name == group.protocol_name), None)
+            try:
+                topics.update(ConsumerProtocolSubscription.decode(metadata).topics)
+            except Exception:  # kafka-python raises ValueError/struct.error/TypeError/... on bad bytes
+                return None
+        return topics
 
     def fetch_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         """The group's committed offsets."""

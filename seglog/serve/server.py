@@ -43,6 +43,7 @@ from kafka.protocol.consumer import (
     JoinGroupResponse,
     LeaveGroupResponse,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
 )
@@ -664,6 +665,33 @@ class Server:
                 error = protocol.KAFKA_STORAGE_ERROR
             results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=error))
         return DeleteGroupsResponse(version=request.version, throttle_time_ms=0, results=results)
+
+    async def _OffsetDelete(self, request: protocol.Request) -> Any:
+        """The group's offsets of the partitions named (``kafka-consumer-groups.sh --delete-offsets``,
+        kafka-python's ``delete_group_offsets``): see :meth:`GroupCoordinator.delete_offsets`; a
+        partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION, as from a broker."""
+        body = request.body
+        topics = self.catalog.topics()
+        asked = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+        known = [tp for tp in asked if tp[1] in topics.get(tp[0], [])]
+        try:
+            error, codes = await self.groups.delete_offsets(body.group_id, known)
+        except StorageError as e:
+            logger.error("cannot delete offsets of group %s: %s", body.group_id, e)
+            error, codes = protocol.KAFKA_STORAGE_ERROR, {}
+        answer = OffsetDeleteResponse.OffsetDeleteResponseTopic
+        by_topic: dict[str, list[Any]] = {}
+        for tp in asked:
+            code = codes.get(tp, protocol.NONE if tp in known else protocol.UNKNOWN_TOPIC_OR_PARTITION)
+            by_topic.setdefault(tp[0], []).append(
+                answer.OffsetDeleteResponsePartition(partition_index=tp[1], error_code=code)
+            )
+        return OffsetDeleteResponse(
+            version=request.version,
+            error_code=error,
+            throttle_time_ms=0,
+            topics=[] if error else [answer(name=name, partitions=rows) for name, rows in by_topic.items()],
+        )
 
     # -- configs ---------------------------------------------------------------------------------
 
