@@ -185,6 +185,11 @@ class UnknownTopicOrPartitionError(SeglogError, ValueError):
     """A partition number outside the topic's partitions (Kafka's ``UnknownTopicOrPartitionException``)."""
 
 
+class GroupIdNotFoundError(SeglogError, ValueError):
+    """A consumer group, or a partition of one, without committed offsets where some were named
+    (Kafka's ``GroupIdNotFoundException``)."""
+
+
 class SchemaError(SeglogError, TypeError):
     """Input columns missing or of the wrong type."""
 
