@@ -3,7 +3,9 @@
 :meth:`LogLoader.load` runs Kafka's steps in Kafka's order:
 
 1. temp files: ``.deleted`` files are deleted; ``.cleaned`` files are deleted, and so is every
-   ``.swap`` file at or above the lowest ``.cleaned`` offset (an unfinished split, KAFKA-6264);
+   ``.swap`` file at or above the lowest ``.cleaned`` offset (an unfinished split, KAFKA-6264); new
+   index files never renamed into place (``<base>.index.tmp``, a process killed while it replaced an
+   index: :meth:`AbstractIndex._replace_file`) are deleted;
 2. the remaining ``.swap`` segments are measured (lowest base offset, highest next offset);
 3. segment files whose offset lies in that range are deleted (the swap replaces them);
 4. ``.swap`` files are renamed to their final names;
@@ -103,6 +105,7 @@ class StepKind(enum.StrEnum):
 
     DELETE_STRAY_DELETED = "delete-stray-deleted-file"
     DELETE_CLEANED = "delete-cleaned-file"
+    DELETE_INDEX_TEMP = "delete-unfinished-index-file"
     DELETE_INVALID_SWAP = "delete-incomplete-split-swap-file"
     DELETE_SWAPPED_OUT = "delete-file-replaced-by-swap"
     COMPLETE_SWAP = "rename-swap-file"
@@ -477,7 +480,8 @@ class LogLoader:
                 self._path(name).unlink(missing_ok=True)
 
     def _remove_temp_files_and_collect_swap_files(self) -> list[str]:
-        """Step 1: delete ``.deleted`` and ``.cleaned`` files and swap files of unfinished splits."""
+        """Step 1: delete ``.deleted`` and ``.cleaned`` files, swap files of unfinished splits and new
+        index files never renamed into place."""
         swap_files: list[str] = []
         cleaned_files: list[str] = []
         min_cleaned_offset = INT64_MAX
@@ -492,6 +496,9 @@ class LogLoader:
                 self._names.discard(name)
             elif file_names.is_stray_deleted_file(name):
                 self._delete_file(name, StepKind.DELETE_STRAY_DELETED, "stray temporary file")
+            elif file_names.is_index_temp_file(name):
+                why = "new index file of an interrupted rebuild, never renamed over the index: not an index"
+                self._delete_file(name, StepKind.DELETE_INDEX_TEMP, why)
             elif name.endswith(file_names.CLEANED_FILE_SUFFIX):
                 offset = _offset_or_none(name)
                 if offset is not None:
