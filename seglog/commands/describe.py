@@ -183,7 +183,7 @@ def describe_segment(
     recovery would keep and remove (:func:`~indexer.salvage.plan_salvage`, given ``next_base``, the
     next segment's base offset)."""
     records = segment.log
-    scan = records.scan(verify_crc=verify)
+    scan = segment.scan(verify_crc=verify)  # read with pread: a writer may cut the file meanwhile
     count = len(scan)
     first_timestamp = NO_TIMESTAMP
     if count:
@@ -217,7 +217,7 @@ def describe_segment(
 def _salvage(records: Any, base_offset: int, next_base: int | None, scan: Any, damage_at: int) -> dict[str, Any]:
     """What ``seglog recover`` would do with a damaged segment (damage from position ``damage_at``):
     its intact batches after the damage (kept), the byte ranges it quarantines, the offsets those held."""
-    plan = plan_salvage(records, base_offset, next_base, scan)
+    plan = plan_salvage(records, base_offset, next_base, scan, mapped=False)
     after = plan.kept.positions >= damage_at
     return {
         "kept_batches_after_damage": int(np.count_nonzero(after)),
