@@ -131,8 +131,8 @@ class AbstractIndex(IndexFile):
         self._generation = 0
         self._search_tree: _SearchTree | None = None
         newly_created, last_slot = self._open_and_map()
-        # Bytes of this file that a reader in another process may have mapped and that hold no entry
-        # of ours: all of an existing file, then the entries a truncation removes (_replace_file).
+        # Bytes of this file a reader in another process may have mapped (all of an existing file,
+        # then every entry before a truncation): the file is never cut below them (_replace_file).
         self._exposed = 0 if newly_created or not self._writable else self._length
         self._max_entries = self._length // self.ENTRY_SIZE
         self._entries = 0 if newly_created else self._length // self.ENTRY_SIZE
