@@ -953,7 +953,7 @@ class Log:
             self._check_writable("rebuild indexes")
             if self._segments.get(segment.base_offset) is not segment:
                 return False
-            scan = segment.log.scan(0, verify_crc=True)
+            scan = segment.scan(verify_crc=True)
             if scan.error is not None or scan.valid_bytes != segment.size:
                 raise CorruptRecordError(
                     f"segment {segment.log.path} has invalid data at position {scan.valid_bytes} ({reason}); "
