@@ -28,7 +28,7 @@ from typing import Any
 from indexer import file_names
 from indexer._files import pwrite_all
 from indexer.checkpoint import fsync_directory
-from indexer.errors import StorageError, storage_errors
+from indexer.errors import OffsetsInNoSegmentError, StorageError, storage_errors
 from indexer.quarantine import list_quarantine
 from indexer.salvage import LostRange
 
@@ -148,3 +148,29 @@ def offsets_in_no_segment(partition_dir: Path, gaps: Iterable[tuple[int, int, in
         for base, end, following in open_gaps
         if base not in quarantined and not any(first <= end and last >= following - 1 for first, last in accepted)
     ]
+
+
+def missing_between_segments(
+    partition_dir: Path, base: int, first: int, following: int
+) -> OffsetsInNoSegmentError | None:
+    """The error of a read that needs offset ``first`` after segment ``base`` of ``partition_dir`` when
+    the next segment starts at ``following``: offsets ``first..following - 1`` are in no segment file
+    and, unless a recovery or an accepted loss accounts for them (:func:`offsets_in_no_segment`), lost.
+    None when nothing is missing or the gap is accounted for (readers then go on, as after salvage).
+    Readers before ``seglog recover`` must not return the records around such a hole as contiguous.
+
+    Raises:
+        StorageError: the partition directory or the accepted-loss record cannot be read.
+    """
+    if first >= following or not offsets_in_no_segment(partition_dir, [(base, first, following)]):
+        return None
+    log_dir = partition_dir.parent
+    return OffsetsInNoSegmentError(
+        f"cannot read offsets {first}..{following - 1} of {partition_dir.name}: no segment file holds them "
+        f"(between segments {base} and {following}: a segment's files are missing or it was cut short). "
+        f"`seglog recover --log-dir {log_dir}` names the loss; if the files cannot be restored, "
+        "`--accept-data-loss` records it and readers go on after it",
+        path=file_names.log_file(partition_dir, following),
+        offset=first,
+        end=following,
+    )

@@ -38,11 +38,12 @@ import pyarrow as pa
 
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig
-from indexer.data_loss import missing_committed_records
+from indexer.data_loss import missing_between_segments, missing_committed_records
 from indexer.errors import (
     CorruptRecordError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
+    OffsetsInNoSegmentError,
     StorageError,
     storage_errors,
 )
@@ -711,7 +712,8 @@ class Log:
         Raises:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
             CorruptRecordError: the bytes where ``start_offset``'s batch should be are not a whole batch
-                (names the file, the position and ``offset=start_offset``).
+                (names the file, the position and ``offset=start_offset``); ``OffsetsInNoSegmentError``
+                when ``start_offset`` is in no segment file.
             InvalidArgumentError: an offset not of Kafka's int64 range, or ``max_bytes`` below 0.
             ValueError: the log is closed (also when :meth:`close` overtakes the read).
         """
@@ -742,7 +744,7 @@ class Log:
                 raise self._unreadable(segment, e, max(start_offset, segment.base_offset)) from e
             if fetched is not None:
                 return fetched
-            segment = self._following_segment(segment, start_offset)
+            segment = self._following_segment(segment, start_offset, start_offset, bound.message_offset)
         return FetchDataInfo(end, b"")
 
     def _read_segment(
@@ -763,18 +765,29 @@ class Log:
         self._repair_index(segment)
         return result
 
-    def _following_segment(self, segment: LogSegment, start_offset: int) -> LogSegment | None:
-        """The segment to read after ``segment`` gave nothing for ``start_offset``: its successor, or,
-        when ``segment`` left the log meanwhile, the segment holding ``start_offset`` now.
+    def _following_segment(self, segment: LogSegment, start_offset: int, needed: int, bound: int) -> LogSegment | None:
+        """The segment to read after ``segment`` gave everything it holds from ``start_offset`` on,
+        the read needing offset ``needed`` next (below ``bound``): its successor, or, when ``segment``
+        left the log meanwhile, the segment holding ``start_offset`` now.
 
         A read never skips offsets: if retention removed the segment, the log start offset moved past
         it first, so the fresh lookup raises OffsetOutOfRangeError (as Kafka does for an offset below
-        the log start offset) instead of walking on from whatever segment now comes first.
+        the log start offset) instead of walking on from whatever segment now comes first; offsets
+        between the two segments that no segment file holds raise, unless a recovery or an accepted
+        loss accounts for them (:func:`~indexer.data_loss.missing_between_segments`).
+
+        Raises:
+            OffsetsInNoSegmentError: offsets from ``needed`` on are in no segment file.
         """
         try:
-            return self._segments.next_segment(segment)
+            following = self._segments.next_segment(segment)
         except LookupError:
             return self._check_read_offset(start_offset, self._next_offset_metadata)
+        if following is not None and needed < min(following.base_offset, bound):
+            missing = missing_between_segments(self.directory, segment.base_offset, needed, following.base_offset)
+            if missing is not None:
+                raise missing
+        return following
 
     def read_records(
         self,
@@ -792,14 +805,16 @@ class Log:
 
         Damage stops a read as it stops a Kafka consumer: a batch that fails its CRC or does not
         parse, or bytes that are not a whole batch where committed batches must be (anywhere below
-        a segment's end but a live writer's torn tail above the bound). The read returns the records
-        of the whole batches before it; a read that has none before it raises, so offsets are never
-        skipped quietly.
+        a segment's end but a live writer's torn tail above the bound), a batch whose offsets go
+        backwards, or offsets between two segments that no segment file holds. The read returns the
+        records of the whole batches before it; a read that has none before it raises, so offsets are
+        never skipped quietly.
 
         Raises:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
             CorruptRecordError: damage where the read starts (names the file, the position and the
-                first offset that cannot be read, ``offset``).
+                first offset that cannot be read, ``offset``); ``OffsetsInNoSegmentError`` for offsets
+                in no segment file (names the partition, the offsets and ``seglog recover``).
             InvalidArgumentError: an offset or ``max_records`` not an integer of Kafka's int64 range.
             ValueError: the log is closed (also when :meth:`close` overtakes the read).
         """
@@ -821,8 +836,9 @@ class Log:
         found = 0
         while start_offset < bound and limit != 0 and segment is not None and segment.base_offset < bound:
             result = self._read_segment(segment, self._read_segment_records, start_offset, bound, limit, found, aborted)
+            needed = start_offset
             if result is not None:
-                read, damage = result
+                read, damage, needed = result
                 tables += read
                 found += sum(t.num_rows for t in read)
                 if damage is not None:
@@ -833,7 +849,12 @@ class Log:
                 break
             if found and self._segments.get(segment.base_offset) is not segment:
                 break  # it left the log as it was read: what was read is whole, the next read says what is gone
-            segment = self._following_segment(segment, start_offset)
+            try:
+                segment = self._following_segment(segment, start_offset, needed, bound)
+            except OffsetsInNoSegmentError:
+                if not found:
+                    raise
+                break  # the next read, from the first offset not returned, raises
         if not tables:
             return READ_SCHEMA.empty_table()
         table = pa.concat_tables(tables)
@@ -847,8 +868,9 @@ class Log:
         limit: int | None,
         found: int,
         aborted: list[AbortedTxn],
-    ) -> tuple[list[pa.Table], CorruptRecordError | None]:
-        """The records of ``segment`` from ``start_offset``, and the damage that stopped the walk (or None).
+    ) -> tuple[list[pa.Table], CorruptRecordError | None, int]:
+        """The records of ``segment`` from ``start_offset``, the damage that stopped the walk (or None),
+        and the offset the read needs next (after the segment's last batch when it read to the end).
 
         Bytes that are not a whole batch before the segment's end are damage unless the batches
         before them already reach ``bound`` (a live writer's torn tail above the high watermark):
@@ -860,9 +882,9 @@ class Log:
         try:
             start = segment.translate_offset(first, whole=True)
         except CorruptRecordError as e:
-            return out, self._unreadable(segment, e, first)
+            return out, self._unreadable(segment, e, first), first
         if start is None:
-            return out, None
+            return out, None, first
         position, end = start.position, segment.size
         covered = first  # every offset below this one was read (or not asked for)
         floor = segment.base_offset - 1  # the largest offset of the batches walked so far
@@ -877,7 +899,7 @@ class Log:
                 if len(buf) >= LOG_OVERHEAD and position + size <= end:
                     buf = segment.log.read(position, size)
                 if len(buf) < LOG_OVERHEAD or len(buf) < size:  # cut, or a size field past the end
-                    return out, self._unreadable(segment, segment.log.not_whole_error(position, end), covered)
+                    return out, self._unreadable(segment, segment.log.not_whole_error(position, end), covered), covered
                 whole, after = whole_entries(buf)
             good, damage = whole, None
             while True:  # on damage, decode the whole batches before it (error path only)
@@ -907,7 +929,7 @@ class Log:
             if damage is not None:
                 if table.num_rows:
                     out.append(table)
-                return out, self._unreadable(segment, damage, unread)
+                return out, self._unreadable(segment, damage, unread), unread
             floor = after - 1
             if table.num_rows:
                 out.append(table)
@@ -916,7 +938,7 @@ class Log:
             if limit is not None and found + read >= limit:
                 break
             position += whole
-        return out, None
+        return out, None, covered
 
     def _unreadable(self, segment: LogSegment, error: CorruptRecordError, offset: int) -> CorruptRecordError:
         """``error`` as the damage a read reports: the first offset it cannot read, file and position."""

@@ -549,3 +549,36 @@ def test_reader_closing_the_pipe_is_not_an_error(tmp_path: Path, capsys: pytest.
     assert reader.wait(timeout=60) == 0
     assert reader.stderr.read() == b""
     assert first["offset"] == 0 and first["value"] == value
+
+
+def _seglog(*args: str) -> subprocess.CompletedProcess[str]:
+    """``seglog ARGS`` in a process of its own."""
+    code = "import sys\nfrom seglog.cli import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_a_missing_middle_segment_is_an_error_until_its_loss_is_accepted(tmp_path: Path) -> None:
+    """A middle segment's ``.log`` deleted by hand: ``seglog read --from-beginning`` printed the records
+    before and after the hole as if contiguous and exited 0. It now prints those before it and fails
+    with one line naming the partition, the missing offsets and ``seglog recover``; once the loss is
+    accepted (``seglog recover --accept-data-loss``) it reads on past the gap."""
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings(overrides={"segment.bytes": "2000"})) as manager:
+        log = manager.get_or_create_log("t", 0)
+        for i in range(4):
+            log.append({"value": [f"v{i}-{j}".encode() * 40 for j in range(3)]})
+            log.roll()
+        log.update_high_watermark(log.log_end_offset)
+    (log_dir / "t-0" / "00000000000000000003.log").unlink()
+    read = ["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--from-beginning"]
+    before = _seglog(*read)
+    assert before.returncode == 1
+    assert [json.loads(line)["offset"] for line in before.stdout.splitlines()] == [0, 1, 2]
+    assert before.stderr.startswith("seglog: OffsetsInNoSegmentError: cannot read offsets 3..5 of t-0: ")
+    assert f"seglog recover --log-dir {log_dir}" in before.stderr and len(before.stderr.splitlines()) == 1
+    assert _seglog("recover", "--log-dir", str(log_dir)).returncode == 3  # names the loss, changes nothing
+    assert _seglog(*read).returncode == 1
+    assert _seglog("recover", "--log-dir", str(log_dir), "--accept-data-loss").returncode == 0
+    after = _seglog(*read)
+    assert after.returncode == 0, after.stderr
+    assert [json.loads(line)["offset"] for line in after.stdout.splitlines()] == [0, 1, 2, 6, 7, 8, 9, 10, 11]
