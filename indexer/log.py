@@ -115,6 +115,17 @@ def _backwards(table: pa.Table, buf: bytes, whole: int, floor: int) -> tuple[pa.
     return table.slice(0, len(fine) if fine.all() else int(np.argmin(fine))), at, first, before
 
 
+def _backwards_error(segment: LogSegment, position: int, first: int, before: int) -> CorruptRecordError:
+    """The damage of a CRC-valid batch of ``segment`` at ``position`` whose first offset ``first`` is not
+    above ``before``, the largest offset of the batches before it: a log's offsets never go back."""
+    return CorruptRecordError(
+        f"batch at position {position} starts at offset {first}, not after offset {before}: "
+        "offsets go backwards (a batch written twice or out of place)",
+        path=segment.log.path,
+        position=position,
+    )
+
+
 class Log:
     """One partition directory, open for writing (exclusive) or read-only.
 
@@ -707,13 +718,15 @@ class Log:
         ``as_slice`` the records are a slice of the segment file, not read (sent with ``sendfile``).
         Thread-safe without the lock (spec 5.2 ``LocalLog.read``). The bytes may end in a partial
         batch, as a broker's fetch: the consumer drops it and fetches from its offset next, and that
-        read raises when the bytes there are damaged. CRCs are the consumer's to check, as in Kafka.
+        read raises when the bytes there are damaged. CRCs are the consumer's to check, as in Kafka;
+        the batch order is checked (a consumer would drop records below its position in silence): the
+        bytes end before a batch whose offsets go backwards.
 
         Raises:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
             CorruptRecordError: the bytes where ``start_offset``'s batch should be are not a whole batch
-                (names the file, the position and ``offset=start_offset``); ``OffsetsInNoSegmentError``
-                when ``start_offset`` is in no segment file.
+                (names the file, the position and ``offset=start_offset``), or its batch's offsets go
+                backwards; ``OffsetsInNoSegmentError`` when ``start_offset`` is in no segment file.
             InvalidArgumentError: an offset not of Kafka's int64 range, or ``max_bytes`` below 0.
             ValueError: the log is closed (also when :meth:`close` overtakes the read).
         """
@@ -743,9 +756,45 @@ class Log:
             except CorruptRecordError as e:
                 raise self._unreadable(segment, e, max(start_offset, segment.base_offset)) from e
             if fetched is not None:
-                return fetched
+                return self._in_offset_order(segment, fetched, segment.size if max_position is None else max_position)
             segment = self._following_segment(segment, start_offset, start_offset, bound.message_offset)
         return FetchDataInfo(end, b"")
+
+    def _in_offset_order(self, segment: LogSegment, fetched: FetchDataInfo, limit: int) -> FetchDataInfo:
+        """``fetched`` (raw batches of ``segment``, which ends at position ``limit`` for this read) cut
+        before the first batch whose offsets go backwards (written twice, swapped, moved), as
+        :meth:`read_records` cuts its records: a Kafka consumer drops the records below its position,
+        so it would lose them in silence. The first offset of the batch just after the fetched ones is
+        looked at too, so a fetch that ends right before such a batch is not taken for whole. One
+        header scan of the fetched bytes (hopping from header to header over large batches).
+
+        Raises:
+            CorruptRecordError: no whole batch comes before the one whose offsets go backwards.
+        """
+        position = fetched.fetch_offset_metadata.relative_position_in_segment
+        scan = segment.log.scan(position, position + len(fetched.records), verify_crc=False, mapped=False)
+        if not len(scan):
+            return fetched
+        firsts = np.asarray(scan.base_offsets, dtype=np.int64)
+        lasts = np.asarray(scan.last_offsets, dtype=np.int64)
+        if scan.valid_bytes + LOG_OVERHEAD <= limit:  # the batch after: its base offset, bytes 0-7
+            following = int.from_bytes(segment.log.read(scan.valid_bytes, 8), "big", signed=True)
+            firsts = np.append(firsts, following)
+        before = np.maximum.accumulate(lasts)
+        backwards = np.flatnonzero(firsts[1:] <= before[: len(firsts) - 1])
+        if not backwards.size:
+            return fetched
+        i = int(backwards[0]) + 1
+        first = int(firsts[i])
+        at = int(scan.positions[i]) if i < len(scan) else scan.valid_bytes
+        reaching = np.flatnonzero(lasts[:i] >= first)  # batches at or past it: not in order below it
+        kept = int(reaching[0]) if reaching.size else i
+        if kept == 0:
+            raise self._unreadable(segment, _backwards_error(segment, at, first, int(before[i - 1])), first)
+        size = int(scan.positions[kept]) - position if kept < len(scan) else scan.valid_bytes - position
+        records = fetched.records
+        cut = records[:size] if isinstance(records, bytes) else segment.log.slice(position, size)
+        return FetchDataInfo(fetched.fetch_offset_metadata, cut)
 
     def _read_segment(
         self, segment: LogSegment, read: Callable[Concatenate[LogSegment, _P], _T], *args: _P.args, **kwargs: _P.kwargs
@@ -918,12 +967,7 @@ class Log:
                     good, damage = (bad if 0 <= bad < good else 0), e
             if damage is None and (backwards := _backwards(table, buf, whole, floor)) is not None:
                 table, at, unread, before = backwards
-                damage = CorruptRecordError(
-                    f"batch at position {position + at} starts at offset {unread}, not after offset {before}: "
-                    "offsets go backwards (a batch written twice or out of place)",
-                    path=segment.log.path,
-                    position=position + at,
-                )
+                damage = _backwards_error(segment, position + at, unread, before)
             elif damage is not None:
                 unread = max(covered, whole_entries(buf[:good])[1])
             if damage is not None:

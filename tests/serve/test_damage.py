@@ -10,6 +10,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
 from indexer.records.file_records import FileRecords
@@ -141,3 +143,34 @@ def test_a_consumer_stops_at_a_missing_segment(serve: Callable[..., ServeProcess
     assert offsets == list(range(10)) and isinstance(error, kafka_errors.CorruptRecordError), (offsets, error)
     warned = [line for line in server.log_text().splitlines() if "cannot read offsets 10..19 of t-0" in line]
     assert warned and "WARNING" in warned[0] and "seglog recover" in warned[0], server.log_text()
+
+
+@pytest.mark.parametrize("kind", ["duplicate", "swap"])
+def test_a_consumer_stops_at_a_batch_whose_offsets_go_backwards(
+    serve: Callable[..., ServeProcess], tmp_path: Path, kind: str
+) -> None:
+    """A CRC-valid batch written twice, or two batches swapped, in a sealed segment: the server sent the
+    stored bytes as they are, and the consumer, which drops records below its position, lost records
+    in silence (swap: 20..29 then nothing of 10..19). It now gets the records in order up to that batch,
+    then its poll raises CORRUPT_MESSAGE, and the server warns naming the file and the position."""
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings()) as manager:
+        log = manager.get_or_create_log("t", 0)
+        for i in range(4):
+            log.append({"value": [b"%d" % (10 * i + j) for j in range(10)]})
+        log.roll()
+        log.update_high_watermark(log.log_end_offset)
+    data = log_dir / "t-0" / "00000000000000000000.log"
+    with FileRecords.open(data, mutable=False) as records:
+        spans = [(b.position, b.position + b.size_in_bytes) for b in records.batches()]
+    raw = data.read_bytes()
+    batch = [raw[start:end] for start, end in spans]
+    order = [0, 1, 2, 1, 3] if kind == "duplicate" else [0, 2, 1, 3]
+    data.write_bytes(b"".join(batch[i] for i in order))
+    position = sum(len(batch[i]) for i in order[: 3 if kind == "duplicate" else 2])  # where it goes back
+    server = serve(log_dir)
+    offsets, error = _consume_until_error(server.bootstrap)
+    assert offsets == list(range(10)) and isinstance(error, kafka_errors.CorruptRecordError), (offsets, error)
+    warned = [line for line in server.log_text().splitlines() if "offsets go backwards" in line]
+    assert warned and "WARNING" in warned[0] and str(data) in warned[0], server.log_text()
+    assert f"position {position}" in warned[0], warned[0]
