@@ -71,6 +71,7 @@ from indexer.records.file_records import FileSlice
 from indexer.records.framing import assign_offsets, backwards_entry, whole_entries
 from indexer.records.isolation import IsolationLevel
 from indexer.retention import RetentionDecision, RetentionReason, plan_retention
+from indexer.salvage import LostRange, plan_salvage
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 from indexer.transaction_index import AbortedTxn
@@ -994,6 +995,32 @@ class Log:
             position=position,
             offset=offset,
         )
+
+    def unreadable_offsets(self, error: CorruptRecordError) -> LostRange | None:
+        """The offsets that the damage a read stopped at (``error``, from :meth:`read` or
+        :meth:`read_records`) makes unreadable, as ``seglog recover``'s salvage names them lost: offsets
+        in no segment file, or the range of the damaged segment between the intact batches around the
+        damage (:func:`~indexer.salvage.plan_salvage`; ``end`` None: up to the log end). None when the
+        damage loses no offset (a batch written twice: recovery drops the copy) or its segment left the
+        log: a reader cannot go on after it. For readers that accept data loss (the Spark source with
+        ``failOnDataLoss=false``); it reads the damaged segment whole, so only on the error path.
+
+        Raises:
+            StorageError: the segment cannot be read.
+        """
+        offset = error.offset
+        if offset is not None and isinstance(error, OffsetsInNoSegmentError):
+            return LostRange(offset, error.end)
+        segment = None if offset is None else self._segments.floor_segment(offset)
+        if segment is None or offset is None or error.path != str(segment.log.path):
+            return None
+        try:
+            following = self._segments.next_segment(segment)
+        except LookupError:
+            return None
+        next_base = None if following is None else following.base_offset
+        plan = plan_salvage(segment.log, segment.base_offset, next_base, segment.log.scan(mapped=False))
+        return next((r for r in plan.lost if r.first <= offset and (r.end is None or offset < r.end)), None)
 
     def _repair_index(self, segment: LogSegment) -> None:
         """Rebuild the indexes of ``segment`` after a read found a damaged entry in them (O(1) when
