@@ -54,6 +54,23 @@ def missing_committed_records(directory: Path, log_end_offset: int, committed: i
     )
 
 
+def log_start_above(directory: Path, log_start_offset: int, bound: int, what: str) -> StorageError:
+    """The error of an open of partition ``directory`` whose checkpointed log start offset is above
+    ``bound``, ``what`` that is (e.g. "its log end offset"): no writer leaves that (its log start never
+    passes its log end, nor its committed offset), so ``log-start-offset-checkpoint`` is damaged or
+    segment files are missing. Reading from it would skip every record below it, and a writer would
+    remove the segments below it (committed records): refused, naming the file, the value and
+    ``seglog recover``, which names what recovery would remove."""
+    log_dir = directory.parent
+    return StorageError(
+        f"partition {directory.name} in {log_dir}: its checkpointed log start offset {log_start_offset} "
+        f"({log_dir / file_names.LOG_START_OFFSET_CHECKPOINT_FILE}) is above {what} {bound} (a damaged checkpoint, or "
+        "segment files missing): opening it would skip or remove the records below it; "
+        f"`seglog recover --log-dir {log_dir} --dry-run` names what recovery would remove",
+        path=directory,
+    )
+
+
 def record_accepted_loss(log_dir: str | os.PathLike[str], entry: Mapping[str, Any]) -> dict[str, Any]:
     """Append one acceptance (``entry`` plus host and pid) as a JSON line, fsynced; returns the line.
 

@@ -38,7 +38,7 @@ import pyarrow as pa
 
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig
-from indexer.data_loss import missing_between_segments, missing_committed_records
+from indexer.data_loss import log_start_above, missing_between_segments, missing_committed_records
 from indexer.errors import (
     CorruptRecordError,
     InvalidOffsetError,
@@ -198,15 +198,17 @@ class Log:
         Read-only: opens the ``.log`` files found, with indexes mapped read-only; the high watermark is
         ``high_watermark`` if given, else the log end offset (everything on disk is visible). The log
         ends after the last whole batch: a tail its writer has reserved but not yet filled is not data.
-        A ``log_start_offset`` above that end is refused: no writer leaves one (its log end never goes
-        below its log start), so the checkpoint is damaged or segments are missing, and a read from it
-        would quietly return nothing.
+
+        A ``log_start_offset`` above the log end offset, or above ``high_watermark``, is refused
+        (:func:`~indexer.data_loss.log_start_above`), before anything is written: no writer leaves one,
+        so the checkpoint is damaged or segments are missing; a read from it would quietly return
+        nothing, and a writer would remove the segments below it (``seglog recover`` may).
 
         Raises:
             LogLockedError: another writer, in this or another process, holds the partition.
             StorageError: the directory or a file cannot be read or created (read-only: the directory
-                holds no ``.log`` file, or ``log_start_offset`` is above its end); writable: the log ends
-                below ``high_watermark``.
+                holds no ``.log`` file); ``log_start_offset`` is above the log end or ``high_watermark``;
+                writable: the log ends below ``high_watermark``.
         """
         directory = Path(directory)
         clock = clock if clock is not None else SystemClock()
@@ -215,13 +217,7 @@ class Log:
             first_base = segments.first_segment_base_offset() or 0
             if log_start_offset > end.message_offset:
                 segments.close_handlers()
-                raise StorageError(
-                    f"partition {directory.name} in {directory.parent}: its checkpointed log start offset "
-                    f"{log_start_offset} is above its log end offset {end.message_offset} (a damaged checkpoint, "
-                    "or segment files missing): reading from it would skip every record on disk; "
-                    f"`seglog recover --log-dir {directory.parent} --dry-run` names what recovery would remove",
-                    path=directory,
-                )
+                raise log_start_above(directory, log_start_offset, end.message_offset, "its log end offset")
             return cls(
                 directory,
                 config,
@@ -234,6 +230,8 @@ class Log:
                 file_lock=None,
                 high_watermark=end.message_offset if high_watermark is None else high_watermark,
             )
+        if high_watermark is not None and log_start_offset > high_watermark:
+            raise log_start_above(directory, log_start_offset, high_watermark, "its checkpointed high watermark")
         with storage_errors(directory, "create the partition directory"):
             directory.mkdir(parents=True, exist_ok=True)
         file_lock = FileLock(directory / PARTITION_LOCK_FILE, role=lock_role)

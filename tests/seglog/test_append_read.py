@@ -582,3 +582,24 @@ def test_a_missing_middle_segment_is_an_error_until_its_loss_is_accepted(tmp_pat
     after = _seglog(*read)
     assert after.returncode == 0, after.stderr
     assert [json.loads(line)["offset"] for line in after.stdout.splitlines()] == [0, 1, 2, 6, 7, 8, 9, 10, 11]
+
+
+def test_append_after_an_unclean_shutdown_refuses_a_log_start_checkpoint_above_the_log(tmp_path: Path) -> None:
+    """``log-start-offset-checkpoint`` damaged to 99999 (above the log end, 10) after an unclean shutdown:
+    ``seglog append`` quarantined every segment and wrote at offset 99999, exit 0, with only a warning.
+    It now exits 1 with one line naming the checkpoint file, the value and ``seglog recover``, and
+    changes nothing."""
+    log_dir = tmp_path / "logs"
+    assert _append(tmp_path, log_dir, [{"value": f"v{i}"} for i in range(10)]) == 0
+    (log_dir / "log-start-offset-checkpoint").write_text("0\n1\nt 0 99999\n")
+    (log_dir / "replication-offset-checkpoint").write_text("0\n0\n")  # or its high watermark is named first
+    (log_dir / ".kafka_cleanshutdown").unlink()
+    before = sorted((p.name, p.read_bytes()) for p in (log_dir / "t-0").iterdir())
+    source = tmp_path / "more.jsonl"
+    source.write_text(_jsonl([{"value": "more"}]))
+    appended = _seglog("append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source))
+    assert appended.returncode == 1 and len(appended.stderr.splitlines()) == 1, appended.stderr
+    assert appended.stderr.startswith("seglog: StorageError: partition t-0 in "), appended.stderr
+    assert f"log start offset 99999 ({log_dir / 'log-start-offset-checkpoint'})" in appended.stderr
+    assert "above its log end offset 10" in appended.stderr and "seglog recover" in appended.stderr
+    assert sorted((p.name, p.read_bytes()) for p in (log_dir / "t-0").iterdir()) == before
