@@ -267,8 +267,8 @@ class LogManager:
     def _open(self, topic: str, partition: int, directory: Path) -> Log:
         tp = (topic, partition)
         config = self.settings.log_config(topic)
-        high_watermark = self._read_checkpoint(file_names.REPLICATION_OFFSET_CHECKPOINT_FILE).get(tp)
         if self.read_only:
+            high_watermark = self._read_checkpoint(file_names.REPLICATION_OFFSET_CHECKPOINT_FILE).get(tp)
             return Log.open(
                 directory,
                 config,
@@ -278,6 +278,7 @@ class LogManager:
                 read_only=True,
                 high_watermark=high_watermark,
             )
+        high_watermark = self._committed_offsets().get(tp)
         # A writer that died keeps its holder line in the lock file: its partition is not clean. (A live
         # writer's line is there too; Log.open then fails with LogLockedError anyway.)
         holder = ""
@@ -445,6 +446,28 @@ class LogManager:
         except StorageError as e:
             logger.warning("[LogManager dir=%s] ignoring unreadable checkpoint: %s", self.log_dir, e)
             return {}
+
+    def _committed_offsets(self) -> dict[TopicPartition, int]:
+        """``replication-offset-checkpoint`` for a writer: unlike the other checkpoints (an unreadable
+        one only makes an open recover more, or expose records below a raised log start), an
+        unreadable one cannot be ignored, since the writer would start its logs at their log start
+        offset and replace the file with that, hiding every committed record and forgetting every
+        partition's committed offset.
+
+        Raises:
+            StorageError: the file exists but cannot be read (names it and ``seglog recover``).
+        """
+        path = self.log_dir / file_names.REPLICATION_OFFSET_CHECKPOINT_FILE
+        try:
+            return OffsetCheckpointFile(path).read()
+        except StorageError as e:
+            raise StorageError(
+                f"{e}: it holds the committed offsets (high watermarks) of the partitions in {self.log_dir}, "
+                "and a writer would replace it, hiding their committed records; restore it, or rewrite it "
+                f"from the logs with `seglog recover --log-dir {self.log_dir}`",
+                path=path,
+                errno=e.errno,
+            ) from e
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
         """The partition's high watermark as last checkpointed (for readers in other processes).

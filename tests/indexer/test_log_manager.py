@@ -308,3 +308,26 @@ def test_a_damaged_log_start_checkpoint_makes_a_writer_refuse_not_delete(tmp_pat
     writer.close()
     after = _files(tmp_path)
     assert {k: v for k, v in after.items() if k != file_names.CLEAN_SHUTDOWN_FILE} == before
+
+
+def test_an_unreadable_high_watermark_checkpoint_makes_a_writer_refuse_not_hide_records(tmp_path: Path) -> None:
+    """``replication-offset-checkpoint`` damaged (a malformed line): a writer that opened and closed t-0
+    without committing started it at its log start offset and replaced the file with that, so readers
+    saw none of its committed records and the committed offset was forgotten. The writer now
+    refuses with one line naming the file and ``seglog recover``, and the file stays as it was."""
+    mgr = manager(tmp_path)
+    end = fill(mgr, "t", 0)
+    mgr.close()
+    damaged = tmp_path / file_names.REPLICATION_OFFSET_CHECKPOINT_FILE
+    damaged.write_text(f"0\n1\nt 0 {end}x\n")
+    writer = manager(tmp_path)
+    with pytest.raises(StorageError) as refused:
+        writer.get_or_create_log("t", 0)
+    message = str(refused.value)
+    assert str(damaged) in message and f"seglog recover --log-dir {tmp_path}" in message and "\n" not in message
+    writer.close()
+    assert damaged.read_text() == f"0\n1\nt 0 {end}x\n"
+    reader = manager(tmp_path, read_only=True)
+    log = reader.get_log("t", 0)
+    assert log is not None and log.read_records(0).num_rows == end
+    reader.close()
