@@ -38,7 +38,13 @@ from pathlib import Path
 from types import TracebackType
 
 from indexer import file_names, topics
-from indexer.checkpoint import OffsetCheckpointFile, fsync_directory, update_checkpoint, write_atomically
+from indexer.checkpoint import (
+    OffsetCheckpointFile,
+    committed_offsets_for_writer,
+    fsync_directory,
+    update_checkpoint,
+    write_atomically,
+)
 from indexer.clock import Clock, SystemClock
 from indexer.config import Settings
 from indexer.errors import (
@@ -278,7 +284,7 @@ class LogManager:
                 read_only=True,
                 high_watermark=high_watermark,
             )
-        high_watermark = self._committed_offsets().get(tp)
+        high_watermark = committed_offsets_for_writer(self.log_dir).get(tp)
         # A writer that died keeps its holder line in the lock file: its partition is not clean. (A live
         # writer's line is there too; Log.open then fails with LogLockedError anyway.)
         holder = ""
@@ -446,28 +452,6 @@ class LogManager:
         except StorageError as e:
             logger.warning("[LogManager dir=%s] ignoring unreadable checkpoint: %s", self.log_dir, e)
             return {}
-
-    def _committed_offsets(self) -> dict[TopicPartition, int]:
-        """``replication-offset-checkpoint`` for a writer: unlike the other checkpoints (an unreadable
-        one only makes an open recover more, or expose records below a raised log start), an
-        unreadable one cannot be ignored, since the writer would start its logs at their log start
-        offset and replace the file with that, hiding every committed record and forgetting every
-        partition's committed offset.
-
-        Raises:
-            StorageError: the file exists but cannot be read (names it and ``seglog recover``).
-        """
-        path = self.log_dir / file_names.REPLICATION_OFFSET_CHECKPOINT_FILE
-        try:
-            return OffsetCheckpointFile(path).read()
-        except StorageError as e:
-            raise StorageError(
-                f"{e}: it holds the committed offsets (high watermarks) of the partitions in {self.log_dir}, "
-                "and a writer would replace it, hiding their committed records; restore it, or rewrite it "
-                f"from the logs with `seglog recover --log-dir {self.log_dir}`",
-                path=path,
-                errno=e.errno,
-            ) from e
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
         """The partition's high watermark as last checkpointed (for readers in other processes).
