@@ -765,13 +765,18 @@ class Log:
         :meth:`read_records` cuts its records: a Kafka consumer drops the records below its position,
         so it would lose them in silence. The first offset of the batch just after the fetched ones is
         looked at too, so a fetch that ends right before such a batch is not taken for whole. One
-        header scan of the fetched bytes (hopping from header to header over large batches).
+        header scan of the fetched bytes (of those read, or of the file slice, hopping from header to
+        header over large batches).
 
         Raises:
             CorruptRecordError: no whole batch comes before the one whose offsets go backwards.
         """
         position = fetched.fetch_offset_metadata.relative_position_in_segment
-        scan = segment.log.scan(position, position + len(fetched.records), verify_crc=False, mapped=False)
+        records = fetched.records
+        if isinstance(records, bytes):
+            scan = segment.log.scan_bytes(records, position)
+        else:
+            scan = segment.log.scan(position, position + len(records), verify_crc=False, mapped=False)
         if not len(scan):
             return fetched
         firsts = np.asarray(scan.base_offsets, dtype=np.int64)
@@ -791,7 +796,6 @@ class Log:
         if kept == 0:
             raise self._unreadable(segment, _backwards_error(segment, at, first, int(before[i - 1])), first)
         size = int(scan.positions[kept]) - position if kept < len(scan) else scan.valid_bytes - position
-        records = fetched.records
         cut = records[:size] if isinstance(records, bytes) else segment.log.slice(position, size)
         return FetchDataInfo(fetched.fetch_offset_metadata, cut)
 
