@@ -72,7 +72,7 @@ from indexer import file_names
 from indexer.checkpoint import EpochEntry, LeaderEpochCheckpointFile, fsync_directory
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig
-from indexer.data_loss import offsets_in_no_segment
+from indexer.data_loss import log_start_above, offsets_in_no_segment
 from indexer.errors import (
     CorruptIndexError,
     InvalidOffsetError,
@@ -334,7 +334,11 @@ class LogLoader:
     segment from the recovery point on is recovered, for ``recovery_reason`` (what the steps and logs
     say: a caller that recovers whatever the shutdown was says so). The clock schedules
     the deletion of segments removed during recovery (``file.delete.delay.ms`` after renaming them
-    ``.deleted``). Not thread-safe; the caller holds the partition's writer lock.
+    ``.deleted``). A log that ends below ``log_start_offset`` loses every segment (quarantined, named
+    as lost offsets) only with ``remove_below_log_start`` (``seglog recover``); otherwise loading
+    raises and removes nothing: no writer leaves such a log, so the checkpoint is damaged or segment
+    files are missing, and a writer's open must not delete committed records on its word alone.
+    Not thread-safe; the caller holds the partition's writer lock.
     """
 
     def __init__(
@@ -347,8 +351,10 @@ class LogLoader:
         had_clean_shutdown: bool = False,
         clock: Clock | None = None,
         recovery_reason: str = UNCLEAN_SHUTDOWN,
+        remove_below_log_start: bool = False,
     ) -> None:
         self.directory = Path(directory)
+        self.remove_below_log_start = remove_below_log_start
         self.config = config
         self.recovery_point_checkpoint = recovery_point
         self.log_start_offset_checkpoint = log_start_offset
@@ -374,7 +380,8 @@ class LogLoader:
         """Recover the directory and open its segments (spec 6.2).
 
         Raises:
-            StorageError: an I/O error; the directory is left in a state a later load completes.
+            StorageError: an I/O error; the directory is left in a state a later load completes. The
+                log ends below ``log_start_offset`` without ``remove_below_log_start``.
         """
         try:
             report = self._run(fix=True)
@@ -642,6 +649,10 @@ class LogLoader:
         if self._segments:
             log_end_offset = self._read_next_offset(self._segments[max(self._segments)])
             if log_end_offset < self.log_start_offset_checkpoint:  # e.g. segment files deleted by hand
+                if not self.remove_below_log_start:
+                    raise log_start_above(
+                        self.directory, self.log_start_offset_checkpoint, log_end_offset, "its log end offset"
+                    )
                 why = f"the log ends at {log_end_offset}, below its start {self.log_start_offset_checkpoint}"
                 segments = [self._segments[b] for b in sorted(self._segments)]
                 self._delete_segments(segments, StepKind.DELETE_BELOW_LOG_START, why, log_end_offset=log_end_offset)

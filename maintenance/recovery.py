@@ -277,6 +277,7 @@ def recover_partition(
             had_clean_shutdown=False,
             clock=clock,
             recovery_reason="validated by seglog recover",
+            remove_below_log_start=True,  # named as lost offsets, committed ones need --accept-data-loss
         )
         if dry_run:
             _fill_from_report(result, loader.check(), committed_offset)

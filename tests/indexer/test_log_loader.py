@@ -16,6 +16,7 @@ from indexer import file_names
 from indexer.checkpoint import EpochEntry, LeaderEpochCheckpointFile
 from indexer.clock import MockClock
 from indexer.config import LogConfig
+from indexer.errors import StorageError
 from indexer.log import Log
 from indexer.log_loader import LoadedLog, LogLoader, RecoveryReport, StepKind
 from indexer.records.columns import to_append_table
@@ -327,7 +328,13 @@ def test_log_end_below_log_start_empties_the_log(tmp_path: Path) -> None:
     directory = tmp_path / "t-0"
     end = write_log(directory)
     segments = len(segment_logs(directory))
-    loaded = load(directory, had_clean_shutdown=True, log_start_offset=end + 100)
+    before = snapshot(directory)
+    with pytest.raises(
+        StorageError, match=rf"checkpointed log start offset {end + 100} .* above its log end offset {end}"
+    ):
+        loader(directory, None, had_clean_shutdown=True, log_start_offset=end + 100).load()  # a writer's
+    assert snapshot(directory) == before
+    loaded = load(directory, had_clean_shutdown=True, log_start_offset=end + 100, remove_below_log_start=True)
     assert len(loaded.report.of_kind(StepKind.DELETE_BELOW_LOG_START)) == segments
     assert loaded.report.of_kind(StepKind.CREATE_EMPTY_SEGMENT)[0].base_offset == end + 100
     # The log end was unknown, so even after a clean shutdown the recovery point is min(checkpoint, LEO).
