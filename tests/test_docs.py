@@ -7,10 +7,15 @@ the test's directory).
 
 from __future__ import annotations
 
+import argparse
 import re
+import shlex
 from pathlib import Path
 
 import pytest
+
+from seglog.cli import COMMANDS, build_parser, load_command_module, main
+from seglog.commands import bench
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -51,3 +56,32 @@ def test_docs_engine_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.chdir(tmp_path)  # the examples write data/logs/ relative to the working directory
     run_example(python_example(page, marker), page)
     assert (tmp_path / "data" / "logs" / "events-0" / "00000000000000000000.log").is_file()
+
+
+def help_examples(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[list[str]]:
+    """The ``seglog ...`` lines of the ``examples:`` section of ``seglog <argv> --help``, as argv lists."""
+    assert main([*argv, "--help"]) == 0
+    out = capsys.readouterr().out
+    assert "examples:" in out, f"seglog {' '.join(argv)} --help shows no examples"
+    examples = out.split("examples:", 1)[1]
+    lines = re.sub(r"\\\n\s*", " ", examples).splitlines()
+    return [shlex.split(line.split("  #", 1)[0])[1:] for line in lines if line.strip().startswith("seglog ")]
+
+
+@pytest.mark.parametrize("command", [[], *([name] for name in COMMANDS), ["bench", "engine"]])
+def test_every_help_example_is_a_valid_command_line(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    """Each example ``seglog --help`` and ``seglog COMMAND --help`` shows parses with that command's options."""
+    examples = help_examples(command, capsys)
+    assert examples, f"seglog {' '.join(command)} --help has no seglog example"
+    for argv in examples:
+        parser, module = build_parser(argv)
+        try:
+            args = parser.parse_args(argv)
+            if args.command == "bench":  # the suite parses its own options
+                suite = load_command_module("bench", bench.SUITES[args.suite])
+                suite_parser = argparse.ArgumentParser()
+                suite.add_arguments(suite_parser)
+                suite_parser.parse_args(args.suite_args)
+        except SystemExit:
+            pytest.fail(f"help example of seglog {' '.join(command)} does not parse: seglog {shlex.join(argv)}")
+        assert module is not None
