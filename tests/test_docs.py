@@ -8,16 +8,21 @@ the test's directory).
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shlex
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from seglog.cli import COMMANDS, build_parser, load_command_module, main
 from seglog.commands import bench
+from tests.cli import append_file
 
 ROOT = Path(__file__).resolve().parent.parent
+SEGLOG = [sys.executable, "-m", "seglog"]
 
 
 def python_example(page: str, marker: str) -> str:
@@ -56,6 +61,43 @@ def test_docs_engine_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.chdir(tmp_path)  # the examples write data/logs/ relative to the working directory
     run_example(python_example(page, marker), page)
     assert (tmp_path / "data" / "logs" / "events-0" / "00000000000000000000.log").is_file()
+
+
+def shell_example(page: str, marker: str) -> list[str]:
+    """The command lines of the ```bash block of ``page`` that contains ``marker`` (comments removed)."""
+    blocks = re.findall(r"```bash\n(.*?)```", (ROOT / page).read_text(encoding="utf-8"), re.S)
+    found = [block for block in blocks if marker in block]
+    assert len(found) == 1, f"{page}: {len(found)} bash examples contain {marker!r}"
+    return [line.split("  #", 1)[0].strip() for line in found[0].splitlines() if line.strip()]
+
+
+def test_readme_look_at_the_data_commands_run_as_written(tmp_path: Path) -> None:
+    """The README's commands after ``make run`` work on a log directory as the main job leaves it."""
+    logs = tmp_path / "data" / "logs"
+    assert main(["topic", "create", "--log-dir", str(logs), "--topic", "events", "--partitions", "4"]) == 0
+    (tmp_path / "events.jsonl").write_text("".join(f'{{"key": "user-{i}", "value": "event {i}"}}\n' for i in range(20)))
+    for partition in range(4):
+        assert append_file(logs, "events", tmp_path / "events.jsonl", partition=partition) == 0
+    describe, read, dump = shell_example("README.md", "seglog describe")
+    outputs = []
+    for line in (describe, read, dump):
+        argv = shlex.split(line)
+        assert argv[0] == ".venv/bin/seglog", line
+        done = subprocess.run([*SEGLOG, *argv[1:]], cwd=tmp_path, capture_output=True, text=True)
+        assert (done.returncode, done.stderr) == (0, ""), line
+        outputs.append(done.stdout)
+    assert "events-0: log start offset 0, log end offset 20, high watermark 20" in outputs[0]
+    assert [json.loads(record)["offset"] for record in outputs[1].splitlines()] == [0, 1, 2, 3, 4]
+    assert outputs[2].startswith("Dumping data/logs/events-0/00000000000000000000.log\n")
+    assert "| offset: 19 " in outputs[2]
+
+
+def test_readme_command_table_lists_every_command() -> None:
+    """README.md's command table names every ``seglog`` command (and docs/cli.md's too)."""
+    for page in ("README.md", "docs/cli.md"):
+        text = (ROOT / page).read_text(encoding="utf-8")
+        listed = set(re.findall(r"^\| `(?:seglog )?([a-z]+)[ `]", text, re.M))
+        assert set(COMMANDS) <= listed, f"{page} does not list {sorted(set(COMMANDS) - listed)}"
 
 
 def help_examples(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[list[str]]:
