@@ -104,15 +104,30 @@ def help_examples(argv: list[str], capsys: pytest.CaptureFixture[str]) -> list[l
     """The ``seglog ...`` lines of the ``examples:`` section of ``seglog <argv> --help``, as argv lists."""
     assert main([*argv, "--help"]) == 0
     out = capsys.readouterr().out
+    assert not out.split("\n\n")[1].startswith("options:"), f"seglog {' '.join(argv)} --help says not what it does"
     assert "examples:" in out, f"seglog {' '.join(argv)} --help shows no examples"
     examples = out.split("examples:", 1)[1]
     lines = re.sub(r"\\\n\s*", " ", examples).splitlines()
     return [shlex.split(line.split("  #", 1)[0])[1:] for line in lines if line.strip().startswith("seglog ")]
 
 
-@pytest.mark.parametrize("command", [[], *([name] for name in COMMANDS), ["bench", "engine"]])
+def command_lines() -> list[list[str]]:
+    """Every command line with a ``--help`` of its own: ``seglog``, each command, each action of a
+    command that has actions (``topic create``) and each benchmark suite (``bench engine``)."""
+    lines: list[list[str]] = [[]]
+    for name in COMMANDS:
+        lines.append([name])
+        parser, _ = build_parser([name])
+        (commands,) = (action for action in parser._actions if isinstance(action, argparse._SubParsersAction))
+        for action in commands.choices[name]._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                lines += [[name, choice] for choice in action.choices]
+    return lines + [["bench", suite] for suite in bench.SUITES]
+
+
+@pytest.mark.parametrize("command", command_lines(), ids=lambda argv: " ".join(argv) or "seglog")
 def test_every_help_example_is_a_valid_command_line(command: list[str], capsys: pytest.CaptureFixture[str]) -> None:
-    """Each example ``seglog --help`` and ``seglog COMMAND --help`` shows parses with that command's options."""
+    """Each ``--help`` shows examples, and each example parses with that command's options."""
     examples = help_examples(command, capsys)
     assert examples, f"seglog {' '.join(command)} --help has no seglog example"
     for argv in examples:
