@@ -36,7 +36,9 @@ def python_example(page: str, marker: str) -> str:
 def promised_output(code: str) -> list[str]:
     """What the example's ``print(...)  # <output>`` lines say they print, in order."""
     return [
-        line.split("#", 1)[1].strip() for line in code.splitlines() if line.startswith("    print(") and "#" in line
+        line.split("#", 1)[1].strip()
+        for line in code.splitlines()
+        if line.lstrip().startswith("print(") and "#" in line
     ]
 
 
@@ -61,6 +63,18 @@ def test_docs_engine_examples_run(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     monkeypatch.chdir(tmp_path)  # the examples write data/logs/ relative to the working directory
     run_example(python_example(page, marker), page)
     assert (tmp_path / "data" / "logs" / "events-0" / "00000000000000000000.log").is_file()
+
+
+def test_indexes_example_prints_what_it_says(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the example writes its index files in the working directory
+    code = python_example("docs/indexes.md", "OffsetIndex(")
+    run_example(code, "docs/indexes.md")
+    expected = promised_output(code)
+    assert len(expected) == 3
+    assert capsys.readouterr().out.splitlines() == expected
+    assert (tmp_path / "00000000000000000000.index").stat().st_size == 8  # "close() trimmed the file to entries * 8"
 
 
 def shell_example(page: str, marker: str) -> list[str]:
