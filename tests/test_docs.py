@@ -77,6 +77,17 @@ def test_indexes_example_prints_what_it_says(
     assert (tmp_path / "00000000000000000000.index").stat().st_size == 8  # "close() trimmed the file to entries * 8"
 
 
+def test_record_files_example_prints_what_it_says(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(ROOT)  # the example reads a broker-written vector in place, by its path from the repository
+    code = python_example("docs/record-files.md", "FileRecords.open(")
+    run_example(code, "docs/record-files.md")
+    expected = promised_output(code)
+    assert expected == ["LogOffsetPosition(offset=80, position=0, size=2409)"]
+    assert capsys.readouterr().out.splitlines() == expected
+
+
 def shell_example(page: str, marker: str) -> list[str]:
     """The command lines of the ```bash block of ``page`` that contains ``marker`` (comments removed)."""
     blocks = re.findall(r"```bash\n(.*?)```", (ROOT / page).read_text(encoding="utf-8"), re.S)
