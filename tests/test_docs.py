@@ -8,6 +8,7 @@ the test's directory).
 from __future__ import annotations
 
 import argparse
+import glob
 import json
 import re
 import shlex
@@ -167,3 +168,25 @@ def test_every_help_example_is_a_valid_command_line(command: list[str], capsys: 
         except SystemExit:
             pytest.fail(f"help example of seglog {' '.join(command)} does not parse: seglog {shlex.join(argv)}")
         assert module is not None
+
+
+@pytest.mark.parametrize("command", ["dump", "read", "describe"])
+def test_read_only_commands_help_examples_run(
+    command: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    vectors_dir: Path,
+) -> None:
+    """The examples of the commands that write nothing run as shown on a data/logs the main job could
+    have written (1,100 records in events-0), ``../shared/vectors`` read in place, globs expanded."""
+    monkeypatch.chdir(tmp_path)
+    records = tmp_path / "records.jsonl"
+    records.write_text("".join(f'{{"key": "user-{i}", "value": "event {i}"}}\n' for i in range(1100)))
+    assert append_file(Path("data/logs"), "events", records) == 0
+    capsys.readouterr()
+    for argv in help_examples([command], capsys):
+        argv = [arg.replace("../shared/vectors/kafka", str(vectors_dir)) for arg in argv]
+        argv = [path for arg in argv for path in (sorted(glob.glob(arg)) if "*" in arg else [arg])]
+        assert main(argv) == 0, f"seglog {shlex.join(argv)}: {capsys.readouterr().err}"
+        capsys.readouterr()
