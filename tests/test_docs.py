@@ -8,10 +8,12 @@ the test's directory).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import glob
 import json
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ import pytest
 
 from seglog.cli import COMMANDS, build_parser, load_command_module, main
 from seglog.commands import bench
+from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
 from tests.cli import append_file
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -170,22 +173,49 @@ def test_every_help_example_is_a_valid_command_line(command: list[str], capsys: 
         assert module is not None
 
 
-@pytest.mark.parametrize("command", ["dump", "read", "describe"])
-def test_read_only_commands_help_examples_run(
-    command: str,
+@pytest.fixture(scope="module")
+def example_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A working directory for the help examples: ``data/logs`` with topic ``events`` (4 partitions,
+    1,100 records in events-0), group ``billing``'s offsets as ``seglog serve`` keeps them, and the
+    ``records.jsonl`` and ``blobs.jsonl`` the examples append."""
+    directory = tmp_path_factory.mktemp("examples")
+    logs = directory / "data" / "logs"
+    records = directory / "records.jsonl"
+    records.write_text("".join(f'{{"key": "user-{i}", "value": "event {i}"}}\n' for i in range(1100)))
+    (directory / "blobs.jsonl").write_text('{"key": "AAE=", "value": "/w=="}\n')
+    assert main(["topic", "create", "--log-dir", str(logs), "--topic", "events", "--partitions", "4"]) == 0
+    assert append_file(logs, "events", records) == 0
+    committed = {("events", p): CommittedOffset(p) for p in range(4)}
+    asyncio.run(GroupOffsets(logs).commit("billing", committed))
+    return directory
+
+
+def runnable(argv: list[str]) -> bool:
+    """Whether a help example ends by itself and needs nothing but a log directory: not a daemon, a
+    Spark job, a server or a benchmark."""
+    return argv[0] not in ("run", "serve", "bench") and (argv[0] != "maintain" or "--once" in argv)
+
+
+@pytest.mark.parametrize(
+    "command", [line for line in command_lines() if line[:1] not in (["run"], ["serve"], ["bench"])], ids=" ".join
+)
+def test_help_examples_run(
+    command: list[str],
+    example_dir: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
     vectors_dir: Path,
 ) -> None:
-    """The examples of the commands that write nothing run as shown on a data/logs the main job could
-    have written (1,100 records in events-0), ``../shared/vectors`` read in place, globs expanded."""
-    monkeypatch.chdir(tmp_path)
-    records = tmp_path / "records.jsonl"
-    records.write_text("".join(f'{{"key": "user-{i}", "value": "event {i}"}}\n' for i in range(1100)))
-    assert append_file(Path("data/logs"), "events", records) == 0
-    capsys.readouterr()
-    for argv in help_examples([command], capsys):
+    """Every example a ``--help`` shows runs as written and exits 0, each in a copy of
+    :func:`example_dir` (``topic create`` in an empty directory), ``../shared/vectors`` read in place."""
+    for number, argv in enumerate(argv for argv in help_examples(command, capsys) if runnable(argv)):
+        work = tmp_path / str(number)
+        if argv[:2] == ["topic", "create"]:
+            work.mkdir()
+        else:
+            shutil.copytree(example_dir, work)
+        monkeypatch.chdir(work)
         argv = [arg.replace("../shared/vectors/kafka", str(vectors_dir)) for arg in argv]
         argv = [path for arg in argv for path in (sorted(glob.glob(arg)) if "*" in arg else [arg])]
         assert main(argv) == 0, f"seglog {shlex.join(argv)}: {capsys.readouterr().err}"
