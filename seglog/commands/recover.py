@@ -16,6 +16,12 @@ Exit status: 0 when all is well, 1 when a partition failed (one line per partiti
 on a read-only file system) or was skipped (a writer holds it, or it is not named as a partition),
 3 when committed data was lost (offsets below a partition's recovery point, high watermark or sink
 commit are gone) and not accepted with ``--accept-data-loss``.
+
+examples:
+  seglog recover --log-dir data/logs --dry-run            # what recovery would do; nothing written
+  seglog recover --log-dir data/logs
+  seglog recover --log-dir data/logs --strategy truncate --json
+  seglog recover --log-dir data/logs --accept-data-loss   # after exit status 3, if the loss is final
 """
 
 from __future__ import annotations
