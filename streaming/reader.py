@@ -12,8 +12,8 @@ Kafka's JSON, ``{"events": {"0": 42}}``. Only committed records are read: below 
 watermark (``read_committed``: its last stable offset, without aborted transactions).
 
 Where the work runs: every option is checked on the driver when the DataFrame is created (``load``),
-against the log directory (one clear :class:`~indexer.errors.SeglogError` line inside Spark's
-``AnalysisException``). Offsets are planned on the driver (the stream reader is a long-lived Python
+and the subscription against the log directory's topics where the offsets are first taken (one clear
+:class:`~indexer.errors.SeglogError` line inside Spark's ``AnalysisException``). Offsets are planned on the driver (the stream reader is a long-lived Python
 worker there; it keeps the ``Trigger.AvailableNow`` target and the ``maxTriggerDelay`` clock);
 records are read on the executors, one task per offset range, as Arrow record batches straight from
 the engine's decoder. The log directory must be reachable from the executors (local Spark, or a
@@ -181,11 +181,14 @@ class LogDirView:
 
 
 def check_options(options: Mapping[str, str]) -> SourceOptions:
-    """Parse the options and check them against the log directory (runs on the driver at ``load``).
+    """Parse the options and check the log directory (runs on the driver at ``load``).
+
+    Whether the subscribed topics are there is checked where the offsets are first taken
+    (:func:`check_subscription`): a query restarted from its checkpoint after one of its topics was
+    deleted meets that as data loss, as Kafka's source does, not as an unknown topic.
 
     Raises:
-        ConfigError: a bad option, a missing or wrong log directory, a topic or partition that is not
-            there (offsets naming other partitions than the subscription's: :func:`resolve`).
+        ConfigError: a bad option, a missing or wrong log directory.
     """
     parsed = parse_source_options(options)
     path = Path(parsed.log_dir).absolute()
@@ -200,20 +203,32 @@ def check_options(options: Mapping[str, str]) -> SourceOptions:
         raise ConfigError(
             f"{path} is a partition directory; give the log directory that holds it: {path.parent}"
         ) from None
-    with LogDirView(parsed) as view:
-        present = view.manager.partitions()
-        if not present:
-            raise ConfigError(f"{path} holds no topic partition (no <topic>-<partition> directory)")
-        topics = sorted({t for t, _ in present})
-        sub = parsed.subscription
-        missing = [t for t in sub.topics if t not in topics]
-        missing += [f"{t}-{p}" for t, p in sub.assigned if (t, p) not in present]
-        if missing or not view.states:
-            what = f"no topic matches {sub.pattern!r}" if not missing else f"{', '.join(missing)} not found"
-            if not missing and not all(map(is_listed_to_patterns, topics)):
-                what += " (a pattern never matches internal topics nor __cluster_metadata: subscribe to them by name)"
-            raise ConfigError(f"{sub.describe()}: {what} in {path} (topics there: {', '.join(topics)})")
     return parsed
+
+
+def check_subscription(view: LogDirView) -> None:
+    """Every topic and partition the subscription names is there, and it holds at least one
+    partition. Checked where the offsets are first taken: a batch query's plan, a streaming query's
+    first run (a restart goes on from its checkpoint, where a partition that is gone is data loss,
+    see :func:`data_loss`). Kafka's source would wait for a missing topic; a log directory has no
+    producer that could create it later, so a wrong name is a mistake.
+
+    Raises:
+        ConfigError: a topic or partition that is not there, a pattern that matches none.
+    """
+    path = view.options.log_dir
+    present = view.manager.partitions()
+    if not present:
+        raise ConfigError(f"{path} holds no topic partition (no <topic>-<partition> directory)")
+    topics = sorted({t for t, _ in present})
+    sub = view.options.subscription
+    missing = [t for t in sub.topics if t not in topics]
+    missing += [f"{t}-{p}" for t, p in sub.assigned if (t, p) not in present]
+    if missing or not view.states:
+        what = f"no topic matches {sub.pattern!r}" if not missing else f"{', '.join(missing)} not found"
+        if not missing and not all(map(is_listed_to_patterns, topics)):
+            what += " (a pattern never matches internal topics nor __cluster_metadata: subscribe to them by name)"
+        raise ConfigError(f"{sub.describe()}: {what} in {path} (topics there: {', '.join(topics)})")
 
 
 def resolve(view: LogDirView, spec: OffsetSpec, *, starting: bool) -> Offsets:
@@ -537,6 +552,7 @@ class _BatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         options = self.options
         with LogDirView(options) as view:
+            check_subscription(view)
             starts = resolve(view, options.starting or OffsetSpec(SpecKind.EARLIEST, "startingOffsets"), starting=True)
             ends = resolve(view, options.ending or OffsetSpec(SpecKind.LATEST, "endingOffsets"), starting=False)
             check_in_range(view, starts, options.starting.option if options.starting else "startingOffsets")
@@ -591,6 +607,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         with LogDirView(self.options) as view:
+            check_subscription(view)
             starts = resolve(
                 view, self.options.starting or OffsetSpec(SpecKind.LATEST, "startingOffsets"), starting=True
             )
