@@ -13,11 +13,12 @@ watermark (``read_committed``: its last stable offset, without aborted transacti
 
 Where the work runs: every option is checked on the driver when the DataFrame is created (``load``),
 and the subscription against the log directory's topics where the offsets are first taken (one clear
-:class:`~indexer.errors.SeglogError` line inside Spark's ``AnalysisException``). Offsets are planned on the driver (the stream reader is a long-lived Python
-worker there; it keeps the ``Trigger.AvailableNow`` target and the ``maxTriggerDelay`` clock);
-records are read on the executors, one task per offset range, as Arrow record batches straight from
-the engine's decoder. The log directory must be reachable from the executors (local Spark, or a
-shared filesystem). Partitions are opened read-only: no lock, no writes, safe beside a running writer.
+:class:`~indexer.errors.SeglogError` line inside Spark's ``AnalysisException``). Offsets are planned
+on the driver (the stream reader is a long-lived Python worker there; it keeps the
+``Trigger.AvailableNow`` target and the ``maxTriggerDelay`` clock); records are read on the
+executors, one task per offset range, as Arrow record batches straight from the engine's decoder.
+The log directory must be reachable from the executors (local Spark, or a shared filesystem).
+Partitions are opened read-only: no lock, no writes, safe beside a running writer.
 """
 
 from __future__ import annotations
