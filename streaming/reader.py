@@ -69,6 +69,7 @@ from indexer.file_names import TopicPartition, is_listed_to_patterns, partition_
 from indexer.log_manager import LogManager, check_log_dir
 from indexer.records.isolation import IsolationLevel
 from streaming.offset_ranges import OffsetRange, rate_limit, split_ranges
+from streaming.session import local_log_dir
 from streaming.source_options import (
     EARLIEST,
     LATEST,
@@ -192,7 +193,7 @@ def check_options(options: Mapping[str, str]) -> SourceOptions:
         ConfigError: a bad option, a missing or wrong log directory.
     """
     parsed = parse_source_options(options)
-    path = Path(parsed.log_dir).absolute()
+    path = local_log_dir(parsed.log_dir)
     parsed = replace(parsed, log_dir=str(path))
     try:
         check_log_dir(path)  # the engine's rule (a partition directory, a file), worded for .load() here

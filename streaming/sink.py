@@ -50,7 +50,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -65,7 +64,7 @@ from indexer.log_manager import LogManager, check_log_dir
 from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, empty_arrow_table, micro_batch_plan
 from streaming.executor_writes import WritePlan, checkpoint_partition, open_partition, run_write_job
 from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout, split_record_batch
-from streaming.session import read_checkpoint_query_id, runs_on_one_machine
+from streaming.session import local_log_dir, read_checkpoint_query_id, runs_on_one_machine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -119,8 +118,9 @@ class SegmentLogSink:
 
     Args:
         log_dir: the log directory (created if missing; a file or a partition directory raises
-            :class:`~indexer.errors.NotALogDirectoryError` here); a relative path is the driver's, made
-            absolute here (executor tasks run in other working directories).
+            :class:`~indexer.errors.NotALogDirectoryError` here), a path or a ``file:`` URI
+            (:func:`~streaming.session.local_log_dir`); a relative path is the driver's, made absolute
+            here (executor tasks run in other working directories).
         topic: default topic for every row (wins over a ``topic`` column, as in Spark).
         num_partitions: partitions of the topic; a new topic is created with all of them (default 1),
             an existing one must have exactly this many (default: its recorded count). Grow a topic
@@ -164,9 +164,8 @@ class SegmentLogSink:
             )
         if num_partitions is not None and num_partitions < 1:
             raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
-        # Executor tasks run elsewhere: a relative path would be theirs. A file or a partition directory
-        # fails here, before the query starts, not at its first micro-batch.
-        self.log_dir = check_log_dir(Path(log_dir).absolute(), must_exist=False)
+        # A file or a partition directory fails here, before the query starts, not at its first micro-batch.
+        self.log_dir = check_log_dir(local_log_dir(log_dir), must_exist=False)
         self.topic = topic
         self.num_partitions = num_partitions
         self.writes = writes

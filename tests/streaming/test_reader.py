@@ -191,6 +191,15 @@ def test_bad_options_fail_at_load_on_the_driver(
     assert "ConfigError" in str(info.value) and "AssertionError" not in str(info.value)
 
 
+def test_a_log_dir_given_as_a_uri_is_read_as_spark_takes_paths(spark: SparkSession, log_dir: Path) -> None:
+    """``file:`` URIs are the local path (it was "log directory <cwd>/file:/... does not exist"); another
+    scheme is named as not local."""
+    assert rows(seglog(spark, subscribe="ev").load(f"file://{log_dir}")) == oracle(log_dir, "ev")
+    assert rows(seglog(spark, subscribe="ev").load(f"file:{log_dir}")) == oracle(log_dir, "ev")
+    with pytest.raises(AnalysisException, match=r"ConfigError: log directory 'hdfs://nn/logs' is not a local path"):
+        seglog(spark, subscribe="ev").load("hdfs://nn/logs")
+
+
 @pytest.mark.parametrize(
     ("options", "message"),
     [
