@@ -325,6 +325,7 @@ def test_a_query_restarts_from_its_checkpoint_after_partitions_are_added(
             {"startingOffsets": '{"ev": {"0": 0}}'},
             "option startingOffsets must name exactly the partitions of subscribe=ev: ev-0, ev-1",
         ),
+        (None, {"subscribe": "nope"}, "subscribe=nope: nope not found in "),  # a new query's first run
     ],
 )
 def test_an_option_error_found_when_a_query_starts_is_ours_not_the_runners(
