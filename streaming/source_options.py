@@ -305,10 +305,9 @@ def _integer(name: str, value: str, low: int, high: int = INT64_MAX) -> int:
     Raises:
         ConfigError: anything else, naming option ``name``.
     """
-    number = int(value) if re.fullmatch(r"\s*[+-]?[0-9]+\s*", value) else low - 1  # not int()'s "1_000"
-    if not low <= number <= high:
-        raise ConfigError(f"option {name} must be an integer in {low}..{high}, got {value!r}")
-    return number
+    if re.fullmatch(r"\s*[+-]?[0-9]+\s*", value) and low <= (number := int(value)) <= high:  # not int()'s "1_0"
+        return number
+    raise ConfigError(f"option {name} must be an integer in {low}..{high}, got {value!r}")
 
 
 def _timestamps(name: str, spec: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
