@@ -193,7 +193,7 @@ def check_options(options: Mapping[str, str]) -> SourceOptions:
         ConfigError: a bad option, a missing or wrong log directory.
     """
     parsed = parse_source_options(options)
-    path = local_log_dir(parsed.log_dir)
+    path = local_log_dir(parsed.log_dir).absolute()
     parsed = replace(parsed, log_dir=str(path))
     try:
         check_log_dir(path)  # the engine's rule (a partition directory, a file), worded for .load() here

@@ -106,15 +106,15 @@ def local_path(location: str) -> Path:
 
 
 def local_log_dir(location: str | os.PathLike[str]) -> Path:
-    """The log directory ``location`` names, absolute (executor tasks run in other working
-    directories): a plain path or a ``file:`` URI, as Spark takes paths (``load("file:///data/logs")``).
+    """The log directory ``location`` names: a plain path or a ``file:`` URI, as Spark takes paths
+    (``load("file:///data/logs")``); the sink, the source and ``seglog run`` read it here alike.
 
     Raises:
         ConfigError: a URI of another scheme (``hdfs://...``): seglog reads and writes a filesystem
             mounted where it runs, never through Hadoop's.
     """
     try:
-        return local_path(os.fspath(location)).absolute()
+        return local_path(os.fspath(location))
     except ValueError as e:
         raise ConfigError(
             f"log directory {e}: seglog needs a mounted filesystem (for executors, one mounted on each)"

@@ -164,8 +164,9 @@ class SegmentLogSink:
             )
         if num_partitions is not None and num_partitions < 1:
             raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
-        # A file or a partition directory fails here, before the query starts, not at its first micro-batch.
-        self.log_dir = check_log_dir(local_log_dir(log_dir), must_exist=False)
+        # Executor tasks run elsewhere: a relative path would be theirs. A file or a partition directory
+        # fails here, before the query starts, not at its first micro-batch.
+        self.log_dir = check_log_dir(local_log_dir(log_dir).absolute(), must_exist=False)
         self.topic = topic
         self.num_partitions = num_partitions
         self.writes = writes
