@@ -603,9 +603,21 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return options
 
     def _snapshot(self) -> dict[TopicPartition, PartitionState]:
+        """The subscribed partitions now. Under ``Trigger.AvailableNow`` only those of the run's target,
+        each ending at its target (where the run stops) or before, if the log now ends there, and
+        starting where the log starts now (retention may have passed the target: nothing is left to
+        read there): what retention deleted during the run is data loss found when the driver plans a
+        batch, as under other triggers, not by a task."""
         with LogDirView(self.options) as view:
-            self._states = view.states
-        return self._states
+            states = view.states
+        if self._target is not None:
+            states = {
+                tp: replace(now, last=max(now.first, min(now.last, self._target[tp].last)))
+                for tp, now in states.items()
+                if tp in self._target
+            }
+        self._states = states
+        return states
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         with LogDirView(self.options) as view:
@@ -631,7 +643,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         logger.info("seglog source: Trigger.AvailableNow reads up to %s", target)
 
     def latestOffset(self, start: dict[str, dict[str, int]], limit: ReadLimit) -> dict[str, dict[str, int]]:
-        states = self._target if self._target is not None else self._snapshot()
+        states = self._snapshot()
         begin = self._begin(from_json(start), states)
         latest = {tp: state.last for tp, state in states.items()}
         ends = latest
