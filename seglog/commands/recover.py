@@ -99,6 +99,9 @@ def _text(doc: dict[str, Any]) -> Iterator[str]:
         indent="  ",
     )
     dry = doc["dry_run"]  # a dry run removed nothing: it says what recovery would do
+    for c in doc["checkpoints"]:
+        yield f"  checkpoint {c['file']}: cannot read: {c['error']}"
+        yield f"  checkpoint {c['file']}: {c['message']}"
     for p in doc["partitions"]:
         if p["message"]:
             yield f"  {p['partition']}: {p['message']}"

@@ -5,11 +5,14 @@ maintenance daemon never replaces it (one ERROR line, then it leaves the directo
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 from pathlib import Path
 
 import pytest
 
+from indexer.checkpoint import OffsetCheckpointFile
 from indexer.config import Settings
 from indexer.errors import StorageError
 from indexer.file_names import (
@@ -20,11 +23,16 @@ from indexer.file_names import (
 )
 from indexer.log import Log
 from indexer.log_manager import LogManager
+from seglog.cli import main
+from tests.cli import read_records
 from tests.maintenance.conftest import (
     REPO,
     SEGLOG,
+    maintain_daemon,
     numbered_partition,
     small_config,
+    wait_for,
+    write_conf,
 )
 
 DAMAGED = "0\n2\nt 0 12x\nt 1 9\n"  # t-0's offset is not a number
@@ -73,6 +81,100 @@ def test_readers_refuse_an_unreadable_high_watermark_checkpoint_instead_of_showi
         with pytest.raises(StorageError, match="seglog recover"):
             reader.get_log("t", 0)
     assert path.read_text() == DAMAGED
+
+
+def test_the_daemon_never_replaces_an_unreadable_checkpoint(tmp_path: Path, log_dir: Path) -> None:
+    """The daemon read the malformed file as empty and, giving back each partition it borrowed, wrote
+    it back without t-0's entry: every committed offset forgotten (readers then saw uncommitted
+    records, a restarted writer nothing committed). It now says so once, as an ERROR naming the file
+    and ``seglog recover``, leaves the directory alone while the file cannot be read, and goes on once
+    ``seglog recover`` rewrote it."""
+    path = damaged_dir(log_dir)
+    conf = write_conf(
+        tmp_path / "seglog.toml",
+        {"segment.ms": 1, "segment.bytes": 600},  # the roll job has work on both partitions
+        {"log.initial.task.delay.ms": 0, "seglog.roll.check.interval.ms": 100, "seglog.index.check.interval.ms": 100},
+    )
+    with maintain_daemon(log_dir, conf) as (proc, err):
+        seen = wait_for(err, "roll: 0 partitions checked")
+        for _ in range(3):
+            seen += wait_for(err, "roll: 0 partitions checked")
+        assert path.read_text() == DAMAGED
+        errors = [line for line in seen if "ERROR" in line]
+        assert len(errors) == 1, errors
+        assert str(path) in errors[0] and f"seglog recover --log-dir {log_dir}" in errors[0]
+        assert all(len(list((log_dir / p).glob("*.log"))) == 1 for p in ("t-0", "t-1"))  # nothing rolled
+        assert seglog("recover", "--log-dir", str(log_dir), "--no-progress").returncode == 0
+        wait_for(err, "can be read again")
+        wait_for(err, "segments_rolled=")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+    assert OffsetCheckpointFile(path).read() == {("t", 0): 18, ("t", 1): 9}
+
+
+def test_recover_rewrites_an_unreadable_checkpoint_from_the_sink_commit_records_and_the_logs(
+    log_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``seglog recover`` took the malformed file for an empty one and wrote it back without entries:
+    readers then showed t-0's uncommitted tail. It now says which file it could not read and rewrites
+    it: t-0 from the sink's commit record (12, not its log end 18), t-1 from its log end; a dry run
+    says so and writes nothing."""
+    path = damaged_dir(log_dir)
+    (log_dir / "seglog-sink.s.json").write_text(
+        json.dumps(
+            {
+                "version": 1,
+                "sink_id": "s",
+                "query_id": "q",
+                "batch_id": 3,
+                "committed_at_ms": 0,
+                "end_offsets": {"t": {"0": 12}},
+            }
+        )
+    )
+    before = {p: p.read_bytes() for p in log_dir.rglob("*") if p.is_file()}
+    assert main(["recover", "--log-dir", str(log_dir), "--no-progress", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert f"checkpoint {path}: cannot read: Malformed line in checkpoint file [{path}]: t 0 12x" in out
+    assert f"checkpoint {path}: would be rewritten from the logs: t-0 12 (sink commit record), t-1 9 (log end)" in out
+    assert {p: p.read_bytes() for p in log_dir.rglob("*") if p.is_file()} == before
+
+    assert main(["recover", "--log-dir", str(log_dir), "--no-progress", "--json"]) == 0
+    [repair] = json.loads(capsys.readouterr().out)["checkpoints"]
+    assert repair["file"] == str(path) and repair["rewritten"]
+    assert repair["entries"] == {
+        "t-0": {"offset": 12, "source": "sink commit record"},
+        "t-1": {"offset": 9, "source": "log end"},
+    }
+    assert OffsetCheckpointFile(path).read() == {("t", 0): 12, ("t", 1): 9}
+    rows = read_records(capsys, log_dir, "t", "--from-beginning")
+    assert [int(r["value"]) for r in rows] == list(range(12))  # committed only
+
+
+def test_recover_leaves_an_unreadable_checkpoint_it_cannot_rebuild_whole(log_dir: Path) -> None:
+    """A partition recovery could not open (a live writer holds it) would lose its entry with the
+    rewritten file: the file stays as it was, recovery says why and exits 1."""
+    path = damaged_dir(log_dir)
+    with Log.open(log_dir / "t-1", small_config(), high_watermark=9):
+        done = seglog("recover", "--log-dir", str(log_dir), "--no-progress")
+    assert done.returncode == 1
+    assert f"checkpoint {path}: left as it was: partitions t-1 were not recovered" in done.stdout
+    assert path.read_text() == DAMAGED
+
+
+def test_describe_names_an_unreadable_checkpoint(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``seglog describe`` warned ``ignoring checkpoint`` and showed t-0's high watermark as 18, its
+    log end: records never committed shown as committed. It now names the file (exit 1) and shows
+    the high watermarks as unknown, and still describes every partition."""
+    path = damaged_dir(log_dir)
+    assert main(["describe", "--log-dir", str(log_dir)]) == 1
+    out = capsys.readouterr().out
+    assert f"checkpoint {path}: cannot read: Malformed line in checkpoint file [{path}]: t 0 12x" in out
+    assert "t-0: log start offset 0, log end offset 18, high watermark -," in out
+    assert main(["describe", "--log-dir", str(log_dir), "--json"]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    assert [c["file"] for c in doc["unreadable_checkpoints"]] == [str(path)]
+    assert [p["high_watermark"] for p in doc["partitions"]] == [None, None]
 
 
 @pytest.mark.parametrize("name", [RECOVERY_POINT_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE])
