@@ -49,6 +49,7 @@ from indexer.errors import CorruptRecordError, LogLockedError, SeglogError, Stor
 from indexer.file_names import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT_FILE,
     PARTITION_LOCK_FILE,
     TIME_INDEX_FILE_SUFFIX,
     TopicPartition,
@@ -57,7 +58,7 @@ from indexer.file_names import (
 )
 from indexer.lock import RECOVERY_ROLE, FileLock
 from indexer.log import Log
-from indexer.log_loader import LogLoader, RecoveryReport
+from indexer.log_loader import LogLoader, RecoveryReport, StepKind
 from indexer.log_manager import write_clean_shutdown_marker
 from indexer.salvage import LostRange, merge_lost_ranges
 from maintenance.access import (
@@ -307,6 +308,8 @@ def recover_partition(
             result.indexes_rebuilt = _dry_run_index_problems(path, settings, tp[0])
             result.accepted_data_loss = accept_data_loss and result.committed_offsets_lost > 0
             return result, {}
+        if not accept_data_loss and log_start_offset > 0:
+            _refuse_removal_below_log_start(loader, path, log_start_offset, committed_offset)
         before = _index_digests(path)
         loaded = loader.load()
         if rebuild_high_watermark and high_watermark is None:
@@ -326,6 +329,34 @@ def recover_partition(
         return result, released_values(log, had_high_watermark=high_watermark is not None)
     finally:
         lock.release()
+
+
+def _refuse_removal_below_log_start(
+    loader: LogLoader, path: Path, log_start_offset: int, committed: int | None
+) -> None:
+    """Without ``--accept-data-loss``, never remove intact committed records only because
+    ``log-start-offset-checkpoint`` puts them below the log start (a damaged checkpoint, or segment
+    files deleted by hand): a removal nothing but that file asks for must be accepted first, or the
+    next recovery, finding a log that starts above the committed offset, would report no loss at all.
+
+    Raises:
+        StorageError: loading would remove committed offsets below the log start (nothing was changed).
+    """
+    report = loader.check()
+    if not report.of_kind(StepKind.DELETE_BELOW_LOG_START):
+        return
+    lost = [r for r in lost_offset_ranges(report.lost_offsets, report.next_offset, committed) if r["committed"]]
+    if not lost:
+        return
+    log_dir = path.parent
+    ranges = ", ".join(f"{r['first']}..{r['last']}" for r in lost)
+    raise StorageError(
+        f"partition {path.name} in {log_dir}: its checkpointed log start offset {log_start_offset} "
+        f"({log_dir / LOG_START_OFFSET_CHECKPOINT_FILE}) is above its log end: recovery would remove every "
+        f"segment below it, committed offsets {ranges}; restore the checkpoint or the segments, or "
+        f"remove them and record the loss with `seglog recover --log-dir {log_dir} --accept-data-loss`",
+        path=log_dir / LOG_START_OFFSET_CHECKPOINT_FILE,
+    )
 
 
 def _accept_data_loss(tp: TopicPartition, log_dir: Path, log: Log, result: PartitionRecovery) -> None:

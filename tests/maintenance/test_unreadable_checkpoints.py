@@ -14,6 +14,7 @@ import pytest
 
 from indexer.checkpoint import OffsetCheckpointFile
 from indexer.config import Settings
+from indexer.data_loss import read_accepted_losses
 from indexer.errors import StorageError
 from indexer.file_names import (
     CLEAN_SHUTDOWN_FILE,
@@ -23,6 +24,7 @@ from indexer.file_names import (
 )
 from indexer.log import Log
 from indexer.log_manager import LogManager
+from maintenance.recovery import EXIT_COMMITTED_DATA_LOST
 from seglog.cli import main
 from tests.cli import read_records
 from tests.maintenance.conftest import (
@@ -198,3 +200,34 @@ def test_a_writer_refuses_an_unreadable_checkpoint_it_would_write_back(log_dir: 
     with LogManager(log_dir, Settings(), read_only=True) as reader:
         log = reader.get_log("t", 0)
         assert log is not None and log.read_records(0).num_rows == 1
+
+
+def test_recover_removes_committed_records_below_a_damaged_log_start_only_when_the_loss_is_accepted(
+    log_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A log-start checkpoint above the log end (damaged): a plain ``seglog recover`` quarantined every
+    segment of t-0 (18 intact committed records) and exited 3, and the next one found a log starting at
+    99999, above the committed offset, and said "no committed data lost": the loss was never accepted
+    nor recorded. Now, without ``--accept-data-loss``, recovery leaves the segments and says, in one
+    line, what they hold and how to go on (exit 1, every time); with it, the loss is recorded."""
+    numbered_partition(log_dir, small_config(), 6)
+    lso = log_dir / LOG_START_OFFSET_CHECKPOINT_FILE
+    lso.write_text("0\n1\nt 0 99999\n")
+    segments = sorted(p.name for p in (log_dir / "t-0").iterdir() if p.name != ".seglog.lock")
+    assert main(["recover", "--log-dir", str(log_dir), "--no-progress", "--dry-run"]) == EXIT_COMMITTED_DATA_LOST
+    assert "t-0: would lose committed offsets 0..17" in capsys.readouterr().out
+    for _ in range(2):
+        assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == 1
+        out = capsys.readouterr().out
+        assert (
+            f"t-0: StorageError: partition t-0 in {log_dir}: its checkpointed log start offset 99999 ({lso}) is "
+            "above its log end: recovery would remove every segment below it, committed offsets 0..17; "
+            f"restore the checkpoint or the segments, or remove them and record the loss with `seglog recover "
+            f"--log-dir {log_dir} --accept-data-loss`" in out
+        ), out
+        assert sorted(p.name for p in (log_dir / "t-0").iterdir() if p.name != ".seglog.lock") == segments
+        assert OffsetCheckpointFile(lso).read() == {("t", 0): 99999}
+    assert main(["recover", "--log-dir", str(log_dir), "--no-progress", "--accept-data-loss"]) == 0
+    capsys.readouterr()
+    [accepted] = read_accepted_losses(log_dir)
+    assert accepted["lost"] == [{"first": 0, "last": 17}]
