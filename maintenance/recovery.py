@@ -8,7 +8,9 @@ batch, salvaging every intact batch around damage (or, with ``recovery.strategy=
 Kafka's cut at the first damage), quarantining every byte removed, rebuilding missing or corrupt
 indexes - and the partition is flushed and closed. Then the
 checkpoint files are rewritten from the recovered logs (a partition without a high watermark gets
-none: recovery commits nothing) and, when every partition was recovered,
+none: recovery commits nothing; a file that could not be read is rewritten whole, its high
+watermarks from the sink commit records where they exist, else at the log end, and named in the
+report with where each entry came from: :class:`CheckpointRepair`) and, when every partition was recovered,
 the directory is marked cleanly shut down (``.kafka_cleanshutdown``), so the next open does not
 recover again.
 

@@ -6,7 +6,8 @@ For each ``<topic>-<partition>`` directory: log start offset, log end offset, hi
 batch and record counts, the timestamps of its first record and its largest one, and how many
 entries its index files hold; the quarantine files holding bytes recovery removed (``seglog
 quarantine``), the committed data losses accepted with ``seglog recover --accept-data-loss``, and
-offsets that no segment holds and nothing accounts for (a segment missing in the middle), and new
+offsets that no segment holds and nothing accounts for (a segment missing in the middle), checkpoint
+files that cannot be read (named, exit 1; high watermarks then shown as unknown), and new
 index files never renamed into place (``<base>.index.tmp``: an index being rebuilt, or left by a
 process killed while rebuilding it; never read as an index, deleted by the next writable open).
 Counts come from one vectorised walk over the batch headers of each ``.log`` (no record is
