@@ -132,7 +132,8 @@ def test_spark_read_stream_over_a_damaged_batch(spark: SparkSession, tmp_path: P
 def test_spark_read_refuses_an_unreadable_high_watermark_checkpoint(spark: SparkSession, tmp_path: Path) -> None:
     """With a malformed ``replication-offset-checkpoint`` the source took "no entry" for each partition
     and read up to the log end: records never committed came back (here 12..14, appended after the
-    commit). The query now fails at ``load()`` naming the file and ``seglog recover``."""
+    commit). The query now fails on the driver where the source first takes offsets (the plan of a batch
+    query), naming the file and ``seglog recover``."""
     _write(tmp_path)
     with LogManager(tmp_path, Settings()) as manager:
         manager.get_or_create_log("h", 0).append({"value": [b"uncommitted"] * 3})
@@ -140,4 +141,4 @@ def test_spark_read_refuses_an_unreadable_high_watermark_checkpoint(spark: Spark
     path.write_text(f"0\n1\nh 0 {RECORDS}x\n")
     df = spark.read.format("seglog").option("subscribe", "h")
     with pytest.raises(AnalysisException, match=rf"Malformed line in checkpoint file \[{path}\].*seglog recover"):
-        df.load(str(tmp_path))  # where every error of the source's set-up surfaces
+        df.load(str(tmp_path)).collect()
