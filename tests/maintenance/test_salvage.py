@@ -309,9 +309,19 @@ class Coded:
 
 
 def _records(partition: Path) -> list[dict[str, object]]:
-    """Every record the partition's log holds, read as ``seglog read`` reads (the engine's read)."""
+    """Every record the partition's log holds, read as ``seglog read`` reads: read after read from the
+    first offset not yet returned (a read ends early at damage or at offsets in no segment file, and
+    the next one raises), up to the log end."""
+    rows: list[dict[str, object]] = []
     with Log.open(partition, small_config(), read_only=True) as log:
-        return log.read_records(log.log_start_offset, max_offset=log.log_end_offset).to_pylist()  # type: ignore[no-any-return]
+        offset = log.log_start_offset
+        while offset < log.log_end_offset:
+            read = log.read_records(offset, max_offset=log.log_end_offset).to_pylist()
+            if not read:  # the offsets left are a loss recover named and the user accepted
+                break
+            rows += read
+            offset = int(read[-1]["offset"]) + 1  # type: ignore[call-overload]
+    return rows
 
 
 @pytest.fixture(scope="module", params=["none", "gzip", "snappy", "lz4", "zstd"])
@@ -395,6 +405,9 @@ def test_every_codec_keeps_each_intact_record_once_or_names_it_lost(
     [result] = report["partitions"]  # type: ignore[index]
     assert planned["lost_offsets"] == result["lost_offsets"]
     ranges = [(r["first"], r["last"]) for r in result["lost_offsets"]]  # a damaged base offset: billions
+    if status == EXIT_COMMITTED_DATA_LOST:  # readers stop at lost offsets no segment holds until the loss is accepted
+        assert main(["recover", "--log-dir", str(log_dir), "--accept-data-loss", "--no-progress"]) == 0
+        capsys.readouterr()
 
     def is_lost(offset: int) -> bool:
         return any(first <= offset and (last is None or offset <= last) for first, last in ranges)
