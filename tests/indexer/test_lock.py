@@ -12,8 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from indexer.config import LogConfig
 from indexer.errors import LogLockedError, StorageError
 from indexer.lock import MAINTENANCE_ROLE, FileLock, left_by_writer
+from indexer.log import Log
 
 _HOLDER = """
 import sys, time
@@ -21,12 +23,17 @@ from indexer.lock import FileLock
 lock = FileLock(sys.argv[1], role=sys.argv[2] or None)
 lock.acquire()
 print("locked", flush=True)
+time.sleep(float(sys.argv[3]))
+lock.release()
 time.sleep(60)
 """
 
 
-def _start_holder(path: Path, role: str = "") -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path), role], stdout=subprocess.PIPE, text=True)
+def _start_holder(path: Path, role: str = "", hold_s: float = 60.0) -> subprocess.Popen[str]:
+    """A process holding the lock at ``path`` for ``hold_s`` seconds (then alive without it)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _HOLDER, str(path), role, str(hold_s)], stdout=subprocess.PIPE, text=True
+    )
     assert proc.stdout is not None
     assert proc.stdout.readline().strip() == "locked"
     return proc
@@ -151,3 +158,32 @@ def test_unopenable_lock_file_is_a_storage_error(tmp_path: Path) -> None:
         FileLock(tmp_path / "missing-dir" / ".lock").acquire()
     assert info.value.path == str(tmp_path / "missing-dir" / ".lock")
     assert not isinstance(info.value, LogLockedError)
+
+
+def test_a_writer_waits_for_the_maintenance_daemon_to_give_a_partition_back(tmp_path: Path) -> None:
+    """A writer (re)started while `seglog maintain` borrows one of its partitions for one partition's
+    work used to fail at once with LogLockedError (`seglog run` exited 1 after a crash in about half
+    of the restarts beside a daemon); it waits for the borrower to give the partition back. A writer
+    holding the partition still fails at once: it does not give it back."""
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    lock_path = directory / ".seglog.lock"
+    config = LogConfig.from_mapping({})
+    borrower = _start_holder(lock_path, MAINTENANCE_ROLE, 1.0)
+    try:
+        start = time.monotonic()
+        with Log.open(directory, config) as log:
+            log.append({"value": [b"x"]})
+        assert 0.5 < time.monotonic() - start < 10
+    finally:
+        borrower.kill()
+        borrower.wait()
+    writer = _start_holder(lock_path)
+    try:
+        start = time.monotonic()
+        with pytest.raises(LogLockedError, match=rf"is locked by pid {writer.pid} \(host "):
+            Log.open(directory, config)
+        assert time.monotonic() - start < 1
+    finally:
+        writer.kill()
+        writer.wait()
