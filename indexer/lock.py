@@ -39,8 +39,9 @@ _POLL_INTERVAL_S = 0.005
 MAINTENANCE_ROLE = "maintenance"
 #: The ``role`` of ``seglog recover`` holding a partition.
 RECOVERY_ROLE = "recovery"
-#: How long a writer's open waits for a partition that maintenance borrows (``seglog maintain``, a
-#: ``seglog run`` writing on the executors): a borrower gives it back after one partition's work.
+#: How long a holder other than a borrower waits for a lock that maintenance borrows (``seglog
+#: maintain``, a ``seglog run`` writing on the executors): a borrower gives it back after one
+#: partition's work, any other holder keeps it for its lifetime.
 BORROWER_WAIT_S = 60.0
 
 
@@ -61,6 +62,9 @@ class FileLock:
 
     ``what`` names the locked resource in error messages (default: ``partition <parent dir>``);
     ``role`` marks a holder that is not a writer (:data:`MAINTENANCE_ROLE`, :data:`RECOVERY_ROLE`).
+    Taking or probing the lock waits up to :data:`BORROWER_WAIT_S` (logged once at INFO) while a
+    maintenance borrower holds it, unless this object is a borrower itself (borrowers skip taken
+    partitions); other holders fail it at once (or after ``timeout``).
     Thread-safe; not reentrant: acquiring a lock this object already holds is a ``RuntimeError``.
     """
 
@@ -76,11 +80,9 @@ class FileLock:
         """Whether this object holds the lock."""
         return self._fd is not None
 
-    def acquire(self, timeout: float | None = 0.0, *, borrower_wait: float = 0.0) -> None:
-        """Take the lock; ``timeout`` 0 tries once, ``None`` waits forever, else waits that many seconds.
-        ``borrower_wait``: wait up to that many seconds (logged once at INFO) while the holder is a
-        maintenance borrower (:data:`MAINTENANCE_ROLE`), which gives the lock back after one
-        partition's work, where any other holder keeps it for its lifetime.
+    def acquire(self, timeout: float | None = 0.0) -> None:
+        """Take the lock; ``timeout`` 0 tries once, ``None`` waits forever, else waits that many seconds
+        (and up to :data:`BORROWER_WAIT_S` while a maintenance borrower holds it, see the class).
 
         Raises:
             LogLockedError: another holder (in this or another process) keeps the lock; the message names
@@ -92,7 +94,7 @@ class FileLock:
                 raise RuntimeError(f"lock {self.path} is already held by this FileLock")
             fd = self._open()
             try:
-                self._lock(fd, timeout, borrower_wait)
+                self._lock(fd, fcntl.LOCK_EX, timeout)
                 self._write_holder(fd)
             except BaseException:
                 os.close(fd)
@@ -130,11 +132,7 @@ class FileLock:
         except OSError as e:
             raise StorageError(f"cannot open lock file {self.path}: {e.strerror}", path=self.path, errno=e.errno) from e
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise StorageError(f"cannot lock {self.path}: {e.strerror}", path=self.path, errno=e.errno) from e
-            raise LogLockedError(f"{self.what} is locked by {self._describe_holder()}", path=self.path) from None
+            self._lock(fd, fcntl.LOCK_SH, 0.0)
         finally:
             os.close(fd)  # drops the shared lock, if taken
 
@@ -170,13 +168,15 @@ class FileLock:
                 f"cannot open lock file {self.path}: {e.strerror}{hint}", path=self.path, errno=e.errno
             ) from e
 
-    def _lock(self, fd: int, timeout: float | None, borrower_wait: float) -> None:
+    def _lock(self, fd: int, mode: int, timeout: float | None) -> None:
+        """``flock(mode)`` on ``fd``, retried until ``timeout`` (and while a borrower holds it, see the class)."""
         start = time.monotonic()
         deadline = None if timeout is None else start + timeout
+        borrower_wait = 0.0 if self.role == MAINTENANCE_ROLE else BORROWER_WAIT_S
         waiting_for_borrower = False
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
                 return
             except OSError as e:
                 if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):

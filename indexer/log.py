@@ -57,7 +57,7 @@ from indexer.file_names import (
     transaction_index_file,
 )
 from indexer.limits import integer_argument
-from indexer.lock import BORROWER_WAIT_S, FileLock
+from indexer.lock import FileLock
 from indexer.log_loader import UNCLEAN_SHUTDOWN, LoadedLog, LogLoader
 from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset
 from indexer.records.append_pipeline import AppendSummary, Fill, check_stored_as_is, plan_append
@@ -189,8 +189,8 @@ class Log:
         below its log start), so the checkpoint is damaged or segments are missing, and a read from it
         would quietly return nothing.
 
-        A writer (no ``lock_role``) waits up to :data:`indexer.lock.BORROWER_WAIT_S` for a partition
-        that maintenance borrows (``seglog maintain`` holds one partition at a time, for one job's work).
+        Unless it is maintenance itself, it waits up to :data:`indexer.lock.BORROWER_WAIT_S` for a
+        partition that maintenance borrows (``seglog maintain`` holds one partition at a time).
 
         Raises:
             LogLockedError: another writer, in this or another process, holds the partition (or
@@ -228,9 +228,7 @@ class Log:
         with storage_errors(directory, "create the partition directory"):
             directory.mkdir(parents=True, exist_ok=True)
         file_lock = FileLock(directory / PARTITION_LOCK_FILE, role=lock_role)
-        # A writer waits for the maintenance daemon to give back a partition it borrows; borrowers
-        # themselves skip a partition that is taken.
-        file_lock.acquire(borrower_wait=0.0 if lock_role else BORROWER_WAIT_S)
+        file_lock.acquire()
         try:
             loaded = LogLoader(
                 directory,

@@ -6,11 +6,11 @@ indexes, repair the checkpoints), and marks it cleanly shut down. Where a segmen
 default strategy, ``salvage``, keeps every intact batch before and after the damage and leaves an
 offset gap; ``truncate`` is Kafka's own answer (cut at the first damage, delete later segments).
 Either way every removed byte is kept in a quarantine file beside its segment (``seglog
-quarantine``). Partitions a live writer holds are skipped, and so are directories of segment
-files not named ``<topic>-<partition>`` (each named in the report). Prints a per-partition report naming
-the offsets lost and whether they were committed. ``--dry-run`` writes nothing at all (no lock
-file either: it only tests whether a writer holds the lock), so it also works on a read-only file
-system.
+quarantine``). Partitions a live writer holds are skipped (one the maintenance daemon borrows is
+waited for, up to 60 s), and so are directories of segment files not named
+``<topic>-<partition>`` (each named in the report). Prints a per-partition report naming the
+offsets lost and whether they were committed. ``--dry-run`` writes nothing at all (no lock file
+either: it only tests whether a writer holds the lock), so it also works on a read-only file system.
 
 Exit status: 0 when all is well, 1 when a partition failed (one line per partition on stderr, e.g.
 on a read-only file system) or was skipped (a writer holds it, or it is not named as a partition),

@@ -16,27 +16,7 @@ from indexer.config import LogConfig
 from indexer.errors import LogLockedError, StorageError
 from indexer.lock import MAINTENANCE_ROLE, FileLock, left_by_writer
 from indexer.log import Log
-
-_HOLDER = """
-import sys, time
-from indexer.lock import FileLock
-lock = FileLock(sys.argv[1], role=sys.argv[2] or None)
-lock.acquire()
-print("locked", flush=True)
-time.sleep(float(sys.argv[3]))
-lock.release()
-time.sleep(60)
-"""
-
-
-def _start_holder(path: Path, role: str = "", hold_s: float = 60.0) -> subprocess.Popen[str]:
-    """A process holding the lock at ``path`` for ``hold_s`` seconds (then alive without it)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", _HOLDER, str(path), role, str(hold_s)], stdout=subprocess.PIPE, text=True
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "locked"
-    return proc
+from tests.indexer.helpers import start_lock_holder
 
 
 def test_acquire_writes_holder_and_release_clears_it(tmp_path: Path) -> None:
@@ -91,7 +71,7 @@ def test_waiting_acquire_times_out_with_custom_name(tmp_path: Path) -> None:
 
 def test_lock_held_by_other_process_names_its_pid(tmp_path: Path) -> None:
     path = tmp_path / ".seglog.lock"
-    proc = _start_holder(path)
+    proc = start_lock_holder(path)
     try:
         with pytest.raises(LogLockedError, match=rf"is locked by pid {proc.pid} \(host "):
             FileLock(path).acquire()
@@ -104,15 +84,15 @@ def test_a_holder_that_never_appends_leaves_no_dead_writer_behind(tmp_path: Path
     """A maintenance holder is named with its role; SIGKILLed, its line stays (the next open recovers)
     but is no dead writer's, unlike a writer's line."""
     path = tmp_path / ".seglog.lock"
-    proc = _start_holder(path, MAINTENANCE_ROLE)
+    proc = start_lock_holder(path, MAINTENANCE_ROLE)
     try:
         with pytest.raises(LogLockedError, match=rf"is locked by pid {proc.pid} \(host .*, maintenance\)"):
-            FileLock(path).acquire()
+            FileLock(path, role=MAINTENANCE_ROLE).acquire()  # a borrower does not wait for another
     finally:
         proc.kill()
         proc.wait()
     assert FileLock(path).holder() and not left_by_writer(FileLock(path).holder())
-    writer = _start_holder(path)
+    writer = start_lock_holder(path)
     writer.kill()
     writer.wait()
     assert left_by_writer(FileLock(path).holder())
@@ -121,7 +101,7 @@ def test_a_holder_that_never_appends_leaves_no_dead_writer_behind(tmp_path: Path
 
 def test_lock_dies_with_sigkilled_holder(tmp_path: Path) -> None:
     path = tmp_path / ".seglog.lock"
-    proc = _start_holder(path)
+    proc = start_lock_holder(path)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     lock = FileLock(path)
@@ -169,7 +149,7 @@ def test_a_writer_waits_for_the_maintenance_daemon_to_give_a_partition_back(tmp_
     directory.mkdir()
     lock_path = directory / ".seglog.lock"
     config = LogConfig.from_mapping({})
-    borrower = _start_holder(lock_path, MAINTENANCE_ROLE, 1.0)
+    borrower = start_lock_holder(lock_path, MAINTENANCE_ROLE, 1.0)
     try:
         start = time.monotonic()
         with Log.open(directory, config) as log:
@@ -178,7 +158,7 @@ def test_a_writer_waits_for_the_maintenance_daemon_to_give_a_partition_back(tmp_
     finally:
         borrower.kill()
         borrower.wait()
-    writer = _start_holder(lock_path)
+    writer = start_lock_holder(lock_path)
     try:
         start = time.monotonic()
         with pytest.raises(LogLockedError, match=rf"is locked by pid {writer.pid} \(host "):

@@ -15,10 +15,12 @@ from pathlib import Path
 import pytest
 
 from indexer.config import LogConfig, Settings
+from indexer.lock import MAINTENANCE_ROLE
 from indexer.log import Log
 from maintenance.recovery import recover_log_dir
 from seglog.cli import main
 from tests.budget import scaled
+from tests.indexer.helpers import start_lock_holder
 from tests.maintenance.conftest import (
     REPO,
     SEGLOG,
@@ -271,3 +273,27 @@ def test_a_writer_restarted_after_a_crash_logs_no_error_for_the_index_it_left(tm
     )
     assert restarted.returncode == 0, restarted.stderr
     assert "ERROR" not in dry_run.stderr + restarted.stderr
+
+
+def test_recover_beside_the_daemon_waits_for_a_partition_it_borrows(tmp_path: Path) -> None:
+    """`seglog recover` (and its dry run) after a writer crash, with `seglog maintain` running, exited 1
+    ("events-0: skipped, partition ... is locked by pid N (..., maintenance)") whenever the daemon
+    was recovering that partition just then; it waits for the daemon to give it back, as a writer does."""
+    log_dir = tmp_path / "logs"
+    log_dir.mkdir()
+    numbered_partition(log_dir, LogConfig.from_mapping(TOPIC), 20)
+    for extra in (["--dry-run"], []):
+        borrower = start_lock_holder(log_dir / "t-0" / ".seglog.lock", MAINTENANCE_ROLE, 1.0)
+        try:
+            result = subprocess.run(
+                [*SEGLOG, "recover", "--log-dir", str(log_dir), *extra],
+                cwd=REPO,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+        finally:
+            borrower.kill()
+            borrower.wait()
+        assert result.returncode == 0, result.stderr
+        assert "skipped" not in result.stdout + result.stderr
