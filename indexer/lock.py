@@ -39,14 +39,22 @@ _POLL_INTERVAL_S = 0.005
 MAINTENANCE_ROLE = "maintenance"
 #: The ``role`` of ``seglog recover`` holding a partition.
 RECOVERY_ROLE = "recovery"
+#: How long a holder other than a borrower waits for a lock that maintenance borrows (``seglog
+#: maintain``, a ``seglog run`` writing on the executors): a borrower gives it back after one
+#: partition's work, any other holder keeps it for its lifetime.
+BORROWER_WAIT_S = 60.0
+
+
+def _holder_fields(holder: str) -> dict[str, str]:
+    """The ``name=value`` fields of a lock file's holder line."""
+    return dict(part.partition("=")[::2] for part in holder.split())
 
 
 def left_by_writer(holder: str) -> bool:
     """Whether ``holder``, the line found in a free lock file, was left by a writer that died holding
     the partition (so data above its committed offset may be a half-written batch), rather than by
     a holder that never appends (a ``role``: maintenance, recovery) or by nobody (empty)."""
-    fields = dict(part.partition("=")[::2] for part in holder.split())
-    return bool(holder.strip()) and "role" not in fields
+    return bool(holder.strip()) and "role" not in _holder_fields(holder)
 
 
 class FileLock:
@@ -54,6 +62,9 @@ class FileLock:
 
     ``what`` names the locked resource in error messages (default: ``partition <parent dir>``);
     ``role`` marks a holder that is not a writer (:data:`MAINTENANCE_ROLE`, :data:`RECOVERY_ROLE`).
+    Taking or probing the lock waits up to :data:`BORROWER_WAIT_S` (logged once at INFO) while a
+    maintenance borrower holds it, unless this object is a borrower itself (borrowers skip taken
+    partitions); other holders fail it at once (or after ``timeout``).
     Thread-safe; not reentrant: acquiring a lock this object already holds is a ``RuntimeError``.
     """
 
@@ -70,7 +81,8 @@ class FileLock:
         return self._fd is not None
 
     def acquire(self, timeout: float | None = 0.0) -> None:
-        """Take the lock; ``timeout`` 0 tries once, ``None`` waits forever, else waits that many seconds.
+        """Take the lock; ``timeout`` 0 tries once, ``None`` waits forever, else waits that many seconds
+        (and up to :data:`BORROWER_WAIT_S` while a maintenance borrower holds it, see the class).
 
         Raises:
             LogLockedError: another holder (in this or another process) keeps the lock; the message names
@@ -82,7 +94,7 @@ class FileLock:
                 raise RuntimeError(f"lock {self.path} is already held by this FileLock")
             fd = self._open()
             try:
-                self._lock(fd, timeout)
+                self._lock(fd, fcntl.LOCK_EX, timeout)
                 self._write_holder(fd)
             except BaseException:
                 os.close(fd)
@@ -120,11 +132,7 @@ class FileLock:
         except OSError as e:
             raise StorageError(f"cannot open lock file {self.path}: {e.strerror}", path=self.path, errno=e.errno) from e
         try:
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        except OSError as e:
-            if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
-                raise StorageError(f"cannot lock {self.path}: {e.strerror}", path=self.path, errno=e.errno) from e
-            raise LogLockedError(f"{self.what} is locked by {self._describe_holder()}", path=self.path) from None
+            self._lock(fd, fcntl.LOCK_SH, 0.0)
         finally:
             os.close(fd)  # drops the shared lock, if taken
 
@@ -160,17 +168,34 @@ class FileLock:
                 f"cannot open lock file {self.path}: {e.strerror}{hint}", path=self.path, errno=e.errno
             ) from e
 
-    def _lock(self, fd: int, timeout: float | None) -> None:
-        deadline = None if timeout is None else time.monotonic() + timeout
+    def _lock(self, fd: int, mode: int, timeout: float | None) -> None:
+        """``flock(mode)`` on ``fd``, retried until ``timeout`` (and while a borrower holds it, see the class)."""
+        start = time.monotonic()
+        deadline = None if timeout is None else start + timeout
+        borrower_wait = 0.0 if self.role == MAINTENANCE_ROLE else BORROWER_WAIT_S
+        waiting_for_borrower = False
         while True:
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                fcntl.flock(fd, mode | fcntl.LOCK_NB)
                 return
             except OSError as e:
                 if e.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                     raise StorageError(f"cannot lock {self.path}: {e.strerror}", path=self.path, errno=e.errno) from e
-            if deadline is not None and time.monotonic() >= deadline:
-                raise LogLockedError(f"{self.what} is locked by {self._describe_holder()}", path=self.path)
+            now = time.monotonic()
+            if deadline is not None and now >= deadline:
+                # No line yet, or no longer: the holder is between taking or giving the lock and its line.
+                line = self.holder()
+                borrowed = not line or _holder_fields(line).get("role") == MAINTENANCE_ROLE
+                if not borrowed or now >= start + borrower_wait:
+                    raise LogLockedError(f"{self.what} is locked by {self._describe_holder()}", path=self.path)
+                if not waiting_for_borrower:
+                    logger.info(
+                        "%s is borrowed by %s: waiting up to %.0f s for it",
+                        self.what,
+                        self._describe_holder(),
+                        borrower_wait,
+                    )
+                    waiting_for_borrower = True
             time.sleep(_POLL_INTERVAL_S)
 
     def _write_holder(self, fd: int) -> None:
@@ -183,7 +208,7 @@ class FileLock:
             logger.warning("could not record the holder in lock file %s: %s", self.path, e)
 
     def _describe_holder(self) -> str:
-        fields = dict(part.partition("=")[::2] for part in self.holder().split())
+        fields = _holder_fields(self.holder())
         pid = fields.get("pid")
         if not pid:
             return "another holder (pid unknown)"

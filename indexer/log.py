@@ -204,8 +204,12 @@ class Log:
         so the checkpoint is damaged or segments are missing; a read from it would quietly return
         nothing, and a writer would remove the segments below it (``seglog recover`` may).
 
+        Unless it is maintenance itself, it waits up to :data:`indexer.lock.BORROWER_WAIT_S` for a
+        partition that maintenance borrows (``seglog maintain`` holds one partition at a time).
+
         Raises:
-            LogLockedError: another writer, in this or another process, holds the partition.
+            LogLockedError: another writer, in this or another process, holds the partition (or
+                maintenance kept it longer than the wait).
             StorageError: the directory or a file cannot be read or created (read-only: the directory
                 holds no ``.log`` file); ``log_start_offset`` is above the log end or ``high_watermark``;
                 writable: the log ends below ``high_watermark``.

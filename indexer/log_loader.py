@@ -619,19 +619,26 @@ class LogLoader:
                 problem = str(e)
         if problem is None:
             return
-        if self.had_clean_shutdown or base_offset < self.recovery_point_checkpoint:
+        if self.had_clean_shutdown or base_offset < self._first_unflushed_base():
+            # Kafka's error: an index that should be whole is not. Segments from the one holding the
+            # recovery point on are re-read after a crash anyway, and a crash always leaves the active
+            # segment's pre-allocated index untrimmed (zero-filled slots): no error, the step says it.
             logger.error("%s%s, recovering segment and rebuilding index files...", self._prefix, problem)
         self._recovered[base_offset] = self._recover_segment(segment, reason=str(problem))
         self._names.update({index_name, time_index_name})
+
+    def _first_unflushed_base(self) -> int:
+        """Base offset of the first segment an unclean shutdown's recovery re-reads: the one holding the
+        recovery point (Kafka's ``logSegments(recoveryPoint, ...)``), else the first segment."""
+        floor = [b for b in self._bases if b <= self.recovery_point_checkpoint]
+        return floor[-1] if floor else (self._bases[0] if self._bases else 0)
 
     def _recover_log(self) -> tuple[int, int]:
         """Step 6 (Kafka ``recoverLog``): returns (recovery point, next offset)."""
         self._bases = sorted(self._segments)
         if not self.had_clean_shutdown:
-            bases = sorted(self._segments)
-            floor = [b for b in bases if b <= self.recovery_point_checkpoint]
-            start = floor[-1] if floor else (bases[0] if bases else 0)
-            unflushed = [self._segments[b] for b in bases if b >= start]
+            start = self._first_unflushed_base()
+            unflushed = [self._segments[b] for b in self._bases if b >= start]
             for i, segment in enumerate(unflushed):
                 following = unflushed[i + 1].base_offset if i + 1 < len(unflushed) else None
                 if following is not None and following not in self._recovered:

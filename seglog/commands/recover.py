@@ -9,11 +9,11 @@ Either way every removed byte is kept in a quarantine file beside its segment (`
 quarantine``). A checkpoint file that cannot be read is named and rewritten from the recovered logs
 (high watermarks from the sink's commit records where they exist), the report saying from what.
 Committed records below a damaged log start offset are removed only with ``--accept-data-loss``.
-Partitions a live writer holds are skipped, and so are directories of segment
-files not named ``<topic>-<partition>`` (each named in the report). Prints a per-partition report naming
-the offsets lost and whether they were committed. ``--dry-run`` writes nothing at all (no lock
-file either: it only tests whether a writer holds the lock), so it also works on a read-only file
-system.
+Partitions a live writer holds are skipped (one the maintenance daemon borrows is waited for, up to
+60 s), and so are directories of segment files not named ``<topic>-<partition>`` (each named in the
+report). Prints a per-partition report naming the offsets lost and whether they were committed.
+``--dry-run`` writes nothing at all (no lock file either: it only tests whether a writer holds the
+lock), so it also works on a read-only file system.
 
 Exit status: 0 when all is well, 1 when a partition failed (one line per partition on stderr, e.g.
 on a read-only file system) or was skipped (a writer holds it, or it is not named as a partition),

@@ -1,7 +1,9 @@
-"""Helpers shared by the index tests."""
+"""Helpers shared by the index tests (and a lock holder process, shared with the maintenance tests)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -104,3 +106,25 @@ def segment_batches(path: Path) -> list[Batch]:
 def log_batches(directory: Path) -> list[Batch]:
     """Every batch of every ``.log`` of the partition ``directory``, in offset order (see :func:`segment_batches`)."""
     return [batch for path in sorted(directory.glob("*.log")) for batch in segment_batches(path)]
+
+
+_LOCK_HOLDER = """
+import sys, time
+from indexer.lock import FileLock
+lock = FileLock(sys.argv[1], role=sys.argv[2] or None)
+lock.acquire()
+print("locked", flush=True)
+time.sleep(float(sys.argv[3]))
+lock.release()
+time.sleep(60)
+"""
+
+
+def start_lock_holder(path: Path, role: str = "", hold_s: float = 60.0) -> subprocess.Popen[str]:
+    """A process holding the lock at ``path`` for ``hold_s`` seconds (then alive without it)."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _LOCK_HOLDER, str(path), role, str(hold_s)], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().strip() == "locked"
+    return proc

@@ -12,24 +12,11 @@ from pathlib import Path
 
 import pytest
 
+from indexer.config import LogConfig
 from indexer.errors import LogLockedError, StorageError
 from indexer.lock import MAINTENANCE_ROLE, FileLock, left_by_writer
-
-_HOLDER = """
-import sys, time
-from indexer.lock import FileLock
-lock = FileLock(sys.argv[1], role=sys.argv[2] or None)
-lock.acquire()
-print("locked", flush=True)
-time.sleep(60)
-"""
-
-
-def _start_holder(path: Path, role: str = "") -> subprocess.Popen[str]:
-    proc = subprocess.Popen([sys.executable, "-c", _HOLDER, str(path), role], stdout=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    assert proc.stdout.readline().strip() == "locked"
-    return proc
+from indexer.log import Log
+from tests.indexer.helpers import start_lock_holder
 
 
 def test_acquire_writes_holder_and_release_clears_it(tmp_path: Path) -> None:
@@ -84,7 +71,7 @@ def test_waiting_acquire_times_out_with_custom_name(tmp_path: Path) -> None:
 
 def test_lock_held_by_other_process_names_its_pid(tmp_path: Path) -> None:
     path = tmp_path / ".seglog.lock"
-    proc = _start_holder(path)
+    proc = start_lock_holder(path)
     try:
         with pytest.raises(LogLockedError, match=rf"is locked by pid {proc.pid} \(host "):
             FileLock(path).acquire()
@@ -97,15 +84,15 @@ def test_a_holder_that_never_appends_leaves_no_dead_writer_behind(tmp_path: Path
     """A maintenance holder is named with its role; SIGKILLed, its line stays (the next open recovers)
     but is no dead writer's, unlike a writer's line."""
     path = tmp_path / ".seglog.lock"
-    proc = _start_holder(path, MAINTENANCE_ROLE)
+    proc = start_lock_holder(path, MAINTENANCE_ROLE)
     try:
         with pytest.raises(LogLockedError, match=rf"is locked by pid {proc.pid} \(host .*, maintenance\)"):
-            FileLock(path).acquire()
+            FileLock(path, role=MAINTENANCE_ROLE).acquire()  # a borrower does not wait for another
     finally:
         proc.kill()
         proc.wait()
     assert FileLock(path).holder() and not left_by_writer(FileLock(path).holder())
-    writer = _start_holder(path)
+    writer = start_lock_holder(path)
     writer.kill()
     writer.wait()
     assert left_by_writer(FileLock(path).holder())
@@ -114,7 +101,7 @@ def test_a_holder_that_never_appends_leaves_no_dead_writer_behind(tmp_path: Path
 
 def test_lock_dies_with_sigkilled_holder(tmp_path: Path) -> None:
     path = tmp_path / ".seglog.lock"
-    proc = _start_holder(path)
+    proc = start_lock_holder(path)
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
     lock = FileLock(path)
@@ -151,3 +138,32 @@ def test_unopenable_lock_file_is_a_storage_error(tmp_path: Path) -> None:
         FileLock(tmp_path / "missing-dir" / ".lock").acquire()
     assert info.value.path == str(tmp_path / "missing-dir" / ".lock")
     assert not isinstance(info.value, LogLockedError)
+
+
+def test_a_writer_waits_for_the_maintenance_daemon_to_give_a_partition_back(tmp_path: Path) -> None:
+    """A writer (re)started while `seglog maintain` borrows one of its partitions for one partition's
+    work used to fail at once with LogLockedError (`seglog run` exited 1 after a crash in about half
+    of the restarts beside a daemon); it waits for the borrower to give the partition back. A writer
+    holding the partition still fails at once: it does not give it back."""
+    directory = tmp_path / "t-0"
+    directory.mkdir()
+    lock_path = directory / ".seglog.lock"
+    config = LogConfig.from_mapping({})
+    borrower = start_lock_holder(lock_path, MAINTENANCE_ROLE, 1.0)
+    try:
+        start = time.monotonic()
+        with Log.open(directory, config) as log:
+            log.append({"value": [b"x"]})
+        assert 0.5 < time.monotonic() - start < 10
+    finally:
+        borrower.kill()
+        borrower.wait()
+    writer = start_lock_holder(lock_path)
+    try:
+        start = time.monotonic()
+        with pytest.raises(LogLockedError, match=rf"is locked by pid {writer.pid} \(host "):
+            Log.open(directory, config)
+        assert time.monotonic() - start < 1
+    finally:
+        writer.kill()
+        writer.wait()

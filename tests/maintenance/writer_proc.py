@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from indexer.checkpoint import update_checkpoint
 from indexer.config import LogConfig
-from indexer.errors import LogLockedError
 from indexer.file_names import (
     LOG_DIR_LOCK_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
@@ -30,18 +28,6 @@ from indexer.log import Log
 
 def values_for(start: int, count: int) -> list[bytes]:
     return [b"r%d" % i for i in range(start, start + count)]
-
-
-def open_when_free(directory: Path, config: LogConfig, timeout_s: float = 30.0) -> Log:
-    """Open the partition for writing, waiting while the daemon borrows it for a pass."""
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return Log.open(directory, config)
-        except LogLockedError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -58,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         {"segment.bytes": args.segment_bytes, "index.interval.bytes": 200, "segment.index.bytes": 4096}
     )
     tp = (args.topic, args.partition)
-    log = open_when_free(args.log_dir / f"{args.topic}-{args.partition}", config)
+    log = Log.open(args.log_dir / f"{args.topic}-{args.partition}", config)  # waits while the daemon borrows it
     print("READY", flush=True)
     done = 0
     while args.appends == 0 or done < args.appends:
