@@ -60,7 +60,7 @@ from indexer.limits import integer_argument
 from indexer.lock import FileLock
 from indexer.log_loader import UNCLEAN_SHUTDOWN, LoadedLog, LogLoader
 from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset
-from indexer.records.append_pipeline import AppendSummary, Fill, check_stored_as_is, plan_append
+from indexer.records.append_pipeline import AppendPlan, AppendSummary, Fill, check_stored_as_is, plan_append
 from indexer.records.batch_header import LOG_OVERHEAD, SIZE_OFFSET
 from indexer.records.batch_limits import BatchLimits
 from indexer.records.columns import READ_SCHEMA, AppendInput, to_append_table
@@ -112,6 +112,43 @@ def _backwards(table: pa.Table, buf: bytes, whole: int, floor: int) -> tuple[pa.
     in_order = np.concatenate(([offsets[:1] > floor], offsets[1:] > offsets[:-1]), axis=None)
     fine = in_order & (offsets < first)
     return table.slice(0, len(fine) if fine.all() else int(np.argmin(fine))), at, first, before
+
+
+def check_append(
+    data: AppendInput, config: LogConfig, *, compression: str | None = None, now_ms: int, where: str
+) -> None:
+    """Raise the error :meth:`Log.append` would raise for ``data`` in a log of ``config``, with no log:
+    a writer that would create the log directory, topic or partition first checks its input here, so
+    a refused append leaves nothing behind. ``where`` names the partition in the error.
+
+    Raises:
+        SchemaError, InvalidTimestampError, RecordTooLargeError, RecordBatchTooLargeError: as
+            :meth:`Log.append` (``RecordTooLargeError.index`` is the record's row).
+    """
+    table = to_append_table(data, now_ms=now_ms)
+    if table.num_rows:
+        _plan_append(table, 0, config, compression, now_ms, where=where)
+
+
+def _plan_append(
+    table: pa.Table,
+    first_offset: int,
+    config: LogConfig,
+    compression: str | None,
+    now_ms: int,
+    *,
+    where: str | os.PathLike[str],
+) -> AppendPlan:
+    """The batches of ``table`` in a log of ``config`` (its limits, codec and timestamp type), every
+    record checked: the one planning step of :meth:`Log.append` and :func:`check_append`."""
+    return plan_append(
+        table,
+        first_offset,
+        limits=BatchLimits.of(config),
+        compression=config.stored_codec(compression),
+        log_append_time_ms=now_ms if config.is_log_append_time else None,
+        where=where,
+    )
 
 
 class Log:
@@ -461,7 +498,6 @@ class Log:
             StorageError: an I/O error; the log is then in the state a crash would leave.
         """
         now = self.clock.milliseconds() if now_ms is None else integer_argument("now_ms", now_ms, low=0)
-        codec = self.config.stored_codec(compression)
         table = to_append_table(data, now_ms=now)
         log_append_time_ms = now if self.config.is_log_append_time else None
         with self.lock:
@@ -469,14 +505,7 @@ class Log:
             first_offset = self.log_end_offset
             if table.num_rows == 0:
                 return self._nothing_appended(first_offset)
-            plan = plan_append(
-                table,
-                first_offset,
-                limits=BatchLimits.of(self.config),
-                compression=codec,
-                log_append_time_ms=log_append_time_ms,
-                where=self.directory,
-            )
+            plan = _plan_append(table, first_offset, self.config, compression, now, where=self.directory)
             rolled = 0
             summaries: list[AppendSummary] = []
             # closing(): a failed write stops an encoder thread at once

@@ -227,23 +227,34 @@ def non_negative_int(text: str) -> int:
 
 def timestamp_ms(text: str) -> int:
     """argparse type: a record timestamp, milliseconds since the epoch (>= 0) or an ISO-8601 time
-    (``2024-05-01``, ``2024-05-01T12:00:00Z``; without a zone, UTC)."""
+    (:func:`iso_timestamp_ms`)."""
     try:
         return non_negative_int(text)
     except argparse.ArgumentTypeError:
         pass
     try:
-        moment = datetime.datetime.fromisoformat(text)
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=datetime.UTC)
-        value = (moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)) // datetime.timedelta(milliseconds=1)
+        return iso_timestamp_ms(text)
     except ValueError:
-        value = -1
-    if value < 0:
         raise argparse.ArgumentTypeError(
             "expected milliseconds since the epoch (>= 0) or an ISO-8601 time such as 2024-05-01T12:00:00Z,"
             f" got {text!r}"
-        )
+        ) from None
+
+
+def iso_timestamp_ms(text: str) -> int:
+    """An ISO-8601 time (``2024-05-01``, ``2024-05-01T12:00:00Z``; without a zone, UTC) as milliseconds
+    since the epoch: the one reading of a textual timestamp (``seglog read --from-timestamp``, the
+    ``timestamp`` of ``seglog append``'s lines).
+
+    Raises:
+        ValueError: not an ISO-8601 time, or one before the epoch (Kafka has no negative timestamps).
+    """
+    moment = datetime.datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    value = (moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)) // datetime.timedelta(milliseconds=1)
+    if value < 0:
+        raise ValueError(f"{text!r} is before the epoch (1970-01-01T00:00:00Z)")
     return value
 
 

@@ -76,7 +76,13 @@ def test_parse_fields_nulls_and_headers() -> None:
         (b"[1, 2]\n", "utf8", "in.jsonl: line 1: expected a JSON object, got list"),
         (b'{"colour": "red"}\n', "utf8", "in.jsonl: line 1: unknown field(s) colour"),
         (b'{"timestamp": 1.5}\n', "utf8", "in.jsonl: line 1: timestamp must be an integer"),
-        (b'{"timestamp": "5"}\n', "utf8", "in.jsonl: line 1: timestamp must be an integer"),
+        (b'{}\n{"timestamp": "5"}\n', "utf8", "in.jsonl: line 2: timestamp '5' is not an ISO-8601 time"),
+        (b'{"timestamp": "1969-12-31"}\n', "utf8", "in.jsonl: line 1: timestamp '1969-12-31' is not an ISO-8601 time"),
+        (
+            b'{"timestamp": "2024-05-01"}\n{}\n{"timestamp": 5}\n',
+            "utf8",
+            "in.jsonl: line 3: timestamp is a number here but text on line 1",
+        ),
         (b'{"headers": {"a": "b"}}\n', "utf8", "in.jsonl: line 1: headers must be a list of [key, value]"),
         (b'{}\n{"headers": [["a"]]}\n', "utf8", "in.jsonl: line 2: each header must be a [key, value] pair"),
         (b'{}\n{}\n{"headers": [[null, "v"]]}\n', "utf8", "in.jsonl: line 3: a header key is null"),
@@ -105,6 +111,14 @@ def test_parse_errors_name_the_line(data: bytes, encoding: str, message: str) ->
     with pytest.raises(SchemaError) as info:
         parse_json_lines(data, encoding=encoding, source="in.jsonl")
     assert str(info.value).startswith(message)
+
+
+def test_iso_timestamps_are_read_as_seglog_read_takes_them() -> None:
+    table = parse_json_lines(
+        b'{"timestamp": "2024-05-01T12:00:00Z"}\n{"timestamp": null}\n{"timestamp": "2024-05-01T14:00:00.250+02:00"}\n'
+        b'{"timestamp": "2024-05-01"}\n'
+    )
+    assert table.column("timestamp").to_pylist() == [1714564800000, None, 1714564800250, 1714521600000]
 
 
 def test_empty_input_is_an_empty_table() -> None:

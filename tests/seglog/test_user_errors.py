@@ -135,6 +135,22 @@ def test_append_beyond_the_topic_is_refused_and_writes_nothing(
     assert after.pop(marker)[2] == before.pop(marker)[2] and after == before
 
 
+def test_a_refused_append_to_a_new_topic_creates_nothing(
+    log_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = json.dumps({"value": "x" * 2_000_000}) + "\n"
+    source = tmp_path / "big.jsonl"
+    source.write_text(_records(2) + big)
+    before = _snapshot(log_dir)
+    assert append_file(log_dir, "fresh", source, partition=2) == 1
+    line = _one_error_line(capsys.readouterr().err, "RecordTooLargeError")
+    assert "big.jsonl: line 3: " in line and "max.message.bytes = 1048588 of fresh-2" in line, line
+    assert _snapshot(log_dir) == before  # no fresh-0..2, no count recorded, no marker rewritten
+    assert append_file(tmp_path / "new", "fresh", source) == 1
+    _one_error_line(capsys.readouterr().err, "RecordTooLargeError")
+    assert not (tmp_path / "new").exists()
+
+
 def test_a_new_topic_from_append_gets_all_its_partitions(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     assert _append(tmp_path, logs, _records(3), 2) == 0
