@@ -31,6 +31,7 @@ recovery point.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -46,6 +47,7 @@ from indexer.errors import (
     LogDirectoryNotFoundError,
     LogLockedError,
     NotALogDirectoryError,
+    ReadOnlyLogDirectoryError,
     SeglogError,
     StorageError,
     TopicExistsError,
@@ -113,6 +115,38 @@ def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -
             f"{path} is {what}, not a log directory: pass the directory that holds it, --log-dir {parent}", path=path
         )
     return path
+
+
+def check_log_dir_writable(log_dir: str | os.PathLike[str], refused: str) -> None:
+    """Raise :class:`ReadOnlyLogDirectoryError` when this process cannot write in ``log_dir`` (a
+    read-only file system, or no write permission): the one test a command that changes a log
+    directory asks before it touches a partition, so a read-only place is one line naming the
+    directory and what is ``refused`` there, not an error per partition. A missing directory passes
+    (:func:`check_log_dir` decides about it).
+
+    Raises:
+        ReadOnlyLogDirectoryError: the directory cannot be written.
+        StorageError: its file system cannot be asked.
+    """
+    path = Path(log_dir)
+    try:
+        read_only_fs = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise StorageError(f"cannot stat the file system of {path}: {e.strerror}", path=path, errno=e.errno) from e
+    if read_only_fs:
+        why = "on a read-only file system"
+    elif not os.access(path, os.W_OK | os.X_OK):
+        why = "not writable by this process"
+    else:
+        return
+    raise ReadOnlyLogDirectoryError(
+        f"log directory {path} is {why}: {refused} (only readers work here: seglog read, describe, dump, "
+        "recover --dry-run)",
+        path=path,
+        errno=errno.EROFS if read_only_fs else errno.EACCES,
+    )
 
 
 def _check_partition_count(num_partitions: int) -> int:

@@ -36,7 +36,7 @@ from pathlib import Path
 from indexer.checkpoint import OffsetCheckpointFile, update_checkpoint
 from indexer.clock import Clock, SystemClock
 from indexer.config import Settings
-from indexer.errors import LogLockedError, StorageError
+from indexer.errors import LogLockedError, ReadOnlyLogDirectoryError, StorageError
 from indexer.file_names import (
     LOG_DIR_LOCK_FILE,
     LOG_FILE_SUFFIX,
@@ -52,12 +52,16 @@ from indexer.file_names import (
 from indexer.lock import MAINTENANCE_ROLE
 from indexer.log import Log
 from indexer.log_loader import UNCLEAN_SHUTDOWN
+from indexer.log_manager import check_log_dir_writable
 from maintenance.metadata import PartitionMetadata, scan_partition
 from maintenance.report import JobReport
 
 logger = logging.getLogger(__name__)
 
 _CHANGED = "changed since this process's maintenance released it"
+
+#: What maintenance does not do in a log directory it cannot write in (:func:`check_log_dir_writable`).
+READ_ONLY_REFUSED = "maintenance cannot roll, delete, flush, checkpoint or repair anything there"
 
 Wanted = Callable[[TopicPartition, PartitionMetadata], bool]
 
@@ -144,6 +148,30 @@ class LogAccess(ABC):
         self.log_dir = Path(log_dir)
         self.settings = settings
         self.clock = clock
+        self._read_only = False  # the last writable() found the directory read-only
+        self._read_only_lock = threading.Lock()
+
+    def writable(self) -> bool:
+        """Whether the jobs may run now: not while the log directory cannot be written
+        (:func:`~indexer.log_manager.check_log_dir_writable`), where every partition of every pass
+        would fail. That is logged once when it starts and once when it ends, not per pass.
+
+        Raises:
+            StorageError: the directory's file system cannot be asked.
+        """
+        try:
+            check_log_dir_writable(self.log_dir, READ_ONLY_REFUSED)
+        except ReadOnlyLogDirectoryError as e:
+            with self._read_only_lock:
+                if not self._read_only:
+                    logger.warning("%s; every maintenance pass is skipped until it is writable again", e)
+                self._read_only = True
+            return False
+        with self._read_only_lock:
+            if self._read_only:
+                logger.warning("log directory %s is writable again: maintenance resumes", self.log_dir)
+            self._read_only = False
+        return True
 
     @abstractmethod
     def each_log(self, report: JobReport, wanted: Wanted | None = None) -> Iterator[tuple[TopicPartition, Log]]:

@@ -56,7 +56,7 @@ from indexer.file_names import (
 from indexer.lock import RECOVERY_ROLE, FileLock
 from indexer.log import Log
 from indexer.log_loader import LogLoader, RecoveryReport
-from indexer.log_manager import write_clean_shutdown_marker
+from indexer.log_manager import check_log_dir_writable, write_clean_shutdown_marker
 from indexer.salvage import LostRange, merge_lost_ranges
 from maintenance.access import (
     CHECKPOINT_FILES,
@@ -345,9 +345,15 @@ def recover_log_dir(
 
     ``progress``: show a tqdm bar on stderr (None: only on a terminal). Partition failures are
     recorded in the result, never raised.
+
+    Raises:
+        ReadOnlyLogDirectoryError: not ``dry_run`` and ``log_dir`` cannot be written (a read-only
+            file system): said once for the directory instead of failing every partition.
     """
     clock = clock or SystemClock()
     log_dir = Path(log_dir)
+    if not dry_run:
+        check_log_dir_writable(log_dir, "seglog recover can recover nothing there (--dry-run says what it would do)")
     started = time.perf_counter()
     outcome = DirectoryRecovery(str(log_dir), dry_run, from_recovery_point)
     recovery_points = read_checkpoint(log_dir, "recovery-point")

@@ -42,9 +42,13 @@ _WORKERS = 2
 def run_job(name: str, access: LogAccess) -> JobReport | None:
     """Run job ``name`` once over the partitions of ``access``; log and swallow any failure.
 
-    Returns the job's report, or None when the job itself failed (the error is logged). Thread-safe.
+    Returns the job's report, or None when the job itself failed (the error is logged) or did not run
+    because the log directory cannot be written (:meth:`LogAccess.writable`: said once, not per run).
+    Thread-safe.
     """
     try:
+        if not access.writable():
+            return None
         report = JOBS[name].fn(access)
     except Exception:
         logger.exception("maintenance job %s failed", name)
