@@ -273,7 +273,7 @@ class Log:
                 recovery_reason=recovery_reason,
             ).load()
             if high_watermark is not None and high_watermark > loaded.next_offset:
-                loaded.segments.close()  # trimmed, as a closed log leaves them
+                loaded.close()  # trimmed, as a closed log leaves them
                 raise missing_committed_records(
                     directory, loaded.next_offset, high_watermark, "its checkpointed high watermark"
                 )
@@ -304,9 +304,10 @@ class Log:
         high_watermark: int | None,
     ) -> Log:
         """The writable log of what :meth:`LogLoader.load` recovered, under ``file_lock`` (held): it ends
-        where its active segment does (recovery cut any partial tail)."""
+        where its active segment does (recovery cut any partial tail), and deletes the segments recovery
+        removed ``file.delete.delay.ms`` later, as its own (releasing their files when it closes)."""
         active = loaded.segments.active_segment()
-        return cls(
+        log = cls(
             directory,
             config,
             loaded.segments,
@@ -318,6 +319,9 @@ class Log:
             file_lock=file_lock,
             high_watermark=high_watermark,
         )
+        if loaded.deleted_segments:
+            log._delete_segment_files(list(loaded.deleted_segments), "removed by recovery")
+        return log
 
     @staticmethod
     def _load_read_only(directory: Path, config: LogConfig, clock: Clock) -> tuple[LogSegments, LogOffsetMetadata]:
