@@ -1249,22 +1249,32 @@ class Log:
         due = self.clock.milliseconds() + delay
         self._log.info("scheduling %d segments for deletion in %d ms (%s)", len(segments), delay, reason)
         self._pending_deletes.extend((due, s) for s in segments)
-        self.clock.schedule(delay, self.delete_pending_files, name="delete-file")
+        scheduled = {id(s) for s in segments}
+        self.clock.schedule(delay, lambda: self._delete_pending(lambda _due, s: id(s) in scheduled), name="delete-file")
 
     def delete_pending_files(self, now_ms: int | None = None) -> int:
-        """Physically delete the ``.deleted`` segments whose delay has passed; returns how many.
-
-        Called by the clock's scheduler after ``file.delete.delay.ms``; the maintenance service may
-        call it too. Every due segment is attempted even if one fails. Thread-safe.
+        """Physically delete the ``.deleted`` segments whose delay has passed by the wall clock at
+        ``now_ms`` (default: now); returns how many. For callers that decide by the time (maintenance,
+        tests): the clock's task of each deletion removes its segments once ``file.delete.delay.ms``
+        has passed on its timer, even if the wall clock was set back meanwhile. Every due segment is
+        attempted even if one fails. Thread-safe.
 
         Raises:
             StorageError: a file could not be deleted (the first such error, after trying them all).
             InvalidArgumentError: ``now_ms`` is not an integer in 0..2**63 - 1.
         """
         now = self.clock.milliseconds() if now_ms is None else integer_argument("now_ms", now_ms, low=0)
+        return self._delete_pending(lambda due, _segment: due <= now)
+
+    def _delete_pending(self, chosen: Callable[[int, LogSegment], bool]) -> int:
+        """Delete the files of the pending segments ``chosen(due_ms, segment)`` picks; returns how many.
+
+        Raises:
+            StorageError: the first file that could not be deleted, after trying them all.
+        """
         with self.lock:
-            due = [s for t, s in self._pending_deletes if t <= now]
-            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
+            due = [s for t, s in self._pending_deletes if chosen(t, s)]
+            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if not chosen(t, s)]
         errors: list[StorageError] = []
         for segment in due:
             try:
