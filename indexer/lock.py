@@ -41,12 +41,16 @@ MAINTENANCE_ROLE = "maintenance"
 RECOVERY_ROLE = "recovery"
 
 
+def holder_fields(holder: str) -> dict[str, str]:
+    """The ``key=value`` fields of a holder line (``pid``, ``host``, ``since_ms``, ``role``)."""
+    return dict(part.partition("=")[::2] for part in holder.split())
+
+
 def left_by_writer(holder: str) -> bool:
     """Whether ``holder``, the line found in a free lock file, was left by a writer that died holding
     the partition (so data above its committed offset may be a half-written batch), rather than by
     a holder that never appends (a ``role``: maintenance, recovery) or by nobody (empty)."""
-    fields = dict(part.partition("=")[::2] for part in holder.split())
-    return bool(holder.strip()) and "role" not in fields
+    return bool(holder.strip()) and "role" not in holder_fields(holder)
 
 
 class FileLock:
@@ -183,7 +187,7 @@ class FileLock:
             logger.warning("could not record the holder in lock file %s: %s", self.path, e)
 
     def _describe_holder(self) -> str:
-        fields = dict(part.partition("=")[::2] for part in self.holder().split())
+        fields = holder_fields(self.holder())
         pid = fields.get("pid")
         if not pid:
             return "another holder (pid unknown)"

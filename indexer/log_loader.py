@@ -79,6 +79,7 @@ from indexer.errors import (
 )
 from indexer.index_check import IndexProblem, offset_index_problem, time_index_problem, transaction_index_problem
 from indexer.limits import INT32_MAX, INT64_MAX
+from indexer.lock import holder_fields
 from indexer.quarantine import quarantine_range, quarantine_whole_file
 from indexer.records.file_records import BatchScan, FileRecords
 from indexer.salvage import (
@@ -333,6 +334,17 @@ def _truncate_epochs(entries: list[EpochEntry], end_offset: int, start_offset: i
 UNCLEAN_SHUTDOWN = "unflushed after an unclean shutdown"
 """Why segments from the recovery point on are recovered, unless the caller knows better (the default
 ``recovery_reason``: Kafka recovers them only after an unclean shutdown)."""
+
+
+def died_holding_reason(holder: str) -> str:
+    """The ``recovery_reason`` of a partition whose free lock file names ``holder``, a process that died
+    holding it (or nobody: ""): a writer's records may be unflushed (:data:`UNCLEAN_SHUTDOWN`, also when
+    no holder is named); a maintenance or recovery process (its ``role``, :mod:`indexer.lock`) appends
+    nothing, so what the open checks is its interrupted work (a roll, a deletion, an index rebuild)."""
+    fields = holder_fields(holder)
+    if "role" not in fields:
+        return UNCLEAN_SHUTDOWN
+    return f"a {fields['role']} process (pid {fields.get('pid', 'unknown')}) died holding it"
 
 
 class LogLoader:

@@ -58,6 +58,7 @@ from indexer.file_names import TopicPartition
 from indexer.limits import INT32_MAX, integer_argument
 from indexer.lock import FileLock
 from indexer.log import Log
+from indexer.log_loader import died_holding_reason
 
 logger = logging.getLogger(__name__)
 
@@ -328,6 +329,7 @@ class LogManager:
             had_clean_shutdown=clean,
             clock=self.clock,
             high_watermark=high_watermark,
+            recovery_reason=died_holding_reason(holder),
         )
 
     # -- topics --------------------------------------------------------------------------------

@@ -17,10 +17,12 @@ Two ways to run the jobs, one interface (:class:`LogAccess`):
 A partition the daemon closed cleanly and that nobody touched since is reopened as cleanly shut
 down (nothing is rescanned); otherwise the open recovers from the recovery point, as after a crash,
 and the loader's steps say why (:meth:`BorrowedLogs._recovery_reason`): the daemon's first open of
-the partition, a writer that died holding it (its pid left in the lock file: an unclean shutdown)
-or a change of its newest segment since the daemon released it. Opening a partition
-runs the loader, which removes leftover ``.deleted`` files at once (spec 6.2 step 1): harmless,
-since the daemon has no readers of its own and readers elsewhere hold their own file handles.
+the partition, a process that died holding it (its line left in the lock file: an unclean shutdown
+for a writer, the interrupted work of a maintenance or recovery process for those roles:
+:func:`~indexer.log_loader.died_holding_reason`) or a change of its newest segment since the daemon
+released it. Opening a partition runs the loader, which removes leftover ``.deleted`` files at once
+(spec 6.2 step 1): harmless, since the daemon has no readers of its own and readers elsewhere hold
+their own file handles.
 """
 
 from __future__ import annotations
@@ -51,7 +53,7 @@ from indexer.file_names import (
 )
 from indexer.lock import MAINTENANCE_ROLE
 from indexer.log import Log
-from indexer.log_loader import UNCLEAN_SHUTDOWN
+from indexer.log_loader import UNCLEAN_SHUTDOWN, died_holding_reason
 from indexer.log_manager import check_log_dir_writable
 from maintenance.metadata import PartitionMetadata, scan_partition
 from maintenance.report import JobReport
@@ -352,8 +354,9 @@ class BorrowedLogs(LogAccess):
         if state is None:
             return "first opened by this process's maintenance"
         try:
-            if (path / PARTITION_LOCK_FILE).read_bytes().strip():
-                return UNCLEAN_SHUTDOWN
+            holder = (path / PARTITION_LOCK_FILE).read_text(encoding="utf-8", errors="replace").strip()
+            if holder:
+                return died_holding_reason(holder)
             st = log_file(path, state.active_base_offset).stat()
             newest = max(int(name[:-4]) for name in os.listdir(path) if name.endswith(LOG_FILE_SUFFIX))
         except (OSError, ValueError):

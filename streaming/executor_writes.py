@@ -76,6 +76,7 @@ from indexer.file_names import (
 )
 from indexer.lock import FileLock
 from indexer.log import Log
+from indexer.log_loader import died_holding_reason
 from indexer.records.encoder import EncodedBatches
 from indexer.sink_fence import DONE, FenceToken
 from streaming.fence import PartitionFence, same_batch
@@ -253,15 +254,17 @@ def open_partition(
             return None
 
     deadline = time.monotonic() + lock_wait_s
+    directory = log_dir / partition_dir_name(*tp)
     while True:
         try:
             return Log.open(
-                log_dir / partition_dir_name(*tp),
+                directory,
                 config,
                 recovery_point=checkpointed(RECOVERY_POINT_CHECKPOINT_FILE) or 0,
                 log_start_offset=checkpointed(LOG_START_OFFSET_CHECKPOINT_FILE) or 0,
                 high_watermark=checkpointed(REPLICATION_OFFSET_CHECKPOINT_FILE),
                 had_clean_shutdown=clean,
+                recovery_reason=died_holding_reason(FileLock(directory / PARTITION_LOCK_FILE).holder()),
             )
         except LogLockedError:
             if time.monotonic() >= deadline:
