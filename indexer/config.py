@@ -296,6 +296,8 @@ def load_settings(
         if named is None or named == "":
             continue
         named_path = Path(named)
+        if named_path.is_dir():
+            raise ConfigError(f"configuration file {named_path} ({what}) is a directory, not a file")
         if not named_path.is_file():
             raise ConfigError(f"configuration file {named_path} ({what}) does not exist")
         files.append(named_path)

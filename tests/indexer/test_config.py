@@ -75,6 +75,8 @@ def test_parse_overrides_rejects_missing_equals() -> None:
 def test_missing_explicit_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(tmp_path / "nope.toml")
+    with pytest.raises(ConfigError, match=rf"^configuration file {tmp_path} \(--conf\) is a directory, not a file$"):
+        load_settings(tmp_path)
 
 
 def test_bad_toml_names_the_file(tmp_path: Path) -> None:
