@@ -23,7 +23,8 @@ an error (grow the topic with ``seglog topic alter``).
 
 On success the records are appended (offsets assigned from the log end offset), the log is
 flushed, then the high watermark is advanced to the new log end offset (readers never see records
-that are not on disk: a failed flush fails the command and leaves them invisible) and the log
+that are not on disk: a failed flush fails the command; a failed or interrupted append cuts its
+records off again, so a later append does not commit them) and the log
 directory's checkpoint files are written. The assigned offsets are printed as ``<topic>-<partition> <first>..<last>``
 (``--json``: one object with ``first_offset``, ``last_offset``, ``records``, ``high_watermark``).
 
@@ -50,9 +51,9 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 from numba import njit
 
-from indexer.errors import InvalidTimestampError, RecordTooLargeError, SchemaError
+from indexer.errors import InvalidTimestampError, RecordTooLargeError, SchemaError, SeglogError
 from indexer.limits import INT32_MAX
-from indexer.log import check_append
+from indexer.log import Log, check_append
 from indexer.log_manager import LogManager
 from indexer.records.columns import HEADERS_TYPE, check_timestamps
 from seglog.cli import (
@@ -121,12 +122,17 @@ def run(args: argparse.Namespace) -> int:
             # A new topic gets every partition up to the one named (Kafka creates all of a topic's).
             manager.create_topic(args.topic, args.partition + 1)
         log = manager.get_or_create_log(args.topic, args.partition)
+        start = log.log_end_offset
         first_offset = last_offset = None
-        if table.num_rows:
-            info = log.append(table)
-            first_offset, last_offset = info.first_offset, info.last_offset
-        log.flush()  # on disk before readers may see it: flush, then high watermark, as the sink commits
-        log.update_high_watermark(log.log_end_offset)
+        try:
+            if table.num_rows:
+                info = log.append(table)
+                first_offset, last_offset = info.first_offset, info.last_offset
+            log.flush()  # on disk before readers may see it: flush, then high watermark, as the sink commits
+            log.update_high_watermark(log.log_end_offset)
+        except BaseException:  # a failure or Ctrl-C: what was written is uncommitted, and must stay so
+            _undo_append(log, start)
+            raise
         result: dict[str, Any] = {
             "topic": args.topic,
             "partition": args.partition,
@@ -139,6 +145,15 @@ def run(args: argparse.Namespace) -> int:
     logger.info("appended %d records from %s to %s-%d", table.num_rows, source, args.topic, args.partition)
     Output(json_mode=args.json).emit(result, _text)
     return 0
+
+
+def _undo_append(log: Log, start: int) -> None:
+    """Cut what a failed or interrupted append wrote from ``start`` on: above the high watermark no reader
+    sees it, but the next append's high watermark would commit it after its own records' offsets."""
+    try:
+        log.truncate_to(start)
+    except SeglogError as e:
+        logger.error("%s: could not remove the failed append's records from offset %d: %s", log.directory, start, e)
 
 
 def _text(result: dict[str, Any]) -> list[str]:

@@ -433,6 +433,36 @@ def test_an_append_whose_flush_fails_is_not_made_visible(
     assert "StorageError: Failed to flush" in capsys.readouterr().err
     monkeypatch.undo()
     assert [r["value"] for r in read_records(capsys, log_dir, "t", "--from-beginning")] == ["kept"]
+    # The failed append's records are gone, not committed by the next append's high watermark.
+    assert _append(tmp_path, log_dir, [{"value": "next"}]) == 0
+    assert capsys.readouterr().out == "t-0 1..1\n"
+    assert [r["value"] for r in read_records(capsys, log_dir, "t", "--from-beginning")] == ["kept", "next"]
+
+
+def test_an_append_interrupted_by_ctrl_c_leaves_nothing_a_later_append_commits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C after the records were written, before they were committed (the SIGINT arrives in the
+    segment's fsync, injected there as the interpreter raises it): one line, exit 130, and the next
+    append commits only its own records (the interrupted ones used to get committed with them)."""
+    log_dir = tmp_path / "logs"
+    assert _append(tmp_path, log_dir, [{"value": "kept"}]) == 0
+    real_fsync = os.fsync
+    pressed = []
+
+    def fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".log") and not pressed:
+            pressed.append(fd)  # one Ctrl-C
+            raise KeyboardInterrupt
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    assert _append(tmp_path, log_dir, [{"value": "interrupted"}] * 3) == 130
+    monkeypatch.undo()
+    assert capsys.readouterr().err.splitlines()[-1] == "seglog: interrupted"
+    assert _append(tmp_path, log_dir, [{"value": "next"}]) == 0
+    assert capsys.readouterr().out == "t-0 1..1\n"
+    assert [r["value"] for r in read_records(capsys, log_dir, "t", "--from-beginning")] == ["kept", "next"]
 
 
 def test_stdin_and_base64(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
