@@ -23,6 +23,7 @@ import datetime
 import importlib
 import importlib.metadata
 import logging
+import math
 import os
 import re
 import sys
@@ -263,6 +264,17 @@ def positive_int(text: str) -> int:
     value = non_negative_int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a number of seconds > 0 (finite: ``nan`` would never be reached, ``inf`` never end)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
     return value
 
 

@@ -491,6 +491,29 @@ def _run_without_spark(monkeypatch: pytest.MonkeyPatch, log_dir: Path, tmp_path:
 
 
 @pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--duration", "-1"),
+        ("--duration", "0"),
+        ("--duration", "nan"),
+        ("--progress-interval", "0"),
+        ("--progress-interval", "inf"),
+    ],
+)
+def test_run_refuses_a_time_that_is_no_positive_number_of_seconds(
+    log_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    option: str,
+    value: str,
+) -> None:
+    """``--duration -1`` ran the job (three micro-batches written) and ``nan`` never stopped it."""
+    assert _run_without_spark(monkeypatch, log_dir, tmp_path, option, value) == 2
+    assert f"argument {option}: expected a number of seconds > 0, got {value!r}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
     "extra, error, fragment",
     [
         (("--trigger", "banana"), "ConfigError", "trigger interval 'banana'"),
