@@ -490,6 +490,18 @@ def _run_without_spark(monkeypatch: pytest.MonkeyPatch, log_dir: Path, tmp_path:
     return main(["run", *args, "--checkpoint-location", str(tmp_path / "ckpt"), *extra])
 
 
+def test_bench_checks_its_json_file_before_measuring(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--json`` naming a directory (or a path under a file) failed only at the end, after the whole
+    run: the measurements were lost. Now it is a usage error before anything runs."""
+    (tmp_path / "file").write_text("")
+    assert main(["bench", "engine", "--quick", "--json", str(tmp_path)]) == 2
+    assert f"argument --json: {tmp_path} is a directory; name a file in it" in capsys.readouterr().err
+    assert main(["bench", "engine", "--quick", "--json", str(tmp_path / "file" / "out.json")]) == 2
+    assert f"argument --json: cannot write {tmp_path / 'file' / 'out.json'}: {tmp_path / 'file'} is a file" in (
+        capsys.readouterr().err
+    )
+
+
 @pytest.mark.parametrize(
     "option, value",
     [
