@@ -189,7 +189,9 @@ class LogManager:
 
     ``read_only=True`` opens every log read-only (no locks, no recovery, no writes: a reader beside a
     live writer, or a directory without write permission), leaves the marker in place and writes
-    no checkpoint. Thread-safe.
+    no checkpoint. A writable manager on a directory it cannot write in raises
+    :class:`~indexer.errors.ReadOnlyLogDirectoryError` at once (:func:`check_log_dir_writable`).
+    Thread-safe.
     """
 
     def __init__(
@@ -213,6 +215,7 @@ class LogManager:
         if read_only:
             self.had_clean_shutdown = marker.exists()
         else:
+            check_log_dir_writable(self.log_dir, "a writer can append, create or checkpoint nothing there")
             with storage_errors(self.log_dir, "create the log directory"):
                 self.log_dir.mkdir(parents=True, exist_ok=True)
             self.had_clean_shutdown = self._delete_clean_shutdown_marker(marker)

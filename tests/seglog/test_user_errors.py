@@ -239,6 +239,23 @@ def test_read_only_file_system_is_one_line_for_the_directory(read_only: Path, co
     assert _snapshot(read_only) == before
 
 
+def test_read_only_file_system_writers_say_so_in_one_line(read_only: Path, tmp_path: Path) -> None:
+    """A writer's open said only that the clean-shutdown marker could not be deleted."""
+    source = tmp_path / "in.jsonl"
+    source.write_text(_records(2))
+    before = _snapshot(read_only)
+    for command in (
+        ("append", "--log-dir", str(read_only), "--topic", "events", "--partition", "0", str(source)),
+        ("topic", "create", "--log-dir", str(read_only), "--topic", "more", "--partitions", "2"),
+        ("topic", "alter", "--log-dir", str(read_only), "--topic", "events", "--partitions", "3"),
+    ):
+        result = _cli(*command)
+        assert result.returncode == 1, result.stderr
+        line = _one_error_line(result.stderr, "ReadOnlyLogDirectoryError")
+        assert f"log directory {read_only} is on a read-only file system" in line, line
+    assert _snapshot(read_only) == before
+
+
 def test_read_only_file_system_dry_run_and_readers_work(read_only: Path) -> None:
     result = _cli("recover", "--log-dir", str(read_only), "--dry-run", "--no-progress")
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
