@@ -257,6 +257,12 @@ def _check_tables(data: Mapping[str, Any], conf_path: Path) -> tuple[dict[str, A
     known = {"topic": "[topic]", "topics": '[topics."<name>"]', **{name: f"[{name}]" for name in SECTIONS}}
     for name, value in data.items():
         if name not in known:
+            dotted, leaf, plain = _dotted_key(name, value)
+            if isinstance(value, dict) and plain in _TOPIC_KEYS:
+                raise ConfigError(
+                    f"configuration file {conf_path}: {dotted} = {leaf!r} is read by TOML as nested tables, outside "
+                    f'any table: put it under [topic] as "{plain}" = {leaf!r}'
+                )
             what = f"table [{name}]" if isinstance(value, dict) else f"key {name!r} outside any table"
             raise ConfigError(
                 f"unknown {what} in configuration file {conf_path}; its tables: {', '.join(known.values())}"
@@ -269,7 +275,26 @@ def _check_tables(data: Mapping[str, Any], conf_path: Path) -> tuple[dict[str, A
             raise ConfigError(
                 f'topics.{name} in configuration file {conf_path} must be a table [topics."{name}"], got {table!r}'
             )
+    tables = [("[topic]", data.get("topic", {}))] + [(f'[topics."{n}"]', t) for n, t in topics.items()]
+    for where, table in tables + [(f"[{n}]", data[n]) for n in SECTIONS if n in data]:
+        for key, value in table.items():
+            if isinstance(value, dict):
+                dotted, leaf, plain = _dotted_key(key, value)
+                raise ConfigError(
+                    f"configuration file {conf_path} {where}: {dotted} = {leaf!r} is read by TOML as nested tables; "
+                    f'quote a dotted name, as in "{plain}" = {leaf!r} or [topics."my.topic"]'
+                )
     return data.get("topic", {}), topics
+
+
+def _dotted_key(key: str, value: Any) -> tuple[str, Any, str]:
+    """The unquoted dotted key ``a.b = v`` TOML read as the nested tables ``value`` under ``key``: the
+    key as written, its value, and its parts joined (the name meant, e.g. ``retention.ms``)."""
+    parts = [key]
+    while isinstance(value, dict) and value:
+        sub, value = next(iter(value.items()))
+        parts.append(sub)
+    return ".".join(f'"{p}"' if "." in p else p for p in parts), value, ".".join(parts)
 
 
 def load_settings(

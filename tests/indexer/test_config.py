@@ -94,6 +94,17 @@ def test_bad_toml_names_the_file(tmp_path: Path) -> None:
         ("topic = 5\n", r"topic .* must be a table \[topic\], got 5"),
         ("topics = 5\n", r"topics .* must be a table"),
         ("[topics]\nevents = 5\n", r'topics.events .* must be a table \[topics."events"\]'),
+        # TOML reads an unquoted dotted key as nested tables: the error said "unknown ... 'retention'".
+        (
+            "[topic]\nretention.ms = 1000\n",
+            r'\[topic\]: retention.ms = 1000 is read by TOML as nested tables.*"retention.ms" = 1000',
+        ),
+        (
+            "[maintenance]\nseglog.misfire.grace.ms = 5\n",
+            r"\[maintenance\]: seglog.misfire.grace.ms = 5 is read by TOML",
+        ),
+        ('[topics.my.topic]\n"retention.ms" = 5\n', r'\[topics."my"\]: topic."retention.ms" = 5 is read by TOML'),
+        ("retention.ms = 1000\n", r"retention.ms = 1000 is read by TOML as nested tables.*under \[topic\]"),
     ],
 )
 def test_a_file_holds_only_the_tables_seglog_reads(tmp_path: Path, text: str, fragment: str) -> None:
