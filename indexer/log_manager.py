@@ -387,6 +387,7 @@ class LogManager:
             if existing is not None and not exist_ok:
                 raise TopicExistsError(f"topic {topic!r} already exists in {self.log_dir} with {existing} partitions")
             count = self.partition_count(topic, num_partitions)
+            self._check_partition_paths(topic, count)
             if existing is not None:
                 self._create_partitions(topic, existing)
                 return existing
@@ -441,6 +442,7 @@ class LogManager:
             old = self.topic_partitions(topic)
             if old is None:
                 raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist in {self.log_dir}")
+            self._check_partition_paths(topic, num_partitions)
             self._record(topic, num_partitions, grow_only=True)
             self._create_partitions(topic, num_partitions)
             logger.info(
@@ -468,6 +470,19 @@ class LogManager:
                 raise TopicExistsError(f"topic {topic!r} was created meanwhile with {old} partitions")
             counts[topic] = count
             topics.write_topics(self.log_dir, counts)
+
+    def _check_partition_paths(self, topic: str, count: int) -> None:
+        """Refuse, before the count is recorded, a partition among 0..count-1 whose directory's name is
+        taken by something else (a file): the topic would be recorded without it."""
+        for partition in range(count):
+            path = self.log_dir / file_names.partition_dir_name(topic, partition)
+            if path.exists() and not path.is_dir():
+                raise StorageError(
+                    f"{path} is a file where the directory of partition {partition} of topic {topic!r} goes: "
+                    "move it away",
+                    path=path,
+                    errno=errno.EEXIST,
+                )
 
     def _create_partitions(self, topic: str, count: int) -> None:
         """Create the partitions among 0..count-1 that have no directory yet (an empty segment at 0);

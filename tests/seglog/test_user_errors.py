@@ -151,6 +151,30 @@ def test_a_refused_append_to_a_new_topic_creates_nothing(
     assert not (tmp_path / "new").exists()
 
 
+def test_a_file_where_a_partition_directory_goes_is_named_and_nothing_recorded(
+    log_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refused topic creation or growth recorded the new count anyway, so `topic describe` listed
+    a topic that `read` said does not exist."""
+    (log_dir / "fresh-1").write_text("not a partition")
+    (log_dir / "events-2").write_text("not a partition")
+    (tmp_path / "in.jsonl").write_text(_records(2))
+    before = _snapshot(log_dir)
+    for command in (
+        ["append", "--log-dir", str(log_dir), "--topic", "fresh", "--partition", "2", str(tmp_path / "in.jsonl")],
+        ["topic", "create", "--log-dir", str(log_dir), "--topic", "fresh", "--partitions", "3"],
+        ["topic", "alter", "--log-dir", str(log_dir), "--topic", "events", "--partitions", "3"],
+    ):
+        assert main(command) == 1
+        line = _one_error_line(capsys.readouterr().err, "StorageError")
+        assert "is a file where the directory of partition" in line, line
+    # The same files with the same bytes (the writer's open and close rewrote the marker and took the
+    # directory's lock: new mtimes).
+    assert {k: (size, digest) for k, (size, _, digest) in _snapshot(log_dir).items()} == {
+        k: (size, digest) for k, (size, _, digest) in before.items()
+    }
+
+
 def test_a_new_topic_from_append_gets_all_its_partitions(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     assert _append(tmp_path, logs, _records(3), 2) == 0
