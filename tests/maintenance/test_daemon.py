@@ -86,7 +86,8 @@ def test_a_daemon_started_before_its_log_directory_exists_waits_for_it(tmp_path:
 
 def test_a_daemon_on_a_read_only_log_directory_says_so_once(tmp_path: Path, log_dir: Path) -> None:
     """On a read-only file system every pass would fail on every partition: the daemon says once that
-    the directory is read-only and what it will not do, instead of an error per partition per pass."""
+    the directory is read-only and what it will not do, instead of an error per partition per pass;
+    remounted read-write, it says so once and maintains the partitions again."""
     expired_partition(log_dir)
     conf = write_conf(
         tmp_path / "seglog.toml",
@@ -107,10 +108,13 @@ def test_a_daemon_on_a_read_only_log_directory_says_so_once(tmp_path: Path, log_
     ):
         seen = wait_for(err, "read-only")
         time.sleep(1.5)  # some thirty passes
+        subprocess.run(["mount", "-o", "remount,bind,rw", str(read_only)], check=True)
+        seen += wait_for(err, "t-0: deleted segment")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
         seen += wait_for(err, "stopped", timeout=5)
     assert sum("read-only" in line for line in seen) == 1, seen
+    assert sum("is writable again: maintenance resumes" in line for line in seen) == 1, seen
     assert [line for line in seen if " ERROR " in line or "Traceback" in line] == [], seen
 
 
