@@ -14,6 +14,11 @@ Lifecycle, as in Kafka (spec section 1.1):
   unless ``whole_file=True`` (validators, which must see a damaged file as it is).
 * ``trim_to_valid_size()`` (segment roll, ``close()``, end of recovery) shrinks the file to
   ``entries * entry_size``; ``reset()`` empties it and grows it back to ``max_index_size``.
+* A file is never made shorter than bytes a reader in another process may have mapped (entries
+  removed by a truncation, or any slot of a file this process did not create): a page of the
+  reader's mapping past the new end would kill it with SIGBUS. ``reset()`` of such a file, and a
+  resize below those bytes, write a new file (``<name>.tmp``) and rename it over the old one, which
+  the reader keeps mapped until it lets go (:meth:`AbstractIndex._replace_file`).
 
 Searches are those of spec section 2 (largest lower bound / smallest upper bound, by key or by
 value, with the 8 KiB warm section of KAFKA-6432) and run as numba kernels directly over the mapped
@@ -29,6 +34,7 @@ every other use of a closed index raises ``ValueError`` (Kafka: ``NullPointerExc
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import mmap
 import os
@@ -42,6 +48,7 @@ import numpy as np
 from indexer import _index_kernels as kernels
 from indexer._files import IndexFile, pwrite_all
 from indexer.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, storage_errors
+from indexer.file_names import index_temp_file
 from indexer.limits import INT32_MAX
 
 logger = logging.getLogger(__name__)
@@ -87,9 +94,9 @@ class AbstractIndex(IndexFile):
     entry count, then the current mapping, and search at most the slots that mapping holds, so a
     concurrent append or resize gives them an older or newer answer but never a bad memory access.
     A mapping replaced by ``resize`` or ``close_handler`` while a reader still uses it is unmapped
-    when that reader lets go of it. (Shrinking the file below slots a concurrent reader still
-    counts, i.e. truncating and then trimming while lookups run, is not supported; the segment
-    layer trims only on roll, close and recovery.)
+    when that reader lets go of it. The file never gets shorter than slots a reader, in this process
+    or another, may still look at: a trim after a truncation, and ``reset``, put a new file in its
+    place (:meth:`_replace_file`) and the old one stays mapped, unlinked, while readers use it.
 
     Crash behaviour: entries are written into the shared mapping; the kernel writes them back
     lazily unless ``flush()`` is called. A crash leaves the pre-allocated length, with trailing
@@ -124,6 +131,9 @@ class AbstractIndex(IndexFile):
         self._generation = 0
         self._search_tree: _SearchTree | None = None
         newly_created, last_slot = self._open_and_map()
+        # Bytes of this file a reader in another process may have mapped (all of an existing file,
+        # then every entry before a truncation): the file is never cut below them (_replace_file).
+        self._exposed = 0 if newly_created or not self._writable else self._length
         self._max_entries = self._length // self.ENTRY_SIZE
         self._entries = 0 if newly_created else self._length // self.ENTRY_SIZE
         self._reload_last_entry(last_slot)
@@ -459,8 +469,10 @@ class AbstractIndex(IndexFile):
     def resize(self, new_size: int) -> bool:
         """Set the file and mapping length to ``round_down(new_size, ENTRY_SIZE)``; False if unchanged.
 
-        Entries are kept. Thread-safe. Raises ``ValueError`` on a read-only index or when the new
-        size would drop entries in use; :class:`StorageError` on an I/O failure.
+        Entries are kept. Below bytes a reader in another process may have mapped, the file is
+        replaced by a new one rather than cut (:meth:`_replace_file`). Thread-safe. Raises
+        ``ValueError`` on a read-only index or when the new size would drop entries in use;
+        :class:`StorageError` on an I/O failure.
         """
         with self._lock:
             self._require_writable("resize")
@@ -473,6 +485,12 @@ class AbstractIndex(IndexFile):
                     f"cannot resize index file {self._path.absolute()} to {rounded} bytes: "
                     f"it holds {self._entries} entries of {self.ENTRY_SIZE} bytes"
                 )
+            if rounded < self._exposed:
+                self._replace_file(rounded)
+                logger.debug(
+                    "Replaced %s by a file of %d bytes, %d entries", self._path.absolute(), rounded, self._entries
+                )
+                return True
             with storage_errors(self._path, "resize index file"):
                 fd = os.open(self._path, os.O_RDWR)
                 try:
@@ -499,10 +517,55 @@ class AbstractIndex(IndexFile):
                 self.resize(self.ENTRY_SIZE * self._entries)
 
     def reset(self) -> None:
-        """Remove every entry and grow the file back to ``max_index_size``. Thread-safe."""
+        """Remove every entry and grow the file back to ``max_index_size``. Thread-safe.
+
+        A file a reader in another process may have mapped is replaced by a new, empty one
+        (:meth:`_replace_file`): the rebuild that follows (recovery) never writes into, nor shrinks,
+        the file that reader sees.
+        """
         with self._lock:
             self.truncate()
-            self.resize(self._max_index_size)
+            if self._exposed:
+                self._replace_file(max(0, round_down_to_multiple(self._max_index_size, self.ENTRY_SIZE)))
+            else:
+                self.resize(self._max_index_size)
+
+    def _replace_file(self, length: int) -> None:
+        """Put a new file of ``length`` bytes holding the entries in use in place of the index file;
+        the caller holds the lock.
+
+        The new file is written as ``<name>.tmp`` (:func:`~indexer.file_names.index_temp_file`),
+        fsynced when it holds entries (it replaces an index that may be below the recovery point),
+        and renamed over the old one. A reader in another process keeps the old file, unlinked, for as
+        long as it maps it, and sees the new one at its next open: cut in place, a page of its mapping
+        past the new end would kill it with SIGBUS at its next lookup. A process killed before the
+        rename leaves the ``.tmp``, which the log loader deletes.
+        """
+        words, entries = self._snapshot()
+        content = words.view(np.uint8)[: entries * self.ENTRY_SIZE].data
+        temp = index_temp_file(self._path)
+        with storage_errors(self._path, "replace index file"):
+            fd = os.open(temp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o666)
+            try:
+                try:
+                    os.ftruncate(fd, length)
+                    pwrite_all(fd, content, 0)
+                    if entries:
+                        os.fsync(fd)
+                    os.replace(temp, self._path)
+                except BaseException:
+                    with contextlib.suppress(OSError):
+                        os.unlink(temp)
+                    raise
+                mm, words = self._map(fd, length, True)
+            finally:
+                os.close(fd)
+        old = self._mm
+        self._mm, self._words = mm, words
+        self._length = length
+        self._max_entries = length // self.ENTRY_SIZE
+        self._exposed = 0
+        self._release(old)
 
     def truncate(self) -> None:
         """Remove every entry (the file keeps its length and bytes). Thread-safe."""
@@ -563,6 +626,7 @@ class AbstractIndex(IndexFile):
         """Set the entry count; the bytes after it are left as they are (as Kafka). Thread-safe."""
         with self._lock:
             self._require_writable("truncate")
+            self._exposed = max(self._exposed, self._entries * self.ENTRY_SIZE)
             self._entries = entries
             # After the count: a reader that sees the new generation also sees the new count.
             self._generation += 1

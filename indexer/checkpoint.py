@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Generic, NamedTuple, TypeVar
 
 from indexer.errors import StorageError
-from indexer.file_names import TopicPartition
+from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition
 from indexer.limits import INT32_MAX, INT64_MAX
 from indexer.lock import FileLock
 
@@ -331,6 +331,29 @@ class LeaderEpochCheckpointFile:
             StorageError: the write failed; the previous file is intact.
         """
         self._file.write_entries([EpochEntry(int(e), int(o)) for e, o in entries], sync=sync)
+
+
+def committed_offsets_for_writer(log_dir: str | os.PathLike[str]) -> dict[TopicPartition, int]:
+    """``replication-offset-checkpoint`` of ``log_dir`` as a writer must read it (empty when missing).
+    Unlike the other checkpoints (an unreadable one only makes an open recover more, or expose records
+    below a raised log start), an unreadable one cannot be ignored: the writer would start its logs at
+    their log start offset and write that back, hiding every committed record from readers, and
+    :func:`update_checkpoint` would replace the file, forgetting every partition's committed offset.
+
+    Raises:
+        StorageError: the file exists but cannot be read (names it and ``seglog recover``).
+    """
+    path = Path(log_dir) / REPLICATION_OFFSET_CHECKPOINT_FILE
+    try:
+        return OffsetCheckpointFile(path).read()
+    except StorageError as e:
+        raise StorageError(
+            f"{e}: it holds the committed offsets (high watermarks) of the partitions in {path.parent}, "
+            "and a writer would replace it, hiding their committed records; restore it, or rewrite it "
+            f"from the logs with `seglog recover --log-dir {path.parent}`",
+            path=path,
+            errno=e.errno,
+        ) from e
 
 
 def update_checkpoint(

@@ -237,6 +237,22 @@ class Settings:
             config = config.with_overrides(self.topics[topic], source=f'{self.source} [topics."{topic}"]')
         return config.with_overrides(self.overrides, source="--config")
 
+    def topic_config_origins(self, topic: str) -> dict[str, str]:
+        """Where each key of :meth:`log_config` for ``topic`` gets its value (what Kafka's
+        DescribeConfigs calls its source): ``"topic"``, the topic's ``[topics."<name>"]`` table;
+        ``"default"``, Kafka's default (the packaged file spells the defaults out, so a value equal to
+        the built-in one counts as the default); ``"settings"``, a ``[topic]`` table or ``--config``,
+        which apply to every topic."""
+        config, defaults = self.log_config(topic).to_dict(), LogConfig().to_dict()
+        own = self.topics.get(topic, {})
+        origins = {}
+        for key, value in config.items():
+            if key in own and key not in self.overrides:
+                origins[key] = "topic"
+            else:
+                origins[key] = "default" if value == defaults[key] else "settings"
+        return origins
+
     def section(self, name: str) -> Mapping[str, Any]:
         """A non-topic section such as ``[maintenance]`` or ``[streaming]`` (empty if absent)."""
         return self.sections.get(name, {})

@@ -28,7 +28,7 @@ from typing import Any
 from indexer import file_names
 from indexer._files import pwrite_all
 from indexer.checkpoint import fsync_directory
-from indexer.errors import StorageError, storage_errors
+from indexer.errors import OffsetsInNoSegmentError, StorageError, storage_errors
 from indexer.quarantine import list_quarantine
 from indexer.salvage import LostRange
 
@@ -50,6 +50,23 @@ def missing_committed_records(directory: Path, log_end_offset: int, committed: i
         f"{committed}: committed records (offsets {log_end_offset}..{committed - 1}) are missing. If they "
         f"cannot be restored, accept the loss with `seglog recover --log-dir {log_dir} --accept-data-loss` "
         "(it records what was lost and lets writers go on; see docs/recovery.md)",
+        path=directory,
+    )
+
+
+def log_start_above(directory: Path, log_start_offset: int, bound: int, what: str) -> StorageError:
+    """The error of an open of partition ``directory`` whose checkpointed log start offset is above
+    ``bound``, ``what`` that is (e.g. "its log end offset"): no writer leaves that (its log start never
+    passes its log end, nor its committed offset), so ``log-start-offset-checkpoint`` is damaged or
+    segment files are missing. Reading from it would skip every record below it, and a writer would
+    remove the segments below it (committed records): refused, naming the file, the value and
+    ``seglog recover``, which names what recovery would remove."""
+    log_dir = directory.parent
+    return StorageError(
+        f"partition {directory.name} in {log_dir}: its checkpointed log start offset {log_start_offset} "
+        f"({log_dir / file_names.LOG_START_OFFSET_CHECKPOINT_FILE}) is above {what} {bound} (a damaged checkpoint, or "
+        "segment files missing): opening it would skip or remove the records below it; "
+        f"`seglog recover --log-dir {log_dir} --dry-run` names what recovery would remove",
         path=directory,
     )
 
@@ -148,3 +165,29 @@ def offsets_in_no_segment(partition_dir: Path, gaps: Iterable[tuple[int, int, in
         for base, end, following in open_gaps
         if base not in quarantined and not any(first <= end and last >= following - 1 for first, last in accepted)
     ]
+
+
+def missing_between_segments(
+    partition_dir: Path, base: int, first: int, following: int
+) -> OffsetsInNoSegmentError | None:
+    """The error of a read that needs offset ``first`` after segment ``base`` of ``partition_dir`` when
+    the next segment starts at ``following``: offsets ``first..following - 1`` are in no segment file
+    and, unless a recovery or an accepted loss accounts for them (:func:`offsets_in_no_segment`), lost.
+    None when nothing is missing or the gap is accounted for (readers then go on, as after salvage).
+    Readers before ``seglog recover`` must not return the records around such a hole as contiguous.
+
+    Raises:
+        StorageError: the partition directory or the accepted-loss record cannot be read.
+    """
+    if first >= following or not offsets_in_no_segment(partition_dir, [(base, first, following)]):
+        return None
+    log_dir = partition_dir.parent
+    return OffsetsInNoSegmentError(
+        f"cannot read offsets {first}..{following - 1} of {partition_dir.name}: no segment file holds them "
+        f"(between segments {base} and {following}: a segment's files are missing or it was cut short). "
+        f"`seglog recover --log-dir {log_dir}` names the loss; if the files cannot be restored, "
+        "`--accept-data-loss` records it and readers go on after it",
+        path=file_names.log_file(partition_dir, following),
+        offset=first,
+        end=following,
+    )

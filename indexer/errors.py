@@ -15,7 +15,8 @@ message, so a log line alone says which file and where::
     │   ├── LogLockedError                another writer holds the partition
     │   └── ReadOnlyLogDirectoryError     a log directory this process cannot write in
     ├── CorruptRecordError                bad CRC, impossible size, truncated batch
-    │   └── InvalidRecordError            a batch whose records do not parse
+    │   ├── InvalidRecordError            a batch whose records do not parse
+    │   └── OffsetsInNoSegmentError       offsets between two segments that no segment file holds
     ├── CorruptIndexError                 an index that fails its sanity check
     ├── IndexFullError                    append to a full index (roll first)
     ├── InvalidOffsetError                an index append that would go backwards
@@ -107,6 +108,16 @@ class InvalidRecordError(CorruptRecordError):
     """A batch whose CRC may be fine but whose records do not parse (Kafka ``InvalidRecordException``)."""
 
 
+class OffsetsInNoSegmentError(CorruptRecordError):
+    """Offsets ``offset``..``end - 1`` lie between two segments of a log and no segment file holds them
+    (a segment's files deleted by hand or left out of a copy), and no recovery or accepted loss
+    accounts for them: a read stops there rather than go on as if the offsets were contiguous."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None, offset: int, end: int) -> None:
+        super().__init__(message, path=path, offset=offset)
+        self.end = end
+
+
 class CorruptIndexError(SeglogError):
     """An index file failed its sanity check."""
 
@@ -189,6 +200,11 @@ class InvalidTopicError(SeglogError, ValueError):
 
 class UnknownTopicOrPartitionError(SeglogError, ValueError):
     """A partition number outside the topic's partitions (Kafka's ``UnknownTopicOrPartitionException``)."""
+
+
+class GroupIdNotFoundError(SeglogError, ValueError):
+    """A consumer group, or a partition of one, without committed offsets where some were named
+    (Kafka's ``GroupIdNotFoundException``)."""
 
 
 class SchemaError(SeglogError, TypeError):

@@ -3,7 +3,8 @@
 A partition directory is ``<topic>-<partition>``; a segment with base offset ``B`` is the set of
 files ``<B as 20 zero-padded digits>.log`` / ``.index`` / ``.timeindex`` / ``.txnindex``.
 Transient suffixes are appended after the normal one: ``.deleted`` (awaiting asynchronous
-deletion), ``.cleaned`` and ``.swap`` (multi-file replace in progress). Bytes that recovery removes
+deletion), ``.cleaned`` and ``.swap`` (multi-file replace in progress), and ``.tmp`` after an index
+file's name (``<B>.index.tmp``: a new index file not yet renamed over the old one). Bytes that recovery removes
 from a segment are kept in ``<B>.log.<position>.quarantine`` (``position``: where they were in
 that ``.log``; a second file for the same place gets ``.<n>`` before the suffix): the name ends
 in no segment suffix, so no loader ever takes it for a segment. No other module builds a file name.
@@ -27,6 +28,7 @@ DELETED_FILE_SUFFIX = ".deleted"
 CLEANED_FILE_SUFFIX = ".cleaned"
 SWAP_FILE_SUFFIX = ".swap"
 QUARANTINE_FILE_SUFFIX = ".quarantine"
+INDEX_TEMP_SUFFIX = ".tmp"
 _KRAFT_DELETED_SUFFIX = ".checkpoint.deleted"  # a KRaft snapshot being deleted: not a segment's file
 
 # Files in a log directory (beside the partition directories).
@@ -115,6 +117,20 @@ def is_stray_deleted_file(name: str) -> bool:
     of an earlier run's asynchronous deletion (spec 6.2 step 1): ``.deleted``, except KRaft's
     ``.checkpoint.deleted`` snapshots."""
     return name.endswith(DELETED_FILE_SUFFIX) and not name.endswith(_KRAFT_DELETED_SUFFIX)
+
+
+def index_temp_file(path: Path) -> Path:
+    """Where a new ``.index``/``.timeindex`` file is written before it is renamed over ``path``."""
+    return path.with_name(path.name + INDEX_TEMP_SUFFIX)
+
+
+_INDEX_TEMP = re.compile(r"^[0-9]+\.(index|timeindex)(\.(cleaned|swap|deleted))?" + re.escape(INDEX_TEMP_SUFFIX) + "$")
+
+
+def is_index_temp_file(name: str) -> bool:
+    """Whether the partition-directory file ``name`` is a new index file never renamed into place
+    (:func:`index_temp_file`): a process died while replacing that index. Never an index itself."""
+    return _INDEX_TEMP.match(name) is not None
 
 
 def is_index_file(path: Path) -> bool:

@@ -38,11 +38,12 @@ import pyarrow as pa
 
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig
-from indexer.data_loss import missing_committed_records
+from indexer.data_loss import log_start_above, missing_between_segments, missing_committed_records
 from indexer.errors import (
     CorruptRecordError,
     InvalidOffsetError,
     OffsetOutOfRangeError,
+    OffsetsInNoSegmentError,
     StorageError,
     storage_errors,
 )
@@ -70,6 +71,7 @@ from indexer.records.file_records import FileSlice
 from indexer.records.framing import assign_offsets, backwards_entry, whole_entries
 from indexer.records.isolation import IsolationLevel
 from indexer.retention import RetentionDecision, RetentionReason, plan_retention
+from indexer.salvage import LostRange, plan_salvage
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 from indexer.transaction_index import AbortedTxn
@@ -151,6 +153,17 @@ def _plan_append(
     )
 
 
+def _backwards_error(segment: LogSegment, position: int, first: int, before: int) -> CorruptRecordError:
+    """The damage of a CRC-valid batch of ``segment`` at ``position`` whose first offset ``first`` is not
+    above ``before``, the largest offset of the batches before it: a log's offsets never go back."""
+    return CorruptRecordError(
+        f"batch at position {position} starts at offset {first}, not after offset {before}: "
+        "offsets go backwards (a batch written twice or out of place)",
+        path=segment.log.path,
+        position=position,
+    )
+
+
 class Log:
     """One partition directory, open for writing (exclusive) or read-only.
 
@@ -222,15 +235,17 @@ class Log:
         Read-only: opens the ``.log`` files found, with indexes mapped read-only; the high watermark is
         ``high_watermark`` if given, else the log end offset (everything on disk is visible). The log
         ends after the last whole batch: a tail its writer has reserved but not yet filled is not data.
-        A ``log_start_offset`` above that end is refused: no writer leaves one (its log end never goes
-        below its log start), so the checkpoint is damaged or segments are missing, and a read from it
-        would quietly return nothing.
+
+        A ``log_start_offset`` above the log end offset, or above ``high_watermark``, is refused
+        (:func:`~indexer.data_loss.log_start_above`), before anything is written: no writer leaves one,
+        so the checkpoint is damaged or segments are missing; a read from it would quietly return
+        nothing, and a writer would remove the segments below it (``seglog recover`` may).
 
         Raises:
             LogLockedError: another writer, in this or another process, holds the partition.
             StorageError: the directory or a file cannot be read or created (read-only: the directory
-                holds no ``.log`` file, or ``log_start_offset`` is above its end); writable: the log ends
-                below ``high_watermark``.
+                holds no ``.log`` file); ``log_start_offset`` is above the log end or ``high_watermark``;
+                writable: the log ends below ``high_watermark``.
         """
         directory = Path(directory)
         clock = clock if clock is not None else SystemClock()
@@ -239,13 +254,7 @@ class Log:
             first_base = segments.first_segment_base_offset() or 0
             if log_start_offset > end.message_offset:
                 segments.close_handlers()
-                raise StorageError(
-                    f"partition {directory.name} in {directory.parent}: its checkpointed log start offset "
-                    f"{log_start_offset} is above its log end offset {end.message_offset} (a damaged checkpoint, "
-                    "or segment files missing): reading from it would skip every record on disk; "
-                    f"`seglog recover --log-dir {directory.parent} --dry-run` names what recovery would remove",
-                    path=directory,
-                )
+                raise log_start_above(directory, log_start_offset, end.message_offset, "its log end offset")
             return cls(
                 directory,
                 config,
@@ -258,6 +267,8 @@ class Log:
                 file_lock=None,
                 high_watermark=end.message_offset if high_watermark is None else high_watermark,
             )
+        if high_watermark is not None and log_start_offset > high_watermark:
+            raise log_start_above(directory, log_start_offset, high_watermark, "its checkpointed high watermark")
         with storage_errors(directory, "create the partition directory"):
             directory.mkdir(parents=True, exist_ok=True)
         file_lock = FileLock(directory / PARTITION_LOCK_FILE, role=lock_role)
@@ -739,12 +750,15 @@ class Log:
         ``as_slice`` the records are a slice of the segment file, not read (sent with ``sendfile``).
         Thread-safe without the lock (spec 5.2 ``LocalLog.read``). The bytes may end in a partial
         batch, as a broker's fetch: the consumer drops it and fetches from its offset next, and that
-        read raises when the bytes there are damaged. CRCs are the consumer's to check, as in Kafka.
+        read raises when the bytes there are damaged. CRCs are the consumer's to check, as in Kafka;
+        the batch order is checked (a consumer would drop records below its position in silence): the
+        bytes end before a batch whose offsets go backwards.
 
         Raises:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
             CorruptRecordError: the bytes where ``start_offset``'s batch should be are not a whole batch
-                (names the file, the position and ``offset=start_offset``).
+                (names the file, the position and ``offset=start_offset``), or its batch's offsets go
+                backwards; ``OffsetsInNoSegmentError`` when ``start_offset`` is in no segment file.
             InvalidArgumentError: an offset not of Kafka's int64 range, or ``max_bytes`` below 0.
             ValueError: the log is closed (also when :meth:`close` overtakes the read).
         """
@@ -774,9 +788,49 @@ class Log:
             except CorruptRecordError as e:
                 raise self._unreadable(segment, e, max(start_offset, segment.base_offset)) from e
             if fetched is not None:
-                return fetched
-            segment = self._following_segment(segment, start_offset)
+                return self._in_offset_order(segment, fetched, segment.size if max_position is None else max_position)
+            segment = self._following_segment(segment, start_offset, start_offset, bound.message_offset)
         return FetchDataInfo(end, b"")
+
+    def _in_offset_order(self, segment: LogSegment, fetched: FetchDataInfo, limit: int) -> FetchDataInfo:
+        """``fetched`` (raw batches of ``segment``, which ends at position ``limit`` for this read) cut
+        before the first batch whose offsets go backwards (written twice, swapped, moved), as
+        :meth:`read_records` cuts its records: a Kafka consumer drops the records below its position,
+        so it would lose them in silence. The first offset of the batch just after the fetched ones is
+        looked at too, so a fetch that ends right before such a batch is not taken for whole. One
+        header scan of the fetched bytes (of those read, or of the file slice, hopping from header to
+        header over large batches).
+
+        Raises:
+            CorruptRecordError: no whole batch comes before the one whose offsets go backwards.
+        """
+        position = fetched.fetch_offset_metadata.relative_position_in_segment
+        records = fetched.records
+        if isinstance(records, bytes):
+            scan = segment.log.scan_bytes(records, position)
+        else:
+            scan = segment.log.scan(position, position + len(records), verify_crc=False, mapped=False)
+        if not len(scan):
+            return fetched
+        firsts = np.asarray(scan.base_offsets, dtype=np.int64)
+        lasts = np.asarray(scan.last_offsets, dtype=np.int64)
+        if scan.valid_bytes + LOG_OVERHEAD <= limit:  # the batch after: its base offset, bytes 0-7
+            following = int.from_bytes(segment.log.read(scan.valid_bytes, 8), "big", signed=True)
+            firsts = np.append(firsts, following)
+        before = np.maximum.accumulate(lasts)
+        backwards = np.flatnonzero(firsts[1:] <= before[: len(firsts) - 1])
+        if not backwards.size:
+            return fetched
+        i = int(backwards[0]) + 1
+        first = int(firsts[i])
+        at = int(scan.positions[i]) if i < len(scan) else scan.valid_bytes
+        reaching = np.flatnonzero(lasts[:i] >= first)  # batches at or past it: not in order below it
+        kept = int(reaching[0]) if reaching.size else i
+        if kept == 0:
+            raise self._unreadable(segment, _backwards_error(segment, at, first, int(before[i - 1])), first)
+        size = int(scan.positions[kept]) - position if kept < len(scan) else scan.valid_bytes - position
+        cut = records[:size] if isinstance(records, bytes) else segment.log.slice(position, size)
+        return FetchDataInfo(fetched.fetch_offset_metadata, cut)
 
     def _read_segment(
         self, segment: LogSegment, read: Callable[Concatenate[LogSegment, _P], _T], *args: _P.args, **kwargs: _P.kwargs
@@ -796,18 +850,29 @@ class Log:
         self._repair_index(segment)
         return result
 
-    def _following_segment(self, segment: LogSegment, start_offset: int) -> LogSegment | None:
-        """The segment to read after ``segment`` gave nothing for ``start_offset``: its successor, or,
-        when ``segment`` left the log meanwhile, the segment holding ``start_offset`` now.
+    def _following_segment(self, segment: LogSegment, start_offset: int, needed: int, bound: int) -> LogSegment | None:
+        """The segment to read after ``segment`` gave everything it holds from ``start_offset`` on,
+        the read needing offset ``needed`` next (below ``bound``): its successor, or, when ``segment``
+        left the log meanwhile, the segment holding ``start_offset`` now.
 
         A read never skips offsets: if retention removed the segment, the log start offset moved past
         it first, so the fresh lookup raises OffsetOutOfRangeError (as Kafka does for an offset below
-        the log start offset) instead of walking on from whatever segment now comes first.
+        the log start offset) instead of walking on from whatever segment now comes first; offsets
+        between the two segments that no segment file holds raise, unless a recovery or an accepted
+        loss accounts for them (:func:`~indexer.data_loss.missing_between_segments`).
+
+        Raises:
+            OffsetsInNoSegmentError: offsets from ``needed`` on are in no segment file.
         """
         try:
-            return self._segments.next_segment(segment)
+            following = self._segments.next_segment(segment)
         except LookupError:
             return self._check_read_offset(start_offset, self._next_offset_metadata)
+        if following is not None and needed < min(following.base_offset, bound):
+            missing = missing_between_segments(self.directory, segment.base_offset, needed, following.base_offset)
+            if missing is not None:
+                raise missing
+        return following
 
     def read_records(
         self,
@@ -825,14 +890,16 @@ class Log:
 
         Damage stops a read as it stops a Kafka consumer: a batch that fails its CRC or does not
         parse, or bytes that are not a whole batch where committed batches must be (anywhere below
-        a segment's end but a live writer's torn tail above the bound). The read returns the records
-        of the whole batches before it; a read that has none before it raises, so offsets are never
-        skipped quietly.
+        a segment's end but a live writer's torn tail above the bound), a batch whose offsets go
+        backwards, or offsets between two segments that no segment file holds. The read returns the
+        records of the whole batches before it; a read that has none before it raises, so offsets are
+        never skipped quietly.
 
         Raises:
             OffsetOutOfRangeError: ``start_offset`` is below the log start or above the log end offset.
             CorruptRecordError: damage where the read starts (names the file, the position and the
-                first offset that cannot be read, ``offset``).
+                first offset that cannot be read, ``offset``); ``OffsetsInNoSegmentError`` for offsets
+                in no segment file (names the partition, the offsets and ``seglog recover``).
             InvalidArgumentError: an offset or ``max_records`` not an integer of Kafka's int64 range.
             ValueError: the log is closed (also when :meth:`close` overtakes the read).
         """
@@ -854,8 +921,9 @@ class Log:
         found = 0
         while start_offset < bound and limit != 0 and segment is not None and segment.base_offset < bound:
             result = self._read_segment(segment, self._read_segment_records, start_offset, bound, limit, found, aborted)
+            needed = start_offset
             if result is not None:
-                read, damage = result
+                read, damage, needed = result
                 tables += read
                 found += sum(t.num_rows for t in read)
                 if damage is not None:
@@ -866,7 +934,12 @@ class Log:
                 break
             if found and self._segments.get(segment.base_offset) is not segment:
                 break  # it left the log as it was read: what was read is whole, the next read says what is gone
-            segment = self._following_segment(segment, start_offset)
+            try:
+                segment = self._following_segment(segment, start_offset, needed, bound)
+            except OffsetsInNoSegmentError:
+                if not found:
+                    raise
+                break  # the next read, from the first offset not returned, raises
         if not tables:
             return READ_SCHEMA.empty_table()
         table = pa.concat_tables(tables)
@@ -880,8 +953,9 @@ class Log:
         limit: int | None,
         found: int,
         aborted: list[AbortedTxn],
-    ) -> tuple[list[pa.Table], CorruptRecordError | None]:
-        """The records of ``segment`` from ``start_offset``, and the damage that stopped the walk (or None).
+    ) -> tuple[list[pa.Table], CorruptRecordError | None, int]:
+        """The records of ``segment`` from ``start_offset``, the damage that stopped the walk (or None),
+        and the offset the read needs next (after the segment's last batch when it read to the end).
 
         Bytes that are not a whole batch before the segment's end are damage unless the batches
         before them already reach ``bound`` (a live writer's torn tail above the high watermark):
@@ -893,9 +967,9 @@ class Log:
         try:
             start = segment.translate_offset(first, whole=True)
         except CorruptRecordError as e:
-            return out, self._unreadable(segment, e, first)
+            return out, self._unreadable(segment, e, first), first
         if start is None:
-            return out, None
+            return out, None, first
         position, end = start.position, segment.size
         covered = first  # every offset below this one was read (or not asked for)
         floor = segment.base_offset - 1  # the largest offset of the batches walked so far
@@ -910,7 +984,7 @@ class Log:
                 if len(buf) >= LOG_OVERHEAD and position + size <= end:
                     buf = segment.log.read(position, size)
                 if len(buf) < LOG_OVERHEAD or len(buf) < size:  # cut, or a size field past the end
-                    return out, self._unreadable(segment, segment.log.not_whole_error(position, end), covered)
+                    return out, self._unreadable(segment, segment.log.not_whole_error(position, end), covered), covered
                 whole, after = whole_entries(buf)
             good, damage = whole, None
             while True:  # on damage, decode the whole batches before it (error path only)
@@ -929,18 +1003,13 @@ class Log:
                     good, damage = (bad if 0 <= bad < good else 0), e
             if damage is None and (backwards := _backwards(table, buf, whole, floor)) is not None:
                 table, at, unread, before = backwards
-                damage = CorruptRecordError(
-                    f"batch at position {position + at} starts at offset {unread}, not after offset {before}: "
-                    "offsets go backwards (a batch written twice or out of place)",
-                    path=segment.log.path,
-                    position=position + at,
-                )
+                damage = _backwards_error(segment, position + at, unread, before)
             elif damage is not None:
                 unread = max(covered, whole_entries(buf[:good])[1])
             if damage is not None:
                 if table.num_rows:
                     out.append(table)
-                return out, self._unreadable(segment, damage, unread)
+                return out, self._unreadable(segment, damage, unread), unread
             floor = after - 1
             if table.num_rows:
                 out.append(table)
@@ -949,7 +1018,7 @@ class Log:
             if limit is not None and found + read >= limit:
                 break
             position += whole
-        return out, None
+        return out, None, covered
 
     def _unreadable(self, segment: LogSegment, error: CorruptRecordError, offset: int) -> CorruptRecordError:
         """``error`` as the damage a read reports: the first offset it cannot read, file and position."""
@@ -961,6 +1030,33 @@ class Log:
             position=position,
             offset=offset,
         )
+
+    def unreadable_offsets(self, error: CorruptRecordError) -> LostRange | None:
+        """The offsets that the damage a read stopped at (``error``, from :meth:`read` or
+        :meth:`read_records`) makes unreadable, as ``seglog recover``'s salvage names them lost: offsets
+        in no segment file, or the range of the damaged segment between the intact batches around the
+        damage (:func:`~indexer.salvage.plan_salvage`; ``end`` None: up to the log end). None when the
+        damage loses no offset (a batch written twice: recovery drops the copy) or its segment left the
+        log: a reader cannot go on after it. For readers that accept data loss (the Spark source with
+        ``failOnDataLoss=false``); it reads the damaged segment whole, so only on the error path.
+
+        Raises:
+            StorageError: the segment cannot be read.
+        """
+        offset = error.offset
+        if offset is not None and isinstance(error, OffsetsInNoSegmentError):
+            return LostRange(offset, error.end)
+        segment = None if offset is None else self._segments.floor_segment(offset)
+        if segment is None or offset is None or error.path != str(segment.log.path):
+            return None
+        try:
+            following = self._segments.next_segment(segment)
+        except LookupError:
+            return None
+        next_base = None if following is None else following.base_offset
+        scan = segment.log.scan(mapped=False)  # pread, never a map: a reader holds no lock against a writer's cut
+        plan = plan_salvage(segment.log, segment.base_offset, next_base, scan, mapped=False)
+        return next((r for r in plan.lost if r.first <= offset and (r.end is None or offset < r.end)), None)
 
     def _repair_index(self, segment: LogSegment) -> None:
         """Rebuild the indexes of ``segment`` after a read found a damaged entry in them (O(1) when
@@ -986,7 +1082,7 @@ class Log:
             self._check_writable("rebuild indexes")
             if self._segments.get(segment.base_offset) is not segment:
                 return False
-            scan = segment.log.scan(0, verify_crc=True)
+            scan = segment.scan(verify_crc=True)
             if scan.error is not None or scan.valid_bytes != segment.size:
                 raise CorruptRecordError(
                     f"segment {segment.log.path} has invalid data at position {scan.valid_bytes} ({reason}); "

@@ -3,7 +3,9 @@
 :meth:`LogLoader.load` runs Kafka's steps in Kafka's order:
 
 1. temp files: ``.deleted`` files are deleted; ``.cleaned`` files are deleted, and so is every
-   ``.swap`` file at or above the lowest ``.cleaned`` offset (an unfinished split, KAFKA-6264);
+   ``.swap`` file at or above the lowest ``.cleaned`` offset (an unfinished split, KAFKA-6264); new
+   index files never renamed into place (``<base>.index.tmp``, a process killed while it replaced an
+   index: :meth:`AbstractIndex._replace_file`) are deleted;
 2. the remaining ``.swap`` segments are measured (lowest base offset, highest next offset);
 3. segment files whose offset lies in that range are deleted (the swap replaces them);
 4. ``.swap`` files are renamed to their final names;
@@ -70,7 +72,7 @@ from indexer import file_names
 from indexer.checkpoint import EpochEntry, LeaderEpochCheckpointFile, fsync_directory
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig
-from indexer.data_loss import offsets_in_no_segment
+from indexer.data_loss import log_start_above, offsets_in_no_segment
 from indexer.errors import (
     CorruptIndexError,
     InvalidOffsetError,
@@ -104,6 +106,7 @@ class StepKind(enum.StrEnum):
 
     DELETE_STRAY_DELETED = "delete-stray-deleted-file"
     DELETE_CLEANED = "delete-cleaned-file"
+    DELETE_INDEX_TEMP = "delete-unfinished-index-file"
     DELETE_INVALID_SWAP = "delete-incomplete-split-swap-file"
     DELETE_SWAPPED_OUT = "delete-file-replaced-by-swap"
     COMPLETE_SWAP = "rename-swap-file"
@@ -267,8 +270,8 @@ class _PlannedSegment:
 
     def read_next_offset(self) -> int:
         if self.next_offset is None:
-            with FileRecords.open(self.path, mutable=False) as records:
-                last_offsets = records.scan(0, verify_crc=False).last_offsets
+            with FileRecords.open(self.path, mutable=False) as records:  # a dry run's: no lock, no map
+                last_offsets = records.scan(0, verify_crc=False, mapped=False).last_offsets
             self.next_offset = int(last_offsets[-1]) + 1 if len(last_offsets) else self.base_offset
         return self.next_offset
 
@@ -355,7 +358,11 @@ class LogLoader:
     segment from the recovery point on is recovered, for ``recovery_reason`` (what the steps and logs
     say: a caller that recovers whatever the shutdown was says so). Segments removed during
     recovery are renamed ``.deleted`` and handed over in :attr:`LoadedLog.deleted_segments`, for the
-    log to delete ``file.delete.delay.ms`` later. Not thread-safe; the caller holds the partition's writer lock.
+    log to delete ``file.delete.delay.ms`` later. A log that ends below ``log_start_offset`` loses every
+    segment (quarantined, named as lost offsets) only with ``remove_below_log_start`` (``seglog
+    recover``); otherwise loading raises and removes nothing: no writer leaves such a log, so the
+    checkpoint is damaged or segment files are missing, and a writer's open must not delete committed
+    records on its word alone. Not thread-safe; the caller holds the partition's writer lock.
     """
 
     def __init__(
@@ -368,8 +375,10 @@ class LogLoader:
         had_clean_shutdown: bool = False,
         clock: Clock | None = None,
         recovery_reason: str = UNCLEAN_SHUTDOWN,
+        remove_below_log_start: bool = False,
     ) -> None:
         self.directory = Path(directory)
+        self.remove_below_log_start = remove_below_log_start
         self.config = config
         self.recovery_point_checkpoint = recovery_point
         self.log_start_offset_checkpoint = log_start_offset
@@ -396,7 +405,8 @@ class LogLoader:
         """Recover the directory and open its segments (spec 6.2).
 
         Raises:
-            StorageError: an I/O error; the directory is left in a state a later load completes.
+            StorageError: an I/O error; the directory is left in a state a later load completes. The
+                log ends below ``log_start_offset`` without ``remove_below_log_start``.
         """
         try:
             report = self._run(fix=True)
@@ -504,7 +514,8 @@ class LogLoader:
                 self._path(name).unlink(missing_ok=True)
 
     def _remove_temp_files_and_collect_swap_files(self) -> list[str]:
-        """Step 1: delete ``.deleted`` and ``.cleaned`` files and swap files of unfinished splits."""
+        """Step 1: delete ``.deleted`` and ``.cleaned`` files, swap files of unfinished splits and new
+        index files never renamed into place."""
         swap_files: list[str] = []
         cleaned_files: list[str] = []
         min_cleaned_offset = INT64_MAX
@@ -519,6 +530,9 @@ class LogLoader:
                 self._names.discard(name)
             elif file_names.is_stray_deleted_file(name):
                 self._delete_file(name, StepKind.DELETE_STRAY_DELETED, "stray temporary file")
+            elif file_names.is_index_temp_file(name):
+                why = "new index file of an interrupted rebuild, never renamed over the index: not an index"
+                self._delete_file(name, StepKind.DELETE_INDEX_TEMP, why)
             elif name.endswith(file_names.CLEANED_FILE_SUFFIX):
                 offset = _offset_or_none(name)
                 if offset is not None:
@@ -662,6 +676,10 @@ class LogLoader:
         if self._segments:
             log_end_offset = self._read_next_offset(self._segments[max(self._segments)])
             if log_end_offset < self.log_start_offset_checkpoint:  # e.g. segment files deleted by hand
+                if not self.remove_below_log_start:
+                    raise log_start_above(
+                        self.directory, self.log_start_offset_checkpoint, log_end_offset, "its log end offset"
+                    )
                 why = f"the log ends at {log_end_offset}, below its start {self.log_start_offset_checkpoint}"
                 segments = [self._segments[b] for b in sorted(self._segments)]
                 self._delete_segments(segments, StepKind.DELETE_BELOW_LOG_START, why, log_end_offset=log_end_offset)
@@ -720,8 +738,9 @@ class LogLoader:
     def _inspect(self, path: Path, base_offset: int, *, verify_crc: bool = True) -> _Inspection:
         """Read-only scan of a ``.log``: what recovering it would keep and drop."""
         with FileRecords.open(path, mutable=False) as records:
+            next_base = self._next_base(base_offset)
             return _inspect_records(
-                records, base_offset, self._next_base(base_offset), verify_crc=verify_crc, salvage=self._salvage
+                records, base_offset, next_base, verify_crc=verify_crc, salvage=self._salvage, mapped=self._fix
             )
 
     def _recover_segment(self, segment: _Segment, *, reason: str) -> int:
@@ -742,7 +761,8 @@ class LogLoader:
             raise _SplitNeeded(segment, inspection.overflow_offset)
         if self._salvage and inspection.damaged:
             with FileRecords.open(source, mutable=False) as records:
-                plan = plan_salvage(records, segment.base_offset, self._next_base(segment.base_offset), inspection.scan)
+                next_base = self._next_base(segment.base_offset)
+                plan = plan_salvage(records, segment.base_offset, next_base, inspection.scan, mapped=self._fix)
             segment.size = plan.kept_bytes
             segment.next_offset = plan.next_offset or segment.base_offset
             names = [
@@ -971,7 +991,7 @@ class LogLoader:
         ``.swap`` -> final names, the old segment -> ``.deleted``)."""
         log_path = file_names.log_file(self.directory, segment.base_offset)
         with FileRecords.open(self._source(log_path.name), mutable=False) as records:
-            framed = records.scan(0, verify_crc=False)
+            framed = records.scan(0, verify_crc=False, mapped=self._fix)
         groups = _split_groups(np.asarray(framed.base_offsets), np.asarray(framed.last_offsets))
         new_bases = [int(framed.base_offsets[g[0]]) for g in groups]
         why = f"offset {offset} overflows the segment (KAFKA-6264): split into segments at offsets {new_bases}"
@@ -1082,19 +1102,21 @@ def _inspect_records(
     *,
     verify_crc: bool = True,
     salvage: bool = False,
+    mapped: bool = True,
 ) -> _Inspection:
     """One scan of an unchanged ``.log`` (plus a header walk of what follows its first invalid byte):
-    what recovering it would keep and drop.
+    what recovering it would keep and drop. ``mapped`` only under the partition's writer lock: a dry
+    run reads with ``pread``, since a writer cutting a mapped file would kill it with SIGBUS.
 
     An overflow (offsets that do not fit relative to the base offset, KAFKA-6264) asks for a split.
     When salvaging, a v2 batch that does not fit the segment (or reaches the next segment's base)
     and whose offsets continue neither neighbour's is no overflow but a damaged base offset (a field
     outside the CRC): salvage removes it."""
-    scan = records.scan(0, verify_crc=verify_crc)
+    scan = records.scan(0, verify_crc=verify_crc, mapped=mapped)
     size = records.size_in_bytes()
     dropped = 0
     if scan.valid_bytes < size:
-        dropped = len(records.scan(scan.valid_bytes, verify_crc=False))
+        dropped = len(records.scan(scan.valid_bytes, verify_crc=False, mapped=mapped))
     last = np.asarray(scan.last_offsets, dtype=np.int64)
     relative = last - base_offset
     outside = (relative < 0) | (relative > INT32_MAX)

@@ -39,7 +39,13 @@ from pathlib import Path
 from types import TracebackType
 
 from indexer import file_names, topics
-from indexer.checkpoint import OffsetCheckpointFile, fsync_directory, update_checkpoint, write_atomically
+from indexer.checkpoint import (
+    OffsetCheckpointFile,
+    committed_offsets_for_writer,
+    fsync_directory,
+    update_checkpoint,
+    write_atomically,
+)
 from indexer.clock import Clock, SystemClock
 from indexer.config import Settings
 from indexer.errors import (
@@ -305,8 +311,8 @@ class LogManager:
     def _open(self, topic: str, partition: int, directory: Path) -> Log:
         tp = (topic, partition)
         config = self.settings.log_config(topic)
-        high_watermark = self._read_checkpoint(file_names.REPLICATION_OFFSET_CHECKPOINT_FILE).get(tp)
         if self.read_only:
+            high_watermark = self._read_checkpoint(file_names.REPLICATION_OFFSET_CHECKPOINT_FILE).get(tp)
             return Log.open(
                 directory,
                 config,
@@ -316,6 +322,7 @@ class LogManager:
                 read_only=True,
                 high_watermark=high_watermark,
             )
+        high_watermark = committed_offsets_for_writer(self.log_dir).get(tp)
         # A writer that died keeps its holder line in the lock file: its partition is not clean. (A live
         # writer's line is there too; Log.open then fails with LogLockedError anyway.)
         holder = ""

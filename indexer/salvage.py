@@ -34,7 +34,7 @@ import contextlib
 import errno
 import mmap
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -186,9 +186,15 @@ def first_misplaced_batch(scan: BatchScan, base_offset: int, next_base: int | No
     return int(hits[0]) if hits.size else None
 
 
-def plan_salvage(records: FileRecords, base_offset: int, next_base: int | None, scan: BatchScan) -> SalvagePlan:
+def plan_salvage(
+    records: FileRecords, base_offset: int, next_base: int | None, scan: BatchScan, *, mapped: bool = True
+) -> SalvagePlan:
     """Find the intact batches of ``records`` (a segment based at ``base_offset``, followed by a
     segment based at ``next_base`` if any), given ``scan``, its CRC-checked scan from 0.
+
+    ``mapped`` (the caller holds the partition's writer lock) searches a memory map of the file;
+    without it (``seglog describe``, a dry run) the file is read with ``pread``: a writer cutting a
+    mapped file kills the process with SIGBUS. The plan then covers the bytes read.
 
     Raises:
         StorageError: the file cannot be read.
@@ -198,10 +204,8 @@ def plan_salvage(records: FileRecords, base_offset: int, next_base: int | None, 
     pieces = [scan]
     position = scan.valid_bytes
     if position < size:
-        with storage_errors(records.path, "map"), open(records.path, "rb") as f:
-            mapped = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
-        try:
-            buf = np.frombuffer(mapped, dtype=np.uint8)
+        with _file_bytes(records, size, mapped) as buf:
+            size = len(buf)
             search = position + 1
             while search < size:
                 candidate = int(next_candidate(buf, search, size, base_offset, max_last))
@@ -210,22 +214,37 @@ def plan_salvage(records: FileRecords, base_offset: int, next_base: int | None, 
                 if not _crc_valid(buf, candidate):
                     search = candidate + 1
                     continue
-                piece = records.scan(candidate)
+                piece = records.scan(candidate, size, mapped=mapped)
                 if not len(piece):
                     search = candidate + 1
                     continue
                 pieces.append(piece)
                 search = piece.valid_bytes + 1
-            del buf
-        finally:
-            with contextlib.suppress(BufferError):
-                mapped.close()
+            del buf  # before the map is closed
     valid = _concat(pieces)
     keep = _intact(valid, base_offset, next_base, size)
     kept = _select(valid, keep)
     removed = _removed_ranges(kept, size)
     lost = _lost_ranges(kept, size, base_offset, next_base)
     return SalvagePlan(size, kept, removed, lost)
+
+
+@contextlib.contextmanager
+def _file_bytes(records: FileRecords, size: int, mapped: bool) -> Iterator[np.ndarray]:
+    """The first ``size`` bytes of ``records`` as a uint8 array: a read-only map, or a ``pread`` copy
+    (as many bytes as the file still has)."""
+    if not mapped:
+        yield np.frombuffer(records.read(0, size), dtype=np.uint8)
+        return
+    with storage_errors(records.path, "map"), open(records.path, "rb") as f:
+        mapping = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+    try:
+        buf = np.frombuffer(mapping, dtype=np.uint8)
+        yield buf
+        del buf
+    finally:
+        with contextlib.suppress(BufferError):
+            mapping.close()
 
 
 def _crc_valid(buf: np.ndarray, position: int) -> bool:

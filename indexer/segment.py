@@ -689,7 +689,7 @@ class LogSegment:
         index = self._index_for_read(self._lazy_offset_index)
         last_indexed = self.base_offset if index is None else index.last_offset
         # From the (verified) position of the last entry: its offset may be damaged, its batch is not.
-        scan = self._scan_headers(self._lookup_position(last_indexed).position)
+        scan = self.scan(self._lookup_position(last_indexed).position)
         # Headers are not CRC-checked here: a damaged lastOffsetDelta or base offset shows as an offset
         # below the segment's base or below an earlier batch's. The end is that of the batches before it
         # (the damage is the CRC pass's to report), never an offset no batch could have.
@@ -749,7 +749,7 @@ class LogSegment:
         Walks every batch (CRC-checked) with the vectorised scan, re-derives the index entries with
         the append rule (the batch at position 0 is never indexed), truncates invalid trailing bytes
         and writes the final time index entry. Returns the number of bytes truncated.
-        ``scan``: the caller's own ``self.log.scan(0, verify_crc=True)`` of the unchanged ``.log``
+        ``scan``: the caller's own ``self.scan(verify_crc=True)`` of the unchanged ``.log``
         (the loader inspects the batches before recovering), so that the file is read only once.
         Not thread-safe: the caller (the loader) holds the log lock.
 
@@ -764,7 +764,7 @@ class LogSegment:
         self.txn_index.reset()
         self._max_ts_and_offset = _UNKNOWN
         if scan is None:
-            scan = self.log.scan(0, verify_crc=True)
+            scan = self.scan(verify_crc=True)
         last_offsets = np.asarray(scan.last_offsets, dtype=np.int64)
         self._check_offset_range(last_offsets)
         if last_offsets.size:
@@ -825,10 +825,13 @@ class LogSegment:
             self._max_ts_and_offset = self._read_largest_timestamp()
         return truncated
 
-    def _scan_headers(self, position: int) -> BatchScan:
-        """The batch headers from ``position`` on (no CRC pass). A read-only segment is read with
-        ``pread``: its writer is another process, whose truncation would fault a map (SIGBUS)."""
-        return self.log.scan(position, verify_crc=False, mapped=not self.read_only)
+    def scan(self, position: int = 0, *, verify_crc: bool = False) -> BatchScan:
+        """The batch headers of the ``.log`` from ``position`` on, every CRC checked with ``verify_crc``.
+
+        Mapped for the writer (the recovery hot path, under the log lock); a read-only segment is read
+        with ``pread``: its writer is another process, whose truncation would fault a map (SIGBUS).
+        """
+        return self.log.scan(position, verify_crc=verify_crc, mapped=not self.read_only)
 
     def _read_largest_timestamp(self) -> TimestampOffset:
         last_entry = self.time_index.last_entry
@@ -836,7 +839,7 @@ class LogSegment:
 
     def _largest_timestamp_after(self, position: int, floor: TimestampOffset) -> TimestampOffset:
         """The first batch from ``position`` with the largest max timestamp, if above ``floor``'s."""
-        scan = self._scan_headers(position)
+        scan = self.scan(position)
         if len(scan.max_timestamps):
             stamps = np.asarray(scan.max_timestamps)
             best = int(np.argmax(stamps))

@@ -2,7 +2,8 @@
 
 For every partition directory (each under its writer lock, so a live writer's partitions are
 skipped, never touched) :class:`~indexer.log_loader.LogLoader` finishes or undoes interrupted
-operations (``.swap``, ``.cleaned``, ``.deleted`` files), recovers the segments - validating every
+operations (``.swap``, ``.cleaned``, ``.deleted`` files, ``<base>.index.tmp`` of a killed index
+rebuild), recovers the segments - validating every
 batch, salvaging every intact batch around damage (or, with ``recovery.strategy=truncate``,
 Kafka's cut at the first damage), quarantining every byte removed, rebuilding missing or corrupt
 indexes - and the partition is flushed and closed. Then the
@@ -276,6 +277,7 @@ def recover_partition(
             had_clean_shutdown=False,
             clock=clock,
             recovery_reason="validated by seglog recover",
+            remove_below_log_start=True,  # named as lost offsets, committed ones need --accept-data-loss
         )
         if dry_run:
             _fill_from_report(result, loader.check(), committed_offset)

@@ -30,6 +30,7 @@ import sys
 import traceback
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
@@ -61,6 +62,7 @@ COMMANDS: dict[str, Command] = {
     "recover": Command("seglog.commands.recover", "recover a log directory after a crash (Kafka's log loading)"),
     "quarantine": Command("seglog.commands.quarantine", "list or purge the bytes recovery removed (quarantine)"),
     "serve": Command("seglog.commands.serve", "serve a log directory read-only over the Kafka protocol"),
+    "groups": Command("seglog.commands.groups", "list or delete the consumer group offsets seglog serve keeps"),
     "bench": Command("seglog.commands.bench", "run a benchmark suite (engine, sink, reader, maintenance, serve)"),
 }
 
@@ -204,6 +206,21 @@ def log_dir_from_args(args: argparse.Namespace, *, must_exist: bool = True) -> A
     from indexer.log_manager import check_log_dir
 
     return check_log_dir(args.log_dir, must_exist=must_exist)
+
+
+def existing_directory(path: str, what: str) -> Path:
+    """``path``, checked to be a directory (named ``what`` in the error), before anything runs.
+
+    Raises:
+        FileNotFoundError: it does not exist.
+        NotADirectoryError: it is something else.
+    """
+    directory = Path(path)
+    if not directory.exists():
+        raise FileNotFoundError(f"{what} {directory} does not exist")
+    if not directory.is_dir():
+        raise NotADirectoryError(f"{what} {directory} is not a directory")
+    return directory
 
 
 def add_partition_arguments(parser: argparse.ArgumentParser) -> None:

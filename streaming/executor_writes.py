@@ -60,7 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexer import errors
-from indexer.checkpoint import OffsetCheckpointFile, update_checkpoint
+from indexer.checkpoint import OffsetCheckpointFile, committed_offsets_for_writer, update_checkpoint
 from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig
 from indexer.data_loss import missing_committed_records
@@ -70,7 +70,6 @@ from indexer.file_names import (
     LOG_START_OFFSET_CHECKPOINT_FILE,
     PARTITION_LOCK_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
-    REPLICATION_OFFSET_CHECKPOINT_FILE,
     TopicPartition,
     partition_dir_name,
 )
@@ -262,7 +261,7 @@ def open_partition(
                 config,
                 recovery_point=checkpointed(RECOVERY_POINT_CHECKPOINT_FILE) or 0,
                 log_start_offset=checkpointed(LOG_START_OFFSET_CHECKPOINT_FILE) or 0,
-                high_watermark=checkpointed(REPLICATION_OFFSET_CHECKPOINT_FILE),
+                high_watermark=committed_offsets_for_writer(log_dir).get(tp),
                 had_clean_shutdown=clean,
                 recovery_reason=died_holding_reason(FileLock(directory / PARTITION_LOCK_FILE).holder()),
             )

@@ -63,7 +63,13 @@ from pyspark.sql.types import (
 
 from indexer.config import Settings
 from indexer.data_loss import missing_committed_records
-from indexer.errors import ConfigError, LogDirectoryNotFoundError, NotALogDirectoryError, OffsetOutOfRangeError
+from indexer.errors import (
+    ConfigError,
+    CorruptRecordError,
+    LogDirectoryNotFoundError,
+    NotALogDirectoryError,
+    OffsetOutOfRangeError,
+)
 from indexer.file_names import TopicPartition, is_listed_to_patterns, partition_dir_name
 from indexer.log_manager import LogManager, check_log_dir
 from indexer.records.isolation import IsolationLevel
@@ -271,13 +277,15 @@ def data_loss(
     last: int | None = None,
     committed: int | None = None,
     not_in: str | None = None,
+    unreadable: CorruptRecordError | None = None,
 ) -> None:
     """Offsets ``start..first`` are gone (retention, a deleted partition: ``first`` None), or the
     partition now ends at ``last``, before ``start`` (truncated or recreated), or offsets
     ``start..committed`` are committed but the log ends at ``start`` (damaged or missing files), or the
-    checkpoint holds offset ``start`` of a partition the subscription ``not_in`` does not name: raise,
-    or warn when ``failOnDataLoss=false`` (the read then goes on from ``first``, or from ``last``, as
-    Kafka's source, or reads what the log holds).
+    checkpoint holds offset ``start`` of a partition the subscription ``not_in`` does not name, or
+    offsets ``start..first`` cannot be read (``unreadable``: damage or offsets in no segment file,
+    before ``seglog recover``): raise, or warn when ``failOnDataLoss=false`` (the read then goes on
+    from ``first``, or from ``last``, as Kafka's source, or reads what the log holds).
 
     Raises:
         OffsetOutOfRangeError: ``failOnDataLoss=true`` (the default).
@@ -286,6 +294,12 @@ def data_loss(
     if committed is not None:  # the engine's words for it (what its writers refuse)
         directory = Path(log_dir) / partition_dir_name(*tp)
         message = str(missing_committed_records(directory, start, committed, "its checkpointed high watermark"))
+    elif unreadable is not None:  # the engine's words: the file or partition, the offsets, `seglog recover`
+        assert first is not None
+        message = (
+            f"{unreadable}; offsets {start}..{first - 1} of {name} cannot be read until "
+            f"`seglog recover --log-dir {log_dir}` salvages the partition and names them lost"
+        )
     elif not_in is not None:
         message = (
             f"{name} is not in {not_in}, but the checkpoint holds its offset {start} (the query ran with "
@@ -382,9 +396,19 @@ def read_range(piece: RangeToRead) -> Iterator[pa.RecordBatch]:
             else:
                 data_loss(piece.fail_on_data_loss, piece.log_dir, tp, piece.end, None, last=end)
         while start < min(piece.end, end):
-            table = log.read_records(
-                start, READ_STEP_RECORDS, max_offset=piece.end, isolation_level=piece.isolation_level
-            )
+            try:
+                table = log.read_records(
+                    start, READ_STEP_RECORDS, max_offset=piece.end, isolation_level=piece.isolation_level
+                )
+            except CorruptRecordError as e:
+                lost = log.unreadable_offsets(e)
+                if lost is None:  # nothing to skip to: only `seglog recover` can go on
+                    raise
+                resume = piece.end if lost.end is None else min(lost.end, piece.end)
+                first = start if e.offset is None else max(start, e.offset)
+                data_loss(piece.fail_on_data_loss, piece.log_dir, tp, first, resume, unreadable=e)
+                start = resume
+                continue
             if table.num_rows == 0:
                 break
             for part in _within_bytes(table, READ_STEP_BYTES):

@@ -715,6 +715,12 @@ class FileRecords:
             with contextlib.suppress(BufferError):
                 mapping.close()
 
+    def scan_bytes(self, data: bytes, position: int) -> BatchScan:
+        """The entry headers of ``data``, this file's bytes from ``position`` as a reader already holds
+        them, walked as :meth:`scan` walks the file (no CRC pass), without reading them again."""
+        buf = np.frombuffer(data, dtype=np.uint8)
+        return self._scan_buffer(buf, position, position, position + len(data), False)[0]
+
     def _scan_read(self, fd: int, start: int, end: int, verify_crc: bool) -> BatchScan:
         """``scan`` with ``pread``: chunk by chunk, each chunk ending where its last whole entry ends.
 

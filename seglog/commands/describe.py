@@ -6,7 +6,9 @@ For each ``<topic>-<partition>`` directory: log start offset, log end offset, hi
 batch and record counts, the timestamps of its first record and its largest one, and how many
 entries its index files hold; the quarantine files holding bytes recovery removed (``seglog
 quarantine``), the committed data losses accepted with ``seglog recover --accept-data-loss``, and
-offsets that no segment holds and nothing accounts for (a segment missing in the middle).
+offsets that no segment holds and nothing accounts for (a segment missing in the middle), and new
+index files never renamed into place (``<base>.index.tmp``: an index being rebuilt, or left by a
+process killed while rebuilding it; never read as an index, deleted by the next writable open).
 Counts come from one vectorised walk over the batch headers of each ``.log`` (no record is
 decoded; ``records`` counts the offsets the batches cover, which is the number of records unless
 compaction removed some). A partition that cannot be opened is listed
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import logging
+import os
 from pathlib import Path
 from typing import Any
 
@@ -38,10 +41,11 @@ import numpy as np
 
 from indexer.checkpoint import OffsetCheckpointFile
 from indexer.data_loss import offsets_in_no_segment, read_accepted_losses
-from indexer.errors import SeglogError
+from indexer.errors import SeglogError, storage_errors
 from indexer.file_names import (
     RECOVERY_POINT_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
+    is_index_temp_file,
     misnamed_partition_dirs,
 )
 from indexer.log_manager import LogManager
@@ -160,7 +164,14 @@ def describe_partition(topic: str, partition: int, log: Any, *, verify: bool = F
         "segments": segments,
         "quarantine": [q.to_dict() for q in list_quarantine(Path(log.directory))],
         "offsets_in_no_segment": [r.to_dict() for r in offsets_in_no_segment(Path(log.directory), gaps)],
+        "unfinished_index_files": _unfinished_index_files(Path(log.directory)),
     }
+
+
+def _unfinished_index_files(directory: Path) -> list[str]:
+    """The new index files of ``directory`` not renamed into place (:func:`is_index_temp_file`), sorted."""
+    with storage_errors(directory, "list the partition directory"):
+        return sorted(e.name for e in os.scandir(directory) if is_index_temp_file(e.name))
 
 
 def describe_segment(
@@ -172,7 +183,7 @@ def describe_segment(
     recovery would keep and remove (:func:`~indexer.salvage.plan_salvage`, given ``next_base``, the
     next segment's base offset)."""
     records = segment.log
-    scan = records.scan(verify_crc=verify)
+    scan = segment.scan(verify_crc=verify)  # read with pread: a writer may cut the file meanwhile
     count = len(scan)
     first_timestamp = NO_TIMESTAMP
     if count:
@@ -206,7 +217,7 @@ def describe_segment(
 def _salvage(records: Any, base_offset: int, next_base: int | None, scan: Any, damage_at: int) -> dict[str, Any]:
     """What ``seglog recover`` would do with a damaged segment (damage from position ``damage_at``):
     its intact batches after the damage (kept), the byte ranges it quarantines, the offsets those held."""
-    plan = plan_salvage(records, base_offset, next_base, scan)
+    plan = plan_salvage(records, base_offset, next_base, scan, mapped=False)
     after = plan.kept.positions >= damage_at
     return {
         "kept_batches_after_damage": int(np.count_nonzero(after)),
@@ -314,6 +325,11 @@ def render_text(description: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  quarantine: {len(p['quarantine'])} files, {size} bytes removed by recovery "
                 f"({', '.join(Path(q['path']).name for q in p['quarantine'])}; see `seglog quarantine list`)"
+            )
+        if p["unfinished_index_files"]:
+            lines.append(
+                f"  unfinished index files: {', '.join(p['unfinished_index_files'])} (an index rebuild in "
+                "progress, or left by a process killed during one: not indexes; the next writable open deletes them)"
             )
         for r in p["offsets_in_no_segment"]:
             lines.append(

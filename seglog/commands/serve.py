@@ -3,10 +3,10 @@
 Kafka consumers (Java, librdkafka/kcat/confluent-kafka, kafka-python, ...) connect with
 ``bootstrap.servers=HOST:PORT`` and consume what the writer committed (up to each partition's high
 watermark, from ``replication-offset-checkpoint``), with consumer groups whose committed offsets are
-kept in ``group-offsets-checkpoint`` in the log directory (or ``--group-offsets-dir``). It runs
-beside a live writer (``seglog run``, the sink) and the maintenance daemon and takes none of their
-locks; new commits, rolls and retention are picked up as they happen. Produce and topic changes are
-refused with Kafka's authorization errors.
+kept in ``group-offsets-checkpoint`` in the log directory (or ``--group-offsets-dir``; they never
+expire: ``seglog groups`` lists and deletes them). It runs beside a live writer (``seglog run``, the
+sink) and the maintenance daemon and takes none of their locks; new commits, rolls and retention are
+picked up as they happen. Produce and topic changes are refused with Kafka's authorization errors.
 
 WARNING: there is no authentication and no TLS. It binds to 127.0.0.1 by default; bind elsewhere
 (``--bind 0.0.0.0:9092``) only on a network where everyone may read every topic. Details:
@@ -29,7 +29,14 @@ import signal
 import sys
 from pathlib import Path
 
-from seglog.cli import add_log_config_arguments, log_dir_from_args, non_negative_int, positive_int, settings_from_args
+from seglog.cli import (
+    add_log_config_arguments,
+    existing_directory,
+    log_dir_from_args,
+    non_negative_int,
+    positive_int,
+    settings_from_args,
+)
 
 SEGLOG_MAIN = "import sys; from seglog.cli import main; sys.exit(main())"  # ``python -c`` this: the CLI
 # The line a server logs (with -v) once it listens on a loopback port: Server.start's.
@@ -109,21 +116,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_log_config_arguments(parser)
 
 
-def _directory(path: str, what: str) -> Path:
-    """``path``, checked to be a directory (named ``what`` in the error), before the server starts.
-
-    Raises:
-        FileNotFoundError: it does not exist.
-        NotADirectoryError: it is something else.
-    """
-    directory = Path(path)
-    if not directory.exists():
-        raise FileNotFoundError(f"{what} {directory} does not exist")
-    if not directory.is_dir():
-        raise NotADirectoryError(f"{what} {directory} is not a directory")
-    return directory
-
-
 def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM."""
     from seglog.serve.server import ServeOptions, serve_forever
@@ -134,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         host=host,
         port=port,
         advertised_host=args.advertised_host,
-        group_offsets_dir=_directory(args.group_offsets_dir, "group offsets directory")
+        group_offsets_dir=existing_directory(args.group_offsets_dir, "group offsets directory")
         if args.group_offsets_dir
         else None,
         max_request_bytes=args.socket_request_max_bytes,

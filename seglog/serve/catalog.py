@@ -49,7 +49,7 @@ _TOPIC_ID_NAMESPACE = uuid.uuid5(uuid.NAMESPACE_URL, "https://github.com/seglog/
 WAITING_POLL_S = 0.001
 
 
-def _stat_key(path: Path) -> tuple[int, int, int] | None:
+def stat_key(path: Path) -> tuple[int, int, int] | None:
     """What changes when a file is replaced or written, or a directory's entries change."""
     try:
         st = os.stat(path)
@@ -217,7 +217,7 @@ class Catalog:
         """Pick up partitions created or deleted since the last scan; True if any."""
         found = {tp for tp in self._listing.partitions() if tp[0] != file_names.CLUSTER_METADATA_TOPIC}
         known = set(self._partitions)
-        counts_stat = _stat_key(self.log_dir / file_names.TOPICS_FILE)
+        counts_stat = stat_key(self.log_dir / file_names.TOPICS_FILE)
         if found != known or counts_stat != self._counts_stat:
             counts = self._listing.topics()
             counts.pop(file_names.CLUSTER_METADATA_TOPIC, None)
@@ -242,7 +242,7 @@ class Catalog:
         for tp, entry in self._partitions.items():
             if entry.log is None:
                 continue
-            if entry.offsets != self._offsets(tp) or directories and entry.dir_stat != _stat_key(entry.directory):
+            if entry.offsets != self._offsets(tp) or directories and entry.dir_stat != stat_key(entry.directory):
                 changed |= self._reopen(tp, entry)
         return changed
 
@@ -253,7 +253,7 @@ class Catalog:
         """Read the checkpoint files if they changed since the last read; True if they were read."""
         hw_path = self.log_dir / file_names.REPLICATION_OFFSET_CHECKPOINT_FILE
         lso_path = self.log_dir / file_names.LOG_START_OFFSET_CHECKPOINT_FILE
-        stats = (_stat_key(hw_path), _stat_key(lso_path))
+        stats = (stat_key(hw_path), stat_key(lso_path))
         if stats == self._checkpoints.stats:
             return False
         try:
@@ -266,7 +266,7 @@ class Catalog:
         return True
 
     def _reopen(self, tp: TopicPartition, entry: _Partition) -> bool:
-        dir_stat = _stat_key(entry.directory)
+        dir_stat = stat_key(entry.directory)
         high_watermark, log_start_offset = self._offsets(tp)
         try:
             log = Log.open(

@@ -13,21 +13,33 @@ thread, one at a time (an ``asyncio.Lock``), so the event loop keeps serving whi
 Each write holds ``group-offsets-checkpoint.lock`` (an exclusive ``flock``, :class:`indexer.lock.FileLock`),
 reads the file again and changes only its own group in it: several servers on one log directory
 (``seglog serve`` twice, on other ports) keep each other's groups instead of writing back the
-offsets each read at its start.
+offsets each read at its start. What is answered (OffsetFetch, ListGroups) is the file as it is:
+when another process replaced it (``seglog groups delete-offsets``, another server), it is read
+again.
+
+Offsets never expire. A broker removes an empty group's offsets ``offsets.retention.minutes`` (7
+days) after its last member left; a read-only endpoint, perhaps started now and then over a copy,
+keeps a consumer's position however long it was away. ``seglog groups`` lists them and deletes
+what an operator no longer wants.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
 from typing import NamedTuple
 
 from indexer.checkpoint import CheckpointFile
+from indexer.errors import StorageError
 from indexer.file_names import TopicPartition
 from indexer.lock import FileLock
+from seglog.serve.catalog import stat_key
+
+logger = logging.getLogger(__name__)
 
 GROUP_OFFSETS_FILE = "group-offsets-checkpoint"
 CURRENT_VERSION = 0
@@ -88,6 +100,7 @@ class GroupOffsets:
         self._file_lock = FileLock(
             self._file.path.with_name(f"{GROUP_OFFSETS_FILE}.lock"), what=f"the group offsets in {directory}"
         )
+        self._stat = stat_key(self.path)
         self._offsets = self._read()
         self._write_lock: asyncio.Lock | None = None
 
@@ -97,11 +110,25 @@ class GroupOffsets:
 
     def groups(self) -> list[str]:
         """Groups with committed offsets."""
+        self._refresh()
         return sorted(self._offsets)
 
     def get(self, group: str) -> dict[TopicPartition, CommittedOffset]:
         """The group's committed offsets (a copy)."""
+        self._refresh()
         return dict(self._offsets.get(group, {}))
+
+    def _refresh(self) -> None:
+        """Read the file again if another process replaced it since this one last read or wrote it; if
+        it cannot be read, keep the offsets read before (said once per change of the file)."""
+        current = stat_key(self.path)
+        if current == self._stat:
+            return
+        self._stat = current
+        try:
+            self._offsets = self._read()
+        except StorageError as e:
+            logger.warning("%s; answering the group offsets read before", e)
 
     async def commit(self, group: str, offsets: Mapping[TopicPartition, CommittedOffset]) -> None:
         """Store ``offsets`` for ``group``; returns once the file holding them is durable.
@@ -115,13 +142,21 @@ class GroupOffsets:
 
         await self._replace(change)
 
-    async def delete(self, group: str) -> None:
-        """Forget every offset of ``group``; returns once the file without them is durable.
+    async def delete(self, group: str, partitions: Collection[TopicPartition] | None = None) -> None:
+        """Forget ``group``'s offsets of ``partitions`` (of every partition if None; a group left
+        without offsets is forgotten); returns once the file without them is durable.
 
         Raises:
             StorageError: the write failed; the offsets stay in force (file and memory).
         """
-        await self._replace(lambda current: current.pop(group, None))
+
+        def change(current: _Offsets) -> None:
+            had = current.pop(group, {})
+            kept = {} if partitions is None else {tp: c for tp, c in had.items() if tp not in partitions}
+            if kept:
+                current[group] = kept
+
+        await self._replace(change)
 
     def _lock(self) -> asyncio.Lock:
         """The lock that keeps one write at a time (made on first use, inside the event loop)."""
@@ -139,15 +174,16 @@ class GroupOffsets:
         """Apply ``change`` to the offsets on file and write them back, under the file lock; then they
         are this server's offsets (with what other servers wrote meanwhile)."""
         async with self._lock():
-            self._offsets = await asyncio.to_thread(self._replace_file, change)
+            self._offsets, self._stat = await asyncio.to_thread(self._replace_file, change)
 
-    def _replace_file(self, change: Callable[[_Offsets], object]) -> _Offsets:
+    def _replace_file(self, change: Callable[[_Offsets], object]) -> tuple[_Offsets, tuple[int, int, int] | None]:
+        """The offsets written and the file's :func:`stat_key` then (no one else writes under the lock)."""
         self._file_lock.acquire(timeout=LOCK_TIMEOUT_S)
         try:
             offsets = self._read()
             change(offsets)
             self._file.write_entries(self._entries(offsets))
-            return offsets
+            return offsets, stat_key(self.path)
         finally:
             self._file_lock.release()
 

@@ -5,6 +5,7 @@ States, as in Kafka's ``GroupMetadata``::
     Empty --join--> PreparingRebalance --all members joined / rebalance timeout--> CompletingRebalance
     CompletingRebalance --leader's SyncGroup--> Stable
     Stable / CompletingRebalance --join of a new or changed member, leave, session expiry--> PreparingRebalance
+    Stable / CompletingRebalance --a member's SyncGroup missing a rebalance timeout after the join--> PreparingRebalance
     any --last member gone--> Empty
 
 A rebalance completes when every known member has sent JoinGroup again, or when the longest
@@ -13,7 +14,10 @@ rebalance of an empty group waits ``group.initial.rebalance.delay.ms`` more for 
 new member extending the wait up to the rebalance timeout. Completing it bumps the generation,
 keeps the leader if it rejoined (else the first member), picks the first protocol of the leader's
 list that every member supports, and answers every pending JoinGroup (the leader gets the members'
-metadata). The leader's SyncGroup hands every member its assignment. A member that sends nothing
+metadata). The leader's SyncGroup hands every member its assignment. A member that has not sent
+its SyncGroup a rebalance timeout after the join was answered is removed and the others rebalance
+(Kafka's pending-sync expiry), and a known member's JoinGroup with unchanged protocols while the
+group waits for SyncGroup is answered with the current generation. A member that sends nothing
 (heartbeat, join, sync, commit) for its session timeout is removed, which starts a rebalance; one
 waiting for its JoinGroup or SyncGroup answer keeps its session until answered (a leader's slow
 assignor does not expire the members waiting for it), as in Kafka.
@@ -21,10 +25,12 @@ assignor does not expire the members waiting for it), as in Kafka.
 Static membership (KIP-345, ``group.instance.id``), as Kafka's ``updateStaticMemberThenRebalanceOrCompleteJoin``:
 a JoinGroup without member id from an instance id the group knows replaces that instance's member
 (new member id, same assignment). In a Stable group whose selected protocol stays, it is answered at
-once with the current generation and no rebalance (the leader id is the one before the replacement,
-so a returning leader acts as a follower until the next rebalance, as Kafka before KIP-814);
-otherwise the group rebalances. The replaced member id is fenced: its waiting JoinGroup/SyncGroup
-and its next Heartbeat, SyncGroup, OffsetCommit, JoinGroup or LeaveGroup get FENCED_INSTANCE_ID.
+once with the current generation and no rebalance (a returning leader is told it leads, with the
+members and ``skip_assignment``, from JoinGroup v9, as KIP-814; at older versions, which cannot say
+"skip", the leader id is the one before the replacement, so it acts as a follower until the next
+rebalance, as Kafka answers them); otherwise the group rebalances. The replaced member id is
+fenced: its waiting JoinGroup/SyncGroup and its next Heartbeat, SyncGroup, OffsetCommit, JoinGroup
+or LeaveGroup get FENCED_INSTANCE_ID.
 LeaveGroup may name a member by its instance id alone (admin clients' "remove members").
 
 Differences from Kafka, for one node without a log: group metadata (members, generation) lives in
@@ -44,6 +50,8 @@ import logging
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+
+from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription, ConsumerProtocolType
 
 from indexer.file_names import TopicPartition
 from seglog.serve import protocol
@@ -75,6 +83,7 @@ class JoinResult:
     leader: str = ""
     member_id: str = ""
     members: tuple[tuple[str, str | None, bytes], ...] = ()  # (member id, instance id, metadata), for the leader
+    skip_assignment: bool = False  # KIP-814: the leader keeps the assignment it has (JoinGroup v9+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +132,8 @@ class Group:
     static_members: dict[str, str] = field(default_factory=dict)  # instance id -> its member id
     rebalance_deadline: float = 0.0
     join_delay_until: float = 0.0
+    pending_sync: set[str] = field(default_factory=set)  # members of this generation yet to send SyncGroup
+    sync_deadline: float = 0.0  # when the members still in pending_sync are removed
 
     def add(self, member: Member) -> None:
         """Make ``member`` a member (the member of its instance id, for a static one)."""
@@ -133,10 +144,15 @@ class Group:
     def remove(self, member_id: str) -> Member | None:
         """Remove a member (and its instance id's entry); the member, or None if it was none."""
         member = self.members.pop(member_id, None)
+        self.pending_sync.discard(member_id)
         if member is not None and member.instance_id is not None:
             if self.static_members.get(member.instance_id) == member_id:
                 del self.static_members[member.instance_id]
         return member
+
+    def rebalance_timeout_s(self) -> float:
+        """The longest rebalance timeout of the members (Kafka's ``GroupMetadata.rebalanceTimeoutMs``)."""
+        return max((m.rebalance_timeout_ms for m in self.members.values()), default=0) / 1000
 
     def fenced(self, member_id: str, instance_id: str | None) -> bool:
         """Kafka's ``isStaticMemberFenced``: ``instance_id`` now belongs to another member id."""
@@ -189,9 +205,12 @@ class GroupCoordinator:
         protocol_type: str,
         protocols: list[tuple[str, bytes]],
         instance_id: str | None = None,
+        *,
+        can_skip_assignment: bool = False,
     ) -> JoinResult:
         """JoinGroup: wait for the rebalance this join starts or joins, then answer (at once for a
-        static member that comes back to a Stable group, see the module's docstring)."""
+        static member that comes back to a Stable group, see the module's docstring).
+        ``can_skip_assignment``: the request's version has KIP-814's ``skip_assignment`` (v9+)."""
         if not group_id:
             return JoinResult(protocol.INVALID_GROUP_ID, member_id=member_id)
         if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
@@ -216,18 +235,15 @@ class GroupCoordinator:
         now = self._now()
         rebalance_timeout_ms = rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms
         existing = group.members.get(member_id)
-        if (
-            existing is not None
-            and group.state is GroupState.STABLE
-            and member_id != group.leader
-            and existing.protocols == protocols
-        ):
+        if existing is not None and self._rejoin_changes_nothing(group, existing, protocols):
             existing.deadline = now + session_timeout_ms / 1000
             return self._join_result(group, existing)
         replaced = None  # the member a static member that comes back replaces
+        replaced_owed_sync = False  # it had yet to send SyncGroup: so has its replacement
         if existing is None:
             member_id = f"{instance_id or client_id or 'member'}-{uuid.uuid4()}"
             if instance_id is not None and instance_id in group.static_members:
+                replaced_owed_sync = group.static_members[instance_id] in group.pending_sync
                 replaced = group.remove(group.static_members[instance_id])
                 assert replaced is not None
                 logger.info(
@@ -259,9 +275,16 @@ class GroupCoordinator:
             if group.leader == replaced.member_id:
                 group.leader = member_id
             group.add(member)
+            if replaced_owed_sync:
+                group.pending_sync.add(member_id)
             if group.state is GroupState.STABLE and group.select_protocol() == group.protocol_name:
-                # No rebalance: the leader id before the replacement, so a returning leader does not
-                # compute an assignment that a Stable group would not hand out.
+                # No rebalance. A returning leader must not compute an assignment that a Stable group
+                # would not hand out: from v9 it is told it leads and to skip the assignment (KIP-814,
+                # so it keeps watching the metadata); before, it is given the leader id it replaced.
+                if can_skip_assignment:
+                    return dataclasses.replace(
+                        self._join_result(group, member), skip_assignment=member_id == group.leader
+                    )
                 return dataclasses.replace(self._join_result(group, member), leader=previous_leader or "", members=())
         joined: asyncio.Future[JoinResult] = asyncio.get_running_loop().create_future()
         member.join = joined
@@ -277,6 +300,19 @@ class GroupCoordinator:
         self._maybe_complete_join(group, now)  # may answer at once (then member.join is None again)
         return await joined
 
+    @staticmethod
+    def _rejoin_changes_nothing(group: Group, member: Member, protocols: list[tuple[str, bytes]]) -> bool:
+        """Whether a JoinGroup from ``member`` with unchanged ``protocols`` is answered with the current
+        generation instead of a rebalance, as Kafka's ``doCurrentMemberJoinGroup``: while the group
+        waits for SyncGroup (the member resends a JoinGroup whose answer it missed, as clients do on a
+        request timeout), and in a Stable group unless it is the leader's (the leader rejoins to
+        rebalance on a change its metadata does not show, such as a topic's partition count)."""
+        if member.protocols != protocols:
+            return False
+        return group.state is GroupState.COMPLETING_REBALANCE or (
+            group.state is GroupState.STABLE and member.member_id != group.leader
+        )
+
     def _prepare_rebalance(self, group: Group, now: float, reason: str) -> None:
         logger.info("group %s: rebalancing (generation %d, %s)", group.group_id, group.generation, reason)
         if group.state is GroupState.COMPLETING_REBALANCE:
@@ -284,8 +320,8 @@ class GroupCoordinator:
                 self._answer_sync(member, SyncResult(protocol.REBALANCE_IN_PROGRESS))
         was_empty = group.state is GroupState.EMPTY
         group.state = GroupState.PREPARING_REBALANCE
-        timeout = max((m.rebalance_timeout_ms for m in group.members.values()), default=0) / 1000
-        group.rebalance_deadline = now + timeout
+        group.pending_sync.clear()
+        group.rebalance_deadline = now + group.rebalance_timeout_s()
         delay_until = min(now + self.initial_rebalance_delay_s, group.rebalance_deadline)
         group.join_delay_until = delay_until if was_empty else now
 
@@ -309,6 +345,8 @@ class GroupCoordinator:
             group.leader = next(iter(group.members))
         group.protocol_name = group.select_protocol()
         group.state = GroupState.COMPLETING_REBALANCE
+        group.pending_sync = set(group.members)
+        group.sync_deadline = now + group.rebalance_timeout_s()
         logger.info(
             "group %s: generation %d with %d members, leader %s, protocol %s",
             group.group_id,
@@ -370,6 +408,7 @@ class GroupCoordinator:
             return SyncResult(error)
         if group.state is GroupState.PREPARING_REBALANCE:
             return SyncResult(protocol.REBALANCE_IN_PROGRESS)
+        group.pending_sync.discard(member_id)
         if group.state is GroupState.STABLE:
             return SyncResult(protocol.NONE, member.assignment, group.protocol_type, group.protocol_name)
         member.sync = asyncio.get_running_loop().create_future()
@@ -408,7 +447,7 @@ class GroupCoordinator:
                 continue
             assert group is not None
             logger.info("group %s: member %s left", group_id, member_id)
-            self._member_gone(group, member)
+            self._members_gone(group, [member], f"member {member_id} left")
             errors.append(protocol.NONE)
         return errors
 
@@ -425,17 +464,34 @@ class GroupCoordinator:
             member.join.set_result(JoinResult(error, member_id=member.member_id))
         self._answer_sync(member, SyncResult(error))
 
-    def _member_gone(self, group: Group, member: Member) -> None:
-        self._answer_waiting(member, protocol.UNKNOWN_MEMBER_ID)
+    def _members_gone(self, group: Group, members: list[Member], reason: str) -> None:
+        """After ``members`` were removed from ``group``: answer what they wait for, and rebalance the
+        rest of the group (or finish the rebalance under way; or leave the group Empty)."""
+        for member in members:
+            self._answer_waiting(member, protocol.UNKNOWN_MEMBER_ID)
         now = self._now()
         if not group.members:
             if group.state is not GroupState.EMPTY:
                 group.generation += 1
             group.state, group.leader, group.protocol_name = GroupState.EMPTY, None, None
+            group.pending_sync.clear()
         elif group.state is GroupState.PREPARING_REBALANCE:
             self._maybe_complete_join(group, now)
         else:
-            self._prepare_rebalance(group, now, f"member {member.member_id} left")
+            self._prepare_rebalance(group, now, reason)
+
+    def _expire_pending_sync(self, group: Group, now: float) -> None:
+        """Remove the members that did not send SyncGroup within the rebalance timeout after their
+        JoinGroup was answered, as Kafka's ``onExpirePendingSync``: a stalled member (its session kept
+        by heartbeats or a long ``session.timeout.ms``) would hold the group in CompletingRebalance, and
+        the members waiting for the leader's assignment with it."""
+        if not group.pending_sync or now < group.sync_deadline:
+            return
+        stalled = [group.members[member_id] for member_id in sorted(group.pending_sync)]
+        for member in stalled:
+            logger.info("group %s: member %s did not send SyncGroup in time: removed", group.group_id, member.member_id)
+            group.remove(member.member_id)
+        self._members_gone(group, stalled, f"{len(stalled)} members did not send SyncGroup")
 
     async def expire_sessions(self) -> None:
         """Remove members whose session expired and finish rebalances that timed out, until cancelled."""
@@ -447,8 +503,9 @@ class GroupCoordinator:
                     if not member.waiting() and now > member.deadline and member.member_id in group.members:
                         logger.info("group %s: member %s session expired", group.group_id, member.member_id)
                         group.remove(member.member_id)
-                        self._member_gone(group, member)
+                        self._members_gone(group, [member], f"member {member.member_id} session expired")
                 self._maybe_complete_join(group, now)
+                self._expire_pending_sync(group, now)
 
     # -- offsets ---------------------------------------------------------------------------------
 
@@ -499,6 +556,55 @@ class GroupCoordinator:
             del self._groups[group_id]
         logger.info("group %s: deleted", group_id)
         return protocol.NONE
+
+    async def delete_offsets(
+        self, group_id: str, partitions: list[TopicPartition]
+    ) -> tuple[int, dict[TopicPartition, int]]:
+        """OffsetDelete of ``partitions`` (already checked to exist), as Kafka's ``handleDeleteOffsets``:
+        the group's error code, and each partition's. A group without members loses them all; a
+        consumer group with members keeps those of the topics its members subscribe to
+        (GROUP_SUBSCRIBED_TO_TOPIC: they would commit them again), and a group of another protocol
+        with members is NON_EMPTY_GROUP.
+
+        Raises:
+            StorageError: the offsets file could not be written (the offsets stay).
+        """
+        if not group_id:
+            return protocol.INVALID_GROUP_ID, {}
+        group = self._groups.get(group_id)
+        if group is None and group_id not in self.offsets.groups():
+            return protocol.GROUP_ID_NOT_FOUND, {}
+        subscribed: set[str] | None = set()
+        if group is not None and group.members:
+            if group.protocol_type != ConsumerProtocolType:
+                return protocol.NON_EMPTY_GROUP, {}
+            subscribed = self._subscribed_topics(group)
+        errors = {
+            tp: protocol.GROUP_SUBSCRIBED_TO_TOPIC if subscribed is None or tp[0] in subscribed else protocol.NONE
+            for tp in partitions
+        }
+        deletable = [tp for tp, error in errors.items() if error == protocol.NONE]
+        if deletable:
+            await self.offsets.delete(group_id, deletable)
+            logger.info("group %s: offsets of %d partitions deleted", group_id, len(deletable))
+        return protocol.NONE, errors
+
+    @staticmethod
+    def _subscribed_topics(group: Group) -> set[str] | None:
+        """The topics a consumer group's members subscribe to, from their metadata for the group's
+        protocol (Kafka's ``GroupMetadata.subscribedTopics``); None if that is not known (no protocol
+        chosen yet, metadata that does not parse), and then every topic counts as subscribed, as in
+        Kafka."""
+        if group.protocol_name is None:
+            return None
+        topics: set[str] = set()
+        for member in group.members.values():
+            metadata = next((meta for name, meta in member.protocols if name == group.protocol_name), None)
+            try:
+                topics.update(ConsumerProtocolSubscription.decode(metadata).topics)
+            except Exception:  # kafka-python raises ValueError/struct.error/TypeError/... on bad bytes
+                return None
+        return topics
 
     def fetch_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         """The group's committed offsets."""

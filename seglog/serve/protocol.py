@@ -28,6 +28,8 @@ from kafka.protocol.admin import (
     DeleteGroupsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeConfigsRequest,
+    DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
     ListGroupsRequest,
@@ -46,6 +48,8 @@ from kafka.protocol.consumer import (
     ListOffsetsResponse,
     OffsetCommitRequest,
     OffsetCommitResponse,
+    OffsetDeleteRequest,
+    OffsetDeleteResponse,
     OffsetFetchRequest,
     OffsetFetchResponse,
     SyncGroupRequest,
@@ -89,6 +93,7 @@ INVALID_REQUEST: int = kafka_errors.InvalidRequestError.errno
 COORDINATOR_NOT_AVAILABLE: int = kafka_errors.CoordinatorNotAvailableError.errno
 GROUP_ID_NOT_FOUND: int = kafka_errors.GroupIdNotFoundError.errno
 NON_EMPTY_GROUP: int = kafka_errors.NonEmptyGroupError.errno
+GROUP_SUBSCRIBED_TO_TOPIC: int = kafka_errors.GroupSubscribedToTopicError.errno
 OFFSET_METADATA_TOO_LARGE: int = kafka_errors.OffsetMetadataTooLargeError.errno
 
 READ_ONLY_MESSAGE = "seglog serve is read-only: writes and topic changes are refused"
@@ -108,8 +113,8 @@ class Api:
 def _api(name: str, request: Any, response: Any) -> tuple[int, Api]:
     # kafka-python lets every class decode from v0; the lower bound of Kafka's definition (validVersions,
     # e.g. Fetch 4+, the versions a Kafka 4 broker still accepts) is what we advertise and accept.
-    low, high = (int(v) for v in request.json["validVersions"].split("-"))
-    return int(request.API_KEY), Api(name, request, response, low, high)
+    low, _, high = request.json["validVersions"].partition("-")  # "1-4", or "0" for one version
+    return int(request.API_KEY), Api(name, request, response, int(low), int(high or low))
 
 
 # Every API we answer, at every version Kafka 4 defines. Writes are listed so that clients learn they
@@ -130,6 +135,8 @@ APIS: dict[int, Api] = dict(
         _api("ListGroups", ListGroupsRequest, ListGroupsResponse),
         _api("DescribeGroups", DescribeGroupsRequest, DescribeGroupsResponse),
         _api("DeleteGroups", DeleteGroupsRequest, DeleteGroupsResponse),
+        _api("OffsetDelete", OffsetDeleteRequest, OffsetDeleteResponse),
+        _api("DescribeConfigs", DescribeConfigsRequest, DescribeConfigsResponse),
         _api("Produce", ProduceRequest, ProduceResponse),
         _api("CreateTopics", CreateTopicsRequest, CreateTopicsResponse),
         _api("DeleteTopics", DeleteTopicsRequest, DeleteTopicsResponse),

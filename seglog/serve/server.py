@@ -29,10 +29,12 @@ from pathlib import Path
 from typing import Any
 
 import kafka.errors as kafka_errors
+from kafka.admin import ConfigResourceType, ConfigSourceType, ConfigType
 from kafka.protocol.admin import (
     CreateTopicsResponse,
     DeleteGroupsResponse,
     DeleteTopicsResponse,
+    DescribeConfigsResponse,
     DescribeGroupsResponse,
     ListGroupsResponse,
 )
@@ -41,6 +43,7 @@ from kafka.protocol.consumer import (
     JoinGroupResponse,
     LeaveGroupResponse,
     OffsetCommitResponse,
+    OffsetDeleteResponse,
     OffsetFetchResponse,
     SyncGroupResponse,
 )
@@ -96,6 +99,33 @@ def _group_response(
     fields are the response's), then ``fields`` (ones it lacks, or a field in another form)."""
     carried = {f.name: getattr(result, f.name) for f in dataclasses.fields(result)}
     return response(version=request.version, throttle_time_ms=0, **{**carried, **fields})
+
+
+# Settings.topic_config_origins' answers as Kafka's DescribeConfigs sources.
+_CONFIG_SOURCES = {
+    "topic": ConfigSourceType.DYNAMIC_TOPIC_CONFIG,
+    "settings": ConfigSourceType.STATIC_BROKER_CONFIG,
+    "default": ConfigSourceType.DEFAULT_CONFIG,
+}
+
+
+def _config_entry(entry: type[Any], key: str, value: object, origin: str) -> Any:
+    """One config of a DescribeConfigs answer, read-only, its value as Kafka writes it (``true``)."""
+    if isinstance(value, bool):
+        kind, text = ConfigType.BOOLEAN, str(value).lower()
+    else:
+        kind, text = (ConfigType.LONG if isinstance(value, int) else ConfigType.STRING), str(value)
+    return entry(
+        name=key,
+        value=text,
+        read_only=True,
+        config_source=_CONFIG_SOURCES[origin],
+        is_default=origin == "default",
+        is_sensitive=False,
+        synonyms=[],
+        config_type=kind,
+        documentation=None,
+    )
 
 
 class Server:
@@ -408,6 +438,7 @@ class Server:
             body.protocol_type,
             [(p.name, bytes(p.metadata)) for p in body.protocols],
             body.group_instance_id if request.version >= 5 else None,
+            can_skip_assignment=request.version >= 9,
         )
         members = [
             JoinGroupResponse.JoinGroupResponseMember(member_id=m, group_instance_id=instance, metadata=meta)
@@ -418,7 +449,6 @@ class Server:
             request,
             result,
             protocol_name=result.protocol_name or ("" if request.version < 7 else None),
-            skip_assignment=False,
             members=members,
         )
 
@@ -635,6 +665,71 @@ class Server:
                 error = protocol.KAFKA_STORAGE_ERROR
             results.append(DeleteGroupsResponse.DeletableGroupResult(group_id=group_id, error_code=error))
         return DeleteGroupsResponse(version=request.version, throttle_time_ms=0, results=results)
+
+    async def _OffsetDelete(self, request: protocol.Request) -> Any:
+        """The group's offsets of the partitions named (``kafka-consumer-groups.sh --delete-offsets``,
+        kafka-python's ``delete_group_offsets``): see :meth:`GroupCoordinator.delete_offsets`; a
+        partition that does not exist is UNKNOWN_TOPIC_OR_PARTITION, as from a broker."""
+        body = request.body
+        topics = self.catalog.topics()
+        asked = [(t.name, p.partition_index) for t in body.topics for p in t.partitions]
+        known = [tp for tp in asked if tp[1] in topics.get(tp[0], [])]
+        try:
+            error, codes = await self.groups.delete_offsets(body.group_id, known)
+        except StorageError as e:
+            logger.error("cannot delete offsets of group %s: %s", body.group_id, e)
+            error, codes = protocol.KAFKA_STORAGE_ERROR, {}
+        answer = OffsetDeleteResponse.OffsetDeleteResponseTopic
+        by_topic: dict[str, list[Any]] = {}
+        for tp in asked:
+            code = codes.get(tp, protocol.NONE if tp in known else protocol.UNKNOWN_TOPIC_OR_PARTITION)
+            by_topic.setdefault(tp[0], []).append(
+                answer.OffsetDeleteResponsePartition(partition_index=tp[1], error_code=code)
+            )
+        return OffsetDeleteResponse(
+            version=request.version,
+            error_code=error,
+            throttle_time_ms=0,
+            topics=[] if error else [answer(name=name, partitions=rows) for name, rows in by_topic.items()],
+        )
+
+    # -- configs ---------------------------------------------------------------------------------
+
+    def _DescribeConfigs(self, request: protocol.Request) -> Any:
+        """A topic's configs as this server's settings give them (``Settings.log_config``: the settings
+        files and ``--config``, the files the writers and the maintenance daemon read), read-only, with
+        the source Kafka would name (``Settings.topic_config_origins``); no synonyms or documentation.
+        Other resources (brokers, groups, ...) have no configs here: INVALID_REQUEST, as Kafka answers
+        a resource type it does not describe."""
+        version = request.version
+        result = DescribeConfigsResponse.DescribeConfigsResult
+        entry = result.DescribeConfigsResourceResult
+        answers = []
+        for resource in request.body.resources:
+            error, message, configs = protocol.NONE, None, []
+            if resource.resource_type != ConfigResourceType.TOPIC:
+                error, message = protocol.INVALID_REQUEST, "seglog serve describes the configs of topics only"
+            elif resource.resource_name not in self.catalog.partition_counts():
+                error = protocol.UNKNOWN_TOPIC_OR_PARTITION
+                message = f"The topic '{resource.resource_name}' does not exist."
+            else:
+                values = self.catalog.settings.log_config(resource.resource_name).to_dict()
+                origins = self.catalog.settings.topic_config_origins(resource.resource_name)
+                configs = [
+                    _config_entry(entry, key, value, origins[key])
+                    for key, value in values.items()
+                    if resource.configuration_keys is None or key in resource.configuration_keys
+                ]
+            answers.append(
+                result(
+                    error_code=error,
+                    error_message=message,
+                    resource_type=resource.resource_type,
+                    resource_name=resource.resource_name,
+                    configs=configs,
+                )
+            )
+        return DescribeConfigsResponse(version=version, throttle_time_ms=0, results=answers)
 
     # -- refused writes --------------------------------------------------------------------------
 

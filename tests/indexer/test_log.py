@@ -24,10 +24,12 @@ import indexer.records.append_pipeline as append_pipeline
 import indexer.records.encoder as encoder_module
 from indexer.clock import MockClock, SystemClock
 from indexer.config import LogConfig
+from indexer.data_loss import record_accepted_loss
 from indexer.errors import (
     InvalidOffsetError,
     LogLockedError,
     OffsetOutOfRangeError,
+    OffsetsInNoSegmentError,
     RecordBatchTooLargeError,
     RecordTooLargeError,
     SchemaError,
@@ -197,6 +199,11 @@ def test_continue_at_leaves_a_gap_and_a_whole_flushed_segment(open_log, tmp_path
     assert (log.log_end_offset, log.recovery_point, log.active_segment.base_offset) == (9, 9, 9)
     assert all((tmp_path / "t-0" / f"{9:020d}{suffix}").exists() for suffix in (".log", ".index", ".timeindex"))
     assert log.append(values(1)).first_offset == 9
+    # the gap is a loss until recorded as accepted (what `seglog recover --accept-data-loss` does first)
+    assert log.read_records(0, max_offset=10).column("offset").to_pylist() == [0, 1, 2, 3, 4]
+    with pytest.raises(OffsetsInNoSegmentError, match=r"offsets 5\.\.8 of t-0"):
+        log.read_records(5, max_offset=10)
+    record_accepted_loss(tmp_path, {"topic": "t", "partition": 0, "lost": [{"first": 5, "last": 8}]})
     assert log.read_records(0, max_offset=10).column("offset").to_pylist() == [0, 1, 2, 3, 4, 9]
 
 

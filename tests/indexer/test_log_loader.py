@@ -16,6 +16,7 @@ from indexer import file_names
 from indexer.checkpoint import EpochEntry, LeaderEpochCheckpointFile
 from indexer.clock import MockClock
 from indexer.config import LogConfig
+from indexer.errors import StorageError
 from indexer.lock import FileLock
 from indexer.log import Log
 from indexer.log_loader import LoadedLog, LogLoader, RecoveryReport, StepKind
@@ -184,14 +185,16 @@ def test_salvage_keeps_every_intact_batch_after_the_damage(tmp_path: Path) -> No
     close(loaded)
 
 
-def scans_while(monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> list[tuple[str, int, bool]]:
-    """``(file, start, verify_crc)`` of every ``FileRecords.scan`` made by ``run()``."""
-    scans: list[tuple[str, int, bool]] = []
+def scans_while(monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> list[tuple[str, int, bool, bool]]:
+    """``(file, start, verify_crc, mapped)`` of every ``FileRecords.scan`` made by ``run()``."""
+    scans: list[tuple[str, int, bool, bool]] = []
     original = FileRecords.scan
 
-    def counting(self: FileRecords, start: int = 0, end: int | None = None, *, verify_crc: bool = True) -> BatchScan:
-        scans.append((self.path.name, start, verify_crc))
-        return original(self, start, end, verify_crc=verify_crc)
+    def counting(
+        self: FileRecords, start: int = 0, end: int | None = None, *, verify_crc: bool = True, mapped: bool = True
+    ) -> BatchScan:
+        scans.append((self.path.name, start, verify_crc, mapped))
+        return original(self, start, end, verify_crc=verify_crc, mapped=mapped)
 
     with monkeypatch.context() as patch:
         patch.setattr(FileRecords, "scan", counting)
@@ -206,11 +209,12 @@ def test_each_recovered_segment_is_read_once(tmp_path: Path, monkeypatch: pytest
     victim = logs[-1]
     _, _, second = damage_second_batch(victim)
     once = [(p.name, 0, True) for p in logs] + [(victim.name, second, False)]  # + the cut tail's framing
+    # A dry run holds no lock and reads with pread (a writer's cut of a mapped .log is SIGBUS); load() maps.
     planned = scans_while(monkeypatch, loader(directory, recovery_point=0).check)
-    assert sorted(planned) == sorted(once)
+    assert sorted(planned) == sorted((*scan, False) for scan in once)
     result: list[LoadedLog] = []
     assert sorted(scans_while(monkeypatch, lambda: result.append(loader(directory, recovery_point=0).load()))) == (
-        sorted(once)
+        sorted((*scan, True) for scan in once)
     )
     [loaded] = result
     assert loaded.next_offset < end and loaded.next_offset == loaded.segments.active_segment().read_next_offset()
@@ -224,9 +228,11 @@ def test_the_next_segment_is_read_ahead_while_one_is_recovered(tmp_path: Path, m
     events: list[tuple[str, str]] = []
     original_scan, original_advise = FileRecords.scan, os.posix_fadvise
 
-    def scan(self: FileRecords, start: int = 0, end: int | None = None, *, verify_crc: bool = True) -> BatchScan:
+    def scan(
+        self: FileRecords, start: int = 0, end: int | None = None, *, verify_crc: bool = True, mapped: bool = True
+    ) -> BatchScan:
         events.append(("scan", self.path.name))
-        return original_scan(self, start, end, verify_crc=verify_crc)
+        return original_scan(self, start, end, verify_crc=verify_crc, mapped=mapped)
 
     def advise(fd: int, offset: int, length: int, advice: int) -> None:
         assert (offset, length, advice) == (0, 0, os.POSIX_FADV_WILLNEED)
@@ -337,7 +343,13 @@ def test_log_end_below_log_start_empties_the_log(tmp_path: Path) -> None:
     directory = tmp_path / "t-0"
     end = write_log(directory)
     segments = len(segment_logs(directory))
-    loaded = load(directory, had_clean_shutdown=True, log_start_offset=end + 100)
+    before = snapshot(directory)
+    with pytest.raises(
+        StorageError, match=rf"checkpointed log start offset {end + 100} .* above its log end offset {end}"
+    ):
+        loader(directory, None, had_clean_shutdown=True, log_start_offset=end + 100).load()  # a writer's
+    assert snapshot(directory) == before
+    loaded = load(directory, had_clean_shutdown=True, log_start_offset=end + 100, remove_below_log_start=True)
     assert len(loaded.report.of_kind(StepKind.DELETE_BELOW_LOG_START)) == segments
     assert loaded.report.of_kind(StepKind.CREATE_EMPTY_SEGMENT)[0].base_offset == end + 100
     # The log end was unknown, so even after a clean shutdown the recovery point is min(checkpoint, LEO).

@@ -17,7 +17,7 @@ from indexer import file_names
 from indexer.checkpoint import OffsetCheckpointFile
 from indexer.clock import MockClock
 from indexer.config import Settings
-from indexer.errors import InvalidPartitionsError, InvalidTopicError, LogLockedError
+from indexer.errors import InvalidPartitionsError, InvalidTopicError, LogLockedError, StorageError
 from indexer.log_manager import CLEAN_SHUTDOWN_CONTENT, LogManager
 
 SETTINGS = Settings(topic_defaults={"segment.bytes": 2048, "index.interval.bytes": 200})
@@ -302,3 +302,65 @@ def test_writable_manager_on_a_copy_of_the_vectors(vectors_dir: Path, tmp_path: 
     assert log is not None and log.high_watermark == 14 == log.log_end_offset
     mgr.close()
     assert checkpoint(tmp_path, file_names.RECOVERY_POINT_CHECKPOINT_FILE) == {("lsx1", 0): 14}
+
+
+def _files(log_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(log_dir)): p.read_bytes() for p in sorted(log_dir.rglob("*")) if p.is_file()}
+
+
+@pytest.mark.parametrize("start", [100, 15])
+def test_a_damaged_log_start_checkpoint_makes_a_writer_refuse_not_delete(tmp_path: Path, start: int) -> None:
+    """After an unclean shutdown, ``log-start-offset-checkpoint`` says t-0 starts at ``start``: above its
+    log end 18 (100; no high watermark checkpointed, or that would be named first), or above its
+    checkpointed high watermark 12 (15; 12..17 uncommitted). A writer's
+    open quarantined every segment and started the log at 100, or took the log as starting at 15 (the
+    high watermark jumping over uncommitted records, retention then deleting committed ones), with
+    only a warning. It now refuses with one line naming the file, the value and ``seglog recover``,
+    and changes nothing."""
+    mgr = manager(tmp_path)
+    log = mgr.get_or_create_log("t", 0)
+    for _ in range(6):
+        log.append({"value": [b"x" * 300] * 3})
+        log.roll()
+    log.update_high_watermark(12)
+    mgr.close()
+    (tmp_path / file_names.LOG_START_OFFSET_CHECKPOINT_FILE).write_text(f"0\n1\nt 0 {start}\n")
+    if start == 100:
+        (tmp_path / file_names.REPLICATION_OFFSET_CHECKPOINT_FILE).write_text("0\n0\n")
+    (tmp_path / file_names.CLEAN_SHUTDOWN_FILE).unlink()
+    before = _files(tmp_path)
+    writer = manager(tmp_path)
+    with pytest.raises(StorageError) as refused:
+        writer.get_or_create_log("t", 0)
+    message = str(refused.value)
+    assert (
+        f"checkpointed log start offset {start} ({tmp_path / file_names.LOG_START_OFFSET_CHECKPOINT_FILE})" in message
+    )
+    above = "its log end offset 18" if start == 100 else "its checkpointed high watermark 12"
+    assert above in message and f"seglog recover --log-dir {tmp_path}" in message and "\n" not in message
+    writer.close()
+    after = _files(tmp_path)
+    assert {k: v for k, v in after.items() if k != file_names.CLEAN_SHUTDOWN_FILE} == before
+
+
+def test_an_unreadable_high_watermark_checkpoint_makes_a_writer_refuse_not_hide_records(tmp_path: Path) -> None:
+    """``replication-offset-checkpoint`` damaged (a malformed line): a writer that opened and closed t-0
+    without committing started it at its log start offset and replaced the file with that, so readers
+    saw none of its committed records and the committed offset was forgotten. The writer now
+    refuses with one line naming the file and ``seglog recover``, and the file stays as it was."""
+    mgr = manager(tmp_path)
+    end = fill(mgr, "t", 0)
+    mgr.close()
+    damaged = tmp_path / file_names.REPLICATION_OFFSET_CHECKPOINT_FILE
+    damaged.write_text(f"0\n1\nt 0 {end}x\n")
+    writer = manager(tmp_path)
+    with pytest.raises(StorageError) as refused:
+        writer.get_or_create_log("t", 0)
+    message = str(refused.value)
+    assert str(damaged) in message and f"seglog recover --log-dir {tmp_path}" in message and "\n" not in message
+    writer.close()
+    assert damaged.read_text() == f"0\n1\nt 0 {end}x\n"
+    reader = manager(tmp_path, read_only=True)
+    log = reader.get_log("t", 0)
+    assert log is not None and log.read_records(0).num_rows == end
+    reader.close()

@@ -24,9 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from indexer.config import LogConfig
-from indexer.errors import CorruptRecordError
+from indexer.errors import CorruptRecordError, OffsetsInNoSegmentError
 from indexer.log import Log
 from indexer.records.file_records import FileRecords
+from indexer.records.framing import entry_last_offset
 
 CONFIG = LogConfig(segment_bytes=2500, index_interval_bytes=300, batch_size=300, file_delete_delay_ms=0)
 RECORDS = 240
@@ -213,7 +214,65 @@ def test_batches_out_of_offset_order_stop_a_read_naming_the_offset(tmp_path: Pat
     a.path.write_bytes(raw[: a.position] + new + raw[c.position + c.size :])
     position = a.position + sum(v.size for v in order[: len(order) - 1 - order[::-1].index(moved)])
     with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
-        offsets, error = _poll(log, 0, 1000)
-    assert offsets == list(range(moved.base_offset)), offsets[moved.base_offset - 3 :]
-    assert error is not None and error.offset == moved.base_offset
-    assert error.path == str(a.path) and error.position == position, (str(error), position)
+        # Log.read (a consumer's fetch, seglog serve) served them as stored: now it stops the same way;
+        # a fetch of one batch at a time sees only the batch after it, so it may hand over the batches
+        # up to the one whose offsets go back first, in offset order, then names the same batch
+        one_by_one, error = _raw_poll(log, 0, 1)
+        assert one_by_one[: moved.base_offset] == list(range(moved.base_offset))
+        assert one_by_one == sorted(set(one_by_one)) and error is not None
+        for offsets, stop in (_poll(log, 0, 1000), _raw_poll(log, 0), (one_by_one, error)):
+            if offsets is not one_by_one:
+                assert offsets == list(range(moved.base_offset)), offsets[moved.base_offset - 3 :]
+            assert stop is not None and stop.offset == moved.base_offset
+            assert stop.path == str(a.path) and stop.position == position, (str(stop), position)
+
+
+def _raw_poll(log: Log, start: int, max_bytes: int = 1 << 20) -> tuple[list[int], CorruptRecordError | None]:
+    """Fetch raw batches from ``start`` as a consumer does (``Log.read``, ``max_bytes`` a fetch), until
+    the high watermark or an error: the offsets of the whole batches received."""
+    offsets: list[int] = []
+    while start < log.high_watermark:
+        try:
+            fetched = log.read(start, max_bytes)
+        except CorruptRecordError as e:
+            return offsets, e
+        buf = fetched.records
+        assert isinstance(buf, bytes)
+        got, position = [], 0
+        while position + 12 <= len(buf) and position + 12 + (
+            size := int.from_bytes(buf[position + 8 : position + 12])
+        ) <= len(buf):
+            base = int.from_bytes(buf[position : position + 8])
+            got += [o for o in range(base, entry_last_offset(buf, position) + 1) if o >= start]
+            position += 12 + size
+        if not got:
+            break
+        offsets += got
+        start = got[-1] + 1
+    return offsets, None
+
+
+def test_a_missing_middle_segment_stops_reads_naming_the_offsets(tmp_path: Path) -> None:
+    """A middle segment's files deleted by hand (before any ``seglog recover``): ``read_records`` and
+    ``read`` returned the records before and after the hole as if contiguous. A read now returns the
+    records before it, then raises ``OffsetsInNoSegmentError`` naming the partition, the missing
+    offsets and ``seglog recover``; reads from after the hole go on."""
+    directory = tmp_path / "events-0"
+    batches = _write_log(directory)
+    paths = sorted({b.path for b in batches})
+    gone = paths[1]
+    first = min(b.base_offset for b in batches if b.path == gone)
+    following = min(b.base_offset for b in batches if b.path == paths[2])
+    for suffix in (".log", ".index", ".timeindex"):
+        gone.with_suffix(suffix).unlink()
+    with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
+        for start in (0, first - 1, first, following - 1):
+            for offsets, error in (_poll(log, start, 30), _raw_poll(log, start)):
+                assert offsets == list(range(start, first)) or start >= first and offsets == [], (start, offsets)
+                assert isinstance(error, OffsetsInNoSegmentError), (start, error)
+                assert (error.offset, error.end) == (max(start, first), following)
+                message = str(error)
+                assert f"cannot read offsets {max(start, first)}..{following - 1} of events-0" in message
+                assert f"seglog recover --log-dir {tmp_path}" in message and "\n" not in message
+        assert _poll(log, following, 30) == (list(range(following, RECORDS)), None)
+        assert _raw_poll(log, following) == (list(range(following, RECORDS)), None)

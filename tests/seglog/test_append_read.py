@@ -593,3 +593,57 @@ def test_reader_closing_the_pipe_is_not_an_error(tmp_path: Path, capsys: pytest.
     assert reader.wait(timeout=60) == 0
     assert reader.stderr.read() == b""
     assert first["offset"] == 0 and first["value"] == value
+
+
+def _seglog(*args: str) -> subprocess.CompletedProcess[str]:
+    """``seglog ARGS`` in a process of its own."""
+    code = "import sys\nfrom seglog.cli import main\nsys.exit(main(sys.argv[1:]))"
+    return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
+
+
+def test_a_missing_middle_segment_is_an_error_until_its_loss_is_accepted(tmp_path: Path) -> None:
+    """A middle segment's ``.log`` deleted by hand: ``seglog read --from-beginning`` printed the records
+    before and after the hole as if contiguous and exited 0. It now prints those before it and fails
+    with one line naming the partition, the missing offsets and ``seglog recover``; once the loss is
+    accepted (``seglog recover --accept-data-loss``) it reads on past the gap."""
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings(overrides={"segment.bytes": "2000"})) as manager:
+        log = manager.get_or_create_log("t", 0)
+        for i in range(4):
+            log.append({"value": [f"v{i}-{j}".encode() * 40 for j in range(3)]})
+            log.roll()
+        log.update_high_watermark(log.log_end_offset)
+    (log_dir / "t-0" / "00000000000000000003.log").unlink()
+    read = ["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--from-beginning"]
+    before = _seglog(*read)
+    assert before.returncode == 1
+    assert [json.loads(line)["offset"] for line in before.stdout.splitlines()] == [0, 1, 2]
+    assert before.stderr.startswith("seglog: OffsetsInNoSegmentError: cannot read offsets 3..5 of t-0: ")
+    assert f"seglog recover --log-dir {log_dir}" in before.stderr and len(before.stderr.splitlines()) == 1
+    assert _seglog("recover", "--log-dir", str(log_dir)).returncode == 3  # names the loss, changes nothing
+    assert _seglog(*read).returncode == 1
+    assert _seglog("recover", "--log-dir", str(log_dir), "--accept-data-loss").returncode == 0
+    after = _seglog(*read)
+    assert after.returncode == 0, after.stderr
+    assert [json.loads(line)["offset"] for line in after.stdout.splitlines()] == [0, 1, 2, 6, 7, 8, 9, 10, 11]
+
+
+def test_append_after_an_unclean_shutdown_refuses_a_log_start_checkpoint_above_the_log(tmp_path: Path) -> None:
+    """``log-start-offset-checkpoint`` damaged to 99999 (above the log end, 10) after an unclean shutdown:
+    ``seglog append`` quarantined every segment and wrote at offset 99999, exit 0, with only a warning.
+    It now exits 1 with one line naming the checkpoint file, the value and ``seglog recover``, and
+    changes nothing."""
+    log_dir = tmp_path / "logs"
+    assert _append(tmp_path, log_dir, [{"value": f"v{i}"} for i in range(10)]) == 0
+    (log_dir / "log-start-offset-checkpoint").write_text("0\n1\nt 0 99999\n")
+    (log_dir / "replication-offset-checkpoint").write_text("0\n0\n")  # or its high watermark is named first
+    (log_dir / ".kafka_cleanshutdown").unlink()
+    before = sorted((p.name, p.read_bytes()) for p in (log_dir / "t-0").iterdir())
+    source = tmp_path / "more.jsonl"
+    source.write_text(_jsonl([{"value": "more"}]))
+    appended = _seglog("append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source))
+    assert appended.returncode == 1 and len(appended.stderr.splitlines()) == 1, appended.stderr
+    assert appended.stderr.startswith("seglog: StorageError: partition t-0 in "), appended.stderr
+    assert f"log start offset 99999 ({log_dir / 'log-start-offset-checkpoint'})" in appended.stderr
+    assert "above its log end offset 10" in appended.stderr and "seglog recover" in appended.stderr
+    assert sorted((p.name, p.read_bytes()) for p in (log_dir / "t-0").iterdir()) == before

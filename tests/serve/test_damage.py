@@ -4,10 +4,13 @@ and the fetch at the damage gets ``CORRUPT_MESSAGE`` (``Log.read`` raises ``Corr
 from __future__ import annotations
 
 import socket
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
@@ -17,6 +20,7 @@ from tests.serve.test_bad_clients import _read_frame, _request
 
 with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
     warnings.simplefilter("ignore", DeprecationWarning)
+    from kafka import errors as kafka_errors
     from kafka.protocol.consumer import FetchResponse
 
     from seglog.serve import protocol
@@ -92,3 +96,81 @@ def test_a_partition_that_cannot_be_opened_is_a_warning_not_silence(
         assert _fetch(server, 0).error_code != protocol.NONE
     warnings = [line for line in server.log_text().splitlines() if "log start offset 99999" in line]
     assert len(warnings) == 1 and "WARNING" in warnings[0] and "t-0" in warnings[0], server.log_text()
+
+
+def _consume_until_error(bootstrap: str, timeout_s: float = 30) -> tuple[list[int], Exception | None]:
+    """kafka-python's KafkaConsumer reading t-0 from the beginning: the offsets it got, and the error its
+    poll raised (None if it raised none within ``timeout_s``)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from kafka import KafkaConsumer, TopicPartition
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, fetch_max_wait_ms=100)
+    offsets: list[int] = []
+    try:
+        consumer.assign([TopicPartition("t", 0)])
+        consumer.seek_to_beginning()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            try:
+                polled = consumer.poll(timeout_ms=200)
+            except Exception as e:  # noqa: BLE001 - what a client raises is the point
+                return offsets, e
+            offsets += [m.offset for records in polled.values() for m in records]
+    finally:
+        consumer.close()
+    return offsets, None
+
+
+def _three_segments(log_dir: Path) -> list[Path]:
+    """t-0: offsets 0..29 committed in 3 segments of one batch of 10 records each; their .log files."""
+    with LogManager(log_dir, load_settings(overrides={"segment.bytes": "4000"})) as manager:
+        log = manager.get_or_create_log("t", 0)
+        for i in range(3):
+            log.append({"value": [b"%d" % (10 * i + j) for j in range(10)]})
+            log.roll()
+        log.update_high_watermark(log.log_end_offset)
+    return sorted((log_dir / "t-0").glob("*.log"))[:3]
+
+
+def test_a_consumer_stops_at_a_missing_segment(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """The middle segment's .log deleted by hand: the consumer got offsets 0..9 then 20..29, as if
+    contiguous. It now gets 0..9, then its poll raises CORRUPT_MESSAGE, and the server warns naming the
+    partition, the missing offsets and ``seglog recover``."""
+    log_dir = tmp_path / "logs"
+    _three_segments(log_dir)[1].unlink()
+    server = serve(log_dir)
+    offsets, error = _consume_until_error(server.bootstrap)
+    assert offsets == list(range(10)) and isinstance(error, kafka_errors.CorruptRecordError), (offsets, error)
+    warned = [line for line in server.log_text().splitlines() if "cannot read offsets 10..19 of t-0" in line]
+    assert warned and "WARNING" in warned[0] and "seglog recover" in warned[0], server.log_text()
+
+
+@pytest.mark.parametrize("kind", ["duplicate", "swap"])
+def test_a_consumer_stops_at_a_batch_whose_offsets_go_backwards(
+    serve: Callable[..., ServeProcess], tmp_path: Path, kind: str
+) -> None:
+    """A CRC-valid batch written twice, or two batches swapped, in a sealed segment: the server sent the
+    stored bytes as they are, and the consumer, which drops records below its position, lost records
+    in silence (swap: 20..29 then nothing of 10..19). It now gets the records in order up to that batch,
+    then its poll raises CORRUPT_MESSAGE, and the server warns naming the file and the position."""
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings()) as manager:
+        log = manager.get_or_create_log("t", 0)
+        for i in range(4):
+            log.append({"value": [b"%d" % (10 * i + j) for j in range(10)]})
+        log.roll()
+        log.update_high_watermark(log.log_end_offset)
+    data = log_dir / "t-0" / "00000000000000000000.log"
+    with FileRecords.open(data, mutable=False) as records:
+        spans = [(b.position, b.position + b.size_in_bytes) for b in records.batches()]
+    raw = data.read_bytes()
+    batch = [raw[start:end] for start, end in spans]
+    order = [0, 1, 2, 1, 3] if kind == "duplicate" else [0, 2, 1, 3]
+    data.write_bytes(b"".join(batch[i] for i in order))
+    position = sum(len(batch[i]) for i in order[: 3 if kind == "duplicate" else 2])  # where it goes back
+    server = serve(log_dir)
+    offsets, error = _consume_until_error(server.bootstrap)
+    assert offsets == list(range(10)) and isinstance(error, kafka_errors.CorruptRecordError), (offsets, error)
+    warned = [line for line in server.log_text().splitlines() if "offsets go backwards" in line]
+    assert warned and "WARNING" in warned[0] and str(data) in warned[0], server.log_text()
+    assert f"position {position}" in warned[0], warned[0]

@@ -276,6 +276,19 @@ def test_high_watermark_above_the_committed_end_stops_the_task(log_dir: Path) ->
         write_partition(_plan(log_dir, 0), 0, _pieces(plan, 0, 300)[0], attempt="b")
 
 
+def test_an_unreadable_high_watermark_checkpoint_stops_the_task_before_it_writes(log_dir: Path) -> None:
+    """A write task read a malformed ``replication-offset-checkpoint`` as empty (a warning) and wrote on
+    with no committed offset to hold its log to; it now stops naming the file and ``seglog recover``,
+    and the partition is as it was."""
+    plan = _plan(log_dir, 0)
+    write_partition(plan, 0, _pieces(plan, 0, 400)[0], attempt="a")
+    (log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE).write_text("0\n1\nt 0 x\n")
+    before = snapshot(log_dir)
+    with pytest.raises(StorageError, match=r"replication-offset-checkpoint.*seglog recover"):
+        write_partition(_plan(log_dir, 1), 0, _pieces(plan, 400, 300)[0], attempt="b")
+    assert snapshot(log_dir) == before
+
+
 # ------------------------------------------------- beside the maintenance daemon: what its index job keeps
 
 
