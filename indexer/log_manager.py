@@ -156,6 +156,19 @@ def check_log_dir_writable(log_dir: str | os.PathLike[str], refused: str) -> Non
     )
 
 
+def check_topic_request(topic: str, num_partitions: int) -> None:
+    """The checks of a topic name and partition count that need no log directory, for a command to run
+    before its writable :class:`LogManager` creates the directory: a refused name or count then leaves
+    nothing behind. (:meth:`LogManager.create_topic` runs them again.)
+
+    Raises:
+        InvalidTopicError: the name breaks Kafka's rules.
+        InvalidPartitionsError: the count is below 1 or above an int32.
+    """
+    file_names.validate_topic(topic)
+    _check_partition_count(num_partitions)
+
+
 def _check_partition_count(num_partitions: int) -> int:
     """``num_partitions`` as an ``int`` within Kafka's bounds of a topic's partition count: at least 1, at
     most an int32.

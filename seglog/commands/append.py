@@ -54,7 +54,7 @@ from numba import njit
 from indexer.errors import InvalidTimestampError, RecordTooLargeError, SchemaError, SeglogError
 from indexer.limits import INT32_MAX
 from indexer.log import Log, check_append
-from indexer.log_manager import LogManager
+from indexer.log_manager import LogManager, check_topic_request
 from indexer.records.columns import HEADERS_TYPE, check_timestamps
 from seglog.cli import (
     add_log_config_arguments,
@@ -106,6 +106,7 @@ def run(args: argparse.Namespace) -> int:
     data = sys.stdin.buffer.read() if args.input == "-" else Path(args.input).read_bytes()
     table = parse_json_lines(data, encoding=args.encoding, source=source)
     log_dir = log_dir_from_args(args, must_exist=False)
+    check_topic_request(args.topic, args.partition + 1)  # the partitions a new topic would get
     name = f"{args.topic}-{args.partition}"
     try:  # before the log directory, topic or partition is created: a refused append leaves nothing behind
         check_append(table, settings.log_config(args.topic), now_ms=time.time_ns() // 1_000_000, where=name)

@@ -175,6 +175,27 @@ def test_a_file_where_a_partition_directory_goes_is_named_and_nothing_recorded(
     }
 
 
+@pytest.mark.parametrize(
+    "command, error",
+    [
+        (("append", "--topic", "bad topic", "--partition", "0"), "InvalidTopicError"),
+        (("append", "--topic", "t", "--partition", str(2**31 - 1)), "InvalidPartitionsError"),
+        (("topic", "create", "--topic", "bad topic", "--partitions", "2"), "InvalidTopicError"),
+        (("topic", "create", "--topic", "t", "--partitions", str(2**31)), "InvalidPartitionsError"),
+    ],
+)
+def test_a_refused_topic_name_or_count_creates_no_log_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: tuple[str, ...], error: str
+) -> None:
+    """These were refused after the writer had created the log directory (and its clean-shutdown marker)."""
+    (tmp_path / "in.jsonl").write_text(_records(1))
+    name = command[:2] if command[0] == "topic" else command[:1]
+    args = [*name, "--log-dir", str(tmp_path / "new"), *command[len(name) :]]
+    assert main(args + ([str(tmp_path / "in.jsonl")] if command[0] == "append" else [])) == 1
+    _one_error_line(capsys.readouterr().err, error)
+    assert not (tmp_path / "new").exists()
+
+
 def test_a_new_topic_from_append_gets_all_its_partitions(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     assert _append(tmp_path, logs, _records(3), 2) == 0
