@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.errors import ConfigError
-from indexer.limits import INT64_MAX
+from indexer.limits import INT32_MAX, INT64_MAX
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,10 @@ _TOPIC_KEYS: dict[str, tuple[str, type, Any, int | None, str]] = {
         "delete quarantined bytes (removed by recovery) this long after quarantine (ms); -1 = never",
     ),
 }
+# Kafka declares these as int (the others as long): an index entry holds a segment position in 4 bytes.
+_INT32_KEYS = frozenset(
+    {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes", "batch.size"}
+)
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _COMPRESSION_TYPES = ("producer", "uncompressed", *_CODECS)
@@ -133,10 +137,14 @@ class LogConfig:
     quarantine_retention_ms: int = -1
 
     def __post_init__(self) -> None:
-        for key, (attr, _kind, _default, minimum, _doc) in _TOPIC_KEYS.items():
+        for key, (attr, kind, _default, minimum, _doc) in _TOPIC_KEYS.items():
             value = getattr(self, attr)
             if minimum is not None and value < minimum:
                 raise ConfigError(f"{key} must be >= {minimum}, got {value}")
+            if kind is int:
+                maximum, kafka_type = (INT32_MAX, "an int") if key in _INT32_KEYS else (INT64_MAX, "a long")
+                if value > maximum:
+                    raise ConfigError(f"{key} must be <= {maximum} ({kafka_type} in Kafka), got {value}")
         if self.message_timestamp_type not in _TIMESTAMP_TYPES:
             raise ConfigError(
                 f"message.timestamp.type must be one of {_TIMESTAMP_TYPES}, got {self.message_timestamp_type!r}"

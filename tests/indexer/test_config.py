@@ -51,6 +51,10 @@ def test_layering_file_topic_then_overrides(tmp_path: Path) -> None:
         ({"segment.bytes": 13}, "segment.bytes must be >= 14"),
         ({"segment.bytes": "abc"}, "segment.bytes must be an integer"),
         ({"retention.ms": -2}, "retention.ms must be >= -1"),
+        # Kafka's int and long configs: --config retention.ms=99999999999999999999999 was accepted.
+        ({"segment.bytes": 2**31}, "segment.bytes must be <= 2147483647 \\(an int in Kafka\\)"),
+        ({"max.message.bytes": 2**31}, "max.message.bytes must be <= 2147483647"),
+        ({"retention.ms": 2**63}, "retention.ms must be <= 9223372036854775807 \\(a long in Kafka\\)"),
         ({"message.timestamp.type": "Now"}, "message.timestamp.type must be one of"),
         ({"preallocate": "maybe"}, "preallocate must be true or false"),
         ({"compression.type": "brotli"}, "compression.type must be one of"),
