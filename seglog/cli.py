@@ -35,6 +35,7 @@ from types import ModuleType
 from typing import Any
 
 from indexer.errors import SeglogError
+from indexer.limits import INT64_MAX
 
 logger = logging.getLogger(__name__)
 
@@ -247,16 +248,18 @@ def timestamp_ms(text: str) -> int:
     """argparse type: a record timestamp, milliseconds since the epoch (>= 0) or an ISO-8601 time
     (:func:`iso_timestamp_ms`)."""
     try:
-        return non_negative_int(text)
+        value = non_negative_int(text)
     except argparse.ArgumentTypeError:
-        pass
-    try:
-        return iso_timestamp_ms(text)
-    except ValueError:
+        try:
+            value = iso_timestamp_ms(text)
+        except ValueError:
+            value = -1
+    if not 0 <= value <= INT64_MAX:
         raise argparse.ArgumentTypeError(
-            "expected milliseconds since the epoch (>= 0) or an ISO-8601 time such as 2024-05-01T12:00:00Z,"
-            f" got {text!r}"
-        ) from None
+            f"expected milliseconds since the epoch (0..{INT64_MAX}) or an ISO-8601 time such as"
+            f" 2024-05-01T12:00:00Z, got {text!r}"
+        )
+    return value
 
 
 def iso_timestamp_ms(text: str) -> int:

@@ -327,9 +327,11 @@ def test_read_takes_iso_timestamps_and_says_when_there_is_nothing_to_read(
     naive = "2023-11-14T22:13:22.500"
     assert [r["offset"] for r in read_records(capsys, log_dir, "t", "--from-timestamp", naive)] == [3, 4]
     args = ["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0"]
-    for bad in ("-1", "yesterday"):
+    for bad in ("-1", "yesterday", str(2**63)):  # beyond a long: an engine error that offered negative times
         assert main([*args, "--from-timestamp", bad]) == 2
-        assert "expected milliseconds since the epoch (>= 0) or an ISO-8601 time" in capsys.readouterr().err
+        assert "expected milliseconds since the epoch (0..9223372036854775807) or an ISO-8601 time" in (
+            capsys.readouterr().err
+        )
     for start, said in (
         (["--from-timestamp", str(TS + 10_000)], "no record of t-0 has a timestamp >= 1700000010000"),
         (["--from-offset", "5"], "t-0 has no committed records from offset 5 (high watermark 5)"),
