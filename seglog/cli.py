@@ -245,7 +245,7 @@ def non_negative_int(text: str) -> int:
 
 
 def timestamp_ms(text: str) -> int:
-    """argparse type: a record timestamp, milliseconds since the epoch (>= 0) or an ISO-8601 time
+    """argparse type: a record timestamp, milliseconds since the epoch (0..2**63 - 1) or an ISO-8601 time
     (:func:`iso_timestamp_ms`)."""
     try:
         value = non_negative_int(text)
