@@ -301,6 +301,15 @@ def test_read_only_file_system_writers_say_so_in_one_line(read_only: Path, tmp_p
     assert _snapshot(read_only) == before
 
 
+def test_read_only_file_system_quarantine_purge_says_so_once(read_only: Path) -> None:
+    """A purge failed on the first quarantine file it could not delete (or said it deleted none)."""
+    result = _cli("quarantine", "purge", "--log-dir", str(read_only), "--all")
+    assert result.returncode == 1, result.stderr
+    line = _one_error_line(result.stderr, "ReadOnlyLogDirectoryError")
+    assert "seglog quarantine purge can delete nothing there" in line, line
+    assert _cli("quarantine", "purge", "--log-dir", str(read_only), "--all", "--dry-run").returncode == 0
+
+
 def test_read_only_file_system_dry_run_and_readers_work(read_only: Path) -> None:
     result = _cli("recover", "--log-dir", str(read_only), "--dry-run", "--no-progress")
     assert result.returncode == 0 and not result.stderr.strip(), result.stderr
