@@ -268,6 +268,7 @@ def recover_partition(
         lock.probe()  # a dry run writes nothing, not even a lock file
     else:
         lock.acquire(timeout=0)
+    log: Log | None = None
     try:
         loader = LogLoader(
             path,
@@ -299,6 +300,13 @@ def recover_partition(
             # reported again until accepted and writers do not reuse the lost offsets (Log.open).
             return result, {}
         return result, released_values(log, had_high_watermark=high_watermark is not None)
+    except BaseException:
+        # Interrupted (Ctrl-C) or failed half-way: let go as a crash would, the holder line kept, so that
+        # the next open recovers the partition instead of trusting it (died_holding_reason).
+        if log is not None:
+            log.abandon()
+        lock.release(clear_holder=False)
+        raise
     finally:
         lock.release()
 
