@@ -35,7 +35,12 @@ from pathlib import Path
 from typing import Generic, NamedTuple, TypeVar
 
 from indexer.errors import StorageError
-from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition
+from indexer.file_names import (
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
+    TopicPartition,
+)
 from indexer.limits import INT32_MAX, INT64_MAX
 from indexer.lock import FileLock
 
@@ -333,27 +338,68 @@ class LeaderEpochCheckpointFile:
         self._file.write_entries([EpochEntry(int(e), int(o)) for e, o in entries], sync=sync)
 
 
-def committed_offsets_for_writer(log_dir: str | os.PathLike[str]) -> dict[TopicPartition, int]:
-    """``replication-offset-checkpoint`` of ``log_dir`` as a writer must read it (empty when missing).
-    Unlike the other checkpoints (an unreadable one only makes an open recover more, or expose records
-    below a raised log start), an unreadable one cannot be ignored: the writer would start its logs at
-    their log start offset and write that back, hiding every committed record from readers, and
-    :func:`update_checkpoint` would replace the file, forgetting every partition's committed offset.
+# What each offset checkpoint of a log directory holds, for the line naming one that cannot be read.
+_HOLDS = {
+    REPLICATION_OFFSET_CHECKPOINT_FILE: (
+        "the committed offsets (high watermarks) of the partitions in {dir}: without them readers cannot tell "
+        "committed records from uncommitted ones, and a writer would forget them"
+    ),
+    RECOVERY_POINT_CHECKPOINT_FILE: (
+        "the recovery points of the partitions in {dir}: a process writing it back would drop every other partition's"
+    ),
+    LOG_START_OFFSET_CHECKPOINT_FILE: (
+        "the raised log start offsets of the partitions in {dir}: a process writing it back would drop every other "
+        "partition's, making records below them readable again"
+    ),
+}
+
+#: The checkpoints a process that writes no checkpoint may read as empty when they cannot be read.
+LENIENT_FOR_READERS = frozenset({RECOVERY_POINT_CHECKPOINT_FILE, LOG_START_OFFSET_CHECKPOINT_FILE})
+
+
+def unreadable_checkpoint(path: Path, error: StorageError) -> StorageError:
+    """The one line for offset checkpoint ``path`` of a log directory that cannot be read (``error``, from
+    :meth:`OffsetCheckpointFile.read`): the file, what it holds and ``seglog recover``, which rewrites it."""
+    holds = _HOLDS.get(path.name, "offsets of the partitions in {dir}").format(dir=path.parent)
+    return StorageError(
+        f"{error}: it holds {holds}; restore it, or rewrite it from the logs with "
+        f"`seglog recover --log-dir {path.parent}`",
+        path=path,
+        errno=error.errno,
+    )
+
+
+def read_checkpoint(log_dir: str | os.PathLike[str], name: str, *, reader: bool = False) -> dict[TopicPartition, int]:
+    """Offset checkpoint ``name`` of ``log_dir`` (``{}`` when missing): every process reads the three
+    log-directory checkpoints through here.
+
+    Strict by default, for two reasons. A process that writes checkpoints back (a writer, the
+    maintenance daemon) must not take an unreadable file for an empty one: :func:`update_checkpoint`
+    never replaces it, and the offsets it would start from (a high watermark at the log start offset,
+    no raised log start) would hide committed records or expose deleted ones. And nobody may take an
+    unreadable ``replication-offset-checkpoint`` for an empty one: a read-only open without a high
+    watermark shows everything up to the log end, uncommitted records included, and a writer's
+    shows nothing. ``seglog recover`` (which rewrites an unreadable file) and ``seglog describe``
+    (which names it) catch the error to report it.
+
+    ``reader=True``, for a process that writes no checkpoint, reads ``recovery-point-offset-checkpoint``
+    and ``log-start-offset-checkpoint`` leniently (:data:`LENIENT_FOR_READERS`): unreadable, they count
+    as empty, with a warning. Safe because a reader does not recover (no recovery point needed) and,
+    without the log start offsets, only shows committed records below a raised log start that are
+    still on disk: nothing uncommitted, nothing hidden.
 
     Raises:
-        StorageError: the file exists but cannot be read (names it and ``seglog recover``).
+        StorageError: the file exists but cannot be read (:func:`unreadable_checkpoint`: one line naming
+            it and ``seglog recover``).
     """
-    path = Path(log_dir) / REPLICATION_OFFSET_CHECKPOINT_FILE
+    path = Path(log_dir) / name
     try:
         return OffsetCheckpointFile(path).read()
     except StorageError as e:
-        raise StorageError(
-            f"{e}: it holds the committed offsets (high watermarks) of the partitions in {path.parent}, "
-            "and a writer would replace it, hiding their committed records; restore it, or rewrite it "
-            f"from the logs with `seglog recover --log-dir {path.parent}`",
-            path=path,
-            errno=e.errno,
-        ) from e
+        if reader and name in LENIENT_FOR_READERS:
+            logger.warning("ignoring unreadable checkpoint file %s (a reader needs none of it): %s", path, e)
+            return {}
+        raise unreadable_checkpoint(path, e) from e
 
 
 def update_checkpoint(
@@ -364,6 +410,7 @@ def update_checkpoint(
     remove: Iterable[TopicPartition] = (),
     expected: Mapping[TopicPartition, int | None] | None = None,
     timeout: float | None = DEFAULT_LOCK_TIMEOUT_S,
+    replace_unreadable: bool = False,
 ) -> dict[TopicPartition, int]:
     """Read-merge-write an offset checkpoint shared by several processes; returns what was written.
 
@@ -371,8 +418,10 @@ def update_checkpoint(
     partitions are kept as found, ``updates`` replace or add entries, ``remove`` drops entries (a
     partition that no longer qualifies, e.g. for ``log-start-offset-checkpoint``). The log
     directory's lock (``lock_path``, normally ``<log dir>/.lock``) is held only for the
-    read-merge-write, so no process loses another's entries. An unreadable existing file is logged
-    and replaced (its entries cannot be recovered anyway).
+    read-merge-write, so no process loses another's entries. An existing file that cannot be read is
+    never replaced (every other partition's entries would be lost with it) unless
+    ``replace_unreadable``: only ``seglog recover`` does that, after rebuilding every entry from the
+    logs.
 
     ``expected`` makes the change of each partition it names conditional: the entry (None: no entry)
     the change was computed from. A partition whose entry differs, because another process has
@@ -381,7 +430,7 @@ def update_checkpoint(
 
     Raises:
         LogLockedError: the directory lock was not free within ``timeout`` seconds.
-        StorageError: the write failed.
+        StorageError: the write failed, or the file cannot be read (:func:`unreadable_checkpoint`).
     """
     checkpoint = OffsetCheckpointFile(path)
     lock = FileLock(lock_path, what=f"log directory {Path(lock_path).parent}")
@@ -390,6 +439,8 @@ def update_checkpoint(
         try:
             merged = checkpoint.read()
         except StorageError as e:
+            if not replace_unreadable:
+                raise unreadable_checkpoint(checkpoint.path, e) from e
             logger.warning("replacing unreadable checkpoint file %s: %s", checkpoint.path, e)
             merged = {}
         found = dict(merged)

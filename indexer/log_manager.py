@@ -9,8 +9,9 @@ Layout (spec, top of the document)::
       <topic>-<partition>/   one directory per partition (see indexer.log)
 
 On open the clean-shutdown marker is deleted at once and remembered (KAFKA-10471: a crash while
-loading must count as unclean next time); the recovery-point and log-start-offset checkpoints are
-read (an unreadable one is logged and treated as empty). Partitions are opened lazily, on first
+loading must count as unclean next time), after the recovery-point and log-start-offset checkpoints
+are read: a writable manager refuses one it cannot read, a read-only one takes it for empty
+(:func:`indexer.checkpoint.read_checkpoint`). Partitions are opened lazily, on first
 use, each with its checkpointed recovery point and log start offset and the high watermark of
 ``replication-offset-checkpoint``.
 
@@ -40,9 +41,8 @@ from types import TracebackType
 
 from indexer import file_names, topics
 from indexer.checkpoint import (
-    OffsetCheckpointFile,
-    committed_offsets_for_writer,
     fsync_directory,
+    read_checkpoint,
     update_checkpoint,
     write_atomically,
 )
@@ -231,6 +231,9 @@ class LogManager:
         self._clean_close = True
         self._lock_path = self.log_dir / file_names.LOG_DIR_LOCK_FILE
         marker = self.log_dir / file_names.CLEAN_SHUTDOWN_FILE
+        # Before the marker goes: a writable manager refuses a checkpoint it cannot read and changes nothing.
+        self._recovery_points = self._read_checkpoint(file_names.RECOVERY_POINT_CHECKPOINT_FILE)
+        self._log_start_offsets = self._read_checkpoint(file_names.LOG_START_OFFSET_CHECKPOINT_FILE)
         if read_only:
             self.had_clean_shutdown = marker.exists()
         else:
@@ -238,8 +241,6 @@ class LogManager:
             with storage_errors(self.log_dir, "create the log directory"):
                 self.log_dir.mkdir(parents=True, exist_ok=True)
             self.had_clean_shutdown = self._delete_clean_shutdown_marker(marker)
-        self._recovery_points = self._read_checkpoint(file_names.RECOVERY_POINT_CHECKPOINT_FILE)
-        self._log_start_offsets = self._read_checkpoint(file_names.LOG_START_OFFSET_CHECKPOINT_FILE)
         logger.info(
             "[LogManager dir=%s] opened (%s shutdown, %d checkpointed partitions%s)",
             self.log_dir,
@@ -324,8 +325,8 @@ class LogManager:
     def _open(self, topic: str, partition: int, directory: Path) -> Log:
         tp = (topic, partition)
         config = self.settings.log_config(topic)
+        high_watermark = self._read_checkpoint(file_names.REPLICATION_OFFSET_CHECKPOINT_FILE).get(tp)
         if self.read_only:
-            high_watermark = self._read_checkpoint(file_names.REPLICATION_OFFSET_CHECKPOINT_FILE).get(tp)
             return Log.open(
                 directory,
                 config,
@@ -335,7 +336,6 @@ class LogManager:
                 read_only=True,
                 high_watermark=high_watermark,
             )
-        high_watermark = committed_offsets_for_writer(self.log_dir).get(tp)
         # A writer that died keeps its holder line in the lock file: its partition is not clean. (A live
         # writer's line is there too; Log.open then fails with LogLockedError anyway.)
         holder = ""
@@ -514,17 +514,16 @@ class LogManager:
     # -- checkpoints ---------------------------------------------------------------------------
 
     def _read_checkpoint(self, name: str) -> dict[TopicPartition, int]:
-        try:
-            return OffsetCheckpointFile(self.log_dir / name).read()
-        except StorageError as e:
-            logger.warning("[LogManager dir=%s] ignoring unreadable checkpoint: %s", self.log_dir, e)
-            return {}
+        """Checkpoint ``name`` as this manager may read it (:func:`indexer.checkpoint.read_checkpoint`:
+        leniently only what a read-only manager needs none of)."""
+        return read_checkpoint(self.log_dir, name, reader=self.read_only)
 
     def high_watermark(self, topic: str, partition: int) -> int | None:
         """The partition's high watermark as last checkpointed (for readers in other processes).
 
         Raises:
             InvalidArgumentError: ``partition`` is not an integer in 0..2**31 - 1 (Kafka's int32).
+            StorageError: ``replication-offset-checkpoint`` cannot be read (names it and ``seglog recover``).
         """
         partition = file_names.partition_number(partition)
         return self._read_checkpoint(file_names.REPLICATION_OFFSET_CHECKPOINT_FILE).get((topic, partition))

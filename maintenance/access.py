@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from indexer.checkpoint import OffsetCheckpointFile, update_checkpoint
+from indexer.checkpoint import read_checkpoint, update_checkpoint
 from indexer.clock import Clock, SystemClock
 from indexer.config import Settings
 from indexer.errors import LogLockedError, ReadOnlyLogDirectoryError, StorageError
@@ -106,36 +106,37 @@ def released_values(log: Log, *, had_high_watermark: bool) -> dict[str, int | No
     return values
 
 
-def read_checkpoint(log_dir: Path, kind: str) -> dict[TopicPartition, int]:
-    """Checkpoint ``kind`` of ``log_dir``; unreadable files count as empty, as in Kafka (spec 6.1)."""
-    path = log_dir / CHECKPOINT_FILES[kind]
-    try:
-        return OffsetCheckpointFile(path).read()
-    except StorageError as e:
-        logger.warning("ignoring unreadable checkpoint file %s: %s", path, e)
-        return {}
-
-
 def write_checkpoint(
     log_dir: Path,
     kind: str,
     values: dict[TopicPartition, int | None],
     *,
     expected: dict[TopicPartition, int | None] | None = None,
+    replace_unreadable: bool = False,
 ) -> int:
     """Merge ``values`` (None: drop the entry) into checkpoint ``kind`` of ``log_dir``.
 
     Entries of partitions other processes own are kept: a read-merge-write under the log
     directory's ``.lock``. With ``expected`` (the entries the values were computed from), a
     partition whose entry another process changed meanwhile is left as it is (see
-    :func:`indexer.checkpoint.update_checkpoint`). Returns the number of entries in ``values``.
+    :func:`indexer.checkpoint.update_checkpoint`). A file that cannot be read is refused, unless
+    ``replace_unreadable`` (``seglog recover``, which rebuilt every entry). Returns the number of entries
+    in ``values``.
+
+    Raises:
+        StorageError: the write failed, or the file cannot be read.
     """
     updates = {tp: v for tp, v in values.items() if v is not None}
     remove = [tp for tp, v in values.items() if v is None]
     if updates or remove:
         lock_path = log_dir / LOG_DIR_LOCK_FILE
         update_checkpoint(
-            log_dir / CHECKPOINT_FILES[kind], updates, lock_path=lock_path, remove=remove, expected=expected
+            log_dir / CHECKPOINT_FILES[kind],
+            updates,
+            lock_path=lock_path,
+            remove=remove,
+            expected=expected,
+            replace_unreadable=replace_unreadable,
         )
     return len(updates)
 
@@ -152,6 +153,8 @@ class LogAccess(ABC):
         self.clock = clock
         self._read_only = False  # the last writable() found the directory read-only
         self._read_only_lock = threading.Lock()
+        self._unreadable: str | None = None  # the checkpoint error last logged (once, until it changes)
+        self._unreadable_lock = threading.Lock()  # the jobs run in several threads
 
     def writable(self) -> bool:
         """Whether the jobs may run now: not while the log directory cannot be written
@@ -175,6 +178,29 @@ class LogAccess(ABC):
             self._read_only = False
         return True
 
+    def checkpoints(self, report: JobReport) -> dict[str, dict[TopicPartition, int]] | None:
+        """The three checkpoints of the log directory, read as a writer must (the daemon's opens are a
+        writer's, and it writes the entries back: :func:`indexer.checkpoint.read_checkpoint`); None when
+        one cannot be read. Then no job borrows a partition of this directory: the daemon would start
+        them from made-up offsets and could write nothing back, since a checkpoint that cannot be read
+        is never replaced (``seglog recover`` rewrites it). The error is logged once, as an ERROR,
+        until it changes, and recorded in every report (``--once`` exits 1)."""
+        try:
+            read = {kind: read_checkpoint(self.log_dir, name) for kind, name in CHECKPOINT_FILES.items()}
+        except StorageError as e:
+            error = StorageError(
+                f"{e}; maintenance leaves every partition of {self.log_dir} alone until then", path=e.path
+            )
+            with self._unreadable_lock:
+                report.fail(str(self.log_dir), error, log=str(error) != self._unreadable)
+                self._unreadable = str(error)
+            return None
+        with self._unreadable_lock:
+            if self._unreadable is not None:
+                logger.info("the checkpoints of %s can be read again; maintaining its partitions", self.log_dir)
+                self._unreadable = None
+        return read
+
     @abstractmethod
     def each_log(self, report: JobReport, wanted: Wanted | None = None) -> Iterator[tuple[TopicPartition, Log]]:
         """Yield the writable logs this process may change now, one at a time.
@@ -196,12 +222,17 @@ class LogAccess(ABC):
         return ()
 
     def metadata(self, tp: TopicPartition, path: Path) -> PartitionMetadata:
-        """The files of partition ``tp`` with its checkpointed log start offset and high watermark."""
+        """The files of partition ``tp`` with its checkpointed log start offset and high watermark (a
+        look, no write: an unreadable log-start checkpoint counts as empty).
+
+        Raises:
+            StorageError: ``replication-offset-checkpoint`` cannot be read.
+        """
         return scan_partition(
             path,
             self.settings.log_config(tp[0]),
-            log_start_offset=read_checkpoint(self.log_dir, "log-start-offset").get(tp, 0),
-            high_watermark=read_checkpoint(self.log_dir, "high-watermark").get(tp, 0),
+            log_start_offset=read_checkpoint(self.log_dir, LOG_START_OFFSET_CHECKPOINT_FILE, reader=True).get(tp, 0),
+            high_watermark=read_checkpoint(self.log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE).get(tp, 0),
         )
 
 
@@ -279,7 +310,9 @@ class BorrowedLogs(LogAccess):
     def each_log(self, report: JobReport, wanted: Wanted | None = None) -> Iterator[tuple[TopicPartition, Log]]:
         with self._pass_lock:
             kinds = list(CHECKPOINT_FILES)
-            checkpoints = {kind: read_checkpoint(self.log_dir, kind) for kind in kinds}
+            checkpoints = self.checkpoints(report)
+            if checkpoints is None:
+                return
             released: dict[str, dict[TopicPartition, int | None]] = {kind: {} for kind in kinds}
             try:
                 for tp, path in partition_dirs(self.log_dir):

@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from indexer.checkpoint import OffsetCheckpointFile
+from indexer.checkpoint import read_checkpoint
 from indexer.commit_log import SinkCommit, sink_commits
 from indexer.errors import StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition
@@ -38,13 +38,13 @@ def sink_committed_offsets(log_dir: Path, commits: dict[str, SinkCommit] | None 
 
 
 def committed_offsets(log_dir: Path, commits: dict[str, SinkCommit] | None = None) -> dict[TopicPartition, int]:
-    """Per partition, max(high watermark checkpoint, sink commit records); absent = nothing known."""
-    path = log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE
-    try:
-        out = dict(OffsetCheckpointFile(path).read())
-    except StorageError as e:
-        logger.warning("ignoring unreadable checkpoint file %s: %s", path, e)
-        out = {}
+    """Per partition, max(high watermark checkpoint, sink commit records); absent = nothing known.
+
+    Raises:
+        StorageError: ``replication-offset-checkpoint`` cannot be read (it cannot count as empty: a
+            sink's records alone may lie below what a writer committed).
+    """
+    out = read_checkpoint(log_dir, REPLICATION_OFFSET_CHECKPOINT_FILE)
     for tp, offset in sink_committed_offsets(log_dir, commits).items():
         out[tp] = max(out.get(tp, 0), offset)
     return out

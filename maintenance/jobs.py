@@ -168,6 +168,8 @@ def index(access: LogAccess) -> JobReport:
     report = JobReport("index")
     with report.timed():
         # Partitions with a committed offset at all: which to borrow. What stays is decided under the lock.
+        if access.borrowed and access.checkpoints(report) is None:
+            return report  # the daemon leaves the directory alone until its checkpoints can be read (said once)
         committed = committed_offsets(access.log_dir) if access.borrowed else {}
         found: dict[TopicPartition, dict[int, IndexProblem]] = {}
         dead_writer: set[TopicPartition] = set()

@@ -8,7 +8,9 @@ batch, salvaging every intact batch around damage (or, with ``recovery.strategy=
 Kafka's cut at the first damage), quarantining every byte removed, rebuilding missing or corrupt
 indexes - and the partition is flushed and closed. Then the
 checkpoint files are rewritten from the recovered logs (a partition without a high watermark gets
-none: recovery commits nothing) and, when every partition was recovered,
+none: recovery commits nothing; a file that could not be read is rewritten whole, its high
+watermarks from the sink commit records where they exist, else at the log end, and named in the
+report with where each entry came from: :class:`CheckpointRepair`) and, when every partition was recovered,
 the directory is marked cleanly shut down (``.kafka_cleanshutdown``), so the next open does not
 recover again.
 
@@ -41,13 +43,15 @@ from typing import Any
 
 from tqdm import tqdm
 
+from indexer.checkpoint import read_checkpoint
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig, Settings
 from indexer.data_loss import record_accepted_loss
-from indexer.errors import CorruptRecordError, LogLockedError, SeglogError
+from indexer.errors import CorruptRecordError, LogLockedError, SeglogError, StorageError
 from indexer.file_names import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
+    LOG_START_OFFSET_CHECKPOINT_FILE,
     PARTITION_LOCK_FILE,
     TIME_INDEX_FILE_SUFFIX,
     TopicPartition,
@@ -56,13 +60,12 @@ from indexer.file_names import (
 )
 from indexer.lock import RECOVERY_ROLE, FileLock
 from indexer.log import Log
-from indexer.log_loader import LogLoader, RecoveryReport
+from indexer.log_loader import LogLoader, RecoveryReport, StepKind
 from indexer.log_manager import check_log_dir_writable, write_clean_shutdown_marker
 from indexer.salvage import LostRange, merge_lost_ranges
 from maintenance.access import (
     CHECKPOINT_FILES,
     partition_name,
-    read_checkpoint,
     released_values,
     write_checkpoint,
 )
@@ -134,6 +137,22 @@ def lost_offset_ranges(ranges: list[LostRange], log_end_offset: int, committed: 
 
 
 @dataclass
+class CheckpointRepair:
+    """A checkpoint of the log directory that could not be read, and what recovery rewrote it with.
+
+    ``entries``: per partition the offset written (``offset``) and where it comes from (``source``:
+    ``sink commit record`` or ``log end``); ``rewritten`` is False in a dry run and when a partition
+    was not recovered (``message`` says which: its entry would be lost, so the file is left as it was).
+    """
+
+    file: str
+    error: str
+    rewritten: bool = False
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)
+    message: str = ""
+
+
+@dataclass
 class DirectoryRecovery:
     """The outcome for a log directory."""
 
@@ -141,6 +160,7 @@ class DirectoryRecovery:
     dry_run: bool
     from_recovery_point: bool
     partitions: list[PartitionRecovery] = field(default_factory=list)
+    checkpoints: list[CheckpointRepair] = field(default_factory=list)
     marked_clean: bool = False
     duration_s: float = 0.0
 
@@ -159,10 +179,12 @@ class DirectoryRecovery:
 
     def exit_status(self) -> int:
         """0 when everything is fine, 3 when committed data was lost, else 1 when a partition failed
-        or was skipped (a live writer holds it: it was not recovered)."""
+        or was skipped (a live writer holds it: it was not recovered), or an unreadable checkpoint was
+        left as it was."""
         if self.committed_data_lost:
             return EXIT_COMMITTED_DATA_LOST
-        return 1 if self.failed or any(p.status == "skipped" for p in self.partitions) else 0
+        left = not self.dry_run and any(not c.rewritten for c in self.checkpoints)
+        return 1 if left or self.failed or any(p.status == "skipped" for p in self.partitions) else 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -174,6 +196,7 @@ class DirectoryRecovery:
             "bytes_total": self.bytes_total,
             "committed_data_lost": self.committed_data_lost,
             "partitions": [p.to_json() for p in self.partitions],
+            "checkpoints": [asdict(c) for c in self.checkpoints],
         }
 
 
@@ -245,12 +268,15 @@ def recover_partition(
     high_watermark: int | None,
     committed_offset: int | None = None,
     accept_data_loss: bool = False,
+    rebuild_high_watermark: bool = False,
     dry_run: bool,
     clock: Clock,
 ) -> tuple[PartitionRecovery, dict[str, int | None]]:
     """Recover (or check) one partition under its writer lock.
 
-    ``committed_offset`` is the partition's committed end (see the module docstring); with
+    ``rebuild_high_watermark``: ``replication-offset-checkpoint`` could not be read, so the partition's
+    high watermark is rebuilt: ``high_watermark`` (a sink commit record) if given, else the recovered
+    log's end. ``committed_offset`` is the partition's committed end (see the module docstring); with
     ``accept_data_loss`` a loss of committed records is recorded and the log's end moved up to it.
     Returns the outcome and, after a real recovery, the partition's new checkpoint values
     (``recovery-point``, ``log-start-offset``, ``high-watermark``: :func:`released_values`; empty
@@ -285,8 +311,12 @@ def recover_partition(
             result.indexes_rebuilt = _dry_run_index_problems(path, settings, tp[0])
             result.accepted_data_loss = accept_data_loss and result.committed_offsets_lost > 0
             return result, {}
+        if not accept_data_loss and log_start_offset > 0:
+            _refuse_removal_below_log_start(loader, path, log_start_offset, committed_offset)
         before = _index_digests(path)
         loaded = loader.load()
+        if rebuild_high_watermark and high_watermark is None:
+            high_watermark = loaded.next_offset
         log = Log.from_loaded(path, config, loaded, clock=clock, file_lock=lock, high_watermark=high_watermark)
         if recovery_point > 0:  # segments below it were loaded, not recovered: check every index entry
             _rebuild_damaged_indexes(log, path, config)
@@ -309,6 +339,34 @@ def recover_partition(
         raise
     finally:
         lock.release()
+
+
+def _refuse_removal_below_log_start(
+    loader: LogLoader, path: Path, log_start_offset: int, committed: int | None
+) -> None:
+    """Without ``--accept-data-loss``, never remove intact committed records only because
+    ``log-start-offset-checkpoint`` puts them below the log start (a damaged checkpoint, or segment
+    files deleted by hand): a removal nothing but that file asks for must be accepted first, or the
+    next recovery, finding a log that starts above the committed offset, would report no loss at all.
+
+    Raises:
+        StorageError: loading would remove committed offsets below the log start (nothing was changed).
+    """
+    report = loader.check()
+    if not report.of_kind(StepKind.DELETE_BELOW_LOG_START):
+        return
+    lost = [r for r in lost_offset_ranges(report.lost_offsets, report.next_offset, committed) if r["committed"]]
+    if not lost:
+        return
+    log_dir = path.parent
+    ranges = ", ".join(f"{r['first']}..{r['last']}" for r in lost)
+    raise StorageError(
+        f"partition {path.name} in {log_dir}: its checkpointed log start offset {log_start_offset} "
+        f"({log_dir / LOG_START_OFFSET_CHECKPOINT_FILE}) is above its log end: recovery would remove every "
+        f"segment below it, committed offsets {ranges}; restore the checkpoint or the segments, or "
+        f"remove them and record the loss with `seglog recover --log-dir {log_dir} --accept-data-loss`",
+        path=log_dir / LOG_START_OFFSET_CHECKPOINT_FILE,
+    )
 
 
 def _accept_data_loss(tp: TopicPartition, log_dir: Path, log: Log, result: PartitionRecovery) -> None:
@@ -366,9 +424,13 @@ def recover_log_dir(
         check_log_dir_writable(log_dir, "seglog recover can recover nothing there (--dry-run says what it would do)")
     started = time.perf_counter()
     outcome = DirectoryRecovery(str(log_dir), dry_run, from_recovery_point)
-    recovery_points = read_checkpoint(log_dir, "recovery-point")
-    start_offsets = read_checkpoint(log_dir, "log-start-offset")
-    high_watermarks = read_checkpoint(log_dir, "high-watermark")
+    found, unreadable = _read_checkpoints(log_dir)
+    outcome.checkpoints = list(unreadable.values())
+    recovery_points, start_offsets, high_watermarks = (
+        found["recovery-point"],
+        found["log-start-offset"],
+        found["high-watermark"],
+    )
     sink_commits = sink_committed_offsets(log_dir)
     partitions = partition_dirs(log_dir)
     for path, error in misnamed_partition_dirs(log_dir):  # not recovered: the user must know
@@ -392,9 +454,10 @@ def recover_log_dir(
                     settings,
                     recovery_point=recovery_points.get(tp, 0) if from_recovery_point else 0,
                     log_start_offset=start_offsets.get(tp, 0),
-                    high_watermark=high_watermarks.get(tp),
+                    high_watermark=sink_commits.get(tp) if "high-watermark" in unreadable else high_watermarks.get(tp),
                     committed_offset=committed,
                     accept_data_loss=accept_data_loss,
+                    rebuild_high_watermark="high-watermark" in unreadable,
                     dry_run=dry_run,
                     clock=clock,
                 )
@@ -412,13 +475,81 @@ def recover_log_dir(
                 logger.error("%s: committed data %s: offsets %s", name, "would be lost" if dry_run else "lost", lost)
             for kind, value in values.items():
                 new_values[kind][tp] = value
+            _note_rebuilt_entries(unreadable, tp, result, sink_commits)
             outcome.partitions.append(result)
             bar.update(sizes[tp])
+    # Partitions without new entries (after the misnamed directories): the file would drop their old ones.
+    left_out = [
+        p.partition
+        for p in outcome.partitions[len(outcome.partitions) - len(partitions) :]
+        if p.status not in ("recovered", "checked") or (p.committed_offsets_lost and not p.accepted_data_loss)
+    ]
+    for kind, repair in unreadable.items():
+        _say_repair(repair, CHECKPOINT_FILES[kind], dry_run=dry_run, left_out=left_out)
     if not dry_run:
         for kind, values_of_kind in new_values.items():
-            write_checkpoint(log_dir, kind, values_of_kind)
+            if kind not in unreadable:
+                write_checkpoint(log_dir, kind, values_of_kind)
+            elif not left_out:
+                write_checkpoint(log_dir, kind, values_of_kind, replace_unreadable=True)
+                unreadable[kind].rewritten = True
         if all(p.status == "recovered" for p in outcome.partitions):
             write_clean_shutdown_marker(log_dir)
             outcome.marked_clean = True
     outcome.duration_s = time.perf_counter() - started
     return outcome
+
+
+def _read_checkpoints(log_dir: Path) -> tuple[dict[str, dict[TopicPartition, int]], dict[str, CheckpointRepair]]:
+    """The three checkpoints of ``log_dir`` (:func:`indexer.checkpoint.read_checkpoint`), and those that
+    cannot be read, each named (with its error) for repair: recovery rewrites them from the logs."""
+    found: dict[str, dict[TopicPartition, int]] = {}
+    unreadable: dict[str, CheckpointRepair] = {}
+    for kind, name in CHECKPOINT_FILES.items():
+        try:
+            found[kind] = read_checkpoint(log_dir, name)
+        except StorageError as e:
+            found[kind] = {}
+            unreadable[kind] = CheckpointRepair(str(log_dir / name), str(e.__cause__ or e))
+            logger.warning("%s cannot be read: %s", log_dir / name, e.__cause__ or e)
+    return found, unreadable
+
+
+def _note_rebuilt_entries(
+    unreadable: dict[str, CheckpointRepair],
+    tp: TopicPartition,
+    result: PartitionRecovery,
+    sinks: dict[TopicPartition, int],
+) -> None:
+    """Record the entry of ``tp`` each unreadable checkpoint gets (would get, in a dry run) and its
+    source: a recovered log's recovery point is its end (everything was flushed), its high watermark
+    a sink's commit record if one names it, else its end; raised log start offsets are not known."""
+    if result.log_end_offset is None or result.status not in ("recovered", "checked"):
+        return
+    name = partition_name(tp)
+    if "recovery-point" in unreadable:
+        unreadable["recovery-point"].entries[name] = {"offset": result.log_end_offset, "source": "log end"}
+    if "high-watermark" in unreadable:
+        source = "sink commit record" if tp in sinks else "log end"
+        offset = min(sinks[tp], result.log_end_offset) if tp in sinks else result.log_end_offset
+        unreadable["high-watermark"].entries[name] = {"offset": offset, "source": source}
+
+
+def _say_repair(repair: CheckpointRepair, name: str, *, dry_run: bool, left_out: list[str]) -> None:
+    """Log what recovery does with an unreadable checkpoint and fill ``repair.message``."""
+    if left_out:
+        repair.message = (
+            f"left as it was: partitions {', '.join(left_out)} were not recovered or lost committed data, and "
+            "rewriting it would drop their entries; recover them (or accept the loss), then run seglog recover again"
+        )
+        logger.error("%s: %s", repair.file, repair.message)
+        return
+    entries = ", ".join(f"{p} {e['offset']} ({e['source']})" for p, e in sorted(repair.entries.items()))
+    verb = "would be rewritten" if dry_run else "rewritten"
+    repair.message = f"{verb} from the logs: {entries or 'no entries'}"
+    if name == CHECKPOINT_FILES["log-start-offset"]:
+        repair.message += (
+            "; its raised log start offsets are not known: records below them are readable again until retention "
+            "deletes them"
+        )
+    logger.warning("%s: %s", repair.file, repair.message)

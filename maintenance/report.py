@@ -75,13 +75,15 @@ class JobReport:
         except Exception as e:
             self.fail(name, e)
 
-    def fail(self, name: str, error: Exception) -> None:
+    def fail(self, name: str, error: Exception, *, log: bool = True) -> None:
         """Record and log ``error`` for partition ``name`` (with the file it names, if any): one line
         for the errors seglog expects (its own, and ``OSError`` such as a read-only file system), a
-        traceback for anything else (a bug)."""
+        traceback for anything else (a bug). ``log=False``: recorded only (said before, by an earlier pass)."""
         path = getattr(error, "path", None) or getattr(error, "filename", None)
         failure = PartitionError(name, f"{type(error).__name__}: {error}", None if path is None else str(path))
         self.errors.append(failure)
+        if not log:
+            return
         expected = isinstance(error, (SeglogError, OSError))
         logger.error("maintenance job %s failed on %s", self.job, failure, exc_info=None if expected else error)
 

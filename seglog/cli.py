@@ -121,6 +121,26 @@ def common_options() -> argparse.ArgumentParser:
     return parent
 
 
+def add_action(
+    actions: argparse._SubParsersAction[argparse.ArgumentParser],
+    name: str,
+    summary: str,
+    description: str,
+    examples: Sequence[str],
+) -> argparse.ArgumentParser:
+    """The parser of one action of a command with actions (``seglog topic create``): its ``--help``
+    says what it does (``description``) and shows ``examples``; ``summary`` is its line in the
+    command's list. It takes ``-v`` and ``--debug`` after its own options too."""
+    return actions.add_parser(
+        name,
+        help=summary,
+        description=description,
+        epilog="examples:\n" + "".join(f"  {example}\n" for example in examples),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        parents=[common_options()],
+    )
+
+
 # Sections of the settings file whose keys `--config` also takes, for the commands that use them:
 # section -> (module, function returning {key: description}).
 CONFIG_SECTIONS: dict[str, tuple[str, str]] = {

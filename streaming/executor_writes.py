@@ -60,7 +60,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from indexer import errors
-from indexer.checkpoint import OffsetCheckpointFile, committed_offsets_for_writer, update_checkpoint
+from indexer.checkpoint import read_checkpoint, update_checkpoint
 from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig
 from indexer.data_loss import missing_committed_records
@@ -70,6 +70,7 @@ from indexer.file_names import (
     LOG_START_OFFSET_CHECKPOINT_FILE,
     PARTITION_LOCK_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
     TopicPartition,
     partition_dir_name,
 )
@@ -241,16 +242,13 @@ def open_partition(
 
     Raises:
         LogLockedError: the lock stayed taken.
-        StorageError: the partition cannot be loaded.
+        StorageError: the partition cannot be loaded, or a checkpoint of the log dir cannot be read
+            (:func:`indexer.checkpoint.read_checkpoint`; the partition is left as it was).
     """
     log_dir = Path(log_dir)
 
     def checkpointed(name: str) -> int | None:
-        try:
-            return OffsetCheckpointFile(log_dir / name).read().get(tp)
-        except StorageError as e:
-            logger.warning("ignoring unreadable checkpoint: %s", e)
-            return None
+        return read_checkpoint(log_dir, name).get(tp)  # strict: this task writes them back
 
     deadline = time.monotonic() + lock_wait_s
     directory = log_dir / partition_dir_name(*tp)
@@ -261,7 +259,7 @@ def open_partition(
                 config,
                 recovery_point=checkpointed(RECOVERY_POINT_CHECKPOINT_FILE) or 0,
                 log_start_offset=checkpointed(LOG_START_OFFSET_CHECKPOINT_FILE) or 0,
-                high_watermark=committed_offsets_for_writer(log_dir).get(tp),
+                high_watermark=checkpointed(REPLICATION_OFFSET_CHECKPOINT_FILE),
                 had_clean_shutdown=clean,
                 recovery_reason=died_holding_reason(FileLock(directory / PARTITION_LOCK_FILE).holder()),
             )

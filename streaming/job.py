@@ -41,7 +41,7 @@ from indexer.errors import ConfigError, InvalidPartitionsError, InvalidTopicErro
 from indexer.file_names import is_log_file, partition_dir_name
 from indexer.log_manager import LogManager, check_log_dir, check_topic_request
 from streaming import sources
-from streaming.session import build_spark_session, local_path, read_checkpoint_query_id
+from streaming.session import build_spark_session, local_log_dir, local_path, read_checkpoint_query_id
 from streaming.sink import SegmentLogSink, check_writes, writes_on_executors
 
 if TYPE_CHECKING:
@@ -233,7 +233,7 @@ class JobSpec:
             values[attr] = value
         values.update({k: v for k, v in overrides.items() if v is not None})
         if "log_dir" in values:
-            values["log_dir"] = Path(values["log_dir"])
+            values["log_dir"] = local_log_dir(values["log_dir"])  # as the sink reads it: file: URIs too
         for attr in ("num_partitions", "rows_per_second", "max_files_per_trigger"):
             if attr in values:
                 try:

@@ -127,6 +127,18 @@ def _topic_codes(table: pa.Table, default_topic: str | None, first_row: int) -> 
     return topics, encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)
 
 
+def _check_partition_type(table: pa.Table) -> None:
+    """A ``partition`` column must hold integers (or only nulls).
+
+    Raises:
+        SchemaError: it has another type.
+    """
+    if "partition" in table.column_names:
+        kind = table.schema.field("partition").type
+        if not (pa.types.is_integer(kind) or pa.types.is_null(kind)):
+            raise SchemaError(f"column 'partition': found type {kind}, expected int")
+
+
 def _partitions(
     table: pa.Table,
     keys: pa.Array,
@@ -143,8 +155,6 @@ def _partitions(
     has_explicit = np.zeros(n, dtype=bool)
     if "partition" in table.column_names:
         column = table.column("partition")
-        if not (pa.types.is_integer(column.type) or pa.types.is_null(column.type)):
-            raise SchemaError(f"column 'partition': found type {column.type}, expected int")
         if not pa.types.is_null(column.type):
             has_explicit = column.is_valid().to_numpy(zero_copy_only=False)
             explicit = pc.fill_null(column, 0).to_numpy(zero_copy_only=False).astype(np.int64)
@@ -237,9 +247,12 @@ def split_record_batch(
         now_ms=now_ms,
         first_row=first_row,
     )
+    # Decided by the schema, as Spark's Kafka sink does at the start of a query: an empty micro-batch
+    # (and the schema check of the sink, which has no rows) fails on them too.
+    topics, codes = _topic_codes(table, default_topic, first_row)
+    _check_partition_type(table)
     if table.num_rows == 0:
         return SplitBatch(0, {}, ())
-    topics, codes = _topic_codes(table, default_topic, first_row)
     layouts = [layout(topic) for topic in topics]
     before = round_robin_before or {}
     starts = [null_key_start + before.get(topic, 0) for topic in topics]

@@ -12,12 +12,13 @@ Kafka's JSON, ``{"events": {"0": 42}}``. Only committed records are read: below 
 watermark (``read_committed``: its last stable offset, without aborted transactions).
 
 Where the work runs: every option is checked on the driver when the DataFrame is created (``load``),
-against the log directory (one clear :class:`~indexer.errors.SeglogError` line inside Spark's
-``AnalysisException``). Offsets are planned on the driver (the stream reader is a long-lived Python
-worker there; it keeps the ``Trigger.AvailableNow`` target and the ``maxTriggerDelay`` clock);
-records are read on the executors, one task per offset range, as Arrow record batches straight from
-the engine's decoder. The log directory must be reachable from the executors (local Spark, or a
-shared filesystem). Partitions are opened read-only: no lock, no writes, safe beside a running writer.
+and the subscription against the log directory's topics where the offsets are first taken (one clear
+:class:`~indexer.errors.SeglogError` line inside Spark's ``AnalysisException``). Offsets are planned
+on the driver (the stream reader is a long-lived Python worker there; it keeps the
+``Trigger.AvailableNow`` target and the ``maxTriggerDelay`` clock); records are read on the
+executors, one task per offset range, as Arrow record batches straight from the engine's decoder.
+The log directory must be reachable from the executors (local Spark, or a shared filesystem).
+Partitions are opened read-only: no lock, no writes, safe beside a running writer.
 """
 
 from __future__ import annotations
@@ -74,6 +75,7 @@ from indexer.file_names import TopicPartition, is_listed_to_patterns, partition_
 from indexer.log_manager import LogManager, check_log_dir
 from indexer.records.isolation import IsolationLevel
 from streaming.offset_ranges import OffsetRange, rate_limit, split_ranges
+from streaming.session import local_log_dir
 from streaming.source_options import (
     EARLIEST,
     LATEST,
@@ -187,14 +189,17 @@ class LogDirView:
 
 
 def check_options(options: Mapping[str, str]) -> SourceOptions:
-    """Parse the options and check them against the log directory (runs on the driver at ``load``).
+    """Parse the options and check the log directory (runs on the driver at ``load``).
+
+    Whether the subscribed topics are there is checked where the offsets are first taken
+    (:func:`check_subscription`): a query restarted from its checkpoint after one of its topics was
+    deleted meets that as data loss, as Kafka's source does, not as an unknown topic.
 
     Raises:
-        ConfigError: a bad option, a missing or wrong log directory, a topic or partition that is not
-            there (offsets naming other partitions than the subscription's: :func:`resolve`).
+        ConfigError: a bad option, a missing or wrong log directory.
     """
     parsed = parse_source_options(options)
-    path = Path(parsed.log_dir).absolute()
+    path = local_log_dir(parsed.log_dir).absolute()
     parsed = replace(parsed, log_dir=str(path))
     try:
         check_log_dir(path)  # the engine's rule (a partition directory, a file), worded for .load() here
@@ -206,20 +211,32 @@ def check_options(options: Mapping[str, str]) -> SourceOptions:
         raise ConfigError(
             f"{path} is a partition directory; give the log directory that holds it: {path.parent}"
         ) from None
-    with LogDirView(parsed) as view:
-        present = view.manager.partitions()
-        if not present:
-            raise ConfigError(f"{path} holds no topic partition (no <topic>-<partition> directory)")
-        topics = sorted({t for t, _ in present})
-        sub = parsed.subscription
-        missing = [t for t in sub.topics if t not in topics]
-        missing += [f"{t}-{p}" for t, p in sub.assigned if (t, p) not in present]
-        if missing or not view.states:
-            what = f"no topic matches {sub.pattern!r}" if not missing else f"{', '.join(missing)} not found"
-            if not missing and not all(map(is_listed_to_patterns, topics)):
-                what += " (a pattern never matches internal topics nor __cluster_metadata: subscribe to them by name)"
-            raise ConfigError(f"{sub.describe()}: {what} in {path} (topics there: {', '.join(topics)})")
     return parsed
+
+
+def check_subscription(view: LogDirView) -> None:
+    """Every topic and partition the subscription names is there, and it holds at least one
+    partition. Checked where the offsets are first taken: a batch query's plan, a streaming query's
+    first run (a restart goes on from its checkpoint, where a partition that is gone is data loss,
+    see :func:`data_loss`). Kafka's source would wait for a missing topic; a log directory has no
+    producer that could create it later, so a wrong name is a mistake.
+
+    Raises:
+        ConfigError: a topic or partition that is not there, a pattern that matches none.
+    """
+    path = view.options.log_dir
+    present = view.manager.partitions()
+    if not present:
+        raise ConfigError(f"{path} holds no topic partition (no <topic>-<partition> directory)")
+    topics = sorted({t for t, _ in present})
+    sub = view.options.subscription
+    missing = [t for t in sub.topics if t not in topics]
+    missing += [f"{t}-{p}" for t, p in sub.assigned if (t, p) not in present]
+    if missing or not view.states:
+        what = f"no topic matches {sub.pattern!r}" if not missing else f"{', '.join(missing)} not found"
+        if not missing and not all(map(is_listed_to_patterns, topics)):
+            what += " (a pattern never matches internal topics nor __cluster_metadata: subscribe to them by name)"
+        raise ConfigError(f"{sub.describe()}: {what} in {path} (topics there: {', '.join(topics)})")
 
 
 def resolve(view: LogDirView, spec: OffsetSpec, *, starting: bool) -> Offsets:
@@ -561,6 +578,7 @@ class _BatchReader(DataSourceReader):
     def partitions(self) -> list[InputPartition]:
         options = self.options
         with LogDirView(options) as view:
+            check_subscription(view)
             starts = resolve(view, options.starting or OffsetSpec(SpecKind.EARLIEST, "startingOffsets"), starting=True)
             ends = resolve(view, options.ending or OffsetSpec(SpecKind.LATEST, "endingOffsets"), starting=False)
             check_in_range(view, starts, options.starting.option if options.starting else "startingOffsets")
@@ -609,12 +627,25 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return options
 
     def _snapshot(self) -> dict[TopicPartition, PartitionState]:
+        """The subscribed partitions now. Under ``Trigger.AvailableNow`` only those of the run's target,
+        each ending at its target (where the run stops) or before, if the log now ends there, and
+        starting where the log starts now (retention may have passed the target: nothing is left to
+        read there): what retention deleted during the run is data loss found when the driver plans a
+        batch, as under other triggers, not by a task."""
         with LogDirView(self.options) as view:
-            self._states = view.states
-        return self._states
+            states = view.states
+        if self._target is not None:
+            states = {
+                tp: replace(now, last=max(now.first, min(now.last, self._target[tp].last)))
+                for tp, now in states.items()
+                if tp in self._target
+            }
+        self._states = states
+        return states
 
     def initialOffset(self) -> dict[str, dict[str, int]]:
         with LogDirView(self.options) as view:
+            check_subscription(view)
             starts = resolve(
                 view, self.options.starting or OffsetSpec(SpecKind.LATEST, "startingOffsets"), starting=True
             )
@@ -636,7 +667,7 @@ class _StreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         logger.info("seglog source: Trigger.AvailableNow reads up to %s", target)
 
     def latestOffset(self, start: dict[str, dict[str, int]], limit: ReadLimit) -> dict[str, dict[str, int]]:
-        states = self._target if self._target is not None else self._snapshot()
+        states = self._snapshot()
         begin = self._begin(from_json(start), states)
         latest = {tp: state.last for tp, state in states.items()}
         ends = latest

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 from urllib.parse import urlparse
 
-from indexer.errors import StorageError
+from indexer.errors import ConfigError, StorageError
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -103,6 +103,22 @@ def local_path(location: str) -> Path:
     if parsed.scheme in ("", "file"):
         return Path(parsed.path if parsed.scheme else location)
     raise ValueError(f"{location!r} is not a local path (scheme {parsed.scheme!r})")
+
+
+def local_log_dir(location: str | os.PathLike[str]) -> Path:
+    """The log directory ``location`` names: a plain path or a ``file:`` URI, as Spark takes paths
+    (``load("file:///data/logs")``); the sink, the source and ``seglog run`` read it here alike.
+
+    Raises:
+        ConfigError: a URI of another scheme (``hdfs://...``): seglog reads and writes a filesystem
+            mounted where it runs, never through Hadoop's.
+    """
+    try:
+        return local_path(os.fspath(location))
+    except ValueError as e:
+        raise ConfigError(
+            f"log directory {e}: seglog needs a mounted filesystem (for executors, one mounted on each)"
+        ) from None
 
 
 def read_checkpoint_query_id(checkpoint_location: str) -> str | None:

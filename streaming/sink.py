@@ -50,7 +50,6 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
@@ -65,7 +64,7 @@ from indexer.log_manager import LogManager, check_log_dir
 from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, empty_arrow_table, micro_batch_plan
 from streaming.executor_writes import WritePlan, checkpoint_partition, open_partition, run_write_job
 from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout, split_record_batch
-from streaming.session import read_checkpoint_query_id, runs_on_one_machine
+from streaming.session import local_log_dir, read_checkpoint_query_id, runs_on_one_machine
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
@@ -119,8 +118,9 @@ class SegmentLogSink:
 
     Args:
         log_dir: the log directory (created if missing; a file or a partition directory raises
-            :class:`~indexer.errors.NotALogDirectoryError` here); a relative path is the driver's, made
-            absolute here (executor tasks run in other working directories).
+            :class:`~indexer.errors.NotALogDirectoryError` here), a path or a ``file:`` URI
+            (:func:`~streaming.session.local_log_dir`); a relative path is the driver's, made absolute
+            here (executor tasks run in other working directories).
         topic: default topic for every row (wins over a ``topic`` column, as in Spark).
         num_partitions: partitions of the topic; a new topic is created with all of them (default 1),
             an existing one must have exactly this many (default: its recorded count). Grow a topic
@@ -166,7 +166,7 @@ class SegmentLogSink:
             raise ConfigError(f"num_partitions must be >= 1, got {num_partitions}")
         # Executor tasks run elsewhere: a relative path would be theirs. A file or a partition directory
         # fails here, before the query starts, not at its first micro-batch.
-        self.log_dir = check_log_dir(Path(log_dir).absolute(), must_exist=False)
+        self.log_dir = check_log_dir(local_log_dir(log_dir).absolute(), must_exist=False)
         self.topic = topic
         self.num_partitions = num_partitions
         self.writes = writes
@@ -208,7 +208,7 @@ class SegmentLogSink:
             if self._on_executors(batch_df):
                 self._write_on_executors(batch_df, batch_id, query_id)
             else:
-                self._write(lambda: collect_arrow(_to_collect(batch_df)), batch_id, query_id)
+                self._write(lambda: collect_arrow(_to_collect(batch_df, self.topic)), batch_id, query_id)
         except BaseException as e:
             self.last_error = e
             raise
@@ -347,7 +347,7 @@ class SegmentLogSink:
                 return self._skipped(batch_id, query_id)
             t0 = time.perf_counter()
             # The schema first: a micro-batch that cannot be written leaves the directory as it found it.
-            selected = _sink_columns(batch_df)
+            selected = _sink_columns(batch_df, self.topic)
             topic, layout = self.topic, self._layout(self.topic)
 
             def prepare() -> dict[int, int]:
@@ -696,30 +696,34 @@ def writes_on_executors(writes: str, master: str | None) -> bool:
     return not runs_on_one_machine(master)
 
 
-def _to_collect(batch_df: DataFrame) -> DataFrame:
+def _to_collect(batch_df: DataFrame, topic: str | None) -> DataFrame:
     """What to collect of the micro-batch ``batch_df``: only the columns the sink reads
     (:data:`~streaming.micro_batch.SINK_COLUMNS`; the others are ignored, as Spark's Kafka sink ignores
     them, so they need not travel to the driver); when those are all its columns, from the micro-batch's
-    own plan where possible (:func:`~streaming.arrow_collect.micro_batch_plan`).
+    own plan where possible (:func:`~streaming.arrow_collect.micro_batch_plan`). ``topic``: the sink's
+    ``topic`` option.
 
     Raises:
-        SchemaError: there is no ``value`` column.
+        SchemaError, InvalidTopicError: as :func:`_sink_columns`.
     """
-    selected = _sink_columns(batch_df)
+    selected = _sink_columns(batch_df, topic)
     if selected is not batch_df:
         return selected
     return micro_batch_plan(batch_df) or batch_df
 
 
-def _sink_columns(batch_df: DataFrame) -> DataFrame:
+def _sink_columns(batch_df: DataFrame, topic: str | None) -> DataFrame:
     """``batch_df`` with only the columns the sink reads (itself when it has no others), their types
     checked before a Spark job runs: the micro-batch's schema, without rows, through the same
     validation as its record batches (:func:`~streaming.micro_batch.split_record_batch`), so a column
     of the wrong type fails here, not after the whole micro-batch was collected (driver writes) or in
-    every attempt of every encoding task (executor writes).
+    every attempt of every encoding task (executor writes), and an empty micro-batch fails as one with
+    rows would, as Spark's Kafka sink checks the schema when a query starts. ``topic``: the sink's
+    ``topic`` option.
 
     Raises:
         SchemaError: there is no ``value`` column, or a column has a type the sink cannot take.
+        InvalidTopicError: no ``topic`` column and no ``topic`` option.
     """
     names = [name for name in batch_df.columns if name in SINK_COLUMNS]
     if "value" not in names:
@@ -727,7 +731,7 @@ def _sink_columns(batch_df: DataFrame) -> DataFrame:
     selected = batch_df.select(*names) if len(names) < len(batch_df.columns) else batch_df
     empty = empty_arrow_table(selected)
     if empty is not None:
-        split_record_batch(empty, default_topic=None, layout=_no_layout, null_key_start=0, now_ms=0)
+        split_record_batch(empty, default_topic=topic, layout=_no_layout, null_key_start=0, now_ms=0)
     return selected
 
 

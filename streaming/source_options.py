@@ -19,6 +19,7 @@ from typing import Any
 
 from indexer.errors import ConfigError, SeglogError
 from indexer.file_names import TopicPartition, is_listed_to_patterns, validate_topic
+from indexer.limits import INT32_MAX, INT64_MAX
 from indexer.records.isolation import IsolationLevel
 
 logger = logging.getLogger(__name__)
@@ -161,7 +162,7 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         min_offsets_per_trigger=min_per_trigger,
         max_trigger_delay_ms=_duration_ms(lower.get("maxtriggerdelay")),
         fail_on_data_loss=_boolean(lower, "failOnDataLoss", True),
-        min_partitions=_positive(lower, "minPartitions"),
+        min_partitions=_positive(lower, "minPartitions", INT32_MAX),  # Spark reads it with toInt
         max_records_per_partition=_positive(lower, "maxRecordsPerPartition"),
         include_headers=_boolean(lower, "includeHeaders", False),
         isolation_level=isolation,
@@ -237,9 +238,10 @@ def _first_spec(lower: Mapping[str, str], names: tuple[str, str, str]) -> Offset
     value = lower[name.lower()].strip()
     if name.endswith("ByTimestamp"):
         example = '{"events": {"0": 1700000000000}}'
-        return OffsetSpec(SpecKind.TIMESTAMPS, name, per_partition=_per_partition(name, value, example))
+        timestamps = _timestamps(name, _per_partition(name, value, example))
+        return OffsetSpec(SpecKind.TIMESTAMPS, name, per_partition=timestamps)
     if name.endswith("Timestamp"):
-        return OffsetSpec(SpecKind.TIMESTAMP, name, timestamp=_integer(name, value))
+        return OffsetSpec(SpecKind.TIMESTAMP, name, timestamp=_integer(name, value, 0))
     if value.lower() in ("earliest", "latest"):
         return OffsetSpec(SpecKind(value.lower()), name)
     spec = _per_partition(name, value, '{"events": {"0": 23, "1": -2}}', "earliest, latest or ")
@@ -297,20 +299,37 @@ def _valid_topic(option: str, topic: object) -> str:
         raise ConfigError(f"option {option}: {e}") from None
 
 
-def _integer(name: str, value: str) -> int:
-    try:
-        return int(value)
-    except ValueError:
-        raise ConfigError(f"option {name} must be an integer, got {value!r}") from None
+def _integer(name: str, value: str, low: int, high: int = INT64_MAX) -> int:
+    """``value`` as an integer in ``low..high`` (Java's long by default, as Spark's ``toLong`` reads it).
+
+    Raises:
+        ConfigError: anything else, naming option ``name``.
+    """
+    if re.fullmatch(r"\s*[+-]?[0-9]+\s*", value) and low <= (number := int(value)) <= high:  # not int()'s "1_0"
+        return number
+    raise ConfigError(f"option {name} must be an integer in {low}..{high}, got {value!r}")
 
 
-def _positive(lower: Mapping[str, str], name: str) -> int | None:
+def _timestamps(name: str, spec: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
+    """Per-partition timestamps of option ``name``: each in ``0..INT64_MAX`` (Kafka's consumer refuses a
+    negative target time: there ``-1`` and ``-2`` are not the latest and earliest they are in offsets).
+
+    Raises:
+        ConfigError: a timestamp outside that range, naming its partition.
+    """
+    for (topic, partition), timestamp in sorted(spec.items()):
+        if not 0 <= timestamp <= INT64_MAX:
+            raise ConfigError(
+                f"option {name}: the timestamp of {topic}-{partition} must be an integer in 0..{INT64_MAX}, "
+                f"got {timestamp}"
+            )
+    return dict(spec)
+
+
+def _positive(lower: Mapping[str, str], name: str, high: int = INT64_MAX) -> int | None:
     if name.lower() not in lower:
         return None
-    number = _integer(name, lower[name.lower()].strip())
-    if number < 1:
-        raise ConfigError(f"option {name} must be at least 1, got {number}")
-    return number
+    return _integer(name, lower[name.lower()].strip(), 1, high)
 
 
 def _boolean(lower: Mapping[str, str], name: str, default: bool) -> bool:

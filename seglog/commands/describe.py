@@ -6,7 +6,8 @@ For each ``<topic>-<partition>`` directory: log start offset, log end offset, hi
 batch and record counts, the timestamps of its first record and its largest one, and how many
 entries its index files hold; the quarantine files holding bytes recovery removed (``seglog
 quarantine``), the committed data losses accepted with ``seglog recover --accept-data-loss``, and
-offsets that no segment holds and nothing accounts for (a segment missing in the middle), and new
+offsets that no segment holds and nothing accounts for (a segment missing in the middle), checkpoint
+files that cannot be read (named, exit 1; high watermarks then shown as unknown), and new
 index files never renamed into place (``<base>.index.tmp``: an index being rebuilt, or left by a
 process killed while rebuilding it; never read as an index, deleted by the next writable open).
 Counts come from one vectorised walk over the batch headers of each ``.log`` (no record is
@@ -39,15 +40,18 @@ from typing import Any
 
 import numpy as np
 
-from indexer.checkpoint import OffsetCheckpointFile
+from indexer.checkpoint import read_checkpoint
 from indexer.data_loss import offsets_in_no_segment, read_accepted_losses
-from indexer.errors import SeglogError, storage_errors
+from indexer.errors import SeglogError, StorageError, storage_errors
 from indexer.file_names import (
+    LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
     is_index_temp_file,
     misnamed_partition_dirs,
+    partition_dir_name,
 )
+from indexer.log import Log
 from indexer.log_manager import LogManager
 from indexer.offset_index import OffsetIndex
 from indexer.quarantine import list_quarantine
@@ -58,6 +62,12 @@ from seglog.cli import add_log_config_arguments, log_dir_from_args, settings_fro
 from seglog.output import Output, format_table, offset_range_text
 
 logger = logging.getLogger(__name__)
+
+CHECKPOINT_FILES = (
+    RECOVERY_POINT_CHECKPOINT_FILE,
+    LOG_START_OFFSET_CHECKPOINT_FILE,
+    REPLICATION_OFFSET_CHECKPOINT_FILE,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -82,26 +92,50 @@ def run(args: argparse.Namespace) -> int:
         or any("invalid_bytes" in s or "misplaced_batch_position" in s for s in p.get("segments", ()))
         for p in description["partitions"]
     )
-    unreadable = any("error" in p for p in description["partitions"]) or description["misnamed_directories"]
+    unreadable = (
+        any("error" in p for p in description["partitions"])
+        or description["misnamed_directories"]
+        or description["unreadable_checkpoints"]
+    )
     return 1 if unreadable or damaged else 0
 
 
 def describe_log_dir(log_dir: Path, settings: Any, *, verify: bool = False) -> dict[str, Any]:
     """Plain data describing every partition of ``log_dir`` (opened read-only); ``verify`` checks CRCs."""
     manager = LogManager(log_dir, settings, read_only=True)
-    recovery_points = _checkpoint(log_dir / RECOVERY_POINT_CHECKPOINT_FILE)
-    high_watermarks = _checkpoint(log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE)
+    checkpoints: dict[str, dict[tuple[str, int], int]] = {}
+    unreadable: list[dict[str, str]] = []
+    for name in CHECKPOINT_FILES:
+        try:
+            checkpoints[name] = read_checkpoint(log_dir, name)
+        except StorageError as e:  # named, and each partition's high watermark shown as unknown
+            logger.warning("%s", e)
+            checkpoints[name] = {}
+            unreadable.append({"file": str((log_dir / name).absolute()), "error": str(e)})
+    recovery_points = checkpoints[RECOVERY_POINT_CHECKPOINT_FILE]
+    high_watermarks = checkpoints[REPLICATION_OFFSET_CHECKPOINT_FILE]
+    hw_unknown = any(Path(u["file"]).name == REPLICATION_OFFSET_CHECKPOINT_FILE for u in unreadable)
     accepted = read_accepted_losses(log_dir)
     partitions: list[dict[str, Any]] = []
     try:
         for topic, partition in sorted(manager.partitions()):
             try:
-                log = manager.get_log(topic, partition)
-                if log is None:
-                    raise SeglogError(f"partition {topic}-{partition} disappeared while describing {log_dir}")
-                one = describe_partition(topic, partition, log, verify=verify)
-                one["recovery_point"] = recovery_points.get((topic, partition), one["recovery_point"])
-                committed = high_watermarks.get((topic, partition), 0)
+                tp = (topic, partition)
+                log = Log.open(  # what a read-only LogManager opens, but also when a checkpoint is unreadable
+                    log_dir / partition_dir_name(topic, partition),
+                    settings.log_config(topic),
+                    read_only=True,
+                    log_start_offset=checkpoints[LOG_START_OFFSET_CHECKPOINT_FILE].get(tp, 0),
+                    high_watermark=high_watermarks.get(tp),
+                )
+                try:
+                    one = describe_partition(topic, partition, log, verify=verify)
+                finally:
+                    log.close()
+                one["recovery_point"] = recovery_points.get(tp, one["recovery_point"])
+                if hw_unknown:
+                    one["high_watermark"] = None
+                committed = high_watermarks.get(tp, 0)
                 if committed > one["log_end_offset"]:  # what Log.open refuses (indexer.data_loss)
                     one["missing_committed"] = {"first": one["log_end_offset"], "last": committed - 1}
                 one["accepted_data_loss"] = [
@@ -120,20 +154,12 @@ def describe_log_dir(log_dir: Path, settings: Any, *, verify: bool = False) -> d
         "num_segments": sum(p["num_segments"] for p in described),
         "size_bytes": sum(p["size_bytes"] for p in described),
         "partitions": partitions,
+        "unreadable_checkpoints": unreadable,
         "misnamed_directories": [
             {"directory": path.name, "error": f"{type(e).__name__}: {e}"}
             for path, e in misnamed_partition_dirs(log_dir)
         ],
     }
-
-
-def _checkpoint(path: Path) -> dict[tuple[str, int], int]:
-    """A log-directory checkpoint file, empty when missing or unreadable (as the broker treats it)."""
-    try:
-        return OffsetCheckpointFile(path).read()
-    except SeglogError as e:
-        logger.warning("ignoring checkpoint %s: %s", path, e)
-        return {}
 
 
 def describe_partition(topic: str, partition: int, log: Any, *, verify: bool = False) -> dict[str, Any]:
@@ -267,6 +293,8 @@ def render_text(description: dict[str, Any]) -> list[str]:
         f"log dir {description['log_dir']}: {description['num_partitions']} partitions, "
         f"{description['num_segments']} segments, {description['size_bytes']} bytes"
     ]
+    for c in description["unreadable_checkpoints"]:
+        lines += ["", f"checkpoint {c['file']}: cannot read: {c['error']}"]
     for d in description["misnamed_directories"]:
         lines += ["", f"{d['directory']}: cannot read: {d['error']}"]
     for p in description["partitions"]:
@@ -277,7 +305,7 @@ def render_text(description: dict[str, Any]) -> list[str]:
         lines += [
             "",
             f"{name}: log start offset {p['log_start_offset']}, log end offset {p['log_end_offset']}, "
-            f"high watermark {p['high_watermark']}, recovery point {p['recovery_point']}, "
+            f"high watermark {_value(p['high_watermark'])}, recovery point {p['recovery_point']}, "
             f"{p['num_segments']} segments, {p['size_bytes']} bytes",
         ]
         rows = [

@@ -25,7 +25,8 @@ Producer snapshot (``<offset>.snapshot``, Kafka's ``ProducerStateManager``), big
 examples:
   seglog dump data/logs/events-0/00000000000000000000.log
   seglog dump --deep-iteration --print-data-log data/logs/events-0/00000000000000000000.log
-  seglog dump --files a.index,a.timeindex --verify-index-only
+  seglog dump --verify-index-only data/logs/events-0/*.index data/logs/events-0/*.timeindex
+  seglog dump --files data/logs/events-0/00000000000000000000.index,data/logs/events-0/00000000000000000000.timeindex
   seglog dump --index-sanity-check data/logs/events-0/*.index
 """
 

@@ -25,7 +25,7 @@ import asyncio
 from typing import Any
 
 from indexer.errors import ConfigError, GroupIdNotFoundError
-from seglog.cli import common_options, existing_directory, log_dir_from_args, non_negative_int
+from seglog.cli import add_action, existing_directory, log_dir_from_args, non_negative_int
 from seglog.output import Output, format_table
 from seglog.serve.group_offsets import GroupOffsets
 
@@ -33,12 +33,26 @@ from seglog.serve.group_offsets import GroupOffsets
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog groups``: ``list`` or ``delete-offsets``."""
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    common = [common_options()]
-    listing = actions.add_parser("list", help="list the groups and their committed offsets", parents=common)
-    delete = actions.add_parser(
+    listing = add_action(
+        actions,
+        "list",
+        "list the groups and their committed offsets",
+        "List each group's committed offset, leader epoch and metadata per partition, as seglog serve\n"
+        "keeps them (kafka-consumer-groups.sh --describe's CURRENT-OFFSET). Read-only.",
+        ["seglog groups list --log-dir data/logs", "seglog groups list --log-dir data/logs --group billing --json"],
+    )
+    delete = add_action(
+        actions,
         "delete-offsets",
-        help="delete a group's committed offsets (all, a topic's, or some partitions')",
-        parents=common,
+        "delete a group's committed offsets (all, a topic's, or some partitions')",
+        "Delete a group's committed offsets: all of them, --topic's, or those of the --partition(s) of\n"
+        "--topic (kafka-consumer-groups.sh --delete-offsets); each one deleted is printed. Its consumers\n"
+        "then start from auto.offset.reset there. Use it for a group without members: a member's next\n"
+        "commit writes its offset back. --dry-run prints what would go and writes nothing.",
+        [
+            "seglog groups delete-offsets --log-dir data/logs --group billing --topic events --partition 3 --dry-run",
+            "seglog groups delete-offsets --log-dir data/logs --group billing",
+        ],
     )
     for sub in (listing, delete):
         sub.add_argument("--log-dir", required=True, metavar="DIR", help="the log directory seglog serve serves")

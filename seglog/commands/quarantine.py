@@ -25,13 +25,32 @@ from typing import Any
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog quarantine``."""
-    from seglog.cli import common_options, non_negative_int
+    from seglog.cli import add_action, non_negative_int
 
-    common = [common_options()]  # -v and --debug after the action's options too
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
-    listing = actions.add_parser("list", help="list the quarantine files of every partition", parents=common)
-    purge = actions.add_parser(
-        "purge", help="delete quarantine files (say which: --all or --older-than-ms)", parents=common
+    listing = add_action(
+        actions,
+        "list",
+        "list the quarantine files of every partition",
+        "List the quarantine files of every partition (or of --topic / --partition): each file with its\n"
+        "segment, the position its bytes came from in that .log, its size and when recovery wrote it.\n"
+        "Read-only.",
+        [
+            "seglog quarantine list --log-dir data/logs",
+            "seglog quarantine list --log-dir data/logs --topic events --json",
+        ],
+    )
+    purge = add_action(
+        actions,
+        "purge",
+        "delete quarantine files (say which: --all or --older-than-ms)",
+        "Delete quarantine files: all those selected (--all) or those last modified at least MS ms ago\n"
+        "(--older-than-ms), of every partition or of --topic / --partition. --dry-run lists what would\n"
+        "be deleted and deletes nothing.",
+        [
+            "seglog quarantine purge --log-dir data/logs --all --dry-run",
+            "seglog quarantine purge --log-dir data/logs --topic events --older-than-ms 604800000",
+        ],
     )
     for sub in (listing, purge):
         sub.add_argument("--log-dir", required=True, type=Path, metavar="DIR", help="the log directory")

@@ -6,7 +6,10 @@ indexes, repair the checkpoints), and marks it cleanly shut down. Where a segmen
 default strategy, ``salvage``, keeps every intact batch before and after the damage and leaves an
 offset gap; ``truncate`` is Kafka's own answer (cut at the first damage, delete later segments).
 Either way every removed byte is kept in a quarantine file beside its segment (``seglog
-quarantine``). Partitions a live writer holds are skipped, and so are directories of segment
+quarantine``). A checkpoint file that cannot be read is named and rewritten from the recovered logs
+(high watermarks from the sink's commit records where they exist), the report saying from what.
+Committed records below a damaged log start offset are removed only with ``--accept-data-loss``.
+Partitions a live writer holds are skipped, and so are directories of segment
 files not named ``<topic>-<partition>`` (each named in the report). Prints a per-partition report naming
 the offsets lost and whether they were committed. ``--dry-run`` writes nothing at all (no lock
 file either: it only tests whether a writer holds the lock), so it also works on a read-only file
@@ -16,7 +19,14 @@ Exit status: 0 when all is well, 1 when the log directory cannot be written (a r
 system: one line, nothing tried), when a partition failed (one line per partition on stderr) or
 was skipped (a writer holds it, or it is not named as a partition),
 3 when committed data was lost (offsets below a partition's recovery point, high watermark or sink
-commit are gone) and not accepted with ``--accept-data-loss``.
+commit are gone) and not accepted with ``--accept-data-loss``; 1 also when an unreadable checkpoint
+was left as it was (a partition was not recovered).
+
+examples:
+  seglog recover --log-dir data/logs --dry-run            # what recovery would do; nothing written
+  seglog recover --log-dir data/logs
+  seglog recover --log-dir data/logs --strategy truncate --json
+  seglog recover --log-dir data/logs --accept-data-loss   # after exit status 3, if the loss is final
 """
 
 from __future__ import annotations
@@ -100,6 +110,9 @@ def _text(doc: dict[str, Any]) -> Iterator[str]:
         indent="  ",
     )
     dry = doc["dry_run"]  # a dry run removed nothing: it says what recovery would do
+    for c in doc["checkpoints"]:
+        yield f"  checkpoint {c['file']}: cannot read: {c['error']}"
+        yield f"  checkpoint {c['file']}: {c['message']}"
     for p in doc["partitions"]:
         if p["message"]:
             yield f"  {p['partition']}: {p['message']}"

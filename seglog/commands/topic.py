@@ -28,8 +28,8 @@ from typing import Any
 from indexer.errors import UnknownTopicOrPartitionError
 from indexer.log_manager import LogManager, check_topic_request
 from seglog.cli import (
+    add_action,
     add_log_config_arguments,
-    common_options,
     log_dir_from_args,
     positive_int,
     settings_from_args,
@@ -40,12 +40,35 @@ from seglog.output import Output, format_table
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog topic``: one of ``create``, ``describe``, ``alter``."""
     actions = parser.add_subparsers(dest="action", metavar="ACTION", required=True)
-    common = [common_options()]  # -v and --debug after the action's options too
-    create = actions.add_parser("create", help="create a topic with all its partitions", parents=common)
-    alter = actions.add_parser(
-        "alter", help="grow a topic to more partitions (keys re-hash, as in Kafka)", parents=common
+    create = add_action(
+        actions,
+        "create",
+        "create a topic with all its partitions",
+        "Create a topic with all its partitions (<topic>-0 .. <topic>-<N-1>, each an empty segment at\n"
+        "offset 0) and record its partition count in the log directory (seglog-topics.json), which is\n"
+        "created if missing. A topic that exists already is a TopicExistsError, whatever its count.",
+        ["seglog topic create --log-dir data/logs --topic events --partitions 4"],
     )
-    describe = actions.add_parser("describe", help="list topics and their partition counts", parents=common)
+    alter = add_action(
+        actions,
+        "alter",
+        "grow a topic to more partitions (keys re-hash, as in Kafka)",
+        "Grow a topic to N partitions (kafka-topics.sh --alter --partitions): the new partitions are\n"
+        "created and the count recorded. Keys written before hash to other partitions afterwards; a\n"
+        "topic never shrinks (a smaller or equal N is an InvalidPartitionsError).",
+        ["seglog topic alter --log-dir data/logs --topic events --partitions 8"],
+    )
+    describe = add_action(
+        actions,
+        "describe",
+        "list topics and their partition counts",
+        "List the topics of a log directory and their partition counts, read-only (a directory written\n"
+        "before counts were recorded shows the count its partition directories imply).",
+        [
+            "seglog topic describe --log-dir data/logs",
+            "seglog topic describe --log-dir data/logs --topic events --json",
+        ],
+    )
     for sub in (create, alter, describe):
         sub.add_argument("--log-dir", required=True, metavar="DIR", help="the log directory")
         add_log_config_arguments(sub, topic_keys=False)

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from indexer import file_names
-from indexer.checkpoint import OffsetCheckpointFile
+from indexer.checkpoint import read_checkpoint
 from indexer.config import Settings
 from indexer.data_loss import missing_committed_records
 from indexer.errors import SeglogError, StorageError
@@ -111,8 +111,9 @@ class Catalog:
         self._waiters = 0  # fetches in wait_for_change
         self._waiter_arrived = asyncio.Event()
         self._closed = False
+        self._unreadable: str | None = None  # the checkpoint error last logged
         self.rescan()
-        self._read_checkpoints()
+        self._read_checkpoints(first=True)
 
     # -- topics ----------------------------------------------------------------------------------
 
@@ -249,20 +250,36 @@ class Catalog:
     def _offsets(self, tp: TopicPartition) -> tuple[int | None, int | None]:
         return self._checkpoints.high_watermarks.get(tp), self._checkpoints.log_start_offsets.get(tp)
 
-    def _read_checkpoints(self) -> bool:
-        """Read the checkpoint files if they changed since the last read; True if they were read."""
+    def _read_checkpoints(self, *, first: bool = False) -> bool:
+        """Read the checkpoint files if they changed since the last read; True if they were read.
+
+        An unreadable ``replication-offset-checkpoint`` (:func:`indexer.checkpoint.read_checkpoint`) is
+        never taken for an empty one, which would serve uncommitted records: at the ``first`` read it
+        stops the server (nothing committed is known yet); later the high watermarks read before are
+        kept (committed records only), and the error is logged once until the file can be read again.
+
+        Raises:
+            StorageError: ``first``, and ``replication-offset-checkpoint`` cannot be read.
+        """
         hw_path = self.log_dir / file_names.REPLICATION_OFFSET_CHECKPOINT_FILE
         lso_path = self.log_dir / file_names.LOG_START_OFFSET_CHECKPOINT_FILE
         stats = (stat_key(hw_path), stat_key(lso_path))
         if stats == self._checkpoints.stats:
             return False
         try:
-            self._checkpoints = _Checkpoints(
-                OffsetCheckpointFile(hw_path).read(), OffsetCheckpointFile(lso_path).read(), stats
-            )
-        except SeglogError as e:  # a torn or foreign file: keep the last good offsets, retry next poll
-            logger.warning("cannot read the checkpoints of %s: %s", self.log_dir, e)
+            high_watermarks = read_checkpoint(self.log_dir, file_names.REPLICATION_OFFSET_CHECKPOINT_FILE)
+        except StorageError as e:
+            if first:
+                raise
+            if str(e) != self._unreadable:
+                logger.error("%s; serving up to the high watermarks read before", e)
+            self._unreadable = str(e)
             return False
+        if self._unreadable is not None:
+            logger.info("%s can be read again", hw_path)
+            self._unreadable = None
+        log_start_offsets = read_checkpoint(self.log_dir, file_names.LOG_START_OFFSET_CHECKPOINT_FILE, reader=True)
+        self._checkpoints = _Checkpoints(high_watermarks, log_start_offsets, stats)
         return True
 
     def _reopen(self, tp: TopicPartition, entry: _Partition) -> bool:

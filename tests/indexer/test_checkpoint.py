@@ -190,11 +190,20 @@ def test_update_checkpoint_merges_and_removes(tmp_path: Path) -> None:
     assert FileLock(lock_path).holder() == ""  # held only while writing
 
 
-def test_update_checkpoint_replaces_a_corrupt_file(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
-    path = tmp_path / "cp"
-    path.write_bytes(b"7\n")
-    assert update_checkpoint(path, {("a", 0): 1}, lock_path=tmp_path / ".lock") == {("a", 0): 1}
-    assert "replacing unreadable checkpoint file" in caplog.text
+def test_update_checkpoint_never_replaces_a_file_it_cannot_read(tmp_path: Path) -> None:
+    """It replaced an unreadable file with the caller's entries only (a warning): every other
+    partition's entry was gone, in ``replication-offset-checkpoint`` every committed offset. It now
+    refuses with one line naming the file and ``seglog recover``; only recovery replaces it."""
+    path = tmp_path / file_names.REPLICATION_OFFSET_CHECKPOINT_FILE
+    path.write_bytes(b"0\n2\na 0 5\nb 0 x\n")
+    with pytest.raises(StorageError) as refused:
+        update_checkpoint(path, {("a", 0): 6}, lock_path=tmp_path / ".lock")
+    message = str(refused.value)
+    assert message.startswith(f"Malformed line in checkpoint file [{path}]: b 0 x: it holds the committed offsets")
+    assert f"seglog recover --log-dir {tmp_path}`" in message and "\n" not in message
+    assert path.read_bytes() == b"0\n2\na 0 5\nb 0 x\n"
+    merged = update_checkpoint(path, {("a", 0): 6}, lock_path=tmp_path / ".lock", replace_unreadable=True)
+    assert merged == {("a", 0): 6} == OffsetCheckpointFile(path).read()
 
 
 def test_update_checkpoint_waits_for_the_directory_lock(tmp_path: Path) -> None:

@@ -315,8 +315,9 @@ def test_a_log_start_checkpoint_above_the_log_end_names_the_committed_records_re
 ) -> None:
     """A damaged ``log-start-offset-checkpoint`` (t-0 at 99999, above its log end 48 and its high
     watermark) makes recovery remove every segment, as Kafka does for files deleted by hand. Those
-    records were committed: the dry run and the recovery name them and exit 3, and the quarantine
-    holds their bytes."""
+    records were committed: the dry run names them and exits 3; recovery removes them only with
+    ``--accept-data-loss`` (before, a plain recovery removed them, and the next one, finding a log
+    starting above the committed offset, reported nothing); the quarantine holds their bytes."""
     log_dir = tmp_path / "logs"
     shutil.copytree(template, log_dir)
     partition = log_dir / "t-0"
@@ -327,11 +328,16 @@ def test_a_log_start_checkpoint_above_the_log_end_names_the_committed_records_re
     before = digest(log_dir)
     dry = recover_log_dir(log_dir, settings, dry_run=True, progress=False)
     assert digest(log_dir) == before
-    real = recover_log_dir(log_dir, settings, progress=False)
+    assert dry.exit_status() == EXIT_COMMITTED_DATA_LOST
+    refused = recover_log_dir(log_dir, settings, progress=False)
+    [row] = [p for p in refused.partitions if p.partition == "t-0"]
+    assert row.status == "failed" and f"committed offsets 0..{end - 1}" in row.message and refused.exit_status() == 1
+    assert {p.name: p.stat().st_size for p in partition.glob("*.log")} == sizes
+    real = recover_log_dir(log_dir, settings, progress=False, accept_data_loss=True)
     for outcome in (dry, real):
         row = next(p for p in outcome.partitions if p.partition == "t-0")
         assert row.lost_offsets == [{"first": 0, "last": end - 1, "committed": True}], row.lost_offsets
-        assert outcome.exit_status() == EXIT_COMMITTED_DATA_LOST
+    assert real.exit_status() == 0
     assert {p.name: p.stat().st_size for p in partition.glob("*.log.0.quarantine")} == {
         f"{name}.0.quarantine": size for name, size in sizes.items()
     }

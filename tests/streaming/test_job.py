@@ -39,6 +39,8 @@ def test_spec_defaults_come_from_the_streaming_section() -> None:
     )
     spec = JobSpec.from_settings(load_settings(), topic="other", num_partitions="8", log_dir=None)
     assert (spec.topic, spec.num_partitions, spec.log_dir) == ("other", 8, Path("data/logs"))
+    # the log directory as the sink reads it (its LogManager and the sink's commit record in one place)
+    assert JobSpec.from_settings(load_settings(), log_dir="file:///data/logs").log_dir == Path("/data/logs")
 
 
 @pytest.mark.parametrize(
@@ -54,6 +56,7 @@ def test_spec_defaults_come_from_the_streaming_section() -> None:
         ({"num.partitions": 2**31}, "num.partitions: a topic has at most 2147483647 partitions"),
         ({"topic": "bad topic"}, "topic: topic name 'bad topic' is illegal"),
         ({"writes": "workers"}, "writes must be one of auto, driver, executors"),
+        ({"log.dir": "hdfs://nn/logs"}, "log directory 'hdfs://nn/logs' is not a local path"),
     ],
 )
 def test_bad_streaming_settings_are_rejected(section: dict[str, object], message: str) -> None:

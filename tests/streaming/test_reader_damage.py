@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 import pytest
-from pyspark.errors import PythonException, StreamingQueryException
+from pyspark.errors import AnalysisException, PythonException, StreamingQueryException
 from pyspark.sql import SparkSession
 
 from indexer.config import Settings
@@ -127,3 +127,17 @@ def test_spark_read_stream_over_a_damaged_batch(spark: SparkSession, tmp_path: P
     query.awaitTermination(120)
     assert query.exception() is None
     assert sorted(o for rows in sink.batches.values() for _, o, _ in rows) == [0, 1, 2, *range(6, RECORDS)]
+
+
+def test_spark_read_refuses_an_unreadable_high_watermark_checkpoint(spark: SparkSession, tmp_path: Path) -> None:
+    """With a malformed ``replication-offset-checkpoint`` the source took "no entry" for each partition
+    and read up to the log end: records never committed came back (here 12..14, appended after the
+    commit). The query now fails at ``load()`` naming the file and ``seglog recover``."""
+    _write(tmp_path)
+    with LogManager(tmp_path, Settings()) as manager:
+        manager.get_or_create_log("h", 0).append({"value": [b"uncommitted"] * 3})
+    path = tmp_path / "replication-offset-checkpoint"
+    path.write_text(f"0\n1\nh 0 {RECORDS}x\n")
+    df = spark.read.format("seglog").option("subscribe", "h")
+    with pytest.raises(AnalysisException, match=rf"Malformed line in checkpoint file \[{path}\].*seglog recover"):
+        df.load(str(tmp_path))  # where every error of the source's set-up surfaces

@@ -173,9 +173,14 @@ def test_fail_on_data_loss_when_retention_deletes_a_segment_under_the_query(
     )
     stored = read_topic(log_dir, "dl")  # what retention left, decoded by kafka-python
     if fail_on_data_loss:
-        with pytest.raises(StreamingQueryException, match=r"offsets 5\.\.\d+ of dl-0 were deleted .*failOnDataLoss"):
+        with pytest.raises(
+            StreamingQueryException, match=r"offsets 5\.\.\d+ of dl-0 were deleted .*failOnDataLoss"
+        ) as info:
             query.awaitTermination(120)
         assert len(sink.batches) == 1
+        # Found when the driver plans the batch (Trigger.AvailableNow too), not by its task inside the
+        # foreachBatch function, which Spark then blames ("error in the user provided function").
+        assert "FOREACH_BATCH_USER_FUNCTION_ERROR" not in str(info.value)
         return
     query.awaitTermination(120)
     assert query.exception() is None
@@ -325,6 +330,7 @@ def test_a_query_restarts_from_its_checkpoint_after_partitions_are_added(
             {"startingOffsets": '{"ev": {"0": 0}}'},
             "option startingOffsets must name exactly the partitions of subscribe=ev: ev-0, ev-1",
         ),
+        (None, {"subscribe": "nope"}, "subscribe=nope: nope not found in "),  # a new query's first run
     ],
 )
 def test_an_option_error_found_when_a_query_starts_is_ours_not_the_runners(
@@ -396,3 +402,31 @@ def test_fail_on_data_loss_when_a_partition_is_recreated_shorter_between_runs(
     assert run().values() == []  # on from the partition's end, as Kafka's source
     append(log_dir, "tr", ["new3", "new4"], 1, partitions=1)
     assert run().values() == [b"new3", b"new4"]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_query_restarted_after_one_of_its_topics_was_deleted_is_data_loss(
+    spark: SparkSession, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
+    """As Kafka's source ("... are gone. Some data may have been missed"): a subscribed topic deleted
+    between two runs of a query is data loss, not an unknown topic; ``failOnDataLoss=false`` goes on with
+    the others (the restart failed at load: "subscribe=gone,kept: gone not found")."""
+    log_dir = tmp_path / "logs"
+    append(log_dir, "gone", ["g0", "g1"], 0, partitions=1)
+    append(log_dir, "kept", ["k0", "k1"], 0, partitions=1)
+
+    def run() -> Batches:
+        sink = Batches()
+        options = {"startingOffsets": "earliest", "failOnDataLoss": str(fail_on_data_loss).lower()}
+        query = start_foreach_batch(stream(spark, log_dir, subscribe="gone,kept", **options), sink, tmp_path / "ckpt")
+        query.awaitTermination(120)
+        return sink
+
+    assert run().values() == [b"g0", b"g1", b"k0", b"k1"]
+    shutil.rmtree(log_dir / "gone-0")
+    append(log_dir, "kept", ["k2"], 1, partitions=1)
+    if fail_on_data_loss:
+        with pytest.raises(StreamingQueryException, match=r"partition gone-0 is gone .*failOnDataLoss"):
+            run()
+        return
+    assert run().values() == [b"k2"]

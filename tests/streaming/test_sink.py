@@ -298,3 +298,17 @@ def test_options_are_validated_up_front(tmp_path: Path) -> None:
 )
 def test_where_micro_batches_are_written(writes: str, master: str | None, on_executors: bool) -> None:
     assert writes_on_executors(writes, master) is on_executors
+
+
+def test_a_log_dir_given_as_a_uri_is_a_local_path_or_refused(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spark takes paths as URIs (``file:///data/logs``, ``hdfs://...``): a ``file:`` URI is its local
+    path, another scheme a ConfigError naming it. Before, both were taken as relative paths: the sink
+    wrote into ``./file:/...`` or ``./hdfs:/nn/logs`` under the working directory."""
+    monkeypatch.chdir(tmp_path)
+    with _sink(f"file://{tmp_path / 'logs'}", topic="t") as sink:  # type: ignore[arg-type]
+        sink.write_batch(_batch(0, 3), 0, query_id="q")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"]
+    assert len(_values(tmp_path / "logs")) == 3
+    with pytest.raises(ConfigError, match=r"^log directory 'hdfs://nn/logs' is not a local path \(scheme 'hdfs'\)"):
+        _sink("hdfs://nn/logs", topic="t")  # type: ignore[arg-type]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["logs"]

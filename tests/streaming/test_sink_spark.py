@@ -20,6 +20,7 @@ from indexer.config import LogConfig, Settings
 from indexer.errors import (
     ConfigError,
     InvalidTimestampError,
+    InvalidTopicError,
     LogLockedError,
     RecordTooLargeError,
     SchemaError,
@@ -200,6 +201,12 @@ def test_a_sink_given_another_querys_checkpoint_fails_and_writes_nothing(spark: 
     [
         (lambda df: df.select(F.col("key")), SchemaError, "no 'value' column", {}),
         (lambda df: df.select(F.length("value").alias("value")), SchemaError, "column 'value': found type int32", {}),
+        (  # Spark's Kafka sink refuses it from the schema too ("partition must be a(n) int")
+            lambda df: df.select("value", F.lit("0").alias("partition")),
+            SchemaError,
+            "column 'partition': found type string, expected int",
+            {},
+        ),
         (  # Spark's Kafka sink fails on it too (Kafka's ProducerRecord refuses a negative timestamp)
             lambda df: df.select("value", F.timestamp_millis(F.lit(-1000)).alias("timestamp")),
             InvalidTimestampError,
@@ -246,6 +253,35 @@ def test_bad_input_fails_the_query_with_the_sink_error(
     assert not list((tmp_path / "logs").glob("ev-*"))
 
 
+@pytest.mark.parametrize(
+    "columns, error, message",
+    [
+        (["value"], InvalidTopicError, "no 'topic' column and the sink has no default topic"),
+        (["value", "1 as topic"], SchemaError, "column 'topic': found type int32, expected string"),
+    ],
+)
+@pytest.mark.parametrize("rows", [0, 3])
+def test_a_micro_batch_without_a_topic_fails_from_its_schema_before_any_spark_job(
+    spark: SparkSession, tmp_path: Path, columns: list[str], error: type[Exception], message: str, rows: int
+) -> None:
+    """As Spark's Kafka sink (``KafkaWriter.validateQuery``: "topic option required when no 'topic'
+    attribute is present"): decided by the schema, so an empty micro-batch fails too, and nothing is
+    collected or written."""
+    sink = SegmentLogSink(tmp_path / "logs", query_id="q", settings=SETTINGS)
+    df = spark.range(rows).selectExpr("cast(id as string) as value").selectExpr(*columns)
+    group = f"no-topic-{tmp_path.name}"
+    spark.sparkContext.setJobGroup(group, "the sink's micro-batch")
+    try:
+        with pytest.raises(error, match=message):
+            sink(df, 0)
+    finally:
+        spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        sink.close()
+    assert spark.sparkContext.statusTracker().getJobIdsForGroup(group) == []
+    assert sink.committed().batch_id == -1
+    assert snapshot(tmp_path / "logs") == {}
+
+
 def test_the_job_reraises_the_sinks_own_error_and_commits_nothing(spark: SparkSession, tmp_path: Path) -> None:
     write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
     with pytest.raises(RecordTooLargeError, match="more than max.message.bytes=70"):
@@ -259,11 +295,11 @@ def test_only_the_sink_columns_travel_to_the_driver(spark: SparkSession) -> None
     df = spark.range(2).selectExpr(
         "cast(id as string) as key", "repeat('x', 1000) as payload", "cast(cast(id as string) as binary) as value"
     )
-    assert _to_collect(df).columns == ["key", "value"]
+    assert _to_collect(df, "t").columns == ["key", "value"]
     kafka_shaped = df.select("key", "value")
-    assert _to_collect(kafka_shaped) is kafka_shaped
+    assert _to_collect(kafka_shaped, "t") is kafka_shaped
     with pytest.raises(SchemaError, match=r"no 'value' column \(columns: \['key', 'payload'\]\)"):
-        _to_collect(df.drop("value"))
+        _to_collect(df.drop("value"), "t")
 
 
 def test_a_stateful_query_updates_its_state_once_per_batch(

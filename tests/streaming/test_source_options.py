@@ -90,7 +90,11 @@ def test_patterns_skip_internal_topics_as_kafkas_listing_does() -> None:
         ({"subscribe": "bad topic!"}, "option subscribe: .*"),
         ({"subscribePattern": "(unclosed"}, "subscribePattern is not a valid pattern"),
         ({"subscribe": "a", "endingOffsets": "earliest"}, "endingOffsets cannot be earliest"),
-        ({"subscribe": "a", "maxOffsetsPerTrigger": "0"}, "maxOffsetsPerTrigger must be at least 1"),
+        (
+            {"subscribe": "a", "maxOffsetsPerTrigger": "0"},
+            r"maxOffsetsPerTrigger must be an integer in 1\.\..*, got '0'",
+        ),
+        ({"subscribe": "a", "minPartitions": "1_000"}, "minPartitions must be an integer in"),
         ({"subscribe": "a", "maxOffsetsPerTrigger": "5", "minOffsetsPerTrigger": "9"}, "is above maxOffsetsPerTrigger"),
         ({"subscribe": "a", "maxTriggerDelay": "5m"}, "maxTriggerDelay needs minOffsetsPerTrigger"),
         (
@@ -101,6 +105,30 @@ def test_patterns_skip_internal_topics_as_kafkas_listing_does() -> None:
         ({"subscribe": "a", "kafka.isolation.level": "serializable"}, "read_uncommitted or read_committed"),
         ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "set the source option 'startingOffsets'"),
         ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "closest"}, "must be error or latest"),
+        # Kafka's consumer refuses negative target times ("The target time cannot be negative"); past
+        # Java's long, Spark's toLong/toInt refuse the number
+        (
+            {"subscribe": "a", "startingTimestamp": "-5"},
+            r"startingTimestamp must be an integer in 0\.\.9223372036854775807, got '-5'",
+        ),
+        ({"subscribe": "a", "endingTimestamp": "-1"}, r"endingTimestamp must be an integer in 0\.\."),
+        (
+            {"subscribe": "a", "startingTimestamp": "9223372036854775808"},
+            r"startingTimestamp must be an integer in 0\.\.",
+        ),
+        (
+            {"subscribe": "a", "startingOffsetsByTimestamp": '{"a": {"0": 5, "1": -2}}'},
+            r"startingOffsetsByTimestamp: the timestamp of a-1 must be an integer in 0\.\.9223372036854775807, got -2",
+        ),
+        (
+            {"subscribe": "a", "endingOffsetsByTimestamp": '{"a": {"0": -1}}'},
+            "endingOffsetsByTimestamp: the timestamp of a-0",
+        ),
+        (
+            {"subscribe": "a", "maxOffsetsPerTrigger": "9223372036854775808"},
+            r"maxOffsetsPerTrigger must be an integer in 1\.\.",
+        ),
+        ({"subscribe": "a", "minPartitions": "2147483648"}, r"minPartitions must be an integer in 1\.\.2147483647"),
     ],
 )
 def test_bad_options_are_one_clear_line(options: dict[str, str], message: str) -> None:
