@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from indexer.errors import ConfigError
-from indexer.limits import INT64_MAX
+from indexer.limits import INT32_MAX, INT64_MAX
 
 logger = logging.getLogger(__name__)
 
@@ -61,6 +61,10 @@ _TOPIC_KEYS: dict[str, tuple[str, type, Any, int | None, str]] = {
         "delete quarantined bytes (removed by recovery) this long after quarantine (ms); -1 = never",
     ),
 }
+# Kafka declares these as int (the others as long): an index entry holds a segment position in 4 bytes.
+_INT32_KEYS = frozenset(
+    {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes", "batch.size"}
+)
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _COMPRESSION_TYPES = ("producer", "uncompressed", *_CODECS)
@@ -133,10 +137,14 @@ class LogConfig:
     quarantine_retention_ms: int = -1
 
     def __post_init__(self) -> None:
-        for key, (attr, _kind, _default, minimum, _doc) in _TOPIC_KEYS.items():
+        for key, (attr, kind, _default, minimum, _doc) in _TOPIC_KEYS.items():
             value = getattr(self, attr)
             if minimum is not None and value < minimum:
                 raise ConfigError(f"{key} must be >= {minimum}, got {value}")
+            if kind is int:
+                maximum, kafka_type = (INT32_MAX, "an int") if key in _INT32_KEYS else (INT64_MAX, "a long")
+                if value > maximum:
+                    raise ConfigError(f"{key} must be <= {maximum} ({kafka_type} in Kafka), got {value}")
         if self.message_timestamp_type not in _TIMESTAMP_TYPES:
             raise ConfigError(
                 f"message.timestamp.type must be one of {_TIMESTAMP_TYPES}, got {self.message_timestamp_type!r}"
@@ -273,6 +281,12 @@ def _check_tables(data: Mapping[str, Any], conf_path: Path) -> tuple[dict[str, A
     known = {"topic": "[topic]", "topics": '[topics."<name>"]', **{name: f"[{name}]" for name in SECTIONS}}
     for name, value in data.items():
         if name not in known:
+            dotted, leaf, plain = _dotted_key(name, value)
+            if isinstance(value, dict) and plain in _TOPIC_KEYS:
+                raise ConfigError(
+                    f"configuration file {conf_path}: {dotted} = {leaf!r} is read by TOML as nested tables, outside "
+                    f'any table: put it under [topic] as "{plain}" = {leaf!r}'
+                )
             what = f"table [{name}]" if isinstance(value, dict) else f"key {name!r} outside any table"
             raise ConfigError(
                 f"unknown {what} in configuration file {conf_path}; its tables: {', '.join(known.values())}"
@@ -285,7 +299,26 @@ def _check_tables(data: Mapping[str, Any], conf_path: Path) -> tuple[dict[str, A
             raise ConfigError(
                 f'topics.{name} in configuration file {conf_path} must be a table [topics."{name}"], got {table!r}'
             )
+    tables = [("[topic]", data.get("topic", {}))] + [(f'[topics."{n}"]', t) for n, t in topics.items()]
+    for where, table in tables + [(f"[{n}]", data[n]) for n in SECTIONS if n in data]:
+        for key, value in table.items():
+            if isinstance(value, dict):
+                dotted, leaf, plain = _dotted_key(key, value)
+                raise ConfigError(
+                    f"configuration file {conf_path} {where}: {dotted} = {leaf!r} is read by TOML as nested tables; "
+                    f'quote a dotted name, as in "{plain}" = {leaf!r} or [topics."my.topic"]'
+                )
     return data.get("topic", {}), topics
+
+
+def _dotted_key(key: str, value: Any) -> tuple[str, Any, str]:
+    """The unquoted dotted key ``a.b = v`` TOML read as the nested tables ``value`` under ``key``: the
+    key as written, its value, and its parts joined (the name meant, e.g. ``retention.ms``)."""
+    parts = [key]
+    while isinstance(value, dict) and value:
+        sub, value = next(iter(value.items()))
+        parts.append(sub)
+    return ".".join(f'"{p}"' if "." in p else p for p in parts), value, ".".join(parts)
 
 
 def load_settings(
@@ -312,6 +345,8 @@ def load_settings(
         if named is None or named == "":
             continue
         named_path = Path(named)
+        if named_path.is_dir():
+            raise ConfigError(f"configuration file {named_path} ({what}) is a directory, not a file")
         if not named_path.is_file():
             raise ConfigError(f"configuration file {named_path} ({what}) does not exist")
         files.append(named_path)

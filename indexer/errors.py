@@ -12,7 +12,8 @@ message, so a log line alone says which file and where::
 
     SeglogError
     ├── StorageError                      an OSError, with the path it happened on
-    │   └── LogLockedError                another writer holds the partition
+    │   ├── LogLockedError                another writer holds the partition
+    │   └── ReadOnlyLogDirectoryError     a log directory this process cannot write in
     ├── CorruptRecordError                bad CRC, impossible size, truncated batch
     │   ├── InvalidRecordError            a batch whose records do not parse
     │   └── OffsetsInNoSegmentError       offsets between two segments that no segment file holds
@@ -79,6 +80,11 @@ def storage_errors(
 
 class LogLockedError(StorageError):
     """Another writer (this process or another one) holds the partition's lock."""
+
+
+class ReadOnlyLogDirectoryError(StorageError):
+    """A log directory this process cannot write in (a read-only file system, or no permission), met by
+    a command that would change it: one error for the directory instead of one per partition."""
 
 
 class CorruptRecordError(SeglogError):

@@ -45,8 +45,8 @@ RECOVERY_ROLE = "recovery"
 BORROWER_WAIT_S = 60.0
 
 
-def _holder_fields(holder: str) -> dict[str, str]:
-    """The ``name=value`` fields of a lock file's holder line."""
+def holder_fields(holder: str) -> dict[str, str]:
+    """The ``key=value`` fields of a holder line (``pid``, ``host``, ``since_ms``, ``role``)."""
     return dict(part.partition("=")[::2] for part in holder.split())
 
 
@@ -54,7 +54,7 @@ def left_by_writer(holder: str) -> bool:
     """Whether ``holder``, the line found in a free lock file, was left by a writer that died holding
     the partition (so data above its committed offset may be a half-written batch), rather than by
     a holder that never appends (a ``role``: maintenance, recovery) or by nobody (empty)."""
-    return bool(holder.strip()) and "role" not in _holder_fields(holder)
+    return bool(holder.strip()) and "role" not in holder_fields(holder)
 
 
 class FileLock:
@@ -185,7 +185,7 @@ class FileLock:
             if deadline is not None and now >= deadline:
                 # No line yet, or no longer: the holder is between taking or giving the lock and its line.
                 line = self.holder()
-                borrowed = not line or _holder_fields(line).get("role") == MAINTENANCE_ROLE
+                borrowed = not line or holder_fields(line).get("role") == MAINTENANCE_ROLE
                 if not borrowed or now >= start + borrower_wait:
                     raise LogLockedError(f"{self.what} is locked by {self._describe_holder()}", path=self.path)
                 if not waiting_for_borrower:
@@ -208,7 +208,7 @@ class FileLock:
             logger.warning("could not record the holder in lock file %s: %s", self.path, e)
 
     def _describe_holder(self) -> str:
-        fields = _holder_fields(self.holder())
+        fields = holder_fields(self.holder())
         pid = fields.get("pid")
         if not pid:
             return "another holder (pid unknown)"

@@ -61,7 +61,7 @@ from indexer.limits import integer_argument
 from indexer.lock import FileLock
 from indexer.log_loader import UNCLEAN_SHUTDOWN, LoadedLog, LogLoader
 from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset
-from indexer.records.append_pipeline import AppendSummary, Fill, check_stored_as_is, plan_append
+from indexer.records.append_pipeline import AppendPlan, AppendSummary, Fill, check_stored_as_is, plan_append
 from indexer.records.batch_header import LOG_OVERHEAD, SIZE_OFFSET
 from indexer.records.batch_limits import BatchLimits
 from indexer.records.columns import READ_SCHEMA, AppendInput, to_append_table
@@ -114,6 +114,43 @@ def _backwards(table: pa.Table, buf: bytes, whole: int, floor: int) -> tuple[pa.
     in_order = np.concatenate(([offsets[:1] > floor], offsets[1:] > offsets[:-1]), axis=None)
     fine = in_order & (offsets < first)
     return table.slice(0, len(fine) if fine.all() else int(np.argmin(fine))), at, first, before
+
+
+def check_append(
+    data: AppendInput, config: LogConfig, *, compression: str | None = None, now_ms: int, where: str
+) -> None:
+    """Raise the error :meth:`Log.append` would raise for ``data`` in a log of ``config``, with no log:
+    a writer that would create the log directory, topic or partition first checks its input here, so
+    a refused append leaves nothing behind. ``where`` names the partition in the error.
+
+    Raises:
+        SchemaError, InvalidTimestampError, RecordTooLargeError, RecordBatchTooLargeError: as
+            :meth:`Log.append` (``RecordTooLargeError.index`` is the record's row).
+    """
+    table = to_append_table(data, now_ms=now_ms)
+    if table.num_rows:
+        _plan_append(table, 0, config, compression, now_ms, where=where)
+
+
+def _plan_append(
+    table: pa.Table,
+    first_offset: int,
+    config: LogConfig,
+    compression: str | None,
+    now_ms: int,
+    *,
+    where: str | os.PathLike[str],
+) -> AppendPlan:
+    """The batches of ``table`` in a log of ``config`` (its limits, codec and timestamp type), every
+    record checked: the one planning step of :meth:`Log.append` and :func:`check_append`."""
+    return plan_append(
+        table,
+        first_offset,
+        limits=BatchLimits.of(config),
+        compression=config.stored_codec(compression),
+        log_append_time_ms=now_ms if config.is_log_append_time else None,
+        where=where,
+    )
 
 
 def _backwards_error(segment: LogSegment, position: int, first: int, before: int) -> CorruptRecordError:
@@ -251,7 +288,7 @@ class Log:
                 recovery_reason=recovery_reason,
             ).load()
             if high_watermark is not None and high_watermark > loaded.next_offset:
-                loaded.segments.close()  # trimmed, as a closed log leaves them
+                loaded.close()  # trimmed, as a closed log leaves them
                 raise missing_committed_records(
                     directory, loaded.next_offset, high_watermark, "its checkpointed high watermark"
                 )
@@ -282,9 +319,10 @@ class Log:
         high_watermark: int | None,
     ) -> Log:
         """The writable log of what :meth:`LogLoader.load` recovered, under ``file_lock`` (held): it ends
-        where its active segment does (recovery cut any partial tail)."""
+        where its active segment does (recovery cut any partial tail), and deletes the segments recovery
+        removed ``file.delete.delay.ms`` later, as its own (releasing their files when it closes)."""
         active = loaded.segments.active_segment()
-        return cls(
+        log = cls(
             directory,
             config,
             loaded.segments,
@@ -296,6 +334,9 @@ class Log:
             file_lock=file_lock,
             high_watermark=high_watermark,
         )
+        if loaded.deleted_segments:
+            log._delete_segment_files(list(loaded.deleted_segments), "removed by recovery")
+        return log
 
     @staticmethod
     def _load_read_only(directory: Path, config: LogConfig, clock: Clock) -> tuple[LogSegments, LogOffsetMetadata]:
@@ -476,7 +517,6 @@ class Log:
             StorageError: an I/O error; the log is then in the state a crash would leave.
         """
         now = self.clock.milliseconds() if now_ms is None else integer_argument("now_ms", now_ms, low=0)
-        codec = self.config.stored_codec(compression)
         table = to_append_table(data, now_ms=now)
         log_append_time_ms = now if self.config.is_log_append_time else None
         with self.lock:
@@ -484,14 +524,7 @@ class Log:
             first_offset = self.log_end_offset
             if table.num_rows == 0:
                 return self._nothing_appended(first_offset)
-            plan = plan_append(
-                table,
-                first_offset,
-                limits=BatchLimits.of(self.config),
-                compression=codec,
-                log_append_time_ms=log_append_time_ms,
-                where=self.directory,
-            )
+            plan = _plan_append(table, first_offset, self.config, compression, now, where=self.directory)
             rolled = 0
             summaries: list[AppendSummary] = []
             # closing(): a failed write stops an encoder thread at once
@@ -1316,22 +1349,32 @@ class Log:
         due = self.clock.milliseconds() + delay
         self._log.info("scheduling %d segments for deletion in %d ms (%s)", len(segments), delay, reason)
         self._pending_deletes.extend((due, s) for s in segments)
-        self.clock.schedule(delay, self.delete_pending_files, name="delete-file")
+        scheduled = {id(s) for s in segments}
+        self.clock.schedule(delay, lambda: self._delete_pending(lambda _due, s: id(s) in scheduled), name="delete-file")
 
     def delete_pending_files(self, now_ms: int | None = None) -> int:
-        """Physically delete the ``.deleted`` segments whose delay has passed; returns how many.
-
-        Called by the clock's scheduler after ``file.delete.delay.ms``; the maintenance service may
-        call it too. Every due segment is attempted even if one fails. Thread-safe.
+        """Physically delete the ``.deleted`` segments whose delay has passed by the wall clock at
+        ``now_ms`` (default: now); returns how many. For callers that decide by the time (maintenance,
+        tests): the clock's task of each deletion removes its segments once ``file.delete.delay.ms``
+        has passed on its timer, even if the wall clock was set back meanwhile. Every due segment is
+        attempted even if one fails. Thread-safe.
 
         Raises:
             StorageError: a file could not be deleted (the first such error, after trying them all).
             InvalidArgumentError: ``now_ms`` is not an integer in 0..2**63 - 1.
         """
         now = self.clock.milliseconds() if now_ms is None else integer_argument("now_ms", now_ms, low=0)
+        return self._delete_pending(lambda due, _segment: due <= now)
+
+    def _delete_pending(self, chosen: Callable[[int, LogSegment], bool]) -> int:
+        """Delete the files of the pending segments ``chosen(due_ms, segment)`` picks; returns how many.
+
+        Raises:
+            StorageError: the first file that could not be deleted, after trying them all.
+        """
         with self.lock:
-            due = [s for t, s in self._pending_deletes if t <= now]
-            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if t > now]
+            due = [s for t, s in self._pending_deletes if chosen(t, s)]
+            self._pending_deletes = [(t, s) for t, s in self._pending_deletes if not chosen(t, s)]
         errors: list[StorageError] = []
         for segment in due:
             try:

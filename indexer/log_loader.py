@@ -81,6 +81,7 @@ from indexer.errors import (
 )
 from indexer.index_check import IndexProblem, offset_index_problem, time_index_problem, transaction_index_problem
 from indexer.limits import INT32_MAX, INT64_MAX
+from indexer.lock import holder_fields
 from indexer.quarantine import quarantine_range, quarantine_whole_file
 from indexer.records.file_records import BatchScan, FileRecords
 from indexer.salvage import (
@@ -220,13 +221,25 @@ class RecoveryReport:
 
 @dataclass(frozen=True, slots=True)
 class LoadedLog:
-    """The result of :meth:`LogLoader.load` (Kafka's ``LoadedLogOffsets`` plus the segments)."""
+    """The result of :meth:`LogLoader.load` (Kafka's ``LoadedLogOffsets`` plus the segments).
+
+    ``deleted_segments`` are the segments recovery removed, renamed ``.deleted``: the log that takes
+    them over deletes them ``file.delete.delay.ms`` later (:meth:`indexer.log.Log.from_loaded`) and
+    lets go of their files when it closes.
+    """
 
     segments: LogSegments
     log_start_offset: int
     recovery_point: int
     next_offset: int
     report: RecoveryReport
+    deleted_segments: tuple[LogSegment, ...] = ()
+
+    def close(self) -> None:
+        """Close every segment, the deleted ones too: for a caller that does not open a log on them."""
+        self.segments.close()
+        for segment in self.deleted_segments:
+            segment.close_handlers()
 
 
 class _Segment(Protocol):
@@ -326,19 +339,30 @@ UNCLEAN_SHUTDOWN = "unflushed after an unclean shutdown"
 ``recovery_reason``: Kafka recovers them only after an unclean shutdown)."""
 
 
+def died_holding_reason(holder: str) -> str:
+    """The ``recovery_reason`` of a partition whose free lock file names ``holder``, a process that died
+    holding it (or nobody: ""): a writer's records may be unflushed (:data:`UNCLEAN_SHUTDOWN`, also when
+    no holder is named); a maintenance or recovery process (its ``role``, :mod:`indexer.lock`) appends
+    nothing, so what the open checks is its interrupted work (a roll, a deletion, an index rebuild)."""
+    fields = holder_fields(holder)
+    if "role" not in fields:
+        return UNCLEAN_SHUTDOWN
+    return f"a {fields['role']} process (pid {fields.get('pid', 'unknown')}) died holding it"
+
+
 class LogLoader:
     """Loads (and recovers) the partition directory ``directory``; use once.
 
     ``recovery_point`` and ``log_start_offset`` are the checkpointed values (0 when unknown);
     ``had_clean_shutdown`` comes from the log directory's clean-shutdown marker; without one, every
     segment from the recovery point on is recovered, for ``recovery_reason`` (what the steps and logs
-    say: a caller that recovers whatever the shutdown was says so). The clock schedules
-    the deletion of segments removed during recovery (``file.delete.delay.ms`` after renaming them
-    ``.deleted``). A log that ends below ``log_start_offset`` loses every segment (quarantined, named
-    as lost offsets) only with ``remove_below_log_start`` (``seglog recover``); otherwise loading
-    raises and removes nothing: no writer leaves such a log, so the checkpoint is damaged or segment
-    files are missing, and a writer's open must not delete committed records on its word alone.
-    Not thread-safe; the caller holds the partition's writer lock.
+    say: a caller that recovers whatever the shutdown was says so). Segments removed during
+    recovery are renamed ``.deleted`` and handed over in :attr:`LoadedLog.deleted_segments`, for the
+    log to delete ``file.delete.delay.ms`` later. A log that ends below ``log_start_offset`` loses every
+    segment (quarantined, named as lost offsets) only with ``remove_below_log_start`` (``seglog
+    recover``); otherwise loading raises and removes nothing: no writer leaves such a log, so the
+    checkpoint is damaged or segment files are missing, and a writer's open must not delete committed
+    records on its word alone. Not thread-safe; the caller holds the partition's writer lock.
     """
 
     def __init__(
@@ -373,6 +397,7 @@ class LogLoader:
         self._bases: list[int] = []  # base offsets of the segments, for each segment's successor
         self._renamed: dict[str, str] = {}  # dry run: final name -> swap file holding it
         self._deleted_logs: dict[int, str] = {}  # base offset -> stray <base>.log.deleted, decided after recovery
+        self._deleted: list[LogSegment] = []  # segments recovery renamed .deleted, for LoadedLog.deleted_segments
 
     # -- entry points ---------------------------------------------------------------------------
 
@@ -386,7 +411,7 @@ class LogLoader:
         try:
             report = self._run(fix=True)
         except BaseException:
-            for segment in self._segments.values():  # nothing is returned: release what was opened
+            for segment in [*self._segments.values(), *self._deleted]:  # nothing is returned: release them
                 if isinstance(segment, LogSegment):
                     segment.close_handlers()
             raise
@@ -395,7 +420,9 @@ class LogLoader:
             segment = self._segments[base]
             assert isinstance(segment, LogSegment)
             segments.add(segment)
-        return LoadedLog(segments, report.log_start_offset, report.recovery_point, report.next_offset, report)
+        return LoadedLog(
+            segments, report.log_start_offset, report.recovery_point, report.next_offset, report, tuple(self._deleted)
+        )
 
     def check(self) -> RecoveryReport:
         """Make every decision :meth:`load` would make, changing nothing (a dry run).
@@ -808,7 +835,7 @@ class LogLoader:
             self._fsync_directory()
             modified = segment.last_modified
             segment.change_file_suffixes("", file_names.DELETED_FILE_SUFFIX)
-            self._schedule_delete(segment)
+            self._deleted.append(segment)
             with storage_errors(swap, "rename", target=log_path):
                 os.replace(swap, log_path)
             self._fsync_directory()
@@ -929,7 +956,7 @@ class LogLoader:
                 segment.change_file_suffixes("", file_names.DELETED_FILE_SUFFIX)
                 if segment.size:
                     quarantined = [quarantine_whole_file(segment.log.path, base).name]
-                self._schedule_delete(segment)
+                self._deleted.append(segment)
             lost = (LostRange(base, log_end_offset if next_base is None else next_base),) if segment.size else ()
             detail = f"{segment.size} bytes, deleted{' (the .log quarantined)' if segment.size else ''}: {why}"
             self._record(
@@ -944,9 +971,6 @@ class LogLoader:
             snapshot = file_names.producer_snapshot_file(self.directory, base).name
             if snapshot in self._names:
                 self._delete_file(snapshot, StepKind.DELETE_STRAY_SNAPSHOT, "snapshot of a deleted segment")
-
-    def _schedule_delete(self, segment: LogSegment) -> None:
-        self.clock.schedule(self.config.file_delete_delay_ms, segment.delete_if_exists, name="delete-file")
 
     def _create_empty_segment(self, base_offset: int) -> None:
         log_path = file_names.log_file(self.directory, base_offset)
@@ -1018,7 +1042,7 @@ class LogLoader:
         for new in reversed(new_segments):
             new.change_file_suffixes(file_names.CLEANED_FILE_SUFFIX, file_names.SWAP_FILE_SUFFIX)
         segment.change_file_suffixes("", file_names.DELETED_FILE_SUFFIX)
-        self._schedule_delete(segment)
+        self._deleted.append(segment)
         for new in new_segments:
             new.change_file_suffixes(file_names.SWAP_FILE_SUFFIX, "")
             self._segments[new.base_offset] = new

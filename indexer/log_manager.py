@@ -32,6 +32,7 @@ recovery point.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import threading
@@ -52,6 +53,7 @@ from indexer.errors import (
     LogDirectoryNotFoundError,
     LogLockedError,
     NotALogDirectoryError,
+    ReadOnlyLogDirectoryError,
     SeglogError,
     StorageError,
     TopicExistsError,
@@ -62,6 +64,7 @@ from indexer.file_names import TopicPartition
 from indexer.limits import INT32_MAX, integer_argument
 from indexer.lock import FileLock
 from indexer.log import Log
+from indexer.log_loader import died_holding_reason
 
 logger = logging.getLogger(__name__)
 
@@ -121,6 +124,51 @@ def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -
     return path
 
 
+def check_log_dir_writable(log_dir: str | os.PathLike[str], refused: str) -> None:
+    """Raise :class:`ReadOnlyLogDirectoryError` when this process cannot write in ``log_dir`` (a
+    read-only file system, or no write permission): the one test a command that changes a log
+    directory asks before it touches a partition, so a read-only place is one line naming the
+    directory and what is ``refused`` there, not an error per partition. A missing directory passes
+    (:func:`check_log_dir` decides about it).
+
+    Raises:
+        ReadOnlyLogDirectoryError: the directory cannot be written.
+        StorageError: its file system cannot be asked.
+    """
+    path = Path(log_dir)
+    try:
+        read_only_fs = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except FileNotFoundError:
+        return
+    except OSError as e:
+        raise StorageError(f"cannot stat the file system of {path}: {e.strerror}", path=path, errno=e.errno) from e
+    if read_only_fs:
+        why = "on a read-only file system"
+    elif not os.access(path, os.W_OK | os.X_OK):
+        why = "not writable by this process"
+    else:
+        return
+    raise ReadOnlyLogDirectoryError(
+        f"log directory {path} is {why}: {refused} (only readers work here: seglog read, describe, dump, "
+        "recover --dry-run)",
+        path=path,
+        errno=errno.EROFS if read_only_fs else errno.EACCES,
+    )
+
+
+def check_topic_request(topic: str, num_partitions: int) -> None:
+    """The checks of a topic name and partition count that need no log directory, for a command to run
+    before its writable :class:`LogManager` creates the directory: a refused name or count then leaves
+    nothing behind. (:meth:`LogManager.create_topic` runs them again.)
+
+    Raises:
+        InvalidTopicError: the name breaks Kafka's rules.
+        InvalidPartitionsError: the count is below 1 or above an int32.
+    """
+    file_names.validate_topic(topic)
+    _check_partition_count(num_partitions)
+
+
 def _check_partition_count(num_partitions: int) -> int:
     """``num_partitions`` as an ``int`` within Kafka's bounds of a topic's partition count: at least 1, at
     most an int32.
@@ -160,7 +208,9 @@ class LogManager:
 
     ``read_only=True`` opens every log read-only (no locks, no recovery, no writes: a reader beside a
     live writer, or a directory without write permission), leaves the marker in place and writes
-    no checkpoint. Thread-safe.
+    no checkpoint. A writable manager on a directory it cannot write in raises
+    :class:`~indexer.errors.ReadOnlyLogDirectoryError` at once (:func:`check_log_dir_writable`).
+    Thread-safe.
     """
 
     def __init__(
@@ -187,6 +237,7 @@ class LogManager:
         if read_only:
             self.had_clean_shutdown = marker.exists()
         else:
+            check_log_dir_writable(self.log_dir, "a writer can append, create or checkpoint nothing there")
             with storage_errors(self.log_dir, "create the log directory"):
                 self.log_dir.mkdir(parents=True, exist_ok=True)
             self.had_clean_shutdown = self._delete_clean_shutdown_marker(marker)
@@ -301,6 +352,7 @@ class LogManager:
             had_clean_shutdown=clean,
             clock=self.clock,
             high_watermark=high_watermark,
+            recovery_reason=died_holding_reason(holder),
         )
 
     # -- topics --------------------------------------------------------------------------------
@@ -355,6 +407,7 @@ class LogManager:
             if existing is not None and not exist_ok:
                 raise TopicExistsError(f"topic {topic!r} already exists in {self.log_dir} with {existing} partitions")
             count = self.partition_count(topic, num_partitions)
+            self._check_partition_paths(topic, count)
             if existing is not None:
                 self._create_partitions(topic, existing)
                 return existing
@@ -409,6 +462,7 @@ class LogManager:
             old = self.topic_partitions(topic)
             if old is None:
                 raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist in {self.log_dir}")
+            self._check_partition_paths(topic, num_partitions)
             self._record(topic, num_partitions, grow_only=True)
             self._create_partitions(topic, num_partitions)
             logger.info(
@@ -436,6 +490,19 @@ class LogManager:
                 raise TopicExistsError(f"topic {topic!r} was created meanwhile with {old} partitions")
             counts[topic] = count
             topics.write_topics(self.log_dir, counts)
+
+    def _check_partition_paths(self, topic: str, count: int) -> None:
+        """Refuse, before the count is recorded, a partition among 0..count-1 whose directory's name is
+        taken by something else (a file): the topic would be recorded without it."""
+        for partition in range(count):
+            path = self.log_dir / file_names.partition_dir_name(topic, partition)
+            if path.exists() and not path.is_dir():
+                raise StorageError(
+                    f"{path} is a file where the directory of partition {partition} of topic {topic!r} goes: "
+                    "move it away",
+                    path=path,
+                    errno=errno.EEXIST,
+                )
 
     def _create_partitions(self, topic: str, count: int) -> None:
         """Create the partitions among 0..count-1 that have no directory yet (an empty segment at 0);

@@ -17,10 +17,12 @@ Two ways to run the jobs, one interface (:class:`LogAccess`):
 A partition the daemon closed cleanly and that nobody touched since is reopened as cleanly shut
 down (nothing is rescanned); otherwise the open recovers from the recovery point, as after a crash,
 and the loader's steps say why (:meth:`BorrowedLogs._recovery_reason`): the daemon's first open of
-the partition, a writer that died holding it (its pid left in the lock file: an unclean shutdown)
-or a change of its newest segment since the daemon released it. Opening a partition
-runs the loader, which removes leftover ``.deleted`` files at once (spec 6.2 step 1): harmless,
-since the daemon has no readers of its own and readers elsewhere hold their own file handles.
+the partition, a process that died holding it (its line left in the lock file: an unclean shutdown
+for a writer, the interrupted work of a maintenance or recovery process for those roles:
+:func:`~indexer.log_loader.died_holding_reason`) or a change of its newest segment since the daemon
+released it. Opening a partition runs the loader, which removes leftover ``.deleted`` files at once
+(spec 6.2 step 1): harmless, since the daemon has no readers of its own and readers elsewhere hold
+their own file handles.
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ from pathlib import Path
 from indexer.checkpoint import read_checkpoint, update_checkpoint
 from indexer.clock import Clock, SystemClock
 from indexer.config import Settings
-from indexer.errors import LogLockedError, StorageError
+from indexer.errors import LogLockedError, ReadOnlyLogDirectoryError, StorageError
 from indexer.file_names import (
     LOG_DIR_LOCK_FILE,
     LOG_FILE_SUFFIX,
@@ -51,13 +53,17 @@ from indexer.file_names import (
 )
 from indexer.lock import MAINTENANCE_ROLE
 from indexer.log import Log
-from indexer.log_loader import UNCLEAN_SHUTDOWN
+from indexer.log_loader import UNCLEAN_SHUTDOWN, died_holding_reason
+from indexer.log_manager import check_log_dir_writable
 from maintenance.metadata import PartitionMetadata, scan_partition
 from maintenance.report import JobReport
 
 logger = logging.getLogger(__name__)
 
 _CHANGED = "changed since this process's maintenance released it"
+
+#: What maintenance does not do in a log directory it cannot write in (:func:`check_log_dir_writable`).
+READ_ONLY_REFUSED = "maintenance cannot roll, delete, flush, checkpoint or repair anything there"
 
 Wanted = Callable[[TopicPartition, PartitionMetadata], bool]
 
@@ -145,8 +151,32 @@ class LogAccess(ABC):
         self.log_dir = Path(log_dir)
         self.settings = settings
         self.clock = clock
+        self._read_only = False  # the last writable() found the directory read-only
+        self._read_only_lock = threading.Lock()
         self._unreadable: str | None = None  # the checkpoint error last logged (once, until it changes)
         self._unreadable_lock = threading.Lock()  # the jobs run in several threads
+
+    def writable(self) -> bool:
+        """Whether the jobs may run now: not while the log directory cannot be written
+        (:func:`~indexer.log_manager.check_log_dir_writable`), where every partition of every pass
+        would fail. That is logged once when it starts and once when it ends, not per pass.
+
+        Raises:
+            StorageError: the directory's file system cannot be asked.
+        """
+        try:
+            check_log_dir_writable(self.log_dir, READ_ONLY_REFUSED)
+        except ReadOnlyLogDirectoryError as e:
+            with self._read_only_lock:
+                if not self._read_only:
+                    logger.warning("%s; every maintenance pass is skipped until it is writable again", e)
+                self._read_only = True
+            return False
+        with self._read_only_lock:
+            if self._read_only:
+                logger.warning("log directory %s is writable again: maintenance resumes", self.log_dir)
+            self._read_only = False
+        return True
 
     def checkpoints(self, report: JobReport) -> dict[str, dict[TopicPartition, int]] | None:
         """The three checkpoints of the log directory, read as a writer must (the daemon's opens are a
@@ -357,8 +387,9 @@ class BorrowedLogs(LogAccess):
         if state is None:
             return "first opened by this process's maintenance"
         try:
-            if (path / PARTITION_LOCK_FILE).read_bytes().strip():
-                return UNCLEAN_SHUTDOWN
+            holder = (path / PARTITION_LOCK_FILE).read_text(encoding="utf-8", errors="replace").strip()
+            if holder:
+                return died_holding_reason(holder)
             st = log_file(path, state.active_base_offset).stat()
             newest = max(int(name[:-4]) for name in os.listdir(path) if name.endswith(LOG_FILE_SUFFIX))
         except (OSError, ValueError):

@@ -23,7 +23,8 @@ from pathlib import Path
 from types import FrameType
 
 from indexer.config import Settings
-from maintenance.access import BorrowedLogs
+from indexer.log_manager import check_log_dir_writable
+from maintenance.access import READ_ONLY_REFUSED, BorrowedLogs
 from maintenance.jobs import JOBS
 from maintenance.report import JobReport
 from maintenance.scheduler import run_job, start_maintenance
@@ -33,9 +34,14 @@ logger = logging.getLogger(__name__)
 
 
 def run_once(log_dir: Path, settings: Settings, job: str) -> JobReport | None:
-    """Run ``job`` once over every partition of ``log_dir`` that no other process owns."""
+    """Run ``job`` once over every partition of ``log_dir`` that no other process owns.
+
+    Raises:
+        ReadOnlyLogDirectoryError: ``log_dir`` cannot be written (nothing is tried, partition by partition).
+    """
     if job not in JOBS:
         raise ValueError(f"unknown maintenance job {job!r}; known: {', '.join(JOBS)}")
+    check_log_dir_writable(log_dir, READ_ONLY_REFUSED)
     return run_job(job, BorrowedLogs(log_dir, settings))
 
 

@@ -61,7 +61,7 @@ from indexer.file_names import (
 from indexer.lock import RECOVERY_ROLE, FileLock
 from indexer.log import Log
 from indexer.log_loader import LogLoader, RecoveryReport, StepKind
-from indexer.log_manager import write_clean_shutdown_marker
+from indexer.log_manager import check_log_dir_writable, write_clean_shutdown_marker
 from indexer.salvage import LostRange, merge_lost_ranges
 from maintenance.access import (
     CHECKPOINT_FILES,
@@ -294,6 +294,7 @@ def recover_partition(
         lock.probe()  # a dry run writes nothing, not even a lock file
     else:
         lock.acquire(timeout=0)
+    log: Log | None = None
     try:
         loader = LogLoader(
             path,
@@ -329,6 +330,13 @@ def recover_partition(
             # reported again until accepted and writers do not reuse the lost offsets (Log.open).
             return result, {}
         return result, released_values(log, had_high_watermark=high_watermark is not None)
+    except BaseException:
+        # Interrupted (Ctrl-C) or failed half-way: let go as a crash would, the holder line kept, so that
+        # the next open recovers the partition instead of trusting it (died_holding_reason).
+        if log is not None:
+            log.abandon()
+        lock.release(clear_holder=False)
+        raise
     finally:
         lock.release()
 
@@ -405,9 +413,15 @@ def recover_log_dir(
 
     ``progress``: show a tqdm bar on stderr (None: only on a terminal). Partition failures are
     recorded in the result, never raised.
+
+    Raises:
+        ReadOnlyLogDirectoryError: not ``dry_run`` and ``log_dir`` cannot be written (a read-only
+            file system): said once for the directory instead of failing every partition.
     """
     clock = clock or SystemClock()
     log_dir = Path(log_dir)
+    if not dry_run:
+        check_log_dir_writable(log_dir, "seglog recover can recover nothing there (--dry-run says what it would do)")
     started = time.perf_counter()
     outcome = DirectoryRecovery(str(log_dir), dry_run, from_recovery_point)
     found, unreadable = _read_checkpoints(log_dir)

@@ -42,9 +42,13 @@ _WORKERS = 2
 def run_job(name: str, access: LogAccess) -> JobReport | None:
     """Run job ``name`` once over the partitions of ``access``; log and swallow any failure.
 
-    Returns the job's report, or None when the job itself failed (the error is logged). Thread-safe.
+    Returns the job's report, or None when the job itself failed (the error is logged) or did not run
+    because the log directory cannot be written (:meth:`LogAccess.writable`: said once, not per run).
+    Thread-safe.
     """
     try:
+        if not access.writable():
+            return None
         report = JOBS[name].fn(access)
     except Exception:
         logger.exception("maintenance job %s failed", name)
@@ -65,8 +69,9 @@ def add_jobs(
     """Add periodic jobs to ``scheduler``: those named in ``jobs``, by default every job of
     :data:`JOBS` (only the ``in_daemon`` ones when ``access`` borrows partitions, i.e. the daemon).
 
-    Jobs whose period means "never" (see :func:`~maintenance.settings.is_never`) are left out.
-    Returns the names of the jobs added.
+    Jobs whose period means "never" (see :func:`~maintenance.settings.is_never`) are left out, and so
+    is every job when ``log.initial.task.delay.ms`` does; a ``seglog.misfire.grace.ms`` that means
+    never lets a late run start however late (Kafka's Long.MAX). Returns the names of the jobs added.
     """
     if jobs is None:
         names = [name for name, job in JOBS.items() if job.in_daemon or not access.borrowed]
@@ -75,7 +80,11 @@ def add_jobs(
     unknown = [n for n in names if n not in JOBS]
     if unknown:
         raise ValueError(f"unknown maintenance job(s) {unknown}; known: {', '.join(JOBS)}")
+    if is_never(settings.initial_task_delay_ms):
+        logger.info("maintenance jobs never start (log.initial.task.delay.ms %d)", settings.initial_task_delay_ms)
+        return []
     first = (start or datetime.now(UTC)) + timedelta(milliseconds=settings.initial_task_delay_ms)
+    grace_s = None if is_never(settings.misfire_grace_ms) else max(1, settings.misfire_grace_ms // 1000)
     added = []
     for name in names:
         period_ms = getattr(settings, JOBS[name].period_attr)
@@ -92,7 +101,7 @@ def add_jobs(
             next_run_time=first,
             max_instances=1,
             coalesce=True,
-            misfire_grace_time=max(1, settings.misfire_grace_ms // 1000),
+            misfire_grace_time=grace_s,
             replace_existing=True,
         )
         added.append(name)

@@ -113,6 +113,8 @@ class MaintenanceSettings:
             changes[spec[0]] = coerce_int(key, value, where)
             if changes[spec[0]] < spec[2]:
                 raise ConfigError(f"{key} must be >= {spec[2]}, got {changes[spec[0]]} ({where})")
+            if changes[spec[0]] > INT64_MAX:
+                raise ConfigError(f"{key} must be <= {INT64_MAX} (a long in Kafka), got {changes[spec[0]]} ({where})")
         return dataclasses.replace(cls(), **changes)
 
     @classmethod

@@ -23,6 +23,7 @@ import datetime
 import importlib
 import importlib.metadata
 import logging
+import math
 import os
 import re
 import sys
@@ -34,6 +35,7 @@ from types import ModuleType
 from typing import Any
 
 from indexer.errors import SeglogError
+from indexer.limits import INT64_MAX
 
 logger = logging.getLogger(__name__)
 
@@ -263,24 +265,37 @@ def non_negative_int(text: str) -> int:
 
 
 def timestamp_ms(text: str) -> int:
-    """argparse type: a record timestamp, milliseconds since the epoch (>= 0) or an ISO-8601 time
-    (``2024-05-01``, ``2024-05-01T12:00:00Z``; without a zone, UTC)."""
+    """argparse type: a record timestamp, milliseconds since the epoch (0..2**63 - 1) or an ISO-8601 time
+    (:func:`iso_timestamp_ms`)."""
     try:
-        return non_negative_int(text)
+        value = non_negative_int(text)
     except argparse.ArgumentTypeError:
-        pass
-    try:
-        moment = datetime.datetime.fromisoformat(text)
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=datetime.UTC)
-        value = (moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)) // datetime.timedelta(milliseconds=1)
-    except ValueError:
-        value = -1
-    if value < 0:
+        try:
+            value = iso_timestamp_ms(text)
+        except ValueError:
+            value = -1
+    if not 0 <= value <= INT64_MAX:
         raise argparse.ArgumentTypeError(
-            "expected milliseconds since the epoch (>= 0) or an ISO-8601 time such as 2024-05-01T12:00:00Z,"
-            f" got {text!r}"
+            f"expected milliseconds since the epoch (0..{INT64_MAX}) or an ISO-8601 time such as"
+            f" 2024-05-01T12:00:00Z, got {text!r}"
         )
+    return value
+
+
+def iso_timestamp_ms(text: str) -> int:
+    """An ISO-8601 time (``2024-05-01``, ``2024-05-01T12:00:00Z``; without a zone, UTC) as milliseconds
+    since the epoch: the one reading of a textual timestamp (``seglog read --from-timestamp``, the
+    ``timestamp`` of ``seglog append``'s lines).
+
+    Raises:
+        ValueError: not an ISO-8601 time, or one before the epoch (Kafka has no negative timestamps).
+    """
+    moment = datetime.datetime.fromisoformat(text)
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=datetime.UTC)
+    value = (moment - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)) // datetime.timedelta(milliseconds=1)
+    if value < 0:
+        raise ValueError(f"{text!r} is before the epoch (1970-01-01T00:00:00Z)")
     return value
 
 
@@ -289,6 +304,17 @@ def positive_int(text: str) -> int:
     value = non_negative_int(text)
     if value < 1:
         raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """argparse type: a number of seconds > 0 (finite: ``nan`` would never be reached, ``inf`` never end)."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds > 0, got {text!r}")
     return value
 
 

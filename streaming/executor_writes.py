@@ -45,6 +45,7 @@ are already there.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import re
@@ -75,6 +76,7 @@ from indexer.file_names import (
 )
 from indexer.lock import FileLock
 from indexer.log import Log
+from indexer.log_loader import died_holding_reason
 from indexer.records.encoder import EncodedBatches
 from indexer.sink_fence import DONE, FenceToken
 from streaming.fence import PartitionFence, same_batch
@@ -249,15 +251,17 @@ def open_partition(
         return read_checkpoint(log_dir, name).get(tp)  # strict: this task writes them back
 
     deadline = time.monotonic() + lock_wait_s
+    directory = log_dir / partition_dir_name(*tp)
     while True:
         try:
             return Log.open(
-                log_dir / partition_dir_name(*tp),
+                directory,
                 config,
                 recovery_point=checkpointed(RECOVERY_POINT_CHECKPOINT_FILE) or 0,
                 log_start_offset=checkpointed(LOG_START_OFFSET_CHECKPOINT_FILE) or 0,
                 high_watermark=checkpointed(REPLICATION_OFFSET_CHECKPOINT_FILE),
                 had_clean_shutdown=clean,
+                recovery_reason=died_holding_reason(FileLock(directory / PARTITION_LOCK_FILE).holder()),
             )
         except LogLockedError:
             if time.monotonic() >= deadline:
@@ -375,38 +379,65 @@ def write_tasks(num_partitions: int, cores: int) -> int:
     return max(1, min(num_partitions, cores))
 
 
-def run_write_job(batch_df: object, plan: WritePlan) -> list[PartitionResult]:
+def run_write_job(
+    batch_df: object, plan: WritePlan, prepare: Callable[[], Mapping[int, int]] | None = None
+) -> list[PartitionResult]:
     """Run the micro-batch's two stages on the executors; the accepted attempts' results, one per
     written partition.
 
+    ``prepare`` is the driver's set-up of partitions it has not written yet (create the topic, record
+    their baselines): it runs once stage 1 has encoded, and so checked, every row, before any task
+    writes, and returns the committed end offsets the tasks write from (replacing the plan's). Stage
+    1 then runs as a job of its own whose pieces are kept (persisted) for stage 2: a micro-batch
+    refused for its values leaves the log directory as it found it, for one Spark job more, which
+    only a topic's first micro-batch of a sink pays.
+
     Raises:
         SeglogError: the one a task raised (bad input found while encoding, a fenced attempt), after
-            Spark's retries: its class and message, as the driver path raises it.
+            Spark's retries: its class and message, as the driver path raises it; or ``prepare``'s.
         StorageError: two results for one partition (Spark accepted two attempts: cannot happen).
         Exception: any other error of the Spark job.
     """
+    from pyspark import StorageLevel
     from pyspark.sql import DataFrame
 
     assert isinstance(batch_df, DataFrame)
-    encode, write = _task_functions(plan)
+    encode, _ = _task_functions(plan)
     cores = batch_df.sparkSession.sparkContext.defaultParallelism  # the executors' task slots in all
+    pieces = batch_df.mapInArrow(encode, PIECES_DDL)
     try:
-        results = (
-            batch_df.mapInArrow(encode, PIECES_DDL)
-            .repartitionById(write_tasks(plan.layout.num_partitions, cores), "partition")
-            .mapInArrow(write, RESULTS_DDL)
-            .collect()
-        )
-    except Exception as e:
-        task_error = task_seglog_error(e)
-        if task_error is None:
-            raise
-        raise task_error from e
+        if prepare is not None:
+            pieces = pieces.persist(StorageLevel.MEMORY_AND_DISK)
+            with _task_errors():
+                pieces.count()  # stage 1 alone: every row encoded (checked) before anything is created
+            plan = replace(plan, committed_ends=prepare())
+        _, write = _task_functions(plan)
+        with _task_errors():
+            results = (
+                pieces.repartitionById(write_tasks(plan.layout.num_partitions, cores), "partition")
+                .mapInArrow(write, RESULTS_DDL)
+                .collect()
+            )
+    finally:
+        if prepare is not None:
+            pieces.unpersist()
     out = [PartitionResult(r["partition"], r["start"], r["end"], r["rows"], r["attempt"], r["wrote"]) for r in results]
     seen = Counter(result.partition for result in out)
     if any(count > 1 for count in seen.values()):
         raise StorageError(f"batch {plan.batch_id}: several results for one partition: {out}", path=plan.log_dir)
     return out
+
+
+@contextlib.contextmanager
+def _task_errors() -> Iterator[None]:
+    """A Spark job's failure raised as the :class:`SeglogError` its task raised (:func:`task_seglog_error`)."""
+    try:
+        yield
+    except Exception as e:
+        task_error = task_seglog_error(e)
+        if task_error is None:
+            raise
+        raise task_error from e
 
 
 _ATTRIBUTES_NOTE = "seglog error attributes: "

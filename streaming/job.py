@@ -37,9 +37,9 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from indexer.commit_log import SinkCommitLog
 from indexer.config import Settings
-from indexer.errors import ConfigError, SeglogError, storage_errors
+from indexer.errors import ConfigError, InvalidPartitionsError, InvalidTopicError, SeglogError, storage_errors
 from indexer.file_names import is_log_file, partition_dir_name
-from indexer.log_manager import LogManager, check_log_dir
+from indexer.log_manager import LogManager, check_log_dir, check_topic_request
 from streaming import sources
 from streaming.session import build_spark_session, local_log_dir, local_path, read_checkpoint_query_id
 from streaming.sink import SegmentLogSink, check_writes, writes_on_executors
@@ -141,8 +141,10 @@ class JobSpec:
         if self.source not in sources.SOURCES:
             raise ConfigError(f"source must be one of {sources.SOURCES}, got {self.source!r}")
         check_writes(self.writes)
-        if self.num_partitions < 1:
-            raise ConfigError(f"num.partitions must be >= 1, got {self.num_partitions}")
+        try:  # now: the job writes its checkpoint and log directory long before the sink would refuse them
+            check_topic_request(self.topic, self.num_partitions)
+        except (InvalidTopicError, InvalidPartitionsError) as e:
+            raise ConfigError(f"{'topic' if isinstance(e, InvalidTopicError) else 'num.partitions'}: {e}") from None
         if self.source in ("files", "delta") and not self.input_path:
             raise ConfigError(f"the {self.source} source needs input.path (--input)")
         if self.source == "kafka" and not (self.kafka_bootstrap_servers and self.kafka_subscribe):

@@ -348,12 +348,23 @@ class SegmentLogSink:
             t0 = time.perf_counter()
             # The schema first: a micro-batch that cannot be written leaves the directory as it found it.
             selected = _sink_columns(batch_df, self.topic)
-            layout = self._layout(self.topic)
-            self._create_topics({self.topic})
-            committed = self._record_unowned_baselines(committed, self.topic, layout.num_partitions)
-            if not self._recovered:
-                self._publish_unowned(committed.end_offsets)
-                self._recovered = True
+            topic, layout = self.topic, self._layout(self.topic)
+
+            def prepare() -> dict[int, int]:
+                """Once every row passed: create the topic, record baselines, publish a commit before a crash."""
+                nonlocal committed
+                self._create_topics({topic})
+                committed = self._record_unowned_baselines(committed, topic, layout.num_partitions)
+                if not self._recovered:
+                    self._publish_unowned(committed.end_offsets)
+                    self._recovered = True
+                return {p: end for (t, p), end in committed.end_offsets.items() if t == topic}
+
+            ready = (
+                self._recovered
+                and topic in self._created
+                and all((topic, p) in committed.end_offsets for p in range(layout.num_partitions))
+            )
             plan = WritePlan(
                 str(self.log_dir),
                 self.sink_id,
@@ -364,21 +375,20 @@ class SegmentLogSink:
                 batch_id,
                 int(time.time() * 1000),
                 uuid.uuid4().hex,
-                {p: end for (t, p), end in committed.end_offsets.items() if t == self.topic},
+                prepare() if ready else {},
             )
             t1 = time.perf_counter()
-            results = run_write_job(selected, plan)
+            results = run_write_job(selected, plan, None if ready else prepare)
             t2 = time.perf_counter()
             end_offsets = dict(committed.end_offsets)
             for result in results:
-                if result.start != plan.committed_ends[result.partition]:
+                if result.start != end_offsets[(topic, result.partition)]:
                     raise StorageError(
-                        f"batch {batch_id}: partition {self.topic}-{result.partition} was written from "
-                        f"offset {result.start}, not its committed end "
-                        f"{plan.committed_ends[result.partition]}",
+                        f"batch {batch_id}: partition {topic}-{result.partition} was written from "
+                        f"offset {result.start}, not its committed end {end_offsets[(topic, result.partition)]}",
                         path=self.log_dir,
                     )
-                end_offsets[(self.topic, result.partition)] = result.end
+                end_offsets[(topic, result.partition)] = result.end
             self._commit(committed.successor(query_id, batch_id, end_offsets, int(time.time() * 1000)))
             t3 = time.perf_counter()
             written = {(self.topic, result.partition): result.end for result in results}

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -50,3 +52,18 @@ def mount_tiny_fs(path: Path, size: str) -> TinyFs:
 
 def unmount(fs: TinyFs) -> None:
     subprocess.run(["umount", "-l", str(fs.path)], check=True)
+
+
+@contextmanager
+def read_only_view(directory: Path, mount_point: Path) -> Iterator[Path]:
+    """``directory`` seen at ``mount_point`` through a read-only bind mount (root ignores file
+    permissions, so a ``chmod`` would not make anything read-only); skips the test where bind mounts
+    are not permitted."""
+    mount_point.mkdir(parents=True, exist_ok=True)
+    done = subprocess.run(["mount", "--bind", "-o", "ro", str(directory), str(mount_point)], capture_output=True)
+    if done.returncode != 0:
+        pytest.skip(f"read-only bind mounts are not permitted here: {done.stderr.decode().strip()}")
+    try:
+        yield mount_point
+    finally:
+        subprocess.run(["umount", str(mount_point)], check=True)

@@ -68,10 +68,25 @@ def add_suite_arguments(parser: argparse.ArgumentParser, *, quick: str, scratch:
     ``scratch`` (its help), also ``--dir`` for scratch files and the hidden ``--scale`` that
     multiplies the input sizes so that tests run a suite in seconds."""
     parser.add_argument("--quick", action="store_true", help=quick)
-    parser.add_argument("--json", metavar="FILE", help="also write the results as JSON")
+    parser.add_argument("--json", metavar="FILE", type=output_file, help="also write the results as JSON")
     if scratch is not None:
         parser.add_argument("--dir", metavar="DIR", default=None, help=scratch)
         parser.add_argument("--scale", type=float, default=1.0, help=argparse.SUPPRESS)
+
+
+def output_file(text: str) -> str:
+    """argparse type: a file the results can be written to once the run ends, checked before it starts
+    (a run takes minutes, and failing only then would lose its measurements): not a directory, under a
+    directory that exists and is writable, or that :func:`write_json` can create."""
+    path = Path(text)
+    if path.is_dir():
+        raise argparse.ArgumentTypeError(f"{text} is a directory; name a file in it, e.g. {path / 'bench.json'}")
+    parent = next(p for p in (path.absolute().parent, *path.absolute().parents) if p.exists())
+    if not parent.is_dir():
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {parent} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise argparse.ArgumentTypeError(f"cannot write {text}: {parent} is not writable")
+    return text
 
 
 def throughput_result(

@@ -6,14 +6,16 @@ Input: one JSON object per line, every field optional::
 
 ``key``, ``value`` and header values are text (stored as UTF-8) or, with ``--encoding base64``,
 base64 of arbitrary bytes; ``null`` (or a missing field) is a null key / null value (tombstone) /
-"now" for the timestamp (a negative timestamp is refused, as Kafka's producer does). The input is
+"now" for the timestamp, which is ms since the epoch or an ISO-8601 text such as
+``"2024-05-01T12:00:00Z"`` (without a zone, UTC; one input gives all its timestamps one way; a
+negative one is refused, as Kafka's producer does). The input is
 UTF-8 (a byte order mark at its start is skipped; bytes that are not UTF-8 are refused: binary data
 goes base64-encoded); lines end with LF, CRLF or CR, and the last one needs no line end. ``offset``,
 ``timestampType``, ``topic`` and ``partition`` are accepted and
 ignored, so the output of ``seglog read`` can be appended to another partition. Blank lines are
 skipped. The whole input is parsed into Arrow columns before anything is written: a bad line (also
 one holding a record larger than ``max.message.bytes``) stops the command with its line number and
-nothing is appended.
+nothing is appended, nor any log directory, topic or partition created.
 
 A topic that does not exist yet is created with partitions 0..P (all of them, as Kafka creates a
 topic; the count is recorded in the log directory); a partition beyond an existing topic's count is
@@ -21,7 +23,8 @@ an error (grow the topic with ``seglog topic alter``).
 
 On success the records are appended (offsets assigned from the log end offset), the log is
 flushed, then the high watermark is advanced to the new log end offset (readers never see records
-that are not on disk: a failed flush fails the command and leaves them invisible) and the log
+that are not on disk: a failed flush fails the command; a failed or interrupted append cuts its
+records off again, so a later append does not commit them) and the log
 directory's checkpoint files are written. The assigned offsets are printed as ``<topic>-<partition> <first>..<last>``
 (``--json``: one object with ``first_offset``, ``last_offset``, ``records``, ``high_watermark``).
 
@@ -38,6 +41,7 @@ import io
 import json
 import logging
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +51,18 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 from numba import njit
 
-from indexer.errors import InvalidTimestampError, RecordTooLargeError, SchemaError
+from indexer.errors import InvalidTimestampError, RecordTooLargeError, SchemaError, SeglogError
 from indexer.limits import INT32_MAX
-from indexer.log_manager import LogManager
+from indexer.log import Log, check_append
+from indexer.log_manager import LogManager, check_topic_request
 from indexer.records.columns import HEADERS_TYPE, check_timestamps
-from seglog.cli import add_log_config_arguments, add_partition_arguments, log_dir_from_args, settings_from_args
+from seglog.cli import (
+    add_log_config_arguments,
+    add_partition_arguments,
+    iso_timestamp_ms,
+    log_dir_from_args,
+    settings_from_args,
+)
 from seglog.output import ENCODINGS, Output, binary_parts
 
 logger = logging.getLogger(__name__)
@@ -70,6 +81,11 @@ _INPUT_SCHEMA = pa.schema(
     ]
 )
 _IGNORED_FIELDS = ("offset", "timestampType", "topic", "partition")
+# The same fields with ISO-8601 text timestamps (Arrow takes one type per field: a second read, only
+# when the first failed).
+_TEXT_TIMESTAMPS_SCHEMA = _INPUT_SCHEMA.set(
+    _INPUT_SCHEMA.get_field_index("timestamp"), pa.field("timestamp", pa.string())
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -89,26 +105,35 @@ def run(args: argparse.Namespace) -> int:
     source = "<stdin>" if args.input == "-" else args.input
     data = sys.stdin.buffer.read() if args.input == "-" else Path(args.input).read_bytes()
     table = parse_json_lines(data, encoding=args.encoding, source=source)
-    with LogManager(log_dir_from_args(args, must_exist=False), settings) as manager:
+    log_dir = log_dir_from_args(args, must_exist=False)
+    check_topic_request(args.topic, args.partition + 1)  # the partitions a new topic would get
+    name = f"{args.topic}-{args.partition}"
+    try:  # before the log directory, topic or partition is created: a refused append leaves nothing behind
+        check_append(table, settings.log_config(args.topic), now_ms=time.time_ns() // 1_000_000, where=name)
+    except RecordTooLargeError as e:
+        raise RecordTooLargeError(
+            f"{source}: line {_line_of_row(data, e.index or 0)}: the record, alone in a batch of {e.size} "
+            f"bytes, is larger than max.message.bytes = {e.limit} of {name}",
+            size=e.size,
+            limit=e.limit,
+            index=e.index,
+        ) from None
+    with LogManager(log_dir, settings) as manager:
         if manager.topic_partitions(args.topic) is None:
             # A new topic gets every partition up to the one named (Kafka creates all of a topic's).
             manager.create_topic(args.topic, args.partition + 1)
         log = manager.get_or_create_log(args.topic, args.partition)
+        start = log.log_end_offset
         first_offset = last_offset = None
-        if table.num_rows:
-            try:
+        try:
+            if table.num_rows:
                 info = log.append(table)
-            except RecordTooLargeError as e:
-                raise RecordTooLargeError(
-                    f"{source}: line {_line_of_row(data, e.index or 0)}: the record, alone in a batch of {e.size} "
-                    f"bytes, is larger than max.message.bytes = {e.limit} of {args.topic}-{args.partition}",
-                    size=e.size,
-                    limit=e.limit,
-                    index=e.index,
-                ) from None
-            first_offset, last_offset = info.first_offset, info.last_offset
-        log.flush()  # on disk before readers may see it: flush, then high watermark, as the sink commits
-        log.update_high_watermark(log.log_end_offset)
+                first_offset, last_offset = info.first_offset, info.last_offset
+            log.flush()  # on disk before readers may see it: flush, then high watermark, as the sink commits
+            log.update_high_watermark(log.log_end_offset)
+        except BaseException:  # a failure or Ctrl-C: what was written is uncommitted, and must stay so
+            _undo_append(log, start)
+            raise
         result: dict[str, Any] = {
             "topic": args.topic,
             "partition": args.partition,
@@ -121,6 +146,15 @@ def run(args: argparse.Namespace) -> int:
     logger.info("appended %d records from %s to %s-%d", table.num_rows, source, args.topic, args.partition)
     Output(json_mode=args.json).emit(result, _text)
     return 0
+
+
+def _undo_append(log: Log, start: int) -> None:
+    """Cut what a failed or interrupted append wrote from ``start`` on: above the high watermark no reader
+    sees it, but the next append's high watermark would commit it after its own records' offsets."""
+    try:
+        log.truncate_to(start)
+    except SeglogError as e:
+        logger.error("%s: could not remove the failed append's records from offset %d: %s", log.directory, start, e)
 
 
 def _text(result: dict[str, Any]) -> list[str]:
@@ -146,20 +180,29 @@ def parse_json_lines(data: bytes, *, encoding: str = "utf8", source: str = "<inp
                 "headers": pa.array([], HEADERS_TYPE),
             }
         )
-    options = pa_json.ParseOptions(explicit_schema=_INPUT_SCHEMA, unexpected_field_behavior="error")
-    try:
-        raw = _read_json(data, options)
-        raw.validate(full=True)  # Arrow's parser keeps bytes that are not UTF-8 in its strings; this finds them
-    except pa.ArrowInvalid as e:
+    raw = None
+    for schema in (_INPUT_SCHEMA, _TEXT_TIMESTAMPS_SCHEMA):
+        options = pa_json.ParseOptions(explicit_schema=schema, unexpected_field_behavior="error")
+        try:
+            raw = _read_json(data, options)
+            raw.validate(full=True)  # Arrow's parser keeps bytes that are not UTF-8 in its strings; this finds them
+            break
+        except pa.ArrowInvalid as e:
+            error, raw = e, None
+    if raw is None:
         line, reason = _locate_bad_line(data, encoding)
         if line is None:
-            raise SchemaError(f"{source}: cannot parse the JSON lines: {e}") from None
+            raise SchemaError(f"{source}: cannot parse the JSON lines: {error}") from None
         raise SchemaError(f"{source}: line {line}: {reason}") from None
     raw = raw.drop_columns(list(_IGNORED_FIELDS))
 
     def fail(row: int, reason: str) -> SchemaError:
         return SchemaError(f"{source}: line {_line_of_row(data, row)}: {reason}")
 
+    if pa.types.is_string(raw.schema.field("timestamp").type):
+        raw = raw.set_column(
+            raw.schema.get_field_index("timestamp"), "timestamp", _iso_timestamps(raw.column("timestamp"), fail)
+        )
     try:
         check_timestamps(raw.column("timestamp").combine_chunks())
     except InvalidTimestampError as e:
@@ -169,6 +212,20 @@ def parse_json_lines(data: bytes, *, encoding: str = "utf8", source: str = "<inp
     value = _to_binary(raw.column("value").combine_chunks(), encoding, "value", fail)
     headers = _to_headers(raw.column("headers").combine_chunks(), encoding, fail)
     return pa.table({"key": key, "value": value, "timestamp": raw.column("timestamp"), "headers": headers})
+
+
+def _iso_timestamps(texts: pa.ChunkedArray, fail: Any) -> pa.Array:
+    """ISO-8601 text timestamps -> ms since the epoch, read by :func:`seglog.cli.iso_timestamp_ms`."""
+    values: list[int | None] = []
+    for row, text in enumerate(texts.to_pylist()):
+        try:
+            values.append(None if text is None else iso_timestamp_ms(text))
+        except ValueError:
+            raise fail(
+                row,
+                f"timestamp {text!r} is not an ISO-8601 time at or after the epoch (such as 2024-05-01T12:00:00Z)",
+            ) from None
+    return pa.array(values, pa.int64())
 
 
 def _to_binary(strings: pa.Array, encoding: str, field: str, fail: Any, rows: np.ndarray | None = None) -> pa.Array:
@@ -246,6 +303,7 @@ def _line_of_row(data: bytes, row: int) -> int:
 def _locate_bad_line(data: bytes, encoding: str) -> tuple[int | None, str]:
     """Find the first line Arrow refused and say why, in plain Python (error path only)."""
     allowed = set(_INPUT_SCHEMA.names)
+    first_timestamp: tuple[int, bool] | None = None  # (line, is text) of the first timestamp given
     for number, line in enumerate(data.splitlines(), 1):
         if number == 1:
             if line.startswith(_UTF16_BOMS):
@@ -280,8 +338,20 @@ def _locate_bad_line(data: bytes, encoding: str) -> tuple[int | None, str]:
             if obj.get(field) is not None and not isinstance(obj[field], str):
                 return number, f"{field} must be a string or null, got {type(obj[field]).__name__}"
         ts = obj.get("timestamp")
-        if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or not -(2**63) <= ts < 2**63):
-            return number, f"timestamp must be an integer (ms since the epoch) or null, got {ts!r}"
+        if (
+            ts is not None
+            and not isinstance(ts, str)
+            and (isinstance(ts, bool) or not isinstance(ts, int) or not -(2**63) <= ts < 2**63)
+        ):
+            return number, f"timestamp must be an integer (ms since the epoch), an ISO-8601 text or null, got {ts!r}"
+        if ts is not None and first_timestamp is None:
+            first_timestamp = (number, isinstance(ts, str))
+        elif ts is not None and first_timestamp is not None and isinstance(ts, str) != first_timestamp[1]:
+            return number, (
+                f"timestamp is {'text' if isinstance(ts, str) else 'a number'} here but "
+                f"{'text' if first_timestamp[1] else 'a number'} on line {first_timestamp[0]}: give every "
+                "timestamp of the input the same way, as ms since the epoch or as ISO-8601 text"
+            )
         headers = obj.get("headers")
         if headers is not None and not (
             isinstance(headers, list)

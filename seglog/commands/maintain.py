@@ -7,10 +7,12 @@ Ctrl-C, then lets the running jobs finish and exits 0. Started before its log di
 Partitions a live writer holds are only checked read-only; the writer runs its own maintenance
 in-process. While a checkpoint file of the directory cannot be read, no partition is touched and
 one ERROR line names the file and ``seglog recover`` (the file is never replaced). ``--once JOB``
-runs one job (any of them, including flush and the checkpoint jobs) and
-exits: 0 when it ran cleanly, 1 when a partition failed (one line per partition on stderr, e.g. on a
-read-only file system); it prints the job's summary and one line per finding (each deleted segment
-with the limit it breached: ``retention.ms``, ``retention.bytes`` or the log start offset).
+runs one job (any of them, including flush and the checkpoint jobs) and exits: 0 when it ran
+cleanly, 1 when a partition failed (one line per partition on stderr) or the log directory cannot be
+written (a read-only file system: one line; the daemon says that once and skips its passes until
+the directory is writable again); it prints the job's summary and one line per finding (each
+deleted segment with the limit it breached: ``retention.ms``, ``retention.bytes`` or the log start
+offset).
 ``--config`` takes the ``[maintenance]`` keys as well as the topic keys. See docs/maintenance.md.
 
 examples:

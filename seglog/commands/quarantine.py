@@ -116,11 +116,14 @@ def _text(doc: dict[str, Any]) -> Iterator[str]:
 
 def run(args: argparse.Namespace) -> int:
     """List or purge; print what was found or deleted."""
+    from indexer.log_manager import check_log_dir_writable
     from indexer.quarantine import list_quarantine, purge_quarantine
     from seglog.cli import log_dir_from_args
     from seglog.output import Output
 
     args.log_dir = log_dir_from_args(args)  # missing, or a partition directory: one line, nothing done
+    if args.action == "purge" and not args.dry_run:
+        check_log_dir_writable(args.log_dir, "seglog quarantine purge can delete nothing there")
     partitions = []
     now_ms = int(time.time() * 1000)
     for name, path in _selected(args):

@@ -15,8 +15,9 @@ report). Prints a per-partition report naming the offsets lost and whether they 
 ``--dry-run`` writes nothing at all (no lock file either: it only tests whether a writer holds the
 lock), so it also works on a read-only file system.
 
-Exit status: 0 when all is well, 1 when a partition failed (one line per partition on stderr, e.g.
-on a read-only file system) or was skipped (a writer holds it, or it is not named as a partition),
+Exit status: 0 when all is well, 1 when the log directory cannot be written (a read-only file
+system: one line, nothing tried), when a partition failed (one line per partition on stderr) or
+was skipped (a writer holds it, or it is not named as a partition),
 3 when committed data was lost (offsets below a partition's recovery point, high watermark or sink
 commit are gone) and not accepted with ``--accept-data-loss``; 1 also when an unreadable checkpoint
 was left as it was (a partition was not recovered).

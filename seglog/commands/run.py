@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from seglog.cli import add_log_config_arguments, positive_int, settings_from_args
+from seglog.cli import add_log_config_arguments, positive_int, positive_seconds, settings_from_args
 
 logger = logging.getLogger(__name__)
 
@@ -66,7 +66,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     run.add_argument("--trigger", metavar="INTERVAL", help="micro-batch interval, e.g. '2 seconds' [trigger.interval]")
     run.add_argument("--available-now", action="store_true", help="process what the source has now, then stop")
     run.add_argument(
-        "--duration", type=float, metavar="SECONDS", help="stop cleanly this many seconds after the command started"
+        "--duration",
+        type=positive_seconds,
+        metavar="SECONDS",
+        help="stop cleanly this many seconds after the command started",
     )
     run.add_argument("--master", default="local[2]", help="Spark master (default: local[2])")
     run.add_argument(
@@ -78,7 +81,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     run.add_argument(
         "--progress-interval",
-        type=float,
+        type=positive_seconds,
         default=10.0,
         metavar="SECONDS",
         help="seconds between progress lines (default: 10)",

@@ -26,7 +26,7 @@ import argparse
 from typing import Any
 
 from indexer.errors import UnknownTopicOrPartitionError
-from indexer.log_manager import LogManager
+from indexer.log_manager import LogManager, check_topic_request
 from seglog.cli import (
     add_action,
     add_log_config_arguments,
@@ -95,7 +95,9 @@ def run(args: argparse.Namespace) -> int:
         doc = {"log_dir": str(manager.log_dir), "topics": [{"topic": t, "partitions": n} for t, n in topics.items()]}
         Output(json_mode=args.json).emit(doc, _text)
         return 0
-    with LogManager(log_dir_from_args(args, must_exist=args.action == "alter"), settings) as manager:
+    log_dir = log_dir_from_args(args, must_exist=args.action == "alter")
+    check_topic_request(args.topic, args.partitions)  # before the writer creates the log directory
+    with LogManager(log_dir, settings) as manager:
         if args.action == "create":
             manager.create_topic(args.topic, args.partitions)
             print(f"created topic {args.topic} with {args.partitions} partitions in {args.log_dir}")

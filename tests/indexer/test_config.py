@@ -51,6 +51,10 @@ def test_layering_file_topic_then_overrides(tmp_path: Path) -> None:
         ({"segment.bytes": 13}, "segment.bytes must be >= 14"),
         ({"segment.bytes": "abc"}, "segment.bytes must be an integer"),
         ({"retention.ms": -2}, "retention.ms must be >= -1"),
+        # Kafka's int and long configs: --config retention.ms=99999999999999999999999 was accepted.
+        ({"segment.bytes": 2**31}, "segment.bytes must be <= 2147483647 \\(an int in Kafka\\)"),
+        ({"max.message.bytes": 2**31}, "max.message.bytes must be <= 2147483647"),
+        ({"retention.ms": 2**63}, "retention.ms must be <= 9223372036854775807 \\(a long in Kafka\\)"),
         ({"message.timestamp.type": "Now"}, "message.timestamp.type must be one of"),
         ({"preallocate": "maybe"}, "preallocate must be true or false"),
         ({"compression.type": "brotli"}, "compression.type must be one of"),
@@ -75,6 +79,8 @@ def test_parse_overrides_rejects_missing_equals() -> None:
 def test_missing_explicit_file_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         load_settings(tmp_path / "nope.toml")
+    with pytest.raises(ConfigError, match=rf"^configuration file {tmp_path} \(--conf\) is a directory, not a file$"):
+        load_settings(tmp_path)
 
 
 def test_bad_toml_names_the_file(tmp_path: Path) -> None:
@@ -92,6 +98,17 @@ def test_bad_toml_names_the_file(tmp_path: Path) -> None:
         ("topic = 5\n", r"topic .* must be a table \[topic\], got 5"),
         ("topics = 5\n", r"topics .* must be a table"),
         ("[topics]\nevents = 5\n", r'topics.events .* must be a table \[topics."events"\]'),
+        # TOML reads an unquoted dotted key as nested tables: the error said "unknown ... 'retention'".
+        (
+            "[topic]\nretention.ms = 1000\n",
+            r'\[topic\]: retention.ms = 1000 is read by TOML as nested tables.*"retention.ms" = 1000',
+        ),
+        (
+            "[maintenance]\nseglog.misfire.grace.ms = 5\n",
+            r"\[maintenance\]: seglog.misfire.grace.ms = 5 is read by TOML",
+        ),
+        ('[topics.my.topic]\n"retention.ms" = 5\n', r'\[topics."my"\]: topic."retention.ms" = 5 is read by TOML'),
+        ("retention.ms = 1000\n", r"retention.ms = 1000 is read by TOML as nested tables.*under \[topic\]"),
     ],
 )
 def test_a_file_holds_only_the_tables_seglog_reads(tmp_path: Path, text: str, fragment: str) -> None:

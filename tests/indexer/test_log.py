@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,7 +22,7 @@ from hypothesis import strategies as st
 
 import indexer.records.append_pipeline as append_pipeline
 import indexer.records.encoder as encoder_module
-from indexer.clock import MockClock
+from indexer.clock import MockClock, SystemClock
 from indexer.config import LogConfig
 from indexer.data_loss import record_accepted_loss
 from indexer.errors import (
@@ -506,6 +507,38 @@ def test_async_deletion_keeps_a_held_segment_readable(open_log, clock: MockClock
     assert held.deleted()
     clock.advance(1000)  # the scheduled task finds nothing left to do
     assert log.next_pending_deletion_ms is None
+
+
+class _JumpingClock(SystemClock):
+    """The real clock, whose wall time can be set back (an NTP step, a VM resumed from a snapshot)."""
+
+    def __init__(self) -> None:
+        self.back_ms = 0
+
+    def milliseconds(self) -> int:
+        return super().milliseconds() - self.back_ms
+
+
+def test_deleted_files_go_after_the_delay_when_the_wall_clock_jumps_back(tmp_path: Path) -> None:
+    """``file.delete.delay.ms`` is a duration: the deletion task runs when it has passed, whatever the
+    wall clock did meanwhile (a jump back of an hour kept the files until a later task came by)."""
+    clock = _JumpingClock()
+    log = Log.open(
+        tmp_path / "t-0", LogConfig.from_mapping({"file.delete.delay.ms": 100, "retention.ms": 1}), clock=clock
+    )
+    for _ in range(3):
+        log.append({"value": [b"x"], "timestamp": [clock.milliseconds() - 10_000]})
+        log.roll()
+    log.update_high_watermark(log.log_end_offset)
+    assert log.delete_old_segments() == 3
+    assert segment_files(tmp_path / "t-0", ".log.deleted")
+    clock.back_ms = 3_600_000
+    deadline = time.monotonic() + 10
+    while segment_files(tmp_path / "t-0", ".log.deleted") and time.monotonic() < deadline:
+        time.sleep(0.02)
+    assert not segment_files(tmp_path / "t-0", ".log.deleted")
+    assert log.next_pending_deletion_ms is None
+    log.close()
 
 
 # -- open, close, locks, read-only ---------------------------------------------------------------

@@ -17,6 +17,7 @@ from indexer.checkpoint import EpochEntry, LeaderEpochCheckpointFile
 from indexer.clock import MockClock
 from indexer.config import LogConfig
 from indexer.errors import StorageError
+from indexer.lock import FileLock
 from indexer.log import Log
 from indexer.log_loader import LoadedLog, LogLoader, RecoveryReport, StepKind
 from indexer.records.columns import to_append_table
@@ -67,6 +68,15 @@ def decisions(report: RecoveryReport) -> list[tuple]:
 def close(loaded: LoadedLog) -> None:
     for segment in loaded.segments:
         segment.close()
+    for segment in loaded.deleted_segments:
+        segment.close_handlers()
+
+
+def taken_over(directory: Path, loaded: LoadedLog, clock: MockClock, config: LogConfig = CONFIG) -> Log:
+    """The writable log of ``loaded``, as :meth:`Log.open` makes it after the load (under the lock)."""
+    lock = FileLock(directory / file_names.PARTITION_LOCK_FILE)
+    lock.acquire()
+    return Log.from_loaded(directory, config, loaded, clock=clock, file_lock=lock, high_watermark=None)
 
 
 def segment_logs(directory: Path) -> list[Path]:
@@ -141,10 +151,15 @@ def test_corruption_deletes_every_later_segment(tmp_path: Path) -> None:
     assert (directory / f"{victim.name}.{second}.quarantine").read_bytes() == bytes(data[second:])
     assert all(not p.exists() and (directory / f"{p.name}.0.quarantine").exists() for p in deleted)
     assert [(r.first, r.end) for r in report.lost_offsets] == [(int(scan.last_offsets[0]) + 1, None)]
+    assert report.data_lost
+    # The deleted segments' other files wait as .deleted for the log, which removes them after the delay.
+    bases = [file_names.offset_from_file_name(p.name) for p in deleted]
+    assert [s.base_offset for s in loaded.deleted_segments] == bases
+    assert any(directory.glob("*.deleted"))
+    log = taken_over(directory, loaded, clock, TRUNCATE)
     clock.advance(CONFIG.file_delete_delay_ms)
     assert not any(directory.glob("*.deleted"))
-    assert report.data_lost
-    close(loaded)
+    log.close()
 
 
 def test_salvage_keeps_every_intact_batch_after_the_damage(tmp_path: Path) -> None:
@@ -385,9 +400,10 @@ def test_offset_overflow_splits_the_segment(tmp_path: Path) -> None:
         _raw_batches(high + 2, 1)
     )
     assert (directory / f"{0:020d}.log.deleted").exists()
+    log = taken_over(directory, loaded, clock)
     clock.advance(CONFIG.file_delete_delay_ms)
     assert not (directory / f"{0:020d}.log.deleted").exists()
-    close(loaded)
+    log.close()
     assert [s.kind for s in load(directory, had_clean_shutdown=True).report.steps] == []
 
 

@@ -3,6 +3,7 @@ marker (spec 6.1, 6.4), sharing a directory between managers, and read-only use 
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 import subprocess
@@ -110,6 +111,38 @@ def test_partition_of_a_killed_writer_is_recovered_despite_the_marker(tmp_path: 
     assert crashed is not None and crashed.log_end_offset == 5
     assert not log_file.read_bytes().endswith(b"torn")
     mgr.close()
+
+
+_KILLED_MAINTENANCE = """
+import os, signal, sys
+from pathlib import Path
+from indexer.config import Settings
+from indexer.lock import MAINTENANCE_ROLE
+from indexer.log import Log
+log = Log.open(Path(sys.argv[1]) / "calm-0", Settings().log_config("calm"), lock_role=MAINTENANCE_ROLE)
+os.kill(os.getpid(), signal.SIGKILL)  # killed while borrowing the partition: its holder line stays
+"""
+
+
+def test_a_partition_a_killed_maintenance_process_held_is_not_called_unflushed(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A maintenance process appends nothing: its death leaves no unflushed records, and the reopen
+    says whose interrupted work it checks instead of "unflushed after an unclean shutdown"."""
+    mgr = manager(tmp_path)
+    fill(mgr, "calm", 0)
+    mgr.close()
+    # Killed before it checkpointed a recovery point: the reopen recovers every segment, and says why.
+    OffsetCheckpointFile(tmp_path / file_names.RECOVERY_POINT_CHECKPOINT_FILE).write({("calm", 0): 0})
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_MAINTENANCE, str(tmp_path)])
+    assert proc.wait(timeout=120) == -signal.SIGKILL
+    caplog.set_level(logging.INFO)
+    mgr = manager(tmp_path)
+    assert mgr.get_log("calm", 0) is not None
+    mgr.close()
+    steps = [r.getMessage() for r in caplog.records if "recover-segment" in r.getMessage()]
+    assert any(f"a maintenance process (pid {proc.pid}) died holding it" in m for m in steps), steps
+    assert not [m for m in steps if "unflushed" in m], steps
 
 
 def test_partitions_ignores_what_is_not_a_partition(tmp_path: Path) -> None:

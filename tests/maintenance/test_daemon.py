@@ -17,6 +17,7 @@ from indexer.config import LogConfig
 from indexer.log import Log
 from maintenance.access import BorrowedLogs
 from maintenance.jobs import JOBS
+from tests.filesystems import read_only_view
 from tests.maintenance.conftest import (
     REPO,
     SEGLOG,
@@ -81,6 +82,40 @@ def test_a_daemon_started_before_its_log_directory_exists_waits_for_it(tmp_path:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
     assert sum(f"log directory {log_dir} does not exist yet" in line for line in seen) == 1, seen
+
+
+def test_a_daemon_on_a_read_only_log_directory_says_so_once(tmp_path: Path, log_dir: Path) -> None:
+    """On a read-only file system every pass would fail on every partition: the daemon says once that
+    the directory is read-only and what it will not do, instead of an error per partition per pass;
+    remounted read-write, it says so once and maintains the partitions again."""
+    expired_partition(log_dir)
+    conf = write_conf(
+        tmp_path / "seglog.toml",
+        {"retention.ms": 60_000, "segment.bytes": 600},
+        {
+            "log.initial.task.delay.ms": 300,  # after the start line, which maintain_daemon waits for
+            "log.retention.check.interval.ms": 50,
+            "seglog.roll.check.interval.ms": 50,
+            "seglog.index.check.interval.ms": 50,
+        },
+    )
+    with (
+        read_only_view(log_dir, tmp_path / "ro") as read_only,
+        maintain_daemon(read_only, conf, verbose=False) as (
+            proc,
+            err,
+        ),
+    ):
+        seen = wait_for(err, "read-only")
+        time.sleep(1.5)  # some thirty passes
+        subprocess.run(["mount", "-o", "remount,bind,rw", str(read_only)], check=True)
+        seen += wait_for(err, "t-0: deleted segment")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        seen += wait_for(err, "stopped", timeout=5)
+    assert sum("read-only" in line for line in seen) == 1, seen
+    assert sum("is writable again: maintenance resumes" in line for line in seen) == 1, seen
+    assert [line for line in seen if " ERROR " in line or "Traceback" in line] == [], seen
 
 
 def test_the_daemon_says_what_it_does_without_verbose(tmp_path: Path, log_dir: Path) -> None:

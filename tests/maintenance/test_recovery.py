@@ -13,9 +13,13 @@ import pytest
 
 from indexer.clock import MockClock
 from indexer.config import Settings
+from indexer.file_names import PARTITION_LOCK_FILE, partition_dirs
 from indexer.index_check import segment_index_problem
+from indexer.lock import FileLock
+from indexer.log_loader import LogLoader
 from indexer.log_manager import LogManager
 from indexer.records.file_records import FileRecords
+from maintenance.access import partition_name
 from maintenance.recovery import EXIT_COMMITTED_DATA_LOST, recover_log_dir
 from seglog.cli import main
 from tests.budget import scaled
@@ -279,6 +283,31 @@ def test_recovery_of_a_cleanly_shut_down_directory_does_not_call_it_unclean(
     details = [s["detail"] for p in outcome.partitions for s in p.steps if s["kind"] == "recover-segment"]
     assert details and all(d.startswith("validated by seglog recover:") for d in details), details
     assert "unclean" not in caplog.text
+
+
+def test_an_interrupted_recovery_leaves_its_partition_to_be_recovered(
+    template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Ctrl-C in the middle of a partition's recovery (the SIGINT arrives in its loader, injected there
+    as the interpreter raises it) released the partition's lock as a clean close does, erasing its
+    holder line: with the directory's clean-shutdown marker, the next writer trusted a half-recovered
+    partition. The line now stays, so the next open recovers it and says why."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    assert (log_dir / ".kafka_cleanshutdown").exists()
+
+    def interrupted(_self: LogLoader) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(LogLoader, "load", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        recover_log_dir(log_dir, settings_for(small_config()), progress=False)
+    monkeypatch.undo()
+    [(tp, path)] = partition_dirs(log_dir)[:1]
+    assert "role=recovery" in FileLock(path / PARTITION_LOCK_FILE).holder()
+    with caplog.at_level("INFO"), LogManager(log_dir, settings_for(small_config())) as manager:
+        assert manager.get_log(*tp) is not None
+    assert f"{partition_name(tp)}: lock file names" in caplog.text and "not clean" in caplog.text
 
 
 def test_a_log_start_checkpoint_above_the_log_end_names_the_committed_records_recovery_removes(

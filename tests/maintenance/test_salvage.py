@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import random
 import re
 import shutil
@@ -575,6 +576,33 @@ def _appended_log_with_a_cut_tail(tmp_path: Path, capsys: pytest.CaptureFixture[
     last = sorted((log_dir / PARTITION_DIR).glob("*.log"))[-1]
     last.write_bytes(last.read_bytes()[:-30])
     return log_dir, 300
+
+
+def test_recover_accepting_a_loss_leaves_no_file_open(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A one-shot command releases everything before it returns: the segments recovery deleted (renamed
+    ``.deleted``, their removal due after ``file.delete.delay.ms``) each kept a descriptor for a minute."""
+    log_dir, _end = _appended_log_with_a_cut_tail(tmp_path, capsys)
+    second = sorted((log_dir / PARTITION_DIR).glob("*.log"))[1]
+    raw = bytearray(second.read_bytes())
+    raw[100:110] = bytes(10)  # damage in the second segment: Kafka's truncation drops every later one
+    second.write_bytes(bytes(raw))
+
+    def open_files() -> list[str]:
+        names = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                names.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except FileNotFoundError:  # the descriptor listdir itself used
+                pass
+        return sorted(names)
+
+    before = open_files()
+    command = ["recover", "--log-dir", str(log_dir), "--no-progress", "--accept-data-loss", "--strategy", "truncate"]
+    assert main(command) == 0
+    capsys.readouterr()
+    assert len(list((log_dir / PARTITION_DIR).glob("*.quarantine"))) > 2  # the later segments went
+    left = [name for name in open_files() if name not in before]
+    assert not [name for name in left if str(log_dir) in name], left
 
 
 def test_a_loss_not_accepted_is_reported_until_accepted_and_its_offsets_never_reused(

@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from indexer.clock import MockClock
+from indexer.errors import ConfigError
 from indexer.log_manager import LogManager
 from maintenance import jobs as jobs_module
 from maintenance.access import BorrowedLogs, OwnedLogs
@@ -34,6 +35,28 @@ def test_every_job_is_scheduled_without_overlap_and_coalesced(log_dir: Path) -> 
         assert job.next_run_time == start + timedelta(seconds=30)
         period_ms = getattr(settings, JOBS[job.id].period_attr)
         assert job.trigger.interval == timedelta(milliseconds=period_ms)
+
+
+def test_long_max_delays_mean_never_and_unlimited_not_a_crash(log_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    """Kafka's Long.MAX (or any delay past NEVER_MS) as log.initial.task.delay.ms crashed the daemon at
+    start (OverflowError, "looks like a bug"); as seglog.misfire.grace.ms it failed every run of every
+    job with APScheduler's traceback. Now the jobs never start, or their lateness is unlimited; a value
+    beyond a long is a ConfigError."""
+    access = OwnedLogs(log_dir, settings_for(small_config()), {})
+    caplog.set_level(logging.INFO)
+    never = MaintenanceSettings(initial_task_delay_ms=2**63 - 1)
+    assert add_jobs(new_scheduler(), access, never) == []
+    assert any("log.initial.task.delay.ms" in r.getMessage() and "never" in r.getMessage() for r in caplog.records)
+    unlimited = MaintenanceSettings(initial_task_delay_ms=0, misfire_grace_ms=2**63 - 1, roll_check_interval_ms=20)
+    scheduler = new_scheduler()
+    assert "roll" in add_jobs(scheduler, access, unlimited)
+    assert all(job.misfire_grace_time is None for job in scheduler.get_jobs())
+    scheduler.start()
+    time.sleep(0.3)  # runs of every job
+    scheduler.shutdown()
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR], caplog.text
+    with pytest.raises(ConfigError, match="seglog.misfire.grace.ms must be <= 9223372036854775807"):
+        MaintenanceSettings.from_mapping({"seglog.misfire.grace.ms": 10**23})
 
 
 def test_the_daemon_schedules_only_its_jobs(log_dir: Path) -> None:

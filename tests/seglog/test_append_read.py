@@ -76,7 +76,13 @@ def test_parse_fields_nulls_and_headers() -> None:
         (b"[1, 2]\n", "utf8", "in.jsonl: line 1: expected a JSON object, got list"),
         (b'{"colour": "red"}\n', "utf8", "in.jsonl: line 1: unknown field(s) colour"),
         (b'{"timestamp": 1.5}\n', "utf8", "in.jsonl: line 1: timestamp must be an integer"),
-        (b'{"timestamp": "5"}\n', "utf8", "in.jsonl: line 1: timestamp must be an integer"),
+        (b'{}\n{"timestamp": "5"}\n', "utf8", "in.jsonl: line 2: timestamp '5' is not an ISO-8601 time"),
+        (b'{"timestamp": "1969-12-31"}\n', "utf8", "in.jsonl: line 1: timestamp '1969-12-31' is not an ISO-8601 time"),
+        (
+            b'{"timestamp": "2024-05-01"}\n{}\n{"timestamp": 5}\n',
+            "utf8",
+            "in.jsonl: line 3: timestamp is a number here but text on line 1",
+        ),
         (b'{"headers": {"a": "b"}}\n', "utf8", "in.jsonl: line 1: headers must be a list of [key, value]"),
         (b'{}\n{"headers": [["a"]]}\n', "utf8", "in.jsonl: line 2: each header must be a [key, value] pair"),
         (b'{}\n{}\n{"headers": [[null, "v"]]}\n', "utf8", "in.jsonl: line 3: a header key is null"),
@@ -105,6 +111,14 @@ def test_parse_errors_name_the_line(data: bytes, encoding: str, message: str) ->
     with pytest.raises(SchemaError) as info:
         parse_json_lines(data, encoding=encoding, source="in.jsonl")
     assert str(info.value).startswith(message)
+
+
+def test_iso_timestamps_are_read_as_seglog_read_takes_them() -> None:
+    table = parse_json_lines(
+        b'{"timestamp": "2024-05-01T12:00:00Z"}\n{"timestamp": null}\n{"timestamp": "2024-05-01T14:00:00.250+02:00"}\n'
+        b'{"timestamp": "2024-05-01"}\n'
+    )
+    assert table.column("timestamp").to_pylist() == [1714564800000, None, 1714564800250, 1714521600000]
 
 
 def test_empty_input_is_an_empty_table() -> None:
@@ -313,9 +327,11 @@ def test_read_takes_iso_timestamps_and_says_when_there_is_nothing_to_read(
     naive = "2023-11-14T22:13:22.500"
     assert [r["offset"] for r in read_records(capsys, log_dir, "t", "--from-timestamp", naive)] == [3, 4]
     args = ["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0"]
-    for bad in ("-1", "yesterday"):
+    for bad in ("-1", "yesterday", str(2**63)):  # beyond a long: an engine error that offered negative times
         assert main([*args, "--from-timestamp", bad]) == 2
-        assert "expected milliseconds since the epoch (>= 0) or an ISO-8601 time" in capsys.readouterr().err
+        assert "expected milliseconds since the epoch (0..9223372036854775807) or an ISO-8601 time" in (
+            capsys.readouterr().err
+        )
     for start, said in (
         (["--from-timestamp", str(TS + 10_000)], "no record of t-0 has a timestamp >= 1700000010000"),
         (["--from-offset", "5"], "t-0 has no committed records from offset 5 (high watermark 5)"),
@@ -419,6 +435,36 @@ def test_an_append_whose_flush_fails_is_not_made_visible(
     assert "StorageError: Failed to flush" in capsys.readouterr().err
     monkeypatch.undo()
     assert [r["value"] for r in read_records(capsys, log_dir, "t", "--from-beginning")] == ["kept"]
+    # The failed append's records are gone, not committed by the next append's high watermark.
+    assert _append(tmp_path, log_dir, [{"value": "next"}]) == 0
+    assert capsys.readouterr().out == "t-0 1..1\n"
+    assert [r["value"] for r in read_records(capsys, log_dir, "t", "--from-beginning")] == ["kept", "next"]
+
+
+def test_an_append_interrupted_by_ctrl_c_leaves_nothing_a_later_append_commits(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Ctrl-C after the records were written, before they were committed (the SIGINT arrives in the
+    segment's fsync, injected there as the interpreter raises it): one line, exit 130, and the next
+    append commits only its own records (the interrupted ones used to get committed with them)."""
+    log_dir = tmp_path / "logs"
+    assert _append(tmp_path, log_dir, [{"value": "kept"}]) == 0
+    real_fsync = os.fsync
+    pressed = []
+
+    def fsync(fd: int) -> None:
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".log") and not pressed:
+            pressed.append(fd)  # one Ctrl-C
+            raise KeyboardInterrupt
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    assert _append(tmp_path, log_dir, [{"value": "interrupted"}] * 3) == 130
+    monkeypatch.undo()
+    assert capsys.readouterr().err.splitlines()[-1] == "seglog: interrupted"
+    assert _append(tmp_path, log_dir, [{"value": "next"}]) == 0
+    assert capsys.readouterr().out == "t-0 1..1\n"
+    assert [r["value"] for r in read_records(capsys, log_dir, "t", "--from-beginning")] == ["kept", "next"]
 
 
 def test_stdin_and_base64(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:

@@ -21,7 +21,7 @@ from indexer.lock import FileLock
 from indexer.log_manager import LogManager
 from seglog.cli import main
 from tests.cli import append_file, maintain_once
-from tests.filesystems import TinyFs
+from tests.filesystems import TinyFs, read_only_view
 
 REPO = Path(__file__).resolve().parents[2]
 TS = 1_700_000_000_000
@@ -135,6 +135,67 @@ def test_append_beyond_the_topic_is_refused_and_writes_nothing(
     assert after.pop(marker)[2] == before.pop(marker)[2] and after == before
 
 
+def test_a_refused_append_to_a_new_topic_creates_nothing(
+    log_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    big = json.dumps({"value": "x" * 2_000_000}) + "\n"
+    source = tmp_path / "big.jsonl"
+    source.write_text(_records(2) + big)
+    before = _snapshot(log_dir)
+    assert append_file(log_dir, "fresh", source, partition=2) == 1
+    line = _one_error_line(capsys.readouterr().err, "RecordTooLargeError")
+    assert "big.jsonl: line 3: " in line and "max.message.bytes = 1048588 of fresh-2" in line, line
+    assert _snapshot(log_dir) == before  # no fresh-0..2, no count recorded, no marker rewritten
+    assert append_file(tmp_path / "new", "fresh", source) == 1
+    _one_error_line(capsys.readouterr().err, "RecordTooLargeError")
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_file_where_a_partition_directory_goes_is_named_and_nothing_recorded(
+    log_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A refused topic creation or growth recorded the new count anyway, so `topic describe` listed
+    a topic that `read` said does not exist."""
+    (log_dir / "fresh-1").write_text("not a partition")
+    (log_dir / "events-2").write_text("not a partition")
+    (tmp_path / "in.jsonl").write_text(_records(2))
+    before = _snapshot(log_dir)
+    for command in (
+        ["append", "--log-dir", str(log_dir), "--topic", "fresh", "--partition", "2", str(tmp_path / "in.jsonl")],
+        ["topic", "create", "--log-dir", str(log_dir), "--topic", "fresh", "--partitions", "3"],
+        ["topic", "alter", "--log-dir", str(log_dir), "--topic", "events", "--partitions", "3"],
+    ):
+        assert main(command) == 1
+        line = _one_error_line(capsys.readouterr().err, "StorageError")
+        assert "is a file where the directory of partition" in line, line
+    # The same files with the same bytes (the writer's open and close rewrote the marker and took the
+    # directory's lock: new mtimes).
+    assert {k: (size, digest) for k, (size, _, digest) in _snapshot(log_dir).items()} == {
+        k: (size, digest) for k, (size, _, digest) in before.items()
+    }
+
+
+@pytest.mark.parametrize(
+    "command, error",
+    [
+        (("append", "--topic", "bad topic", "--partition", "0"), "InvalidTopicError"),
+        (("append", "--topic", "t", "--partition", str(2**31 - 1)), "InvalidPartitionsError"),
+        (("topic", "create", "--topic", "bad topic", "--partitions", "2"), "InvalidTopicError"),
+        (("topic", "create", "--topic", "t", "--partitions", str(2**31)), "InvalidPartitionsError"),
+    ],
+)
+def test_a_refused_topic_name_or_count_creates_no_log_directory(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], command: tuple[str, ...], error: str
+) -> None:
+    """These were refused after the writer had created the log directory (and its clean-shutdown marker)."""
+    (tmp_path / "in.jsonl").write_text(_records(1))
+    name = command[:2] if command[0] == "topic" else command[:1]
+    args = [*name, "--log-dir", str(tmp_path / "new"), *command[len(name) :]]
+    assert main(args + ([str(tmp_path / "in.jsonl")] if command[0] == "append" else [])) == 1
+    _one_error_line(capsys.readouterr().err, error)
+    assert not (tmp_path / "new").exists()
+
+
 def test_a_new_topic_from_append_gets_all_its_partitions(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     assert _append(tmp_path, logs, _records(3), 2) == 0
@@ -204,35 +265,49 @@ def test_recover_dry_run_of_a_clean_directory_logs_no_error(log_dir: Path) -> No
 
 @pytest.fixture
 def read_only(log_dir: Path, tmp_path: Path) -> Iterator[Path]:
-    """``log_dir`` seen through a read-only bind mount (root ignores file permissions, so a
-    ``chmod`` would not make anything read-only)."""
-    mount_point = tmp_path / "ro"
-    mount_point.mkdir()
-    done = subprocess.run(["mount", "--bind", "-o", "ro", str(log_dir), str(mount_point)], capture_output=True)
-    if done.returncode != 0:
-        pytest.skip(f"read-only bind mounts are not permitted here: {done.stderr.decode().strip()}")
-    try:
+    """``log_dir`` seen through a read-only bind mount."""
+    with read_only_view(log_dir, tmp_path / "ro") as mount_point:
         yield mount_point
-    finally:
-        subprocess.run(["umount", str(mount_point)], check=True)
 
 
 @pytest.mark.parametrize(
-    "command, code",
-    [
-        (("recover", "--no-progress"), 1),
-        (("maintain", "--once", "retention", "--config", "retention.ms=1"), 1),
-    ],
+    "command",
+    [("recover", "--no-progress"), ("maintain", "--once", "retention", "--config", "retention.ms=1")],
 )
-def test_read_only_file_system_one_line_per_partition(read_only: Path, command: tuple[str, ...], code: int) -> None:
+def test_read_only_file_system_is_one_line_for_the_directory(read_only: Path, command: tuple[str, ...]) -> None:
     before = _snapshot(read_only)
     result = _cli(command[0], "--log-dir", str(read_only), *command[1:])
-    assert result.returncode == code, result.stderr
-    assert "Traceback" not in result.stderr
-    for partition in ("events-0", "events-1"):
-        lines = [line for line in result.stderr.splitlines() if f"{partition}:" in line or f"{partition} " in line]
-        assert len(lines) == 1 and "Read-only file system" in lines[0], result.stderr
+    assert result.returncode == 1, result.stderr
+    line = _one_error_line(result.stderr, "ReadOnlyLogDirectoryError")
+    assert f"log directory {read_only} is on a read-only file system" in line, line
+    assert result.stderr.strip() == line, result.stderr  # nothing per partition
     assert _snapshot(read_only) == before
+
+
+def test_read_only_file_system_writers_say_so_in_one_line(read_only: Path, tmp_path: Path) -> None:
+    """A writer's open said only that the clean-shutdown marker could not be deleted."""
+    source = tmp_path / "in.jsonl"
+    source.write_text(_records(2))
+    before = _snapshot(read_only)
+    for command in (
+        ("append", "--log-dir", str(read_only), "--topic", "events", "--partition", "0", str(source)),
+        ("topic", "create", "--log-dir", str(read_only), "--topic", "more", "--partitions", "2"),
+        ("topic", "alter", "--log-dir", str(read_only), "--topic", "events", "--partitions", "3"),
+    ):
+        result = _cli(*command)
+        assert result.returncode == 1, result.stderr
+        line = _one_error_line(result.stderr, "ReadOnlyLogDirectoryError")
+        assert f"log directory {read_only} is on a read-only file system" in line, line
+    assert _snapshot(read_only) == before
+
+
+def test_read_only_file_system_quarantine_purge_says_so_once(read_only: Path) -> None:
+    """A purge failed on the first quarantine file it could not delete (or said it deleted none)."""
+    result = _cli("quarantine", "purge", "--log-dir", str(read_only), "--all")
+    assert result.returncode == 1, result.stderr
+    line = _one_error_line(result.stderr, "ReadOnlyLogDirectoryError")
+    assert "seglog quarantine purge can delete nothing there" in line, line
+    assert _cli("quarantine", "purge", "--log-dir", str(read_only), "--all", "--dry-run").returncode == 0
 
 
 def test_read_only_file_system_dry_run_and_readers_work(read_only: Path) -> None:
@@ -484,6 +559,41 @@ def _run_without_spark(monkeypatch: pytest.MonkeyPatch, log_dir: Path, tmp_path:
     monkeypatch.setattr(streaming.job, "build_spark_session", lambda *a, **k: pytest.fail("Spark started"))
     args = ["--log-dir", str(log_dir), "--topic", "events", "--partitions", "2"]
     return main(["run", *args, "--checkpoint-location", str(tmp_path / "ckpt"), *extra])
+
+
+def test_bench_checks_its_json_file_before_measuring(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--json`` naming a directory (or a path under a file) failed only at the end, after the whole
+    run: the measurements were lost. Now it is a usage error before anything runs."""
+    (tmp_path / "file").write_text("")
+    assert main(["bench", "engine", "--quick", "--json", str(tmp_path)]) == 2
+    assert f"argument --json: {tmp_path} is a directory; name a file in it" in capsys.readouterr().err
+    assert main(["bench", "engine", "--quick", "--json", str(tmp_path / "file" / "out.json")]) == 2
+    assert f"argument --json: cannot write {tmp_path / 'file' / 'out.json'}: {tmp_path / 'file'} is a file" in (
+        capsys.readouterr().err
+    )
+
+
+@pytest.mark.parametrize(
+    "option, value",
+    [
+        ("--duration", "-1"),
+        ("--duration", "0"),
+        ("--duration", "nan"),
+        ("--progress-interval", "0"),
+        ("--progress-interval", "inf"),
+    ],
+)
+def test_run_refuses_a_time_that_is_no_positive_number_of_seconds(
+    log_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    option: str,
+    value: str,
+) -> None:
+    """``--duration -1`` ran the job (three micro-batches written) and ``nan`` never stopped it."""
+    assert _run_without_spark(monkeypatch, log_dir, tmp_path, option, value) == 2
+    assert f"argument {option}: expected a number of seconds > 0, got {value!r}" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize(

@@ -51,7 +51,10 @@ def test_spec_defaults_come_from_the_streaming_section() -> None:
         ({"source": "files"}, "needs input.path"),
         ({"source": "kafka", "kafka.subscribe": "x"}, "needs kafka.bootstrap.servers"),
         ({"num.partitions": "many"}, "num.partitions must be an integer"),
-        ({"num.partitions": 0}, "num.partitions must be >= 1"),
+        ({"num.partitions": 0}, "num.partitions: a topic needs at least 1 partition, got 0"),
+        # Refused before the checkpoint or the log directory is written (they were, then the sink refused).
+        ({"num.partitions": 2**31}, "num.partitions: a topic has at most 2147483647 partitions"),
+        ({"topic": "bad topic"}, "topic: topic name 'bad topic' is illegal"),
         ({"writes": "workers"}, "writes must be one of auto, driver, executors"),
         ({"log.dir": "hdfs://nn/logs"}, "log directory 'hdfs://nn/logs' is not a local path"),
     ],
