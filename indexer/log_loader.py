@@ -424,6 +424,28 @@ class LogLoader:
             segments, report.log_start_offset, report.recovery_point, report.next_offset, report, tuple(self._deleted)
         )
 
+    def may_end_below_log_start(self) -> bool:
+        """Whether :meth:`load` may find the log ending below its checkpointed start (and then, with
+        ``remove_below_log_start``, remove every segment), told from the file names alone, so that a
+        caller that must refuse that removal runs :meth:`check` only then: with salvage, a ``.log``
+        based at or above the start keeps the log end there (a segment's file is emptied, never
+        deleted); the truncate strategy may delete segments after corruption.
+
+        Raises:
+            StorageError: the partition directory cannot be listed.
+        """
+        if not self._salvage:
+            return True
+        start = self.log_start_offset_checkpoint
+        with storage_errors(self.directory, "list partition directory"):
+            names = [entry.name for entry in os.scandir(self.directory)]
+        return not any(
+            name.endswith(file_names.LOG_FILE_SUFFIX)
+            and name.split(".", 1)[0].isdigit()
+            and int(name.split(".", 1)[0]) >= start
+            for name in names
+        )
+
     def check(self) -> RecoveryReport:
         """Make every decision :meth:`load` would make, changing nothing (a dry run).
 

@@ -311,7 +311,7 @@ def recover_partition(
             result.indexes_rebuilt = _dry_run_index_problems(path, settings, tp[0])
             result.accepted_data_loss = accept_data_loss and result.committed_offsets_lost > 0
             return result, {}
-        if not accept_data_loss and log_start_offset > 0:
+        if not accept_data_loss and log_start_offset > 0 and loader.may_end_below_log_start():
             _refuse_removal_below_log_start(loader, path, log_start_offset, committed_offset)
         before = _index_digests(path)
         loaded = loader.load()

@@ -422,3 +422,28 @@ def test_a_directory_of_segments_that_is_no_partition_is_named_not_ignored(
         assert row.status == "skipped" and "not a <topic>-<partition> directory" in row.message, row
         assert outcome.exit_status() == 1 and not outcome.marked_clean
     assert digest(log_dir / name) == {k.split("/", 1)[1]: v for k, v in before.items() if k.startswith(name + "/")}
+
+
+def test_recovering_a_partition_that_retention_moved_reads_each_segment_once(
+    template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a log start above 0 (every partition after retention) recovery ran a dry run of the whole
+    load first, to refuse removing committed records below a damaged log start: every segment was
+    scanned twice. The dry run now runs only when the file names allow the log to end below its start."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    partition = log_dir / "t-0"
+    bases = sorted(int(p.name.split(".")[0]) for p in partition.glob("*.log"))
+    (log_dir / "log-start-offset-checkpoint").write_text(f"0\n1\nt 0 {bases[1]}\n")
+    scanned: list[Path] = []
+    original = FileRecords.scan
+
+    def counting(self: FileRecords, *args: object, **kwargs: object) -> object:
+        scanned.append(self.path)
+        return original(self, *args, **kwargs)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(FileRecords, "scan", counting)
+    outcome = recover_log_dir(log_dir, settings_for(small_config()), progress=False)
+    assert outcome.exit_status() == 0
+    t0 = [path.name for path in scanned if path.parent == partition]
+    assert t0 and sorted(set(t0)) == sorted(t0), t0  # no segment file scanned twice
