@@ -498,11 +498,7 @@ class AbstractIndex(IndexFile):
                     mm, words = self._map(fd, rounded, True)
                 finally:
                     os.close(fd)
-            old = self._mm
-            self._mm, self._words = mm, words
-            self._length = rounded
-            self._max_entries = rounded // self.ENTRY_SIZE
-            self._release(old)
+            self._install_mapping(mm, words, rounded)
             logger.debug("Resized %s to %d bytes, %d entries", self._path.absolute(), rounded, self._entries)
             self._reload_last_entry()
             return True
@@ -560,11 +556,16 @@ class AbstractIndex(IndexFile):
                 mm, words = self._map(fd, length, True)
             finally:
                 os.close(fd)
+        self._install_mapping(mm, words, length)
+        self._exposed = 0
+
+    def _install_mapping(self, mm: mmap.mmap | None, words: np.ndarray, length: int) -> None:
+        """Make ``mm`` (``words``, ``length`` bytes) the index's mapping and release the one it
+        replaces (unmapped when the last concurrent reader lets go of it); caller holds the lock."""
         old = self._mm
         self._mm, self._words = mm, words
         self._length = length
         self._max_entries = length // self.ENTRY_SIZE
-        self._exposed = 0
         self._release(old)
 
     def truncate(self) -> None:
