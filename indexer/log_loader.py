@@ -61,7 +61,7 @@ import bisect
 import enum
 import logging
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
@@ -439,12 +439,7 @@ class LogLoader:
         start = self.log_start_offset_checkpoint
         with storage_errors(self.directory, "list partition directory"):
             names = [entry.name for entry in os.scandir(self.directory)]
-        return not any(
-            name.endswith(file_names.LOG_FILE_SUFFIX)
-            and name.split(".", 1)[0].isdigit()
-            and int(name.split(".", 1)[0]) >= start
-            for name in names
-        )
+        return not any(base >= start for base in _log_bases(names))
 
     def check(self) -> RecoveryReport:
         """Make every decision :meth:`load` would make, changing nothing (a dry run).
@@ -613,11 +608,7 @@ class LogLoader:
             if isinstance(segment, LogSegment):
                 segment.close_handlers()
         self._segments = {}
-        self._bases = sorted(
-            offset
-            for name in self._names
-            if name.endswith(file_names.LOG_FILE_SUFFIX) and (offset := _offset_or_none(name)) is not None
-        )
+        self._bases = sorted(_log_bases(self._names))
         for name in sorted(self._names):
             path = self._path(name)
             if file_names.is_index_file(path):
@@ -1195,6 +1186,13 @@ def _read_ahead(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def _log_bases(names: Iterable[str]) -> Iterator[int]:
+    """The base offsets of the ``.log`` files among the file ``names`` of a partition directory."""
+    for name in names:
+        if name.endswith(file_names.LOG_FILE_SUFFIX) and (offset := _offset_or_none(name)) is not None:
+            yield offset
 
 
 def _offset_or_none(name: str) -> int | None:
