@@ -11,6 +11,10 @@ v1 timestamp @18). It checks nothing the CRC covers; the caller verifies CRCs ba
 It returns the per-entry columns, where it stopped, why (one of the ``STOP_*`` codes) and the
 offending value for the error codes.
 
+``hop_v2_headers`` walks v2 batches straight from the file, reading each 61-byte header with
+``pread`` (libc's, called from the compiled loop): without the CRC pass nothing past a v2 header is
+needed, so large batches are walked without reading their records.
+
 CRC-32C of v2 batches: ``first_bad_v2_crc`` checks every batch in one compiled loop by calling the
 hardware (SSE4.2, three interleaved streams) routine of the ``crc32c`` package directly, so small
 batches cost no Python call each. That routine is the package's exported C symbol
@@ -131,6 +135,60 @@ def scan_entries(buf: np.ndarray, start: int, end: int) -> tuple[np.ndarray, np.
         columns[5, i] = magic
         p += total
     return columns, stop, status, detail
+
+
+_PREAD_SYMBOL = "seglog_pread"
+
+
+def _register_pread() -> None:
+    """Expose libc's ``pread`` to numba under :data:`_PREAD_SYMBOL`."""
+    function = ctypes.CDLL(None, use_errno=True).pread
+    llvm.add_symbol(_PREAD_SYMBOL, ctypes.cast(function, ctypes.c_void_p).value)
+
+
+_register_pread()
+
+# ssize_t pread(int fd, void *buf, size_t count, off_t offset); the pointer is passed as a uintp.
+_pread = types.ExternalFunction(_PREAD_SYMBOL, types.intp(types.intc, types.uintp, types.uintp, types.int64))
+
+
+@njit(cache=True, nogil=True)
+def hop_v2_headers(fd: int, start: int, end: int, min_size: int) -> tuple[np.ndarray, np.int64]:
+    """Walk the v2 batches of the file bytes ``[start, end)`` of descriptor ``fd`` header by header.
+
+    Returns the columns of :func:`scan_entries` (shape (8, count)) and the position where the walk
+    stopped: at ``end``, or at the first entry it does not take from its header alone, for the
+    caller to read whole and walk with :func:`scan_entries` (which tells its errors): a short or
+    failed read, another magic, a size below the v2 header or not fitting before ``end``, or a batch
+    smaller than ``min_size`` bytes (cheaper to read whole than with a call each). Releases the GIL.
+    """
+    head = np.empty(_V2_BATCH_OVERHEAD, np.uint8)
+    address = head.ctypes.data
+    columns = np.empty((8, 64), np.int64)
+    n = 0
+    p = np.int64(start)
+    while end - p > _HEADER_SIZE_UP_TO_MAGIC:
+        if _pread(np.intc(fd), address, _V2_BATCH_OVERHEAD, p) != _V2_BATCH_OVERHEAD:  # type: ignore[call-overload]
+            break
+        total = _be_i32(head, np.int64(8)) + _LOG_OVERHEAD
+        if head[16] != 2 or total < _V2_BATCH_OVERHEAD or total < min_size or p > end - total:
+            break
+        if n == columns.shape[1]:
+            grown = np.empty((8, 2 * n), np.int64)
+            grown[:, :n] = columns
+            columns = grown
+        offset = _be_i64(head, np.int64(0))
+        columns[0, n] = p
+        columns[1, n] = total
+        columns[2, n] = offset
+        columns[3, n] = offset + _be_i32(head, np.int64(23))
+        columns[4, n] = _be_i64(head, np.int64(35))
+        columns[5, n] = 2
+        columns[6, n] = head[22]
+        columns[7, n] = _be_u32(head, np.int64(17))
+        n += 1
+        p += total
+    return columns[:, :n].copy(), p
 
 
 _HW_SYMBOL = "seglog_crc32c_hw_adler"

@@ -82,7 +82,7 @@ logger = logging.getLogger(__name__)
 MAX_FILE_SIZE = INT32_MAX  # positions are int32
 CRC_PARALLEL_MIN_BYTES = 64 << 20  # scans with at least this many bytes of batches check CRCs on two threads
 PREAD_SCAN_CHUNK_BYTES = 8 << 20  # scan(mapped=False) reads the file in chunks of this size
-PREAD_SCAN_HOP_MIN_BYTES = 256 << 10  # ... or, without CRCs, hops header to header over batches this large
+PREAD_SCAN_HOP_MIN_BYTES = 8 << 10  # ... or, without CRCs, hops header to header over v2 batches this large
 _SCAN_COLUMNS = ("positions", "sizes", "base_offsets", "last_offsets", "max_timestamps", "magics", "attributes")
 _OFFSET_SIZE = struct.Struct(">qi")
 _LEGACY_FIELDS = struct.Struct(">IbBq")  # crc, magic, attributes, v1 timestamp
@@ -724,22 +724,35 @@ class FileRecords:
     def _scan_read(self, fd: int, start: int, end: int, verify_crc: bool) -> BatchScan:
         """``scan`` with ``pread``: chunk by chunk, each chunk ending where its last whole entry ends.
 
-        Without the CRC pass only headers matter: where batches are large (a chunk's entries average
-        :data:`PREAD_SCAN_HOP_MIN_BYTES` or more), the walk hops from header to header, reading 61
-        bytes per batch rather than the whole file (a 1 GiB segment of 1 MiB batches: 1,024 reads).
+        Without the CRC pass only headers matter: v2 batches of :data:`PREAD_SCAN_HOP_MIN_BYTES` or
+        more are walked header to header by a compiled loop, reading 61 bytes per batch rather than
+        the whole range (a 16 MiB fetch of 64 KiB batches: 256 reads of 61 bytes); smaller entries
+        are read in chunks, and the hops start again where a chunk's entries average that size.
         """
         parts: list[BatchScan] = []
-        position, chunk, hop = start, PREAD_SCAN_CHUNK_BYTES, False
+        position, chunk, hop = start, PREAD_SCAN_CHUNK_BYTES, not verify_crc
         while end - position > HEADER_SIZE_UP_TO_MAGIC:
             if hop:
-                hopped = self._scan_one_header(fd, position, end)
-                if hopped is not None:
-                    part, stop, status = hopped
-                    parts.append(part)
-                    if len(part) == 0 or part.error is not None:
-                        break
-                    position, hop = stop, int(part.sizes[0]) >= PREAD_SCAN_HOP_MIN_BYTES
-                    continue
+                hop = False
+                columns, hopped_to = _batch_scan.hop_v2_headers(fd, position, end, PREAD_SCAN_HOP_MIN_BYTES)
+                self._check_same_file(fd)
+                if columns.shape[1]:
+                    positions, sizes, base_offsets, last_offsets, max_timestamps, magics, attributes, _ = columns
+                    position = int(hopped_to)
+                    parts.append(
+                        BatchScan(
+                            positions,
+                            sizes,
+                            base_offsets,
+                            last_offsets,
+                            max_timestamps,
+                            magics,
+                            attributes,
+                            position,
+                            None,
+                        )
+                    )
+                continue
             buf = np.empty(min(end - position, chunk), dtype=np.uint8)
             with storage_errors(self._path, "read"):
                 got = os.preadv(fd, [buf.data], position)
@@ -770,21 +783,6 @@ class FileRecords:
             return parts[0]
         joined = {f: np.concatenate([getattr(p, f) for p in parts]) for f in _SCAN_COLUMNS}
         return BatchScan(**joined, valid_bytes=parts[-1].valid_bytes, error=parts[-1].error)
-
-    def _scan_one_header(self, fd: int, position: int, end: int) -> tuple[BatchScan, int, int] | None:
-        """The v2 batch at ``position`` walked from its 61-byte header alone (the kernel reads no byte
-        past the header of an entry when it does not check CRCs); None when no v2 header is there."""
-        head = np.zeros(RECORD_BATCH_OVERHEAD, dtype=np.uint8)
-        with storage_errors(self._path, "read"):
-            got = os.preadv(fd, [head.data], position)
-        self._check_same_file(fd)
-        if got < RECORD_BATCH_OVERHEAD or head[MAGIC_OFFSET] != MAGIC_V2:
-            return None  # a short file or another entry format: the chunked walk decides
-        size = int.from_bytes(head[SIZE_OFFSET:LOG_OVERHEAD].tobytes(), "big", signed=True)
-        entry_end = position + LOG_OVERHEAD + max(size, 0)
-        if size < RECORD_BATCH_OVERHEAD - LOG_OVERHEAD or entry_end > end:
-            return None  # too small or not whole: the chunked walk reports it as the mapped one does
-        return self._scan_buffer(head, position, position, entry_end, verify_crc=False)
 
     def _scan_mapped(self, mapped: mmap.mmap, start: int, end: int, verify_crc: bool) -> BatchScan:
         buf = np.frombuffer(mapped, dtype=np.uint8)

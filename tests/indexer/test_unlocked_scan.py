@@ -61,6 +61,7 @@ def segment_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     start_batch=st.integers(0, 20),
     tail=st.sampled_from([b"", b"\x00" * 5, b"\x00" * 40, (10**6).to_bytes(12, "big") + b"\x00" * 60]),
     verify_crc=st.booleans(),
+    short_of_a_batch_end=st.sampled_from([0, 1, 60, 61, 62]),
 )
 def test_pread_scan_equals_the_mapped_scan(
     segment_log: Path,
@@ -70,9 +71,11 @@ def test_pread_scan_equals_the_mapped_scan(
     start_batch: int,
     tail: bytes,
     verify_crc: bool,
+    short_of_a_batch_end: int,
 ) -> None:
     """Any chunk size (smaller than one batch too), header hops over batches of any size, any start,
-    torn or garbage tails: the same arrays, valid bytes and error as the mapped walk."""
+    torn or garbage tails, a range ending at or just short of a batch's end (a fetch's slice): the
+    same arrays, valid bytes and error as the mapped walk."""
     path = tmp_path_factory.mktemp("tail") / "00000000000000000000.log"
     path.write_bytes(segment_log.read_bytes() + tail)
     original = file_records.PREAD_SCAN_CHUNK_BYTES, file_records.PREAD_SCAN_HOP_MIN_BYTES
@@ -85,14 +88,20 @@ def test_pread_scan_equals_the_mapped_scan(
             assert same_scan(
                 records.scan(start, verify_crc=verify_crc, mapped=False), records.scan(start, verify_crc=verify_crc)
             )
+            end = int(mapped.positions[-1] + mapped.sizes[-1]) - short_of_a_batch_end
+            assert same_scan(
+                records.scan(start, end, verify_crc=verify_crc, mapped=False),
+                records.scan(start, end, verify_crc=verify_crc),
+            )
     finally:
         file_records.PREAD_SCAN_CHUNK_BYTES, file_records.PREAD_SCAN_HOP_MIN_BYTES = original
 
 
 def test_large_batches_are_walked_header_to_header(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Without CRCs, batches of 256 KiB or more cost one 61-byte read each, not their bytes."""
+    """Without CRCs, v2 batches of ``PREAD_SCAN_HOP_MIN_BYTES`` or more (here 64 KiB, as a producer's
+    ``batch.size``) cost one 61-byte read each, not their bytes."""
     directory = tmp_path / "t-0"
-    config = LogConfig.from_mapping({"batch.size": 1 << 20, "max.message.bytes": 2 << 20})
+    config = LogConfig.from_mapping({"batch.size": 1 << 16})
     with Log.open(directory, config, clock=MockClock(T0)) as log:
         log.append({"value": [b"y" * 4000] * 8000, "timestamp": [T0] * 8000})
     path = directory / "00000000000000000000.log"
@@ -145,13 +154,15 @@ TRUNCATE_DURING_THE_WALK = """
 
     directory, following = Path(sys.argv[1]), int(sys.argv[2])
     log_path = directory / "00000000000000000000.log"
-    kernel = _batch_scan.scan_entries
+    walk, hop = _batch_scan.scan_entries, _batch_scan.hop_v2_headers
 
-    def truncating_kernel(buf, start, end):
-        os.truncate(log_path, 100)  # the writer truncates below its active segment, mid-check
-        return kernel(buf, start, end)
+    def truncating(kernel):
+        def walk_after_a_cut(*args):
+            os.truncate(log_path, 100)  # the writer truncates below its active segment, mid-check
+            return kernel(*args)
+        return walk_after_a_cut
 
-    _batch_scan.scan_entries = truncating_kernel
+    _batch_scan.scan_entries, _batch_scan.hop_v2_headers = truncating(walk), truncating(hop)
     try:
         index_check.segment_index_problem(directory, 0, next_base_offset=following, against_log=True)
         print("checked")
@@ -161,8 +172,9 @@ TRUNCATE_DURING_THE_WALK = """
 
 
 def test_a_truncation_during_the_header_walk_voids_the_check_without_a_crash(tmp_path: Path) -> None:
-    """Deterministic: the ``.log`` is cut to 100 bytes right before the kernel walks its bytes. A
-    mapped walk dies of SIGBUS here (exit code -7); the pread walk skips the segment this round."""
+    """Deterministic: the ``.log`` is cut to 100 bytes right before a kernel walks its bytes (or
+    hops over its headers). A mapped walk dies of SIGBUS here (exit code -7); the pread walk skips
+    the segment this round."""
     directory = tmp_path / "t-0"
     following = sealed_segment(directory, 3000, 4000)
     done = run_child(TRUNCATE_DURING_THE_WALK, str(directory), str(following))
