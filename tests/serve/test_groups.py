@@ -25,6 +25,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata, TopicPartition
     from kafka.admin import MemberToRemove
+    from kafka.errors import CommitFailedError, RebalanceInProgressError
 
 TOPIC, PARTITIONS, RECORDS = "orders", 4, 50
 
@@ -60,12 +61,22 @@ def _poll_until(
     done: Callable[[Assignments], bool],
     seen: dict[TopicPartition, list[int]],
     timeout_s: float = 60,
+    *,
+    commit: bool = False,
 ) -> None:
     """Poll each consumer in a thread of its own, as applications run them, until ``done`` holds for
     their latest assignments. (One thread polling several consumers in turn, 50 ms each, left each
-    one's join half-done while it polled the others: the leader kept re-joining, a rebalance storm.)"""
-    stop, lock = threading.Event(), threading.Lock()
+    one's join half-done while it polled the others: the leader kept re-joining, a rebalance storm.)
+
+    With ``commit``, each consumer then commits what has been read of its partitions, in its thread
+    between polls, and this returns once all have. ``done`` may hold while a member rebalances:
+    kafka-python 3.0.12 drops a join that completed after its ``poll`` timed out and joins again
+    (``join_group_async``), so under load its leader starts rebalance after rebalance, and a consumer
+    keeps its last assignment meanwhile. A commit then fails (RebalanceInProgressError, or
+    CommitFailedError once the generation moved on): poll and retry, as kafka-python says."""
+    stop, lock, commit_now = threading.Event(), threading.Lock(), threading.Event()
     assignments: Assignments = [set() for _ in consumers]
+    committed = [False for _ in consumers]
     errors: list[BaseException] = []
 
     def run(i: int, consumer: KafkaConsumer) -> None:
@@ -76,6 +87,14 @@ def _poll_until(
                     for tp, records in polled.items():
                         seen.setdefault(tp, []).extend(r.offset for r in records)
                     assignments[i] = set(consumer.assignment())
+                    read = {tp: OffsetAndMetadata(max(seen[tp]) + 1, "", -1) for tp in assignments[i] if tp in seen}
+                if commit_now.is_set() and not committed[i]:
+                    try:
+                        consumer.commit(read)
+                    except (RebalanceInProgressError, CommitFailedError):
+                        continue
+                    with lock:
+                        committed[i] = True
         except BaseException as e:  # reported by the waiting loop
             errors.append(e)
 
@@ -87,8 +106,10 @@ def _poll_until(
         while True:
             with lock:
                 if done(assignments):
-                    return
-                assert not errors and time.monotonic() < deadline, (assignments, errors)
+                    if not commit or all(committed):
+                        return
+                    commit_now.set()
+                assert not errors and time.monotonic() < deadline, (assignments, committed, errors)
             time.sleep(0.05)
     finally:
         stop.set()
@@ -111,13 +132,14 @@ def test_group_rebalances_on_leave_and_resumes_after_restart(
     consumers = [_consumer(server.bootstrap) for _ in range(3)]
     seen: dict[TopicPartition, list[int]] = {}
     _poll_until(
-        consumers, lambda a: _split(a) and sum(len(set(v)) for v in seen.values()) == PARTITIONS * RECORDS, seen
+        consumers,
+        lambda a: _split(a) and sum(len(set(v)) for v in seen.values()) == PARTITIONS * RECORDS,
+        seen,
+        commit=True,
     )
     assert {tp: sorted(set(v)) for tp, v in seen.items()} == {
         TopicPartition(TOPIC, p): list(range(RECORDS)) for p in range(PARTITIONS)
     }
-    for consumer in consumers:
-        consumer.commit()
 
     consumers.pop().close()  # LeaveGroup: the other two take its partitions over
     _poll_until(consumers, _split, seen)
