@@ -115,13 +115,17 @@ lock = FileLock(sys.argv[1], role=sys.argv[2] or None)
 lock.acquire()
 print("locked", flush=True)
 time.sleep(float(sys.argv[3]))
+released = time.monotonic()  # read before letting go: anyone who gets the lock gets it later
 lock.release()
+print("released", released, flush=True)
 time.sleep(60)
 """
 
 
 def start_lock_holder(path: Path, role: str = "", hold_s: float = 60.0) -> subprocess.Popen[str]:
-    """A process holding the lock at ``path`` for ``hold_s`` seconds (then alive without it)."""
+    """A process holding the lock at ``path`` for ``hold_s`` seconds (then alive without it). Once it
+    lets go it prints ``released <t>``: ``t``, its ``time.monotonic()`` (one clock for every process on
+    Linux) just before it did, is earlier than any moment at which another process holds the lock."""
     proc = subprocess.Popen(
         [sys.executable, "-c", _LOCK_HOLDER, str(path), role, str(hold_s)], stdout=subprocess.PIPE, text=True
     )

@@ -115,11 +115,16 @@ class RawMember:
         self.sock.close()
 
 
-def _join_both(first: RawMember, second: RawMember) -> tuple[Any, Any]:
-    """Both join one rebalance (``first`` first, so it leads); their JoinGroup answers."""
+def _join_both(server: ServeProcess, first: RawMember, second: RawMember) -> tuple[Any, Any]:
+    """Both join one rebalance, ``first`` first so that it leads; their JoinGroup answers. ``second``
+    joins once the server has logged ``first``'s join (a 50 ms head start was no order under load),
+    and both must join within the server's initial rebalance delay: give it seconds."""
     with ThreadPoolExecutor(2) as pool:
         joined = pool.submit(first.join)
-        time.sleep(0.05)
+        deadline = time.monotonic() + 20
+        while f"group {first.group}: member " not in server.log_text():
+            assert time.monotonic() < deadline, server.log_text()
+            time.sleep(0.01)
         answers = joined, pool.submit(second.join)
         return answers[0].result(20), answers[1].result(20)
 
@@ -134,9 +139,9 @@ def test_a_repeated_join_during_the_sync_gets_the_current_generation(
     repeated JoinGroup waited for them, so clients that resend on timeouts rebalanced in turn."""
     log_dir = tmp_path / "logs"
     _write(log_dir)
-    server = serve(log_dir)
+    server = serve(log_dir, "--group-initial-rebalance-delay-ms", "3000")
     leader, follower = RawMember(server.port, "g"), RawMember(server.port, "g")
-    first, _ = _join_both(leader, follower)
+    first, _ = _join_both(server, leader, follower)
     assert first.leader == leader.member_id and len(first.members) == 2
     with ThreadPoolExecutor(1) as pool:
         again = pool.submit(follower.join).result(2)
@@ -185,9 +190,11 @@ def test_a_member_that_never_sends_sync_group_is_removed_after_the_rebalance_tim
                 assert time.monotonic() < deadline
                 consumer.poll(0.05)
             assert joined.result().leader == stalled.member_id
+        # Removed after the 6 s rebalance timeout, then a rebalance: given 40 s, which a loaded machine
+        # needs more than the 10 s it had, and still well below the stalled member's 60 s session.
         start = time.monotonic()
         while sorted(tp.partition for tp in consumer.assignment()) != list(range(PARTITIONS)):
-            assert time.monotonic() < start + 10, server.log_text()
+            assert time.monotonic() < start + 40, server.log_text()
             consumer.poll(0.05)
         assert "did not send SyncGroup" in server.log_text()
     finally:

@@ -25,6 +25,7 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from kafka import KafkaAdminClient, KafkaConsumer, OffsetAndMetadata, TopicPartition
     from kafka.admin import MemberToRemove
+    from kafka.errors import CommitFailedError, RebalanceInProgressError
 
 TOPIC, PARTITIONS, RECORDS = "orders", 4, 50
 
@@ -60,12 +61,22 @@ def _poll_until(
     done: Callable[[Assignments], bool],
     seen: dict[TopicPartition, list[int]],
     timeout_s: float = 60,
+    *,
+    commit: bool = False,
 ) -> None:
     """Poll each consumer in a thread of its own, as applications run them, until ``done`` holds for
     their latest assignments. (One thread polling several consumers in turn, 50 ms each, left each
-    one's join half-done while it polled the others: the leader kept re-joining, a rebalance storm.)"""
-    stop, lock = threading.Event(), threading.Lock()
+    one's join half-done while it polled the others: the leader kept re-joining, a rebalance storm.)
+
+    With ``commit``, each consumer then commits what has been read of its partitions, in its thread
+    between polls, and this returns once all have. ``done`` may hold while a member rebalances:
+    kafka-python 3.0.12 drops a join that completed after its ``poll`` timed out and joins again
+    (``join_group_async``), so under load its leader starts rebalance after rebalance, and a consumer
+    keeps its last assignment meanwhile. A commit then fails (RebalanceInProgressError, or
+    CommitFailedError once the generation moved on): poll and retry, as kafka-python says."""
+    stop, lock, commit_now = threading.Event(), threading.Lock(), threading.Event()
     assignments: Assignments = [set() for _ in consumers]
+    committed = [False for _ in consumers]
     errors: list[BaseException] = []
 
     def run(i: int, consumer: KafkaConsumer) -> None:
@@ -76,6 +87,14 @@ def _poll_until(
                     for tp, records in polled.items():
                         seen.setdefault(tp, []).extend(r.offset for r in records)
                     assignments[i] = set(consumer.assignment())
+                    read = {tp: OffsetAndMetadata(max(seen[tp]) + 1, "", -1) for tp in assignments[i] if tp in seen}
+                if commit_now.is_set() and not committed[i]:
+                    try:
+                        consumer.commit(read)
+                    except (RebalanceInProgressError, CommitFailedError):
+                        continue
+                    with lock:
+                        committed[i] = True
         except BaseException as e:  # reported by the waiting loop
             errors.append(e)
 
@@ -87,8 +106,10 @@ def _poll_until(
         while True:
             with lock:
                 if done(assignments):
-                    return
-                assert not errors and time.monotonic() < deadline, (assignments, errors)
+                    if not commit or all(committed):
+                        return
+                    commit_now.set()
+                assert not errors and time.monotonic() < deadline, (assignments, committed, errors)
             time.sleep(0.05)
     finally:
         stop.set()
@@ -111,13 +132,14 @@ def test_group_rebalances_on_leave_and_resumes_after_restart(
     consumers = [_consumer(server.bootstrap) for _ in range(3)]
     seen: dict[TopicPartition, list[int]] = {}
     _poll_until(
-        consumers, lambda a: _split(a) and sum(len(set(v)) for v in seen.values()) == PARTITIONS * RECORDS, seen
+        consumers,
+        lambda a: _split(a) and sum(len(set(v)) for v in seen.values()) == PARTITIONS * RECORDS,
+        seen,
+        commit=True,
     )
     assert {tp: sorted(set(v)) for tp, v in seen.items()} == {
         TopicPartition(TOPIC, p): list(range(RECORDS)) for p in range(PARTITIONS)
     }
-    for consumer in consumers:
-        consumer.commit()
 
     consumers.pop().close()  # LeaveGroup: the other two take its partitions over
     _poll_until(consumers, _split, seen)
@@ -441,9 +463,16 @@ def _static(bootstrap: str, instance_id: str) -> confluent_kafka.Consumer:
     return consumer
 
 
-def _poll(consumers: list[confluent_kafka.Consumer], seconds: float, errors: list[confluent_kafka.KafkaError]) -> None:
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+def _poll(
+    consumers: list[confluent_kafka.Consumer],
+    errors: list[confluent_kafka.KafkaError],
+    until: Callable[[], bool],
+    timeout_s: float = 30,
+) -> None:
+    """Poll ``consumers`` in turn, keeping the errors they report, until ``until()`` holds."""
+    deadline = time.monotonic() + timeout_s
+    while not until():
+        assert time.monotonic() < deadline, errors
         for consumer in consumers:
             message = consumer.poll(0.05)
             if message is not None and message.error():
@@ -454,14 +483,14 @@ def _partitions(consumer: confluent_kafka.Consumer) -> list[int]:
     return sorted(tp.partition for tp in consumer.assignment())
 
 
-def _assigned_within(consumer: confluent_kafka.Consumer, seconds: float) -> float | None:
-    """Seconds until ``consumer`` holds every partition, or None after ``seconds``."""
-    start = time.monotonic()
-    while time.monotonic() < start + seconds:
+def _assigned_within(consumer: confluent_kafka.Consumer, seconds: float) -> bool:
+    """Whether ``consumer`` holds every partition within ``seconds``."""
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
         consumer.poll(0.05)
         if _partitions(consumer) == list(range(PARTITIONS)):
-            return time.monotonic() - start
-    return None
+            return True
+    return False
 
 
 def test_a_static_member_restarts_without_a_rebalance_and_a_duplicate_is_fenced(
@@ -469,23 +498,26 @@ def test_a_static_member_restarts_without_a_rebalance_and_a_duplicate_is_fenced(
 ) -> None:
     """librdkafka's static member does not leave on close. Restarted with its instance id, it used to
     join as a new member and wait for the old one's session to expire (6 s here, 45 s by default)
-    before getting partitions; two consumers with one instance id shared the partitions."""
+    before getting partitions; two consumers with one instance id shared the partitions.
+
+    The server's log shows that the restart took no rebalance, and the duplicate is polled until it is
+    fenced: the restart's 2 s and the duplicate's 3 s windows are no bound a loaded machine keeps."""
     log_dir = tmp_path / "logs"
     _write(log_dir, 0, RECORDS)
     server = serve(log_dir)
     first = _static(server.bootstrap, "a")
-    assert _assigned_within(first, 20) is not None
+    assert _assigned_within(first, 20)
     first.close()
 
     restarted = _static(server.bootstrap, "a")
-    waited = _assigned_within(restarted, 5)
-    assert waited is not None and waited < 2, waited
+    assert _assigned_within(restarted, 20)
     assert server.log_text().count("rebalancing") == 1  # the first join's only
+    assert "session expired" not in server.log_text()
 
     duplicate = _static(server.bootstrap, "a")
     errors: list[confluent_kafka.KafkaError] = []
-    _poll([restarted, duplicate], 3, errors)
-    assert errors and all(e.code() == confluent_kafka.KafkaError._FATAL for e in errors), errors
+    _poll([restarted, duplicate], errors, lambda: bool(errors) and _partitions(duplicate) == list(range(PARTITIONS)))
+    assert all(e.code() == confluent_kafka.KafkaError._FATAL for e in errors), errors
     assert "fenced" in errors[0].str()
     assert _partitions(duplicate) == list(range(PARTITIONS))
     restarted.close()
@@ -501,7 +533,7 @@ def test_an_admin_client_removes_a_static_member_by_its_instance_id(
     _write(log_dir, 0, RECORDS)
     server = serve(log_dir)
     consumer = _static(server.bootstrap, "worker-1")
-    assert _assigned_within(consumer, 20) is not None
+    assert _assigned_within(consumer, 20)
     consumer.close()  # a static member does not leave: it stays in the group
 
     admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
