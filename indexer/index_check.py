@@ -68,13 +68,13 @@ class LogChangedError(FileNotFoundError):
 def scan_headers(log_path: Path) -> BatchScan:
     """Every batch header of ``log_path`` (a vectorised walk, CRCs not checked): what level 3 compares.
 
-    Read with ``pread``, never mapped (``FileRecords.scan(mapped=False)``): the checks run without
+    Read with ``pread``, never mapped (as every ``FileRecords.scan``): the checks run without
     the partition lock too (a partition another process writes, ``seglog dump`` of a live log), and a
     writer truncating the file under a map would kill the checker with SIGBUS.
     """
     records = FileRecords.open(log_path, mutable=False)
     try:
-        return records.scan(verify_crc=False, mapped=False)
+        return records.scan(verify_crc=False)
     finally:
         records.close_handlers()
 

@@ -813,7 +813,7 @@ class Log:
         if isinstance(records, bytes):
             scan = segment.log.scan_bytes(records, position)
         else:
-            scan = segment.log.scan(position, position + len(records), verify_crc=False, mapped=False)
+            scan = segment.log.scan(position, position + len(records), verify_crc=False)
         if not len(scan):
             return fetched
         firsts = np.asarray(scan.base_offsets, dtype=np.int64)
@@ -1058,7 +1058,7 @@ class Log:
         except LookupError:
             return None
         next_base = None if following is None else following.base_offset
-        scan = segment.log.scan(mapped=False)  # pread, never a map: a reader holds no lock against a writer's cut
+        scan = segment.log.scan()  # pread, never a map: a reader holds no lock against a writer's cut
         plan = plan_salvage(segment.log, segment.base_offset, next_base, scan, mapped=False)
         return next((r for r in plan.lost if r.first <= offset and (r.end is None or offset < r.end)), None)
 

@@ -271,7 +271,7 @@ class _PlannedSegment:
     def read_next_offset(self) -> int:
         if self.next_offset is None:
             with FileRecords.open(self.path, mutable=False) as records:  # a dry run's: no lock, no map
-                last_offsets = records.scan(0, verify_crc=False, mapped=False).last_offsets
+                last_offsets = records.scan(0, verify_crc=False).last_offsets
             self.next_offset = int(last_offsets[-1]) + 1 if len(last_offsets) else self.base_offset
         return self.next_offset
 
@@ -759,9 +759,7 @@ class LogLoader:
         """Read-only scan of a ``.log``: what recovering it would keep and drop."""
         with FileRecords.open(path, mutable=False) as records:
             next_base = self._next_base(base_offset)
-            return _inspect_records(
-                records, base_offset, next_base, verify_crc=verify_crc, salvage=self._salvage, mapped=self._fix
-            )
+            return _inspect_records(records, base_offset, next_base, verify_crc=verify_crc, salvage=self._salvage)
 
     def _recover_segment(self, segment: _Segment, *, reason: str) -> int:
         """Recover one segment (spec 4.7): salvage its intact batches, or (``recovery.strategy=truncate``)
@@ -1011,7 +1009,7 @@ class LogLoader:
         ``.swap`` -> final names, the old segment -> ``.deleted``)."""
         log_path = file_names.log_file(self.directory, segment.base_offset)
         with FileRecords.open(self._source(log_path.name), mutable=False) as records:
-            framed = records.scan(0, verify_crc=False, mapped=self._fix)
+            framed = records.scan(0, verify_crc=False)
         groups = _split_groups(np.asarray(framed.base_offsets), np.asarray(framed.last_offsets))
         new_bases = [int(framed.base_offsets[g[0]]) for g in groups]
         why = f"offset {offset} overflows the segment (KAFKA-6264): split into segments at offsets {new_bases}"
@@ -1122,21 +1120,19 @@ def _inspect_records(
     *,
     verify_crc: bool = True,
     salvage: bool = False,
-    mapped: bool = True,
 ) -> _Inspection:
     """One scan of an unchanged ``.log`` (plus a header walk of what follows its first invalid byte):
-    what recovering it would keep and drop. ``mapped`` only under the partition's writer lock: a dry
-    run reads with ``pread``, since a writer cutting a mapped file would kill it with SIGBUS.
+    what recovering it would keep and drop.
 
     An overflow (offsets that do not fit relative to the base offset, KAFKA-6264) asks for a split.
     When salvaging, a v2 batch that does not fit the segment (or reaches the next segment's base)
     and whose offsets continue neither neighbour's is no overflow but a damaged base offset (a field
     outside the CRC): salvage removes it."""
-    scan = records.scan(0, verify_crc=verify_crc, mapped=mapped)
+    scan = records.scan(0, verify_crc=verify_crc)
     size = records.size_in_bytes()
     dropped = 0
     if scan.valid_bytes < size:
-        dropped = len(records.scan(scan.valid_bytes, verify_crc=False, mapped=mapped))
+        dropped = len(records.scan(scan.valid_bytes, verify_crc=False))
     last = np.asarray(scan.last_offsets, dtype=np.int64)
     relative = last - base_offset
     outside = (relative < 0) | (relative > INT32_MAX)

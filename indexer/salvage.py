@@ -214,7 +214,7 @@ def plan_salvage(
                 if not _crc_valid(buf, candidate):
                     search = candidate + 1
                     continue
-                piece = records.scan(candidate, size, mapped=mapped)
+                piece = records.scan(candidate, size)
                 if not len(piece):
                     search = candidate + 1
                     continue

@@ -826,12 +826,9 @@ class LogSegment:
         return truncated
 
     def scan(self, position: int = 0, *, verify_crc: bool = False) -> BatchScan:
-        """The batch headers of the ``.log`` from ``position`` on, every CRC checked with ``verify_crc``.
-
-        Mapped for the writer (the recovery hot path, under the log lock); a read-only segment is read
-        with ``pread``: its writer is another process, whose truncation would fault a map (SIGBUS).
-        """
-        return self.log.scan(position, verify_crc=verify_crc, mapped=not self.read_only)
+        """The batch headers of the ``.log`` from ``position`` on, every CRC checked with ``verify_crc``
+        (:meth:`FileRecords.scan`)."""
+        return self.log.scan(position, verify_crc=verify_crc)
 
     def _read_largest_timestamp(self) -> TimestampOffset:
         last_entry = self.time_index.last_entry

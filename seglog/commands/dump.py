@@ -292,7 +292,7 @@ def dump_log(path: Path, options: DumpOptions, out: TextIO, problems: DumpProble
             out.write(f"Found {trailing} invalid bytes at the end of {path.name}\n")
             problems.invalid_logs[str(path.absolute())] = f"{trailing} invalid bytes at the end"
         # One compiled pass over every CRC, read with pread: a writer may cut a live segment meanwhile.
-        crc_error = records.scan(0, valid_bytes, verify_crc=True, mapped=False).error
+        crc_error = records.scan(0, valid_bytes, verify_crc=True).error
         if crc_error is not None:
             problems.invalid_logs[str(path.absolute())] = str(crc_error)
     finally:

@@ -185,16 +185,14 @@ def test_salvage_keeps_every_intact_batch_after_the_damage(tmp_path: Path) -> No
     close(loaded)
 
 
-def scans_while(monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> list[tuple[str, int, bool, bool]]:
-    """``(file, start, verify_crc, mapped)`` of every ``FileRecords.scan`` made by ``run()``."""
-    scans: list[tuple[str, int, bool, bool]] = []
+def scans_while(monkeypatch: pytest.MonkeyPatch, run: Callable[[], object]) -> list[tuple[str, int, bool]]:
+    """``(file, start, verify_crc)`` of every ``FileRecords.scan`` made by ``run()``."""
+    scans: list[tuple[str, int, bool]] = []
     original = FileRecords.scan
 
-    def counting(
-        self: FileRecords, start: int = 0, end: int | None = None, *, verify_crc: bool = True, mapped: bool = True
-    ) -> BatchScan:
-        scans.append((self.path.name, start, verify_crc, mapped))
-        return original(self, start, end, verify_crc=verify_crc, mapped=mapped)
+    def counting(self: FileRecords, start: int = 0, end: int | None = None, *, verify_crc: bool = True) -> BatchScan:
+        scans.append((self.path.name, start, verify_crc))
+        return original(self, start, end, verify_crc=verify_crc)
 
     with monkeypatch.context() as patch:
         patch.setattr(FileRecords, "scan", counting)
@@ -209,13 +207,11 @@ def test_each_recovered_segment_is_read_once(tmp_path: Path, monkeypatch: pytest
     victim = logs[-1]
     _, _, second = damage_second_batch(victim)
     once = [(p.name, 0, True) for p in logs] + [(victim.name, second, False)]  # + the cut tail's framing
-    # A dry run holds no lock and reads with pread (a writer's cut of a mapped .log is SIGBUS); load() maps.
-    planned = scans_while(monkeypatch, loader(directory, recovery_point=0).check)
-    assert sorted(planned) == sorted((*scan, False) for scan in once)
+    assert sorted(scans_while(monkeypatch, loader(directory, recovery_point=0).check)) == sorted(once)
     result: list[LoadedLog] = []
-    assert sorted(scans_while(monkeypatch, lambda: result.append(loader(directory, recovery_point=0).load()))) == (
-        sorted((*scan, True) for scan in once)
-    )
+    assert sorted(
+        scans_while(monkeypatch, lambda: result.append(loader(directory, recovery_point=0).load()))
+    ) == sorted(once)
     [loaded] = result
     assert loaded.next_offset < end and loaded.next_offset == loaded.segments.active_segment().read_next_offset()
     close(loaded)
@@ -228,11 +224,9 @@ def test_the_next_segment_is_read_ahead_while_one_is_recovered(tmp_path: Path, m
     events: list[tuple[str, str]] = []
     original_scan, original_advise = FileRecords.scan, os.posix_fadvise
 
-    def scan(
-        self: FileRecords, start: int = 0, end: int | None = None, *, verify_crc: bool = True, mapped: bool = True
-    ) -> BatchScan:
+    def scan(self: FileRecords, start: int = 0, end: int | None = None, *, verify_crc: bool = True) -> BatchScan:
         events.append(("scan", self.path.name))
-        return original_scan(self, start, end, verify_crc=verify_crc, mapped=mapped)
+        return original_scan(self, start, end, verify_crc=verify_crc)
 
     def advise(fd: int, offset: int, length: int, advice: int) -> None:
         assert (offset, length, advice) == (0, 0, os.POSIX_FADV_WILLNEED)

@@ -1,9 +1,10 @@
-"""Checks without the partition lock read the ``.log`` with ``pread``: a writer's truncation never kills them.
+"""Scans read the ``.log`` with ``pread``: a writer's truncation never kills them.
 
 The index job checks partitions another process writes (read-only, no lock), and ``seglog dump``
-reads live logs. Mapped, a ``.log`` truncated underneath the header walk faults with SIGBUS and
-the daemon dies; ``FileRecords.scan(mapped=False)`` reads chunks with ``pread`` and walks them with
-the same kernel. The crash tests run the check in a subprocess and assert its exit code.
+reads live logs. Mapped, a ``.log`` truncated underneath the header walk would fault with SIGBUS and
+the daemon would die; ``FileRecords.scan`` reads chunks with ``pread`` (or hops from header to
+header) and walks them with the kernel. The walk of any chunking equals one walk of the whole
+range held in one buffer. The crash tests run the check in a subprocess and assert its exit code.
 """
 
 from __future__ import annotations
@@ -39,6 +40,16 @@ def sealed_segment(directory: Path, records: int, value_size: int) -> int:
         return log.roll().base_offset
 
 
+def whole_walk(records: FileRecords, start: int = 0, end: int | None = None, *, verify_crc: bool) -> BatchScan:
+    """The scan as one walk of the whole range in one buffer: one chunk larger than the file, no hops."""
+    original = file_records.PREAD_SCAN_CHUNK_BYTES, file_records.PREAD_SCAN_HOP_MIN_BYTES
+    file_records.PREAD_SCAN_CHUNK_BYTES = file_records.PREAD_SCAN_HOP_MIN_BYTES = 1 << 40
+    try:
+        return records.scan(start, end, verify_crc=verify_crc)
+    finally:
+        file_records.PREAD_SCAN_CHUNK_BYTES, file_records.PREAD_SCAN_HOP_MIN_BYTES = original
+
+
 def same_scan(a: BatchScan, b: BatchScan) -> bool:
     return (
         all(np.array_equal(getattr(a, f), getattr(b, f)) for f in FIELDS)
@@ -63,7 +74,7 @@ def segment_log(tmp_path_factory: pytest.TempPathFactory) -> Path:
     verify_crc=st.booleans(),
     short_of_a_batch_end=st.sampled_from([0, 1, 60, 61, 62]),
 )
-def test_pread_scan_equals_the_mapped_scan(
+def test_the_scan_equals_one_walk_of_the_whole_range(
     segment_log: Path,
     tmp_path_factory: pytest.TempPathFactory,
     chunk: int,
@@ -75,23 +86,22 @@ def test_pread_scan_equals_the_mapped_scan(
 ) -> None:
     """Any chunk size (smaller than one batch too), header hops over batches of any size, any start,
     torn or garbage tails, a range ending at or just short of a batch's end (a fetch's slice): the
-    same arrays, valid bytes and error as the mapped walk."""
+    same arrays, valid bytes and error as one walk of the whole range."""
     path = tmp_path_factory.mktemp("tail") / "00000000000000000000.log"
     path.write_bytes(segment_log.read_bytes() + tail)
     original = file_records.PREAD_SCAN_CHUNK_BYTES, file_records.PREAD_SCAN_HOP_MIN_BYTES
     file_records.PREAD_SCAN_CHUNK_BYTES, file_records.PREAD_SCAN_HOP_MIN_BYTES = chunk, hop
     try:
         with FileRecords.open(path, mutable=False) as records:
-            mapped = records.scan(verify_crc=verify_crc)
-            start = int(mapped.positions[min(start_batch, len(mapped) - 1)])
-            assert same_scan(records.scan(verify_crc=verify_crc, mapped=False), mapped)
+            whole = whole_walk(records, verify_crc=verify_crc)
+            start = int(whole.positions[min(start_batch, len(whole) - 1)])
+            assert same_scan(records.scan(verify_crc=verify_crc), whole)
             assert same_scan(
-                records.scan(start, verify_crc=verify_crc, mapped=False), records.scan(start, verify_crc=verify_crc)
+                records.scan(start, verify_crc=verify_crc), whole_walk(records, start, verify_crc=verify_crc)
             )
-            end = int(mapped.positions[-1] + mapped.sizes[-1]) - short_of_a_batch_end
+            end = int(whole.positions[-1] + whole.sizes[-1]) - short_of_a_batch_end
             assert same_scan(
-                records.scan(start, end, verify_crc=verify_crc, mapped=False),
-                records.scan(start, end, verify_crc=verify_crc),
+                records.scan(start, end, verify_crc=verify_crc), whole_walk(records, start, end, verify_crc=verify_crc)
             )
     finally:
         file_records.PREAD_SCAN_CHUNK_BYTES, file_records.PREAD_SCAN_HOP_MIN_BYTES = original
@@ -115,11 +125,13 @@ def test_large_batches_are_walked_header_to_header(tmp_path: Path, monkeypatch: 
 
     monkeypatch.setattr(file_records.os, "preadv", counting)
     with FileRecords.open(path, mutable=False) as records:
-        assert same_scan(records.scan(verify_crc=False, mapped=False), records.scan(verify_crc=False))
+        scan = records.scan(verify_crc=False)
     assert path.stat().st_size > 30 << 20 and sum(read) < 10 << 20
+    with FileRecords.open(path, mutable=False) as records:
+        assert same_scan(scan, whole_walk(records, verify_crc=False))
 
 
-def test_pread_scan_reports_a_corrupt_entry_as_the_mapped_scan(tmp_path: Path) -> None:
+def test_the_scan_reports_a_corrupt_entry_as_one_walk_of_the_whole_file(tmp_path: Path) -> None:
     directory = tmp_path / "t-0"
     sealed_segment(directory, 500, 2000)
     path = directory / "00000000000000000000.log"
@@ -131,8 +143,8 @@ def test_pread_scan_reports_a_corrupt_entry_as_the_mapped_scan(tmp_path: Path) -
     path.write_bytes(bytes(data))
     with FileRecords.open(path, mutable=False) as records:
         for verify in (True, False):
-            mapped, read = records.scan(verify_crc=verify), records.scan(verify_crc=verify, mapped=False)
-            assert mapped.error is not None and same_scan(read, mapped)
+            whole, read = whole_walk(records, verify_crc=verify), records.scan(verify_crc=verify)
+            assert whole.error is not None and same_scan(read, whole)
 
 
 def run_child(script: str, *args: str) -> subprocess.CompletedProcess[str]:
