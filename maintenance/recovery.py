@@ -352,7 +352,7 @@ def _refuse_removal_below_log_start(
     Raises:
         StorageError: loading would remove committed offsets below the log start (nothing was changed).
     """
-    report = loader.check()
+    report = loader.check(quiet=True)  # a real run: the refusal below is what the user is told
     if not report.of_kind(StepKind.DELETE_BELOW_LOG_START):
         return
     lost = [r for r in lost_offset_ranges(report.lost_offsets, report.next_offset, committed) if r["committed"]]
@@ -361,10 +361,10 @@ def _refuse_removal_below_log_start(
     log_dir = path.parent
     ranges = ", ".join(f"{r['first']}..{r['last']}" for r in lost)
     raise StorageError(
-        f"partition {path.name} in {log_dir}: its checkpointed log start offset {log_start_offset} "
-        f"({log_dir / LOG_START_OFFSET_CHECKPOINT_FILE}) is above its log end: recovery would remove every "
-        f"segment below it, committed offsets {ranges}; restore the checkpoint or the segments, or "
-        f"remove them and record the loss with `seglog recover --log-dir {log_dir} --accept-data-loss`",
+        f"partition {path.name} in {log_dir}: refused to remove committed offsets {ranges}, nothing changed: "
+        f"its checkpointed log start offset {log_start_offset} ({log_dir / LOG_START_OFFSET_CHECKPOINT_FILE}) "
+        f"is above its log end, and recovery would remove every segment below it; restore the checkpoint or the "
+        f"segments, or remove them and record the loss with `seglog recover --log-dir {log_dir} --accept-data-loss`",
         path=log_dir / LOG_START_OFFSET_CHECKPOINT_FILE,
     )
 

@@ -220,10 +220,10 @@ def test_recover_removes_committed_records_below_a_damaged_log_start_only_when_t
         assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == 1
         out = capsys.readouterr().out
         assert (
-            f"t-0: StorageError: partition t-0 in {log_dir}: its checkpointed log start offset 99999 ({lso}) is "
-            "above its log end: recovery would remove every segment below it, committed offsets 0..17; "
-            f"restore the checkpoint or the segments, or remove them and record the loss with `seglog recover "
-            f"--log-dir {log_dir} --accept-data-loss`" in out
+            f"t-0: StorageError: partition t-0 in {log_dir}: refused to remove committed offsets 0..17, nothing "
+            f"changed: its checkpointed log start offset 99999 ({lso}) is above its log end, and recovery would "
+            "remove every segment below it; restore the checkpoint or the segments, or remove them and record "
+            f"the loss with `seglog recover --log-dir {log_dir} --accept-data-loss`" in out
         ), out
         assert sorted(p.name for p in (log_dir / "t-0").iterdir() if p.name != ".seglog.lock") == segments
         assert OffsetCheckpointFile(lso).read() == {("t", 0): 99999}

@@ -649,3 +649,27 @@ def test_append_after_an_unclean_shutdown_refuses_a_log_start_checkpoint_above_t
     assert f"log start offset 99999 ({log_dir / 'log-start-offset-checkpoint'})" in appended.stderr
     assert "above its log end offset 10" in appended.stderr and "seglog recover" in appended.stderr
     assert sorted((p.name, p.read_bytes()) for p in (log_dir / "t-0").iterdir()) == before
+
+
+def test_recover_refusing_to_remove_committed_records_says_so_and_nothing_about_a_dry_run(tmp_path: Path) -> None:
+    """``log-start-offset-checkpoint`` damaged to 99999 after an unclean shutdown: a real ``seglog
+    recover`` refuses to remove the committed offsets below it, but logged "[dry run] delete-segment-
+    below-log-start: ... deleted (the .log quarantined)" first, so the user read that nothing happened
+    because it was a dry run. Now stderr says what was refused and why, and nothing about a dry run."""
+    log_dir = tmp_path / "logs"
+    assert _append(tmp_path, log_dir, [{"value": f"v{i}"} for i in range(10)]) == 0
+    lso = log_dir / "log-start-offset-checkpoint"
+    lso.write_text("0\n1\nt 0 99999\n")
+    (log_dir / ".kafka_cleanshutdown").unlink()
+    before = sorted((p.name, p.read_bytes()) for p in (log_dir / "t-0").iterdir() if p.name != ".seglog.lock")
+    for verbosity in ((), ("-v",)):
+        recovered = _seglog(*verbosity, "recover", "--log-dir", str(log_dir), "--no-progress")
+        assert recovered.returncode == 1, recovered.stderr
+        output = recovered.stdout + recovered.stderr
+        assert "dry run" not in output and "quarantined" not in output, output
+        [error] = [line for line in recovered.stderr.splitlines() if " ERROR " in line]
+        assert f"t-0: recovery failed: StorageError: partition t-0 in {log_dir}: refused to remove committed " in error
+        assert f"offsets 0..9, nothing changed: its checkpointed log start offset 99999 ({lso})" in error
+        assert "--accept-data-loss" in error
+        after = sorted((p.name, p.read_bytes()) for p in (log_dir / "t-0").iterdir() if p.name != ".seglog.lock")
+        assert after == before
