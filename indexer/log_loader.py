@@ -671,12 +671,16 @@ class LogLoader:
                 problem = str(e)
         if problem is None:
             return
-        if self.had_clean_shutdown or base_offset < self._first_unflushed_base():
+        below_recovery_point = self.had_clean_shutdown or base_offset < self._first_unflushed_base()
+        if below_recovery_point:
             # Kafka's error: an index that should be whole is not. Segments from the one holding the
             # recovery point on are re-read after a crash anyway, and a crash always leaves the active
             # segment's pre-allocated index untrimmed (zero-filled slots): no error, the step says it.
             logger.error("%s%s, recovering segment and rebuilding index files...", self._prefix, problem)
         self._recovered[base_offset] = self._recover_segment(segment, reason=str(problem))
+        recovered = self._segments.get(base_offset)  # salvage may have replaced the segment
+        if below_recovery_point and isinstance(recovered, LogSegment):
+            recovered.sync_indexes()  # no recovery after a power loss would rebuild it again
         self._names.update({index_name, time_index_name})
 
     def _first_unflushed_base(self) -> int:
