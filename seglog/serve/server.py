@@ -53,6 +53,7 @@ from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 from indexer.config import Settings
 from indexer.errors import StorageError
 from indexer.file_names import INTERNAL_TOPICS
+from indexer.log_manager import missing_log_dir_note
 from seglog.serve import fetch, protocol
 from seglog.serve.catalog import Catalog
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
@@ -808,9 +809,13 @@ class Server:
 
 
 async def serve_forever(log_dir: str | Path, settings: Settings, options: ServeOptions, stop: asyncio.Event) -> None:
-    """Run a :class:`Server` until ``stop`` is set."""
+    """Run a :class:`Server` until ``stop`` is set; a ``log_dir`` that does not exist yet is said once
+    and served (its topics) once it appears (:func:`~indexer.log_manager.missing_log_dir_note`)."""
+    missing = missing_log_dir_note(Path(log_dir), "serving its topics")
     server = Server(log_dir, settings, options)
     await server.start()
+    if missing:
+        logger.warning("%s", missing)
     try:
         await stop.wait()
     finally:
