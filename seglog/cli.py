@@ -34,7 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from indexer.errors import SeglogError
+from indexer.errors import SeglogError, raise_if_interrupted
 from indexer.limits import INT64_MAX
 
 logger = logging.getLogger(__name__)
@@ -419,7 +419,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = getattr(args, "debug", False)
     assert module is not None, "the pre-scan and argparse pick the same command"
     try:
-        return int(module.run(args))
+        try:
+            return int(module.run(args))
+        except Exception as e:
+            raise_if_interrupted(e)  # Ctrl-C inside a compiled kernel
+            raise
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
