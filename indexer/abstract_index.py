@@ -47,6 +47,7 @@ import numpy as np
 
 from indexer import _index_kernels as kernels
 from indexer._files import IndexFile, pwrite_all
+from indexer.checkpoint import fsync_directory
 from indexer.errors import CorruptIndexError, IndexFullError, IndexOffsetOverflowError, storage_errors
 from indexer.file_names import index_temp_file
 from indexer.limits import INT32_MAX
@@ -134,6 +135,9 @@ class AbstractIndex(IndexFile):
         # Bytes of this file a reader in another process may have mapped (all of an existing file,
         # then every entry before a truncation): the file is never cut below them (_replace_file).
         self._exposed = 0 if newly_created or not self._writable else self._length
+        # A new file renamed into place empty (the start of a rebuild) since the last sync(): its
+        # directory is fsynced with it.
+        self._renamed = False
         self._max_entries = self._length // self.ENTRY_SIZE
         self._entries = 0 if newly_created else self._length // self.ENTRY_SIZE
         self._reload_last_entry(last_slot)
@@ -512,6 +516,28 @@ class AbstractIndex(IndexFile):
             if self._words is not None and self._writable:
                 self.resize(self.ENTRY_SIZE * self._entries)
 
+    def sync(self) -> None:
+        """fsync the file (entries and size), and its directory when a rebuild renamed a new file into
+        place since the last sync: what makes a rebuilt index durable. Kafka leaves a rebuilt index
+        to the next flush, as recovery does not move the recovery point and a crash rebuilds it again;
+        a rebuild below the recovery point (:meth:`LogSegment.sync_indexes`' callers) is never redone,
+        so it is synced before the segment is reported repaired. Thread-safe.
+
+        Raises:
+            StorageError: an fsync failed.
+        """
+        with self._lock:
+            self._require_writable("sync")
+            with storage_errors(self._path, "fsync index file"):
+                fd = os.open(self._path, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                if self._renamed:
+                    fsync_directory(self._path.parent)
+            self._renamed = False
+
     def reset(self) -> None:
         """Remove every entry and grow the file back to ``max_index_size``. Thread-safe.
 
@@ -532,10 +558,12 @@ class AbstractIndex(IndexFile):
 
         The new file is written as ``<name>.tmp`` (:func:`~indexer.file_names.index_temp_file`),
         fsynced when it holds entries (it replaces an index that may be below the recovery point),
-        and renamed over the old one. A reader in another process keeps the old file, unlinked, for as
-        long as it maps it, and sees the new one at its next open: cut in place, a page of its mapping
-        past the new end would kill it with SIGBUS at its next lookup. A process killed before the
-        rename leaves the ``.tmp``, which the log loader deletes.
+        and renamed over the old one, the directory then fsynced too (an empty file, the start of a
+        rebuild, is made durable with its entries by :meth:`sync`). A
+        reader in another process keeps the old file, unlinked, for as long as it maps it, and sees
+        the new one at its next open: cut in place, a page of its mapping past the new end would kill
+        it with SIGBUS at its next lookup. A process killed before the rename leaves the ``.tmp``,
+        which the log loader deletes.
         """
         words, entries = self._snapshot()
         content = words.view(np.uint8)[: entries * self.ENTRY_SIZE].data
@@ -553,6 +581,10 @@ class AbstractIndex(IndexFile):
                     with contextlib.suppress(OSError):
                         os.unlink(temp)
                     raise
+                if entries:
+                    fsync_directory(self._path.parent)
+                else:
+                    self._renamed = True
                 mm, words = self._map(fd, length, True)
             finally:
                 os.close(fd)

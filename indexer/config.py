@@ -215,6 +215,18 @@ def topic_config_keys() -> dict[str, str]:
     return {key: spec[4] for key, spec in _TOPIC_KEYS.items()}
 
 
+def topic_config_type(key: str) -> str:
+    """The type Kafka's ``LogConfig`` declares for topic config ``key`` (``INT``, ``LONG``, ``BOOLEAN``
+    or ``STRING``: ``ConfigDef.Type``'s names), which DescribeConfigs answers carry; seglog's own keys
+    by their values. ``KeyError`` for an unknown key."""
+    kind = _TOPIC_KEYS[key][1]
+    if kind is bool:
+        return "BOOLEAN"
+    if kind is int:
+        return "INT" if key in _INT32_KEYS else "LONG"
+    return "STRING"
+
+
 def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
     """``["segment.bytes=1024", ...]`` -> ``{"segment.bytes": "1024"}`` (the CLI's ``--config``)."""
     out: dict[str, str] = {}

@@ -60,6 +60,19 @@ class StorageError(SeglogError):
         self.errno = errno
 
 
+def raise_if_interrupted(error: BaseException) -> None:
+    """Re-raise the ``KeyboardInterrupt`` (Ctrl-C) that ``error`` stands for: a SIGINT that arrives
+    inside a compiled (numba) kernel comes out as ``SystemError: ... returned a result with an
+    exception set`` caused by it, which a handler of ``Exception`` would take for a failure.
+
+    Raises:
+        KeyboardInterrupt: ``error`` was caused by one.
+    """
+    cause = error.__cause__ or error.__context__
+    if isinstance(error, SystemError) and isinstance(cause, KeyboardInterrupt):
+        raise cause
+
+
 @contextmanager
 def storage_errors(
     path: str | os.PathLike[str], action: str, *, target: str | os.PathLike[str] | None = None

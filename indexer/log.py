@@ -1098,6 +1098,7 @@ class Log:
             if segment is self.active_segment:  # recovery trims the indexes; the active one keeps appending
                 segment.offset_index.resize(self.config.segment_index_bytes)
                 segment.time_index.resize(self.config.segment_index_bytes)
+            segment.sync_indexes()  # reported repaired: durable, as no recovery would rebuild it again
             self._log.info("rebuilt the indexes of %s (%s)", segment.log.path, reason)
             return True
 

@@ -388,6 +388,7 @@ class LogLoader:
         self._salvage = config.recovery_strategy == "salvage"
         self._prefix = f"[LogLoader partition={self.directory.name}, dir={self.directory.parent}] "
         self._fix = True
+        self._quiet = False  # check(quiet=True): the steps and the summary are not logged
         self._report = self._new_report(dry_run=False)
         self._names: set[str] = set()
         self._segments: dict[int, _Segment] = {}
@@ -441,13 +442,20 @@ class LogLoader:
             names = [entry.name for entry in os.scandir(self.directory)]
         return not any(base >= start for base in _log_bases(names))
 
-    def check(self) -> RecoveryReport:
+    def check(self, *, quiet: bool = False) -> RecoveryReport:
         """Make every decision :meth:`load` would make, changing nothing (a dry run).
+
+        ``quiet``: log nothing, for a real run that only asks what loading would do before it goes
+        on or refuses (and says so itself): the steps are not its user's dry run.
 
         Raises:
             StorageError: a file cannot be read.
         """
-        return self._run(fix=False)
+        self._quiet = quiet
+        try:
+            return self._run(fix=False)
+        finally:
+            self._quiet = False
 
     # -- the steps ------------------------------------------------------------------------------
 
@@ -498,6 +506,8 @@ class LogLoader:
         self._remove_stray_snapshots(next_offset)
         if fix and report.steps:
             self._fsync_directory()
+        if self._quiet:
+            return report
         logger.info(
             "%s%d segments, log start %d, recovery point %d, next offset %d, %d recovery steps%s",
             *(self._prefix, len(self._segments), report.log_start_offset, recovery_point, next_offset),
@@ -510,6 +520,8 @@ class LogLoader:
     ) -> None:
         step = RecoveryStep(kind, str(path), detail, base_offset, **counts)
         self._report.steps.append(step)
+        if self._quiet:
+            return
         log = logger.warning if step.kind in _LOSSY_KINDS or step.quarantined else logger.info
         log("%s%s%s: %s", self._prefix, "" if self._fix else "[dry run] ", step.kind.value, step.detail)
 
@@ -659,12 +671,16 @@ class LogLoader:
                 problem = str(e)
         if problem is None:
             return
-        if self.had_clean_shutdown or base_offset < self._first_unflushed_base():
+        below_recovery_point = self.had_clean_shutdown or base_offset < self._first_unflushed_base()
+        if below_recovery_point:
             # Kafka's error: an index that should be whole is not. Segments from the one holding the
             # recovery point on are re-read after a crash anyway, and a crash always leaves the active
             # segment's pre-allocated index untrimmed (zero-filled slots): no error, the step says it.
             logger.error("%s%s, recovering segment and rebuilding index files...", self._prefix, problem)
         self._recovered[base_offset] = self._recover_segment(segment, reason=str(problem))
+        recovered = self._segments.get(base_offset)  # salvage may have replaced the segment
+        if below_recovery_point and isinstance(recovered, LogSegment):
+            recovered.sync_indexes()  # no recovery after a power loss would rebuild it again
         self._names.update({index_name, time_index_name})
 
     def _first_unflushed_base(self) -> int:

@@ -124,6 +124,18 @@ def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -
     return path
 
 
+def missing_log_dir_note(log_dir: Path, once_there: str) -> str | None:
+    """The line a service logs once at WARNING, after its start line, when ``log_dir`` does not exist
+    (yet), saying what it does ``once_there``; None when it exists. The one rule of the services (the
+    maintenance daemon, ``seglog serve``): started in any order, before the writer that creates the
+    directory (Kafka creates a missing log directory at startup), they wait for it, and a wrong path
+    is one line, never silence; one-shot commands refuse a missing directory (:func:`check_log_dir`).
+    Asked before the service starts: a writer may create the directory meanwhile."""
+    if log_dir.exists():
+        return None
+    return f"log directory {log_dir} does not exist yet: {once_there} once it appears"
+
+
 def check_log_dir_writable(log_dir: str | os.PathLike[str], refused: str) -> None:
     """Raise :class:`ReadOnlyLogDirectoryError` when this process cannot write in ``log_dir`` (a
     read-only file system, or no write permission): the one test a command that changes a log

@@ -72,14 +72,15 @@ def _be_i32(buf: np.ndarray, p: np.int64) -> np.int64:
 
 @njit(cache=True)
 def next_candidate(buf: np.ndarray, start: int, end: int, min_base: int, max_last: int) -> int:
-    """The first position in ``buf[start:end]`` where a v2 batch header is plausible, or -1.
+    """The first position ``p >= start`` of ``buf`` where a whole v2 batch header is plausible, or -1.
 
     Plausible: magic 2 at +16, attribute byte 21 zero and a codec id of at most 4 in byte 22, a
-    batch length that fits before ``end``, a last-offset delta and record count that are not
-    negative, and offsets within ``[min_base, max_last]``. The CRC is the caller's to check.
+    batch length that fits before ``end`` (where the file ends, as a position of ``buf``: ``buf``
+    may hold only a window of it), a last-offset delta and record count that are not negative, and
+    offsets within ``[min_base, max_last]``. The CRC is the caller's to check.
     """
     p = np.int64(start)
-    stop = np.int64(end) - RECORD_BATCH_OVERHEAD
+    stop = np.int64(min(len(buf), end)) - RECORD_BATCH_OVERHEAD
     while p <= stop:
         if buf[p + 16] == 2 and buf[p + 21] == 0 and (buf[p + 22] & 7) <= _MAX_CODEC:
             total = _be_i32(buf, p + 8) + LOG_OVERHEAD
@@ -193,8 +194,9 @@ def plan_salvage(
     segment based at ``next_base`` if any), given ``scan``, its CRC-checked scan from 0.
 
     ``mapped`` (the caller holds the partition's writer lock) searches a memory map of the file;
-    without it (``seglog describe``, a dry run) the file is read with ``pread``: a writer cutting a
-    mapped file kills the process with SIGBUS. The plan then covers the bytes read.
+    without it (``seglog describe``, a dry run) the file is read with ``pread`` in windows of
+    :data:`SEARCH_WINDOW_BYTES`, so memory stays bounded whatever the segment's size (a writer
+    cutting a mapped file kills the process with SIGBUS). The plan then covers the bytes read.
 
     Raises:
         StorageError: the file cannot be read.
@@ -204,23 +206,22 @@ def plan_salvage(
     pieces = [scan]
     position = scan.valid_bytes
     if position < size:
-        with _file_bytes(records, size, mapped) as buf:
-            size = len(buf)
+        with _file_bytes(records, size, mapped) as window:
             search = position + 1
-            while search < size:
-                candidate = int(next_candidate(buf, search, size, base_offset, max_last))
+            while search < window.size:
+                candidate = window.next_candidate(search, base_offset, max_last)
                 if candidate < 0:
                     break
-                if not _crc_valid(buf, candidate):
+                if not window.crc_valid(candidate):
                     search = candidate + 1
                     continue
-                piece = records.scan(candidate, size)
+                piece = records.scan(candidate, window.size)
                 if not len(piece):
                     search = candidate + 1
                     continue
                 pieces.append(piece)
                 search = piece.valid_bytes + 1
-            del buf  # before the map is closed
+            size = window.size
     valid = _concat(pieces)
     keep = _intact(valid, base_offset, next_base, size)
     kept = _select(valid, keep)
@@ -229,28 +230,79 @@ def plan_salvage(
     return SalvagePlan(size, kept, removed, lost)
 
 
+SEARCH_WINDOW_BYTES = 8 << 20  # plan_salvage(mapped=False) reads the file in windows of this size
+
+
+class _Window:
+    """The bytes of a ``.log`` that :func:`plan_salvage` searches: ``buf`` holds the file from position
+    ``origin`` on, either all of it (a map) or a window read with ``pread``, moved along as the search
+    goes (``size`` then shrinks to where the bytes end if the file was cut meanwhile)."""
+
+    def __init__(self, records: FileRecords, size: int, mapping: np.ndarray | None) -> None:
+        self.records = records
+        self.size = size
+        self.origin = 0
+        self.buf = np.empty(0, dtype=np.uint8) if mapping is None else mapping
+        self.moves = mapping is None
+
+    def next_candidate(self, start: int, min_base: int, max_last: int) -> int:
+        """The file position of the first plausible batch header at or after ``start`` (-1: none)."""
+        while start <= self.size - RECORD_BATCH_OVERHEAD:
+            if self.moves and not self._holds(start, RECORD_BATCH_OVERHEAD):
+                self._read(start, SEARCH_WINDOW_BYTES)
+            found = int(next_candidate(self.buf, start - self.origin, self.size - self.origin, min_base, max_last))
+            if found >= 0:
+                return self.origin + found
+            if not self.moves:
+                return -1
+            start = self.origin + len(self.buf) - RECORD_BATCH_OVERHEAD + 1  # the first position not tried
+        return -1
+
+    def crc_valid(self, position: int) -> bool:
+        """Whether the batch at ``position`` (its whole header in ``buf``) has a valid CRC-32C; a batch
+        reaching past the window is read on in window-sized pieces."""
+        header = self.buf[position - self.origin : position - self.origin + RECORD_BATCH_OVERHEAD]
+        total = int.from_bytes(header[8:12].tobytes(), "big", signed=True) + LOG_OVERHEAD
+        stored = int.from_bytes(header[CRC_OFFSET:ATTRIBUTES_OFFSET].tobytes(), "big")
+        crc, at, end = 0, position + ATTRIBUTES_OFFSET, position + total
+        while at < end:
+            if not self._holds(at, 1):
+                self._read(at, min(end - at, SEARCH_WINDOW_BYTES))
+                if not self._holds(at, 1):  # the file was cut: no whole batch there
+                    return False
+            piece = self.buf[at - self.origin : min(end, self.origin + len(self.buf)) - self.origin]
+            crc = crc32c(piece.data, crc)
+            at += len(piece)
+        return crc == stored
+
+    def _holds(self, position: int, length: int) -> bool:
+        return self.origin <= position and position + length <= self.origin + len(self.buf)
+
+    def _read(self, position: int, length: int) -> None:
+        """Make ``buf`` the ``length`` bytes at ``position`` (fewer where the file ends)."""
+        wanted = max(0, min(length, self.size - position))
+        data = self.records.read(position, wanted)
+        if len(data) < wanted:  # the file shrank underneath us: its bytes end here
+            self.size = position + len(data)
+        self.origin, self.buf = position, np.frombuffer(data, dtype=np.uint8)
+
+
 @contextlib.contextmanager
-def _file_bytes(records: FileRecords, size: int, mapped: bool) -> Iterator[np.ndarray]:
-    """The first ``size`` bytes of ``records`` as a uint8 array: a read-only map, or a ``pread`` copy
-    (as many bytes as the file still has)."""
+def _file_bytes(records: FileRecords, size: int, mapped: bool) -> Iterator[_Window]:
+    """The first ``size`` bytes of ``records`` to search: a read-only map, or ``pread`` windows."""
     if not mapped:
-        yield np.frombuffer(records.read(0, size), dtype=np.uint8)
+        yield _Window(records, size, None)
         return
     with storage_errors(records.path, "map"), open(records.path, "rb") as f:
         mapping = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
     try:
-        buf = np.frombuffer(mapping, dtype=np.uint8)
-        yield buf
-        del buf
+        window = _Window(records, size, np.frombuffer(mapping, dtype=np.uint8))
+        yield window
+        window.buf = np.empty(0, dtype=np.uint8)  # numpy lets go of the map before it is closed
+        del window
     finally:
         with contextlib.suppress(BufferError):
             mapping.close()
-
-
-def _crc_valid(buf: np.ndarray, position: int) -> bool:
-    total = int.from_bytes(buf[position + 8 : position + 12].tobytes(), "big", signed=True) + LOG_OVERHEAD
-    stored = int.from_bytes(buf[position + CRC_OFFSET : position + ATTRIBUTES_OFFSET].tobytes(), "big")
-    return crc32c(buf[position + ATTRIBUTES_OFFSET : position + total].data) == stored
 
 
 _COLUMNS = ("positions", "sizes", "base_offsets", "last_offsets", "max_timestamps", "magics", "attributes")

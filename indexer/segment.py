@@ -868,6 +868,16 @@ class LogSegment:
         self.time_index.flush()
         self.txn_index.flush()
 
+    def sync_indexes(self) -> None:
+        """Make rebuilt indexes durable (:meth:`AbstractIndex.sync`): for a rebuild below the recovery
+        point, which no recovery after a power loss would redo. Caller holds the log lock.
+
+        Raises:
+            StorageError: an fsync failed.
+        """
+        self.offset_index.sync()
+        self.time_index.sync()
+
     def close(self) -> None:
         """Write the final time index entry, trim and close every file (a read-only segment just
         releases its handles). Caller holds the log lock."""

@@ -181,10 +181,11 @@ class LogAccess(ABC):
     def checkpoints(self, report: JobReport) -> dict[str, dict[TopicPartition, int]] | None:
         """The three checkpoints of the log directory, read as a writer must (the daemon's opens are a
         writer's, and it writes the entries back: :func:`indexer.checkpoint.read_checkpoint`); None when
-        one cannot be read. Then no job borrows a partition of this directory: the daemon would start
-        them from made-up offsets and could write nothing back, since a checkpoint that cannot be read
-        is never replaced (``seglog recover`` rewrites it). The error is logged once, as an ERROR,
-        until it changes, and recorded in every report (``--once`` exits 1)."""
+        one cannot be read. Then no job touches a partition of this directory, in the daemon or in the
+        writer's process (every :meth:`each_log` asks first): the daemon would start them from made-up
+        offsets, and neither could write anything back, since a checkpoint that cannot be read is
+        never replaced (``seglog recover`` rewrites it). The error is logged once, as an ERROR, until
+        it changes, and recorded in every report (``--once`` exits 1)."""
         try:
             read = {kind: read_checkpoint(self.log_dir, name) for kind, name in CHECKPOINT_FILES.items()}
         except StorageError as e:
@@ -258,6 +259,8 @@ class OwnedLogs(LogAccess):
         return sorted(((tp, log) for tp, log in dict(logs).items() if not log.closed), key=lambda item: item[0])
 
     def each_log(self, report: JobReport, wanted: Wanted | None = None) -> Iterator[tuple[TopicPartition, Log]]:
+        if self.checkpoints(report) is None:  # the daemon's rule: said once, the partitions left alone
+            return
         logs = self._snapshot()
         report.checked += len(logs)
         yield from logs

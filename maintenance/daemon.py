@@ -23,7 +23,7 @@ from pathlib import Path
 from types import FrameType
 
 from indexer.config import Settings
-from indexer.log_manager import check_log_dir_writable
+from indexer.log_manager import check_log_dir_writable, missing_log_dir_note
 from maintenance.access import READ_ONLY_REFUSED, BorrowedLogs
 from maintenance.jobs import JOBS
 from maintenance.report import JobReport
@@ -79,12 +79,12 @@ def run_daemon(log_dir: Path, settings: Settings, *, stop: threading.Event | Non
     """
     stop = stop or threading.Event()
     MaintenanceSettings.from_settings(settings)  # a bad [maintenance] value fails before anything starts
-    missing = not log_dir.exists()
+    missing = missing_log_dir_note(log_dir, "maintaining its partitions")
     with _stop_on_signals(stop):
         handle = start_maintenance(log_dir, settings)
         logger.info("seglog maintain on %s: %s", log_dir, ", ".join(handle.jobs) or "no jobs")
         if missing:
-            logger.warning("log directory %s does not exist yet: maintaining its partitions once they appear", log_dir)
+            logger.warning("%s", missing)
         try:
             # Event.wait with a timeout keeps the main thread responsive to signals.
             while not stop.wait(0.5):

@@ -47,7 +47,7 @@ from indexer.checkpoint import read_checkpoint
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig, Settings
 from indexer.data_loss import record_accepted_loss
-from indexer.errors import CorruptRecordError, LogLockedError, SeglogError, StorageError
+from indexer.errors import CorruptRecordError, LogLockedError, SeglogError, StorageError, raise_if_interrupted
 from indexer.file_names import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
@@ -81,7 +81,8 @@ EXIT_COMMITTED_DATA_LOST = 3
 
 @dataclass
 class PartitionRecovery:
-    """The outcome for one partition. ``status``: recovered, checked (dry run), skipped, failed."""
+    """The outcome for one partition. ``status``: recovered, checked (dry run), skipped, failed, and
+    after a Ctrl-C interrupted (the one in progress) or not started."""
 
     partition: str
     status: str
@@ -162,6 +163,7 @@ class DirectoryRecovery:
     partitions: list[PartitionRecovery] = field(default_factory=list)
     checkpoints: list[CheckpointRepair] = field(default_factory=list)
     marked_clean: bool = False
+    interrupted: bool = False  # Ctrl-C: the partitions after the one in progress were not started
     duration_s: float = 0.0
 
     @property
@@ -192,12 +194,22 @@ class DirectoryRecovery:
             "dry_run": self.dry_run,
             "from_recovery_point": self.from_recovery_point,
             "marked_clean": self.marked_clean,
+            "interrupted": self.interrupted,
             "duration_s": self.duration_s,
             "bytes_total": self.bytes_total,
             "committed_data_lost": self.committed_data_lost,
             "partitions": [p.to_json() for p in self.partitions],
             "checkpoints": [asdict(c) for c in self.checkpoints],
         }
+
+
+class RecoveryInterrupted(KeyboardInterrupt):
+    """Ctrl-C during :func:`recover_log_dir`, raised once the partitions recovered before it have their
+    checkpoint entries: ``outcome`` names them, the one interrupted and those not started."""
+
+    def __init__(self, outcome: DirectoryRecovery) -> None:
+        super().__init__(f"recovery of {outcome.log_dir} interrupted")
+        self.outcome = outcome
 
 
 def _log_bytes(path: Path) -> int:
@@ -352,7 +364,7 @@ def _refuse_removal_below_log_start(
     Raises:
         StorageError: loading would remove committed offsets below the log start (nothing was changed).
     """
-    report = loader.check()
+    report = loader.check(quiet=True)  # a real run: the refusal below is what the user is told
     if not report.of_kind(StepKind.DELETE_BELOW_LOG_START):
         return
     lost = [r for r in lost_offset_ranges(report.lost_offsets, report.next_offset, committed) if r["committed"]]
@@ -361,10 +373,10 @@ def _refuse_removal_below_log_start(
     log_dir = path.parent
     ranges = ", ".join(f"{r['first']}..{r['last']}" for r in lost)
     raise StorageError(
-        f"partition {path.name} in {log_dir}: its checkpointed log start offset {log_start_offset} "
-        f"({log_dir / LOG_START_OFFSET_CHECKPOINT_FILE}) is above its log end: recovery would remove every "
-        f"segment below it, committed offsets {ranges}; restore the checkpoint or the segments, or "
-        f"remove them and record the loss with `seglog recover --log-dir {log_dir} --accept-data-loss`",
+        f"partition {path.name} in {log_dir}: refused to remove committed offsets {ranges}, nothing changed: "
+        f"its checkpointed log start offset {log_start_offset} ({log_dir / LOG_START_OFFSET_CHECKPOINT_FILE}) "
+        f"is above its log end, and recovery would remove every segment below it; restore the checkpoint or the "
+        f"segments, or remove them and record the loss with `seglog recover --log-dir {log_dir} --accept-data-loss`",
         path=log_dir / LOG_START_OFFSET_CHECKPOINT_FILE,
     )
 
@@ -417,6 +429,7 @@ def recover_log_dir(
     Raises:
         ReadOnlyLogDirectoryError: not ``dry_run`` and ``log_dir`` cannot be written (a read-only
             file system): said once for the directory instead of failing every partition.
+        RecoveryInterrupted: Ctrl-C; the partitions recovered before it have their checkpoint entries.
     """
     clock = clock or SystemClock()
     log_dir = Path(log_dir)
@@ -440,44 +453,61 @@ def recover_log_dir(
     new_values: dict[str, dict[TopicPartition, int | None]] = {kind: {} for kind in CHECKPOINT_FILES}
     disable = None if progress is None else not progress
     with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, desc="recover", disable=disable) as bar:
-        for tp, path in partitions:
-            name = partition_name(tp)
-            bar.set_postfix_str(name, refresh=False)
-            known = [
-                v for v in (recovery_points.get(tp), high_watermarks.get(tp), sink_commits.get(tp)) if v is not None
-            ]
-            committed = max(known) if known else None
-            try:
-                result, values = recover_partition(
-                    tp,
-                    path,
-                    settings,
-                    recovery_point=recovery_points.get(tp, 0) if from_recovery_point else 0,
-                    log_start_offset=start_offsets.get(tp, 0),
-                    high_watermark=sink_commits.get(tp) if "high-watermark" in unreadable else high_watermarks.get(tp),
-                    committed_offset=committed,
-                    accept_data_loss=accept_data_loss,
-                    rebuild_high_watermark="high-watermark" in unreadable,
-                    dry_run=dry_run,
-                    clock=clock,
-                )
-            except LogLockedError as e:
-                result, values = PartitionRecovery(name, "skipped", sizes[tp], message=str(e)), {}
-                logger.warning("%s: skipped, %s", name, e)
-            except Exception as e:
-                result, values = PartitionRecovery(name, "failed", sizes[tp], message=f"{type(e).__name__}: {e}"), {}
-                # Expected failures (a read-only file system, damage) get one line; others a traceback.
-                expected = isinstance(e, (SeglogError, OSError))
-                logger.error("%s: recovery failed: %s: %s", name, type(e).__name__, e, exc_info=not expected)
-            result.committed_offset = committed
-            if result.committed_offsets_lost and not result.accepted_data_loss:
-                lost = ", ".join(f"{r['first']}..{r['last']}" for r in result.lost_offsets if r["committed"])
-                logger.error("%s: committed data %s: offsets %s", name, "would be lost" if dry_run else "lost", lost)
-            for kind, value in values.items():
-                new_values[kind][tp] = value
-            _note_rebuilt_entries(unreadable, tp, result, sink_commits)
-            outcome.partitions.append(result)
-            bar.update(sizes[tp])
+        try:
+            for tp, path in partitions:
+                name = partition_name(tp)
+                bar.set_postfix_str(name, refresh=False)
+                known = [
+                    v for v in (recovery_points.get(tp), high_watermarks.get(tp), sink_commits.get(tp)) if v is not None
+                ]
+                committed = max(known) if known else None
+                try:
+                    result, values = recover_partition(
+                        tp,
+                        path,
+                        settings,
+                        recovery_point=recovery_points.get(tp, 0) if from_recovery_point else 0,
+                        log_start_offset=start_offsets.get(tp, 0),
+                        high_watermark=sink_commits.get(tp)
+                        if "high-watermark" in unreadable
+                        else high_watermarks.get(tp),
+                        committed_offset=committed,
+                        accept_data_loss=accept_data_loss,
+                        rebuild_high_watermark="high-watermark" in unreadable,
+                        dry_run=dry_run,
+                        clock=clock,
+                    )
+                except LogLockedError as e:
+                    result, values = PartitionRecovery(name, "skipped", sizes[tp], message=str(e)), {}
+                    logger.warning("%s: skipped, %s", name, e)
+                except Exception as e:
+                    raise_if_interrupted(e)  # Ctrl-C inside a compiled kernel
+                    result, values = (
+                        PartitionRecovery(name, "failed", sizes[tp], message=f"{type(e).__name__}: {e}"),
+                        {},
+                    )
+                    # Expected failures (a read-only file system, damage) get one line; others a traceback.
+                    expected = isinstance(e, (SeglogError, OSError))
+                    logger.error("%s: recovery failed: %s: %s", name, type(e).__name__, e, exc_info=not expected)
+                result.committed_offset = committed
+                if result.committed_offsets_lost and not result.accepted_data_loss:
+                    lost = ", ".join(f"{r['first']}..{r['last']}" for r in result.lost_offsets if r["committed"])
+                    logger.error(
+                        "%s: committed data %s: offsets %s", name, "would be lost" if dry_run else "lost", lost
+                    )
+                for kind, value in values.items():
+                    new_values[kind][tp] = value
+                _note_rebuilt_entries(unreadable, tp, result, sink_commits)
+                outcome.partitions.append(result)
+                bar.update(sizes[tp])
+        except KeyboardInterrupt:  # Ctrl-C: keep what was done, then raise RecoveryInterrupted naming it
+            outcome.interrupted = True
+            reported = {p.partition for p in outcome.partitions}
+            unreported = [(partition_name(tp), sizes[tp]) for tp, _ in partitions if partition_name(tp) not in reported]
+            for i, (name, size) in enumerate(unreported):
+                status = "interrupted" if i == 0 else "not started"
+                message = "interrupted before its recovery ended; run seglog recover again" if i == 0 else ""
+                outcome.partitions.append(PartitionRecovery(name, status, size, message=message))
     # Partitions without new entries (after the misnamed directories): the file would drop their old ones.
     left_out = [
         p.partition
@@ -497,6 +527,8 @@ def recover_log_dir(
             write_clean_shutdown_marker(log_dir)
             outcome.marked_clean = True
     outcome.duration_s = time.perf_counter() - started
+    if outcome.interrupted:
+        raise RecoveryInterrupted(outcome)
     return outcome
 
 

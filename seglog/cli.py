@@ -34,8 +34,8 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from indexer.errors import SeglogError
-from indexer.limits import INT64_MAX
+from indexer.errors import SeglogError, raise_if_interrupted
+from indexer.limits import INT32_MAX, INT64_MAX
 
 logger = logging.getLogger(__name__)
 
@@ -250,7 +250,7 @@ def add_partition_arguments(parser: argparse.ArgumentParser) -> None:
         "--log-dir", required=True, metavar="DIR", help="the log directory (holds <topic>-<partition>/)"
     )
     parser.add_argument("--topic", required=True, metavar="T", help="topic name")
-    parser.add_argument("--partition", required=True, metavar="P", type=non_negative_int, help="partition number")
+    parser.add_argument("--partition", required=True, metavar="P", type=partition_number, help="partition number")
 
 
 def non_negative_int(text: str) -> int:
@@ -261,6 +261,22 @@ def non_negative_int(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if value < 0:
         raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+    return value
+
+
+def partition_number(text: str) -> int:
+    """argparse type: a partition number, ``0..2147483646`` (a topic has at most Kafka's int32
+    ``2147483647`` partitions), so that a number past it is a usage error naming the option rather
+    than an error about a partition count the user never gave."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < INT32_MAX:
+        raise argparse.ArgumentTypeError(
+            f"expected a partition number 0..{INT32_MAX - 1} (a topic has at most {INT32_MAX} partitions, "
+            f"Kafka's int32), got {text!r}"
+        )
     return value
 
 
@@ -331,9 +347,17 @@ class _StderrHandler(logging.StreamHandler):  # type: ignore[type-arg]
         pass
 
 
+QUIET_LIBRARIES = ("apscheduler",)
+"""Loggers of libraries whose INFO lines (APScheduler: every job run, twice) drown seglog's own with
+``-v``: kept at WARNING unless ``-vv``."""
+
+
 def configure_logging(verbosity: int) -> None:
-    """WARNING by default, INFO with ``-v``, DEBUG with ``-vv``; messages go to stderr."""
+    """WARNING by default, INFO with ``-v``, DEBUG with ``-vv``; messages go to stderr. The
+    :data:`QUIET_LIBRARIES` say only their warnings below ``-vv``."""
     level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
+    for name in QUIET_LIBRARIES:
+        logging.getLogger(name).setLevel(max(level, logging.WARNING) if verbosity < 2 else logging.NOTSET)
     root = logging.getLogger()
     if not any(getattr(h, "_seglog", False) for h in root.handlers):
         handler = _StderrHandler()
@@ -419,7 +443,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     debug = getattr(args, "debug", False)
     assert module is not None, "the pre-scan and argparse pick the same command"
     try:
-        return int(module.run(args))
+        try:
+            return int(module.run(args))
+        except Exception as e:
+            raise_if_interrupted(e)  # Ctrl-C inside a compiled kernel
+            raise
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130

@@ -16,9 +16,12 @@ a second fills it.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, BinaryIO, TextIO
+from types import FrameType
+from typing import Any, TextIO
 
 import numpy as np
 import pyarrow as pa
@@ -46,15 +49,44 @@ class Output:
         self.stream.flush()
 
     def write_bytes(self, data: bytes) -> None:
-        """Write already-rendered UTF-8 bytes (JSON lines): to the stream's binary buffer when it
-        has one (no decoding), else as text."""
+        """Write already-rendered UTF-8 lines (JSON lines): to the stream's file descriptor when it has
+        one (no decoding), else as text.
+
+        Output ends with whole lines: a Ctrl-C (SIGINT) during the write lets the line being written
+        finish, then raises ``KeyboardInterrupt`` (a second Ctrl-C raises at once). Call from the main
+        thread (it holds SIGINT meanwhile).
+
+        Raises:
+            KeyboardInterrupt: SIGINT arrived during the write.
+        """
         self.stream.flush()
-        buffer: BinaryIO | None = getattr(self.stream, "buffer", None)
-        if buffer is None:
+        try:
+            fd = self.stream.fileno()
+        except (AttributeError, OSError, ValueError):  # a stream in memory (io.UnsupportedOperation is both)
             self.stream.write(data.decode("utf-8"))
-        else:
-            buffer.write(data)
-            buffer.flush()
+            self.stream.flush()
+            return
+        interrupted = False
+
+        def on_sigint(signum: int, frame: FrameType | None) -> None:
+            nonlocal interrupted
+            if interrupted:
+                raise KeyboardInterrupt
+            interrupted = True
+
+        view, done, end, stopping = memoryview(data), 0, len(data), False
+        previous = signal.signal(signal.SIGINT, on_sigint)
+        try:
+            while done < end:
+                if interrupted and not stopping:  # finish the line being written, then stop
+                    stopping = True
+                    end = data.find(b"\n", done) + 1 if done and data[done - 1] != 0x0A else done
+                    continue
+                done += os.write(fd, view[done:end])
+        finally:
+            signal.signal(signal.SIGINT, previous)
+        if interrupted:
+            raise KeyboardInterrupt
 
 
 def format_table(headers: Sequence[str], rows: Iterable[Sequence[Any]], *, indent: str = "") -> list[str]:

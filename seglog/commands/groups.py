@@ -25,7 +25,7 @@ import asyncio
 from typing import Any
 
 from indexer.errors import ConfigError, GroupIdNotFoundError
-from seglog.cli import add_action, existing_directory, log_dir_from_args, non_negative_int
+from seglog.cli import add_action, existing_directory, log_dir_from_args, partition_number
 from seglog.output import Output, format_table
 from seglog.serve.group_offsets import GroupOffsets
 
@@ -67,7 +67,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     delete.add_argument("--topic", metavar="T", help="only this topic's offsets")
     delete.add_argument(
         "--partition",
-        type=non_negative_int,
+        type=partition_number,
         action="append",
         metavar="P",
         help="only this partition of --topic (repeatable)",

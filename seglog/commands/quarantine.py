@@ -25,7 +25,7 @@ from typing import Any
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog quarantine``."""
-    from seglog.cli import add_action, non_negative_int
+    from seglog.cli import add_action, non_negative_int, partition_number
 
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = add_action(
@@ -55,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     for sub in (listing, purge):
         sub.add_argument("--log-dir", required=True, type=Path, metavar="DIR", help="the log directory")
         sub.add_argument("--topic", metavar="T", help="only this topic's partitions")
-        sub.add_argument("--partition", type=non_negative_int, metavar="P", help="only this partition (with --topic)")
+        sub.add_argument("--partition", type=partition_number, metavar="P", help="only this partition (with --topic)")
         sub.add_argument("--json", action="store_true", help="print one JSON document")
     which = purge.add_mutually_exclusive_group(required=True)
     which.add_argument("--all", action="store_true", help="delete every quarantine file selected")

@@ -20,7 +20,9 @@ system: one line, nothing tried), when a partition failed (one line per partitio
 was skipped (a writer holds it, or it is not named as a partition),
 3 when committed data was lost (offsets below a partition's recovery point, high watermark or sink
 commit are gone) and not accepted with ``--accept-data-loss``; 1 also when an unreadable checkpoint
-was left as it was (a partition was not recovered).
+was left as it was (a partition was not recovered). Ctrl-C lets the report say which partitions
+were recovered before it (the one in progress is left as a crash leaves it, the rest not started;
+their checkpoint entries are kept), then one line ``seglog: interrupted``, exit 130.
 
 examples:
   seglog recover --log-dir data/logs --dry-run            # what recovery would do; nothing written
@@ -137,28 +139,42 @@ def _text(doc: dict[str, Any]) -> Iterator[str]:
             "COMMITTED DATA LOST: the offsets above are gone (their bytes, if any, are in quarantine). To accept "
             f"the loss and let writers go on: seglog recover --log-dir {doc['log_dir']} --accept-data-loss"
         )
+    elif doc["interrupted"]:
+        pass  # the partitions not recovered are named below
     elif doc["marked_clean"]:
         yield "no committed data lost; the directory is marked cleanly shut down"
     elif doc["dry_run"]:
         yield "no committed data would be lost"
+    if doc["interrupted"]:
+        done = [p["partition"] for p in doc["partitions"] if p["status"] in ("recovered", "checked")]
+        rest = [p["partition"] for p in doc["partitions"] if p["status"] in ("interrupted", "not started")]
+        yield (
+            f"INTERRUPTED: {'checked' if dry else 'recovered'} before the interrupt: {', '.join(done) or 'none'}; "
+            f"not {'checked' if dry else 'recovered'}: {', '.join(rest)}"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
     """Recover (or check) the directory, print the report, return the exit status."""
-    from maintenance.recovery import recover_log_dir
+    from maintenance.recovery import RecoveryInterrupted, recover_log_dir
     from seglog.cli import log_dir_from_args, settings_from_args
     from seglog.output import Output
 
     log_dir = log_dir_from_args(args)
     if args.strategy is not None:
         args.config = [*args.config, f"recovery.strategy={args.strategy}"]
-    outcome = recover_log_dir(
-        log_dir,
-        settings_from_args(args),
-        dry_run=args.dry_run,
-        from_recovery_point=args.from_recovery_point,
-        accept_data_loss=args.accept_data_loss,
-        progress=None if not args.no_progress else False,
-    )
-    Output(json_mode=args.json).emit(outcome.to_json(), _text)
+    output = Output(json_mode=args.json)
+    try:
+        outcome = recover_log_dir(
+            log_dir,
+            settings_from_args(args),
+            dry_run=args.dry_run,
+            from_recovery_point=args.from_recovery_point,
+            accept_data_loss=args.accept_data_loss,
+            progress=None if not args.no_progress else False,
+        )
+    except RecoveryInterrupted as interrupted:
+        output.emit(interrupted.outcome.to_json(), _text)
+        raise  # after the report: main() says so in one line, exit 130
+    output.emit(outcome.to_json(), _text)
     return outcome.exit_status()

@@ -7,6 +7,8 @@ kept in ``group-offsets-checkpoint`` in the log directory (or ``--group-offsets-
 expire: ``seglog groups`` lists and deletes them). It runs beside a live writer (``seglog run``, the
 sink) and the maintenance daemon and takes none of their locks; new commits, rolls and retention are
 picked up as they happen. Produce and topic changes are refused with Kafka's authorization errors.
+Started before its log directory exists (before the writer that creates it), it says so once and
+serves the topics once they appear, as ``seglog maintain`` does.
 
 WARNING: there is no authentication and no TLS. It binds to 127.0.0.1 by default; bind elsewhere
 (``--bind 0.0.0.0:9092``) only on a network where everyone may read every topic. Details:
@@ -120,7 +122,7 @@ def run(args: argparse.Namespace) -> int:
     """Serve until SIGINT/SIGTERM."""
     from seglog.serve.server import ServeOptions, serve_forever
 
-    log_dir = log_dir_from_args(args)
+    log_dir = log_dir_from_args(args, must_exist=False)  # a service waits for it (serve_forever says so)
     host, port = args.bind
     options = ServeOptions(
         host=host,

@@ -50,9 +50,10 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
-from indexer.config import Settings
+from indexer.config import Settings, topic_config_type
 from indexer.errors import StorageError
 from indexer.file_names import INTERNAL_TOPICS
+from indexer.log_manager import missing_log_dir_note
 from seglog.serve import fetch, protocol
 from seglog.serve.catalog import Catalog
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
@@ -110,11 +111,10 @@ _CONFIG_SOURCES = {
 
 
 def _config_entry(entry: type[Any], key: str, value: object, origin: str) -> Any:
-    """One config of a DescribeConfigs answer, read-only, its value as Kafka writes it (``true``)."""
-    if isinstance(value, bool):
-        kind, text = ConfigType.BOOLEAN, str(value).lower()
-    else:
-        kind, text = (ConfigType.LONG if isinstance(value, int) else ConfigType.STRING), str(value)
+    """One config of a DescribeConfigs answer, read-only, its value as Kafka writes it (``true``) and
+    with the type Kafka's LogConfig declares (:func:`~indexer.config.topic_config_type`)."""
+    kind = ConfigType[topic_config_type(key)]
+    text = str(value).lower() if isinstance(value, bool) else str(value)
     return entry(
         name=key,
         value=text,
@@ -808,9 +808,13 @@ class Server:
 
 
 async def serve_forever(log_dir: str | Path, settings: Settings, options: ServeOptions, stop: asyncio.Event) -> None:
-    """Run a :class:`Server` until ``stop`` is set."""
+    """Run a :class:`Server` until ``stop`` is set; a ``log_dir`` that does not exist yet is said once
+    and served (its topics) once it appears (:func:`~indexer.log_manager.missing_log_dir_note`)."""
+    missing = missing_log_dir_note(Path(log_dir), "serving its topics")
     server = Server(log_dir, settings, options)
     await server.start()
+    if missing:
+        logger.warning("%s", missing)
     try:
         await stop.wait()
     finally:

@@ -11,6 +11,7 @@ the engine's validator finds nothing wrong.
 
 from __future__ import annotations
 
+import os
 import random
 import shutil
 import struct
@@ -30,6 +31,7 @@ from indexer.records.file_records import BatchScan
 from maintenance.access import BorrowedLogs
 from maintenance.jobs import JOBS
 from maintenance.recovery import recover_log_dir
+from seglog.cli import main
 from tests.budget import fuzz_settings
 from tests.maintenance.conftest import START_MS, settings_for, small_config
 
@@ -188,3 +190,45 @@ def test_recover_from_the_recovery_point_rebuilds_a_damaged_index_below_it(
     outcome = recover_log_dir(log_dir, settings_for(CONFIG), from_recovery_point=True, progress=False)
     assert [(p.status, p.segments_recovered, p.indexes_rebuilt) for p in outcome.partitions] == [("recovered", 1, 1)]
     assert segment_index_problem(directory, base, next_base_offset=next_base, against_log=True) is None
+
+
+@pytest.mark.parametrize("command", [["maintain", "--once", "index"], ["recover", "--from-recovery-point"]])
+def test_a_rebuilt_index_below_the_recovery_point_is_durable_before_it_is_reported(
+    written: Written, tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch, command: list[str]
+) -> None:
+    """The ``index`` job and ``seglog recover --from-recovery-point`` rebuilt a damaged index below the
+    recovery point into a new (empty) file renamed into place, wrote its entries and reported it
+    repaired without an fsync of the file or of its directory: after a power loss it could be garbage
+    again, and nothing recovers below the recovery point. Now every rebuild ends with both fsyncs
+    (every fsync is recorded by path, then made for real)."""
+    log_dir = tmp_path_factory.mktemp("durable")
+    directory = log_dir / written.directory.name
+    shutil.copytree(written.directory, directory)
+    base = written.bases[1]
+    path = directory / f"{base:020d}.index"
+    entries = read_entries(path, "index", base)
+    entries[0] = (entries[0][0], entries[0][1] + 100)
+    write_entries(path, "index", base, entries)
+    OffsetCheckpointFile(log_dir / RECOVERY_POINT_CHECKPOINT_FILE).write({("t", 0): max(written.records) + 1})
+    events: list[tuple[str, str]] = []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd: int) -> None:
+        events.append(("fsync", os.readlink(f"/proc/self/fd/{fd}")))
+        real_fsync(fd)
+
+    def replace(source: str | os.PathLike[str], target: str | os.PathLike[str]) -> None:
+        real_replace(source, target)
+        events.append(("replace", str(Path(target).absolute())))
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    keys = ("segment.bytes", "index.interval.bytes", "segment.index.bytes", "retention.ms")
+    config = [f"--config={key}={CONFIG.to_dict()[key]}" for key in keys]
+    assert main([command[0], "--log-dir", str(log_dir), *command[1:], *config]) == 0
+    assert segment_index_problem(directory, base, next_base_offset=written.bases[2], against_log=True) is None
+    for index in (path, path.with_suffix(".timeindex")):
+        renamed = max(i for i, event in enumerate(events) if event == ("replace", str(index.absolute())))
+        after = events[renamed + 1 :]
+        assert ("fsync", str(index.absolute())) in after, (index, events)
+        assert ("fsync", str(directory.absolute())) in after, (index, events)

@@ -6,8 +6,11 @@ maintenance daemon never replaces it (one ERROR line, then it leaves the directo
 from __future__ import annotations
 
 import json
+import logging
 import signal
 import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -25,6 +28,7 @@ from indexer.file_names import (
 from indexer.log import Log
 from indexer.log_manager import LogManager
 from maintenance.recovery import EXIT_COMMITTED_DATA_LOST
+from maintenance.scheduler import start_maintenance
 from seglog.cli import main
 from tests.cli import read_records
 from tests.maintenance.conftest import (
@@ -55,6 +59,13 @@ def damaged_dir(log_dir: Path) -> Path:
 
 def seglog(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*SEGLOG, *args], cwd=REPO, capture_output=True, text=True, timeout=60, check=False)
+
+
+def wait_until(done: Callable[[], bool], timeout_s: float = 10) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.02)
 
 
 def one_error_line(stderr: str, path: Path) -> str:
@@ -220,10 +231,10 @@ def test_recover_removes_committed_records_below_a_damaged_log_start_only_when_t
         assert main(["recover", "--log-dir", str(log_dir), "--no-progress"]) == 1
         out = capsys.readouterr().out
         assert (
-            f"t-0: StorageError: partition t-0 in {log_dir}: its checkpointed log start offset 99999 ({lso}) is "
-            "above its log end: recovery would remove every segment below it, committed offsets 0..17; "
-            f"restore the checkpoint or the segments, or remove them and record the loss with `seglog recover "
-            f"--log-dir {log_dir} --accept-data-loss`" in out
+            f"t-0: StorageError: partition t-0 in {log_dir}: refused to remove committed offsets 0..17, nothing "
+            f"changed: its checkpointed log start offset 99999 ({lso}) is above its log end, and recovery would "
+            "remove every segment below it; restore the checkpoint or the segments, or remove them and record "
+            f"the loss with `seglog recover --log-dir {log_dir} --accept-data-loss`" in out
         ), out
         assert sorted(p.name for p in (log_dir / "t-0").iterdir() if p.name != ".seglog.lock") == segments
         assert OffsetCheckpointFile(lso).read() == {("t", 0): 99999}
@@ -231,3 +242,58 @@ def test_recover_removes_committed_records_below_a_damaged_log_start_only_when_t
     capsys.readouterr()
     [accepted] = read_accepted_losses(log_dir)
     assert accepted["lost"] == [{"first": 0, "last": 17}]
+
+
+def test_in_process_maintenance_says_an_unreadable_checkpoint_once_as_the_daemon_does(
+    log_dir: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Maintenance inside the writer's process (``seglog run``: ``start_maintenance`` on its
+    LogManager) logged its refusal to replace a checkpoint that could not be read at every pass of
+    every checkpoint job (an ERROR every few seconds), where the daemon says it once. Now both follow
+    one rule: one ERROR naming the file and ``seglog recover``, the file left as it is, the partitions
+    left alone until it can be read again (said once), then maintained again."""
+    settings = Settings(
+        topic_defaults=small_config().to_dict(),
+        sections={
+            "maintenance": {
+                "log.initial.task.delay.ms": 0,
+                "replica.high.watermark.checkpoint.interval.ms": 20,
+                "log.flush.offset.checkpoint.interval.ms": 20,
+            }
+        },
+        source="test",
+    )
+    caplog.set_level(logging.INFO, logger="maintenance")
+    manager = LogManager(log_dir, settings)
+    try:
+        log = manager.get_or_create_log("t", 0)
+        log.append({"value": [b"v"] * 3})
+        log.update_high_watermark(log.log_end_offset)
+        path = log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE
+        handle = start_maintenance(manager, jobs=["checkpoint-high-watermark", "checkpoint-recovery-point"])
+        try:
+            wait_until(lambda: OffsetCheckpointFile(path).read() == {("t", 0): 3})
+            caplog.clear()
+            path.write_text(DAMAGED)
+
+            def errors() -> list[str]:
+                return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+
+            def said() -> bool:
+                if path.read_text() != DAMAGED:  # a pass that had read it just before wrote it back
+                    path.write_text(DAMAGED)
+                return bool(errors())
+
+            wait_until(said)
+            first = errors()
+            assert str(path) in first[-1] and f"seglog recover --log-dir {log_dir}" in first[-1], first
+            time.sleep(1)  # dozens of passes of both jobs
+            assert path.read_text() == DAMAGED
+            assert errors() == first
+            path.write_text("0\n0\n")  # repaired (by hand): maintained again
+            wait_until(lambda: "can be read again" in caplog.text)
+            wait_until(lambda: OffsetCheckpointFile(path).read() == {("t", 0): 3})
+        finally:
+            handle.stop()
+    finally:
+        manager.close()

@@ -7,10 +7,13 @@ import errno
 import io
 import json
 import os
+import signal
 import struct
 import subprocess
 import sys
+import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -649,3 +652,100 @@ def test_append_after_an_unclean_shutdown_refuses_a_log_start_checkpoint_above_t
     assert f"log start offset 99999 ({log_dir / 'log-start-offset-checkpoint'})" in appended.stderr
     assert "above its log end offset 10" in appended.stderr and "seglog recover" in appended.stderr
     assert sorted((p.name, p.read_bytes()) for p in (log_dir / "t-0").iterdir()) == before
+
+
+def test_recover_refusing_to_remove_committed_records_says_so_and_nothing_about_a_dry_run(tmp_path: Path) -> None:
+    """``log-start-offset-checkpoint`` damaged to 99999 after an unclean shutdown: a real ``seglog
+    recover`` refuses to remove the committed offsets below it, but logged "[dry run] delete-segment-
+    below-log-start: ... deleted (the .log quarantined)" first, so the user read that nothing happened
+    because it was a dry run. Now stderr says what was refused and why, and nothing about a dry run."""
+    log_dir = tmp_path / "logs"
+    assert _append(tmp_path, log_dir, [{"value": f"v{i}"} for i in range(10)]) == 0
+    lso = log_dir / "log-start-offset-checkpoint"
+    lso.write_text("0\n1\nt 0 99999\n")
+    (log_dir / ".kafka_cleanshutdown").unlink()
+    before = sorted((p.name, p.read_bytes()) for p in (log_dir / "t-0").iterdir() if p.name != ".seglog.lock")
+    for verbosity in ((), ("-v",)):
+        recovered = _seglog(*verbosity, "recover", "--log-dir", str(log_dir), "--no-progress")
+        assert recovered.returncode == 1, recovered.stderr
+        output = recovered.stdout + recovered.stderr
+        assert "dry run" not in output and "quarantined" not in output, output
+        [error] = [line for line in recovered.stderr.splitlines() if " ERROR " in line]
+        assert f"t-0: recovery failed: StorageError: partition t-0 in {log_dir}: refused to remove committed " in error
+        assert f"offsets 0..9, nothing changed: its checkpointed log start offset 99999 ({lso})" in error
+        assert "--accept-data-loss" in error
+        after = sorted((p.name, p.read_bytes()) for p in (log_dir / "t-0").iterdir() if p.name != ".seglog.lock")
+        assert after == before
+
+
+def _interrupted_after(args: list[str], ready: Callable[[bytes, str], bool]) -> tuple[int, bytes, str]:
+    """``seglog ARGS`` in a process of its own, sent SIGINT once ``ready(stdout so far, stderr so far)``;
+    its stdout is read 4 KiB at a time (a slow reader behind a pipe) to the end. Returns the exit
+    status, stdout and stderr."""
+    code = "import sys\nfrom seglog.cli import main\nsys.exit(main(sys.argv[1:]))"
+    proc = subprocess.Popen([sys.executable, "-c", code, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    for stream in (proc.stdout, proc.stderr):
+        os.set_blocking(stream.fileno(), False)
+    out, err, sent = b"", b"", False
+    deadline = time.monotonic() + 120
+    while True:
+        assert time.monotonic() < deadline, (out[-200:], err)
+        chunk = proc.stdout.read(4096)  # None: nothing yet; b"": the end
+        out += chunk or b""
+        err += proc.stderr.read() or b""
+        if not sent and ready(out, err.decode()):
+            proc.send_signal(signal.SIGINT)
+            sent = True
+        if chunk == b"" and proc.poll() is not None:
+            break
+        time.sleep(0.002)
+    err += proc.stderr.read() or b""
+    return proc.wait(), out, err.decode()
+
+
+def test_read_interrupted_by_ctrl_c_ends_with_whole_lines_and_one_line_saying_so(tmp_path: Path) -> None:
+    """``seglog read`` interrupted (SIGINT) while writing its output stopped in the middle of a JSON
+    line (266,240 bytes, the last line cut). It now finishes the line being written, then says
+    ``seglog: interrupted`` on stderr and exits 130."""
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings()) as manager:
+        log = manager.get_or_create_log("t", 0)
+        for i in range(20):
+            log.append({"value": [b"%06d" % i + b"x" * 1000] * 1000})
+        log.update_high_watermark(log.log_end_offset)
+    read = ["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--from-beginning"]
+    status, out, err = _interrupted_after(read, lambda out, err: len(out) > 200_000)
+    assert (status, err) == (130, "seglog: interrupted\n"), err
+    assert out.endswith(b"\n") and len(out) < 20_000 * 1000, len(out)
+    offsets = [json.loads(line)["offset"] for line in out.splitlines()]
+    assert offsets == list(range(len(offsets)))
+
+
+def test_recover_interrupted_by_ctrl_c_says_which_partitions_it_recovered(tmp_path: Path) -> None:
+    """``seglog recover`` interrupted (SIGINT) printed no report: the user could not tell which
+    partitions were recovered. It now prints the report (recovered, the one interrupted, those not
+    started), then ``seglog: interrupted``, exit 130; the directory is not marked clean, and the next
+    recovery recovers everything."""
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings(overrides={"segment.bytes": "20000"})) as manager:
+        for partition in range(16):  # recovering those after t-1 takes longer than a signal's delivery
+            log = manager.get_or_create_log("t", partition)
+            for _ in range(30):
+                log.append({"value": [b"x" * 100] * 100})
+            log.update_high_watermark(log.log_end_offset)
+    (log_dir / ".kafka_cleanshutdown").unlink()
+    recover = ["-v", "recover", "--log-dir", str(log_dir), "--no-progress"]
+    status, out, err = _interrupted_after(recover, lambda out, err: "[LogLoader partition=t-1," in err)
+    assert status == 130 and err.endswith("\nseglog: interrupted\n"), err
+    assert "Traceback" not in err, err
+    rows = [line.split()[:2] for line in out.decode().splitlines() if line.startswith("  t-") and ":" not in line]
+    statuses = [status for _, status in rows]
+    recovered = statuses.count("recovered")
+    assert statuses[0] == "recovered" and "interrupted" in statuses, out.decode()
+    assert statuses == ["recovered"] * recovered + ["interrupted"] + ["not"] * (15 - recovered), out.decode()
+    names = ", ".join(name for name, _ in rows[:recovered])
+    assert f"INTERRUPTED: recovered before the interrupt: {names}; not recovered: " in out.decode(), out.decode()
+    assert not (log_dir / ".kafka_cleanshutdown").exists()
+    again = _seglog("recover", "--log-dir", str(log_dir), "--no-progress")
+    assert again.returncode == 0 and "the directory is marked cleanly shut down" in again.stdout, again.stdout

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -179,7 +180,6 @@ def test_a_file_where_a_partition_directory_goes_is_named_and_nothing_recorded(
     "command, error",
     [
         (("append", "--topic", "bad topic", "--partition", "0"), "InvalidTopicError"),
-        (("append", "--topic", "t", "--partition", str(2**31 - 1)), "InvalidPartitionsError"),
         (("topic", "create", "--topic", "bad topic", "--partitions", "2"), "InvalidTopicError"),
         (("topic", "create", "--topic", "t", "--partitions", str(2**31)), "InvalidPartitionsError"),
     ],
@@ -711,3 +711,46 @@ def test_read_fails_at_a_cut_size_field_instead_of_stopping_quietly(
     assert [json.loads(line)["offset"] for line in out.splitlines()] == list(range(first))
     line = _one_error_line(err, "CorruptRecordError")
     assert f"cannot read offset {first} of events-0" in line and f"position {position} of {first_segment}" in line
+
+
+@pytest.mark.parametrize("partition", ["2147483647", "99999999999999999999"])
+def test_a_partition_number_past_kafkas_int32_is_a_usage_error_naming_the_option(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], partition: str
+) -> None:
+    """``seglog append --partition 2147483647`` said "a topic has at most 2147483647 partitions (Kafka's
+    int32), got 2147483648" (a count the user never gave), and a larger number "num_partitions must be
+    an integer in -9223372036854775808..9223372036854775807". Now it is a usage error of the option
+    naming the range of partition numbers (exit 2), and nothing is created."""
+    source = tmp_path / "in.jsonl"
+    source.write_text(_records(1))
+    log_dir = tmp_path / "logs"
+    args = ["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", partition, str(source)]
+    assert main(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == (
+        "seglog append: error: argument --partition: expected a partition number 0..2147483646 (a topic has at "
+        f"most 2147483647 partitions, Kafka's int32), got '{partition}'"
+    )
+    assert not log_dir.exists()
+
+
+@pytest.mark.parametrize(("verbose", "apscheduler"), [("-v", False), ("-vv", True)])
+def test_v_shows_the_daemons_info_lines_without_apschedulers(
+    tmp_path: Path, log_dir: Path, verbose: str, apscheduler: bool
+) -> None:
+    """``seglog -v maintain`` printed two APScheduler INFO lines per job run ("Running job ...", "Job ...
+    executed successfully"), drowning seglog's own. They are now kept at WARNING unless ``-vv``."""
+    conf = tmp_path / "seglog.toml"
+    conf.write_text('[maintenance]\n"log.initial.task.delay.ms" = 0\n"log.retention.check.interval.ms" = 100\n')
+    command = [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
+    proc = subprocess.Popen(
+        [*command, verbose, "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    time.sleep(3)  # start-up, then runs of the retention job every 100 ms
+    proc.terminate()
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    assert "INFO maintenance.daemon: seglog maintain on" in err, err
+    assert ("apscheduler" in err) is apscheduler, err

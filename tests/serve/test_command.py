@@ -8,6 +8,7 @@ import re
 import signal
 import socket
 import subprocess
+import time
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -17,6 +18,7 @@ import pytest
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
 from seglog.cli import main
+from tests.serve.clients import kafka_python
 from tests.serve.conftest import SEGLOG, ServeProcess
 
 
@@ -24,13 +26,28 @@ def _run(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*SEGLOG, *args], capture_output=True, text=True, timeout=60, check=False)
 
 
-def test_missing_log_dir_is_one_line(tmp_path: Path) -> None:
-    """The error every command gives for a missing --log-dir (docs/cli.md, "Log directories")."""
-    result = _run("serve", "--log-dir", str(tmp_path / "nope"), "--bind", "127.0.0.1:0")
-    assert result.returncode == 1
-    assert result.stderr.strip().splitlines() == [
-        f"seglog: LogDirectoryNotFoundError: log directory {tmp_path / 'nope'} does not exist"
-    ]
+def test_serve_started_before_its_log_directory_exists_says_so_and_serves_it_once_it_appears(
+    tmp_path: Path, serve: Callable[..., ServeProcess]
+) -> None:
+    """``seglog serve`` started before the writer that creates the log directory exited 1
+    (``LogDirectoryNotFoundError``) while ``seglog maintain`` waits for it: services started in any
+    order failed or not by command. Now serve, like the daemon, says once that the directory does not
+    exist yet (a wrong path is one line, not silence) and serves its topics once a writer made it."""
+    log_dir = tmp_path / "not-yet"
+    server = serve(log_dir)
+    time.sleep(0.5)
+    assert server.proc.poll() is None
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(json.dumps({"value": f"v{i}"}) + "\n" for i in range(5)))
+    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source)]) == 0
+    received = kafka_python(server.bootstrap, 5, assign=[("t", 0)], timeout_s=30)
+    assert [r.value for r in received[("t", 0)]] == [f"v{i}".encode() for i in range(5)]
+    said = [line for line in server.log_text().splitlines() if "does not exist yet" in line]
+    assert said == [
+        said[0][: said[0].index("WARNING")]
+        + f"WARNING seglog.serve.server: log directory {log_dir} does not exist yet: serving its topics once it "
+        "appears"
+    ], server.log_text()
 
 
 def test_missing_group_offsets_dir_is_one_line(tmp_path: Path) -> None:

@@ -82,3 +82,37 @@ def test_kafka_python_describes_a_topics_changed_configs(server: ServeProcess) -
         }
     finally:
         admin.close()
+
+
+def test_kafka_python_gets_each_config_with_the_type_kafka_declares(server: ServeProcess) -> None:
+    """Every config was answered with type LONG (``message.timestamp.type`` and ``compression.type``
+    too, which are strings; ``segment.bytes``, an int); each now has the type of Kafka's LogConfig:
+    INT for the 4-byte sizes, LONG for times and counts, BOOLEAN, STRING."""
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        keys = [
+            "segment.bytes",
+            "index.interval.bytes",
+            "max.message.bytes",
+            "segment.ms",
+            "retention.ms",
+            "retention.bytes",
+            "preallocate",
+            "message.timestamp.type",
+            "compression.type",
+        ]
+        found = admin.describe_configs([KafkaPythonResource("TOPIC", "orders", keys)], config_filter="all")
+        types = {k: v["config_type"] for k, v in found["topic"]["orders"].items()}  # the type's name
+    finally:
+        admin.close()
+    assert types == {
+        "segment.bytes": "INT",
+        "index.interval.bytes": "INT",
+        "max.message.bytes": "INT",
+        "segment.ms": "LONG",
+        "retention.ms": "LONG",
+        "retention.bytes": "LONG",
+        "preallocate": "BOOLEAN",
+        "message.timestamp.type": "STRING",
+        "compression.type": "STRING",
+    }
