@@ -36,6 +36,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import numpy as np
 import pyarrow as pa
 
+from indexer.checkpoint import fsync_directory
 from indexer.clock import Clock, SystemClock
 from indexer.config import LogConfig
 from indexer.data_loss import log_start_above, missing_between_segments, missing_committed_records
@@ -1436,11 +1437,7 @@ class Log:
 
     def _fsync_directory(self) -> None:
         with storage_errors(self.directory, "fsync the partition directory"):
-            fd = os.open(self.directory, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_directory(self.directory)
 
     def close(self) -> None:
         """Flush everything, seal the active segment's files (final time index entry, trim) and release
