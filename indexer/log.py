@@ -1060,7 +1060,7 @@ class Log:
             return None
         next_base = None if following is None else following.base_offset
         scan = segment.log.scan()  # pread, never a map: a reader holds no lock against a writer's cut
-        plan = plan_salvage(segment.log, segment.base_offset, next_base, scan, mapped=False)
+        plan = plan_salvage(segment.log, segment.base_offset, next_base, scan)
         return next((r for r in plan.lost if r.first <= offset and (r.end is None or offset < r.end)), None)
 
     def _repair_index(self, segment: LogSegment) -> None:

@@ -796,7 +796,7 @@ class LogLoader:
         if self._salvage and inspection.damaged:
             with FileRecords.open(source, mutable=False) as records:
                 next_base = self._next_base(segment.base_offset)
-                plan = plan_salvage(records, segment.base_offset, next_base, inspection.scan, mapped=self._fix)
+                plan = plan_salvage(records, segment.base_offset, next_base, inspection.scan)
             segment.size = plan.kept_bytes
             segment.next_offset = plan.next_offset or segment.base_offset
             names = [

@@ -32,9 +32,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import mmap
 import os
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -187,16 +186,14 @@ def first_misplaced_batch(scan: BatchScan, base_offset: int, next_base: int | No
     return int(hits[0]) if hits.size else None
 
 
-def plan_salvage(
-    records: FileRecords, base_offset: int, next_base: int | None, scan: BatchScan, *, mapped: bool = True
-) -> SalvagePlan:
+def plan_salvage(records: FileRecords, base_offset: int, next_base: int | None, scan: BatchScan) -> SalvagePlan:
     """Find the intact batches of ``records`` (a segment based at ``base_offset``, followed by a
     segment based at ``next_base`` if any), given ``scan``, its CRC-checked scan from 0.
 
-    ``mapped`` (the caller holds the partition's writer lock) searches a memory map of the file;
-    without it (``seglog describe``, a dry run) the file is read with ``pread`` in windows of
-    :data:`SEARCH_WINDOW_BYTES`, so memory stays bounded whatever the segment's size (a writer
-    cutting a mapped file kills the process with SIGBUS). The plan then covers the bytes read.
+    The file is read with ``pread`` in windows of :data:`SEARCH_WINDOW_BYTES`, never mapped, as every
+    scan is: memory stays bounded whatever the segment's size, and a writer cutting the file under
+    a reader without the lock (``seglog describe``, a dry run) ends the bytes read rather than
+    killing the process with SIGBUS. The plan then covers the bytes read.
 
     Raises:
         StorageError: the file cannot be read.
@@ -206,22 +203,22 @@ def plan_salvage(
     pieces = [scan]
     position = scan.valid_bytes
     if position < size:
-        with _file_bytes(records, size, mapped) as window:
-            search = position + 1
-            while search < window.size:
-                candidate = window.next_candidate(search, base_offset, max_last)
-                if candidate < 0:
-                    break
-                if not window.crc_valid(candidate):
-                    search = candidate + 1
-                    continue
-                piece = records.scan(candidate, window.size)
-                if not len(piece):
-                    search = candidate + 1
-                    continue
-                pieces.append(piece)
-                search = piece.valid_bytes + 1
-            size = window.size
+        window = _Window(records, size)
+        search = position + 1
+        while search < window.size:
+            candidate = window.next_candidate(search, base_offset, max_last)
+            if candidate < 0:
+                break
+            if not window.crc_valid(candidate):
+                search = candidate + 1
+                continue
+            piece = records.scan(candidate, window.size)
+            if not len(piece):
+                search = candidate + 1
+                continue
+            pieces.append(piece)
+            search = piece.valid_bytes + 1
+        size = window.size
     valid = _concat(pieces)
     keep = _intact(valid, base_offset, next_base, size)
     kept = _select(valid, keep)
@@ -230,31 +227,28 @@ def plan_salvage(
     return SalvagePlan(size, kept, removed, lost)
 
 
-SEARCH_WINDOW_BYTES = 8 << 20  # plan_salvage(mapped=False) reads the file in windows of this size
+SEARCH_WINDOW_BYTES = 8 << 20  # plan_salvage reads the file in windows of this size
 
 
 class _Window:
-    """The bytes of a ``.log`` that :func:`plan_salvage` searches: ``buf`` holds the file from position
-    ``origin`` on, either all of it (a map) or a window read with ``pread``, moved along as the search
-    goes (``size`` then shrinks to where the bytes end if the file was cut meanwhile)."""
+    """The bytes of a ``.log`` that :func:`plan_salvage` searches: ``buf`` holds a window of the file
+    from position ``origin`` on, read with ``pread`` and moved along as the search goes (``size``
+    shrinks to where the bytes end if the file was cut meanwhile)."""
 
-    def __init__(self, records: FileRecords, size: int, mapping: np.ndarray | None) -> None:
+    def __init__(self, records: FileRecords, size: int) -> None:
         self.records = records
         self.size = size
         self.origin = 0
-        self.buf = np.empty(0, dtype=np.uint8) if mapping is None else mapping
-        self.moves = mapping is None
+        self.buf = np.empty(0, dtype=np.uint8)
 
     def next_candidate(self, start: int, min_base: int, max_last: int) -> int:
         """The file position of the first plausible batch header at or after ``start`` (-1: none)."""
         while start <= self.size - RECORD_BATCH_OVERHEAD:
-            if self.moves and not self._holds(start, RECORD_BATCH_OVERHEAD):
+            if not self._holds(start, RECORD_BATCH_OVERHEAD):
                 self._read(start, SEARCH_WINDOW_BYTES)
             found = int(next_candidate(self.buf, start - self.origin, self.size - self.origin, min_base, max_last))
             if found >= 0:
                 return self.origin + found
-            if not self.moves:
-                return -1
             start = self.origin + len(self.buf) - RECORD_BATCH_OVERHEAD + 1  # the first position not tried
         return -1
 
@@ -285,24 +279,6 @@ class _Window:
         if len(data) < wanted:  # the file shrank underneath us: its bytes end here
             self.size = position + len(data)
         self.origin, self.buf = position, np.frombuffer(data, dtype=np.uint8)
-
-
-@contextlib.contextmanager
-def _file_bytes(records: FileRecords, size: int, mapped: bool) -> Iterator[_Window]:
-    """The first ``size`` bytes of ``records`` to search: a read-only map, or ``pread`` windows."""
-    if not mapped:
-        yield _Window(records, size, None)
-        return
-    with storage_errors(records.path, "map"), open(records.path, "rb") as f:
-        mapping = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
-    try:
-        window = _Window(records, size, np.frombuffer(mapping, dtype=np.uint8))
-        yield window
-        window.buf = np.empty(0, dtype=np.uint8)  # numpy lets go of the map before it is closed
-        del window
-    finally:
-        with contextlib.suppress(BufferError):
-            mapping.close()
 
 
 _COLUMNS = ("positions", "sizes", "base_offsets", "last_offsets", "max_timestamps", "magics", "attributes")

@@ -243,7 +243,7 @@ def describe_segment(
 def _salvage(records: Any, base_offset: int, next_base: int | None, scan: Any, damage_at: int) -> dict[str, Any]:
     """What ``seglog recover`` would do with a damaged segment (damage from position ``damage_at``):
     its intact batches after the damage (kept), the byte ranges it quarantines, the offsets those held."""
-    plan = plan_salvage(records, base_offset, next_base, scan, mapped=False)
+    plan = plan_salvage(records, base_offset, next_base, scan)
     after = plan.kept.positions >= damage_at
     return {
         "kept_batches_after_damage": int(np.count_nonzero(after)),

@@ -242,29 +242,30 @@ def test_salvage_keeps_every_undamaged_batch(
 
 @fuzz_settings(30, ci=15, soak=1000)
 @given(data=st.data())
-def test_the_windowed_search_without_a_map_plans_what_the_mapped_one_plans(
+def test_the_windowed_search_plans_what_one_window_over_the_whole_file_plans(
     template: Template,
     tmp_path_factory: pytest.TempPathFactory,
-    monkeypatch: pytest.MonkeyPatch,
     data: st.DataObject,
 ) -> None:
-    """``plan_salvage(mapped=False)`` (a dry run, ``seglog describe --verify``) reads the file in windows
-    of ``SEARCH_WINDOW_BYTES``: with any window (down to one batch header, batches and candidates
-    straddling windows) and any damage, it plans exactly what the mapped search of a real recovery
-    plans."""
+    """``plan_salvage`` reads the file in windows of ``SEARCH_WINDOW_BYTES``: with any window (down
+    to one batch header, batches and candidates straddling windows) and any damage, it plans
+    exactly what one window holding the whole file plans."""
     log_dir = tmp_path_factory.mktemp("window") / "logs"
     shutil.copytree(template.log_dir, log_dir)
     partition = log_dir / PARTITION_DIR
     _apply(partition, data.draw(damages(template)))
-    monkeypatch.setattr(salvage, "SEARCH_WINDOW_BYTES", data.draw(st.integers(RECORD_BATCH_OVERHEAD, 400)))
+    window = data.draw(st.integers(RECORD_BATCH_OVERHEAD, 400))
     bases = [int(name.split(".")[0]) for name in template.segments]
     for base, next_base in zip(bases, [*bases[1:], None], strict=True):
         with FileRecords.open(file_names.log_file(partition, base), mutable=False) as records:
             scan = records.scan()
-            mapped = salvage.plan_salvage(records, base, next_base, scan)
-            read = salvage.plan_salvage(records, base, next_base, scan, mapped=False)
-        assert (read.size, read.removed, read.lost) == (mapped.size, mapped.removed, mapped.lost)
-        assert read.kept.positions.tolist() == mapped.kept.positions.tolist()
+            with pytest.MonkeyPatch.context() as patch:
+                patch.setattr(salvage, "SEARCH_WINDOW_BYTES", 1 << 40)
+                whole = salvage.plan_salvage(records, base, next_base, scan)
+                patch.setattr(salvage, "SEARCH_WINDOW_BYTES", window)
+                read = salvage.plan_salvage(records, base, next_base, scan)
+        assert (read.size, read.removed, read.lost) == (whole.size, whole.removed, whole.lost)
+        assert read.kept.positions.tolist() == whole.kept.positions.tolist()
 
 
 def test_a_dry_run_plans_the_salvage_of_a_large_segment_in_bounded_memory(
