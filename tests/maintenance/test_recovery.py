@@ -19,6 +19,7 @@ from indexer.lock import FileLock
 from indexer.log_loader import LogLoader
 from indexer.log_manager import LogManager
 from indexer.records.file_records import FileRecords
+from maintenance import recovery
 from maintenance.access import partition_name
 from maintenance.recovery import EXIT_COMMITTED_DATA_LOST, recover_log_dir
 from seglog.cli import main
@@ -447,3 +448,32 @@ def test_recovering_a_partition_that_retention_moved_reads_each_segment_once(
     assert outcome.exit_status() == 0
     t0 = [path.name for path in scanned if path.parent == partition]
     assert t0 and sorted(set(t0)) == sorted(t0), t0  # no segment file scanned twice
+
+
+def test_ctrl_c_after_a_partition_was_closed_reports_it_recovered(
+    template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C between a partition's close (recovered, flushed, lock released) and its result being
+    recorded reported it "interrupted ... run seglog recover again" and dropped its checkpoint
+    entries. It is now reported recovered, with its entries; the next partition is not started."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    (log_dir / ".kafka_cleanshutdown").unlink()
+    (log_dir / "recovery-point-offset-checkpoint").write_text("0\n0\n")
+    digests = recovery._index_digests
+    calls = []
+
+    def interrupted_after_the_close(path: Path) -> dict[str, bytes]:
+        calls.append(path)
+        if len(calls) == 2:  # the count after the first partition's close
+            raise KeyboardInterrupt
+        return digests(path)
+
+    monkeypatch.setattr(recovery, "_index_digests", interrupted_after_the_close)
+    with pytest.raises(recovery.RecoveryInterrupted) as raised:
+        recover_log_dir(log_dir, settings_for(small_config()), progress=False)
+    outcome = raised.value.outcome
+    assert [(p.partition, p.status) for p in outcome.partitions] == [("t-0", "recovered"), ("t-1", "not started")]
+    assert outcome.partitions[0].log_end_offset == 48 and not outcome.partitions[0].message
+    assert (log_dir / "recovery-point-offset-checkpoint").read_text().splitlines()[2:] == ["t 0 48"]
+    assert not (log_dir / ".kafka_cleanshutdown").exists()
