@@ -30,6 +30,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
@@ -72,7 +73,7 @@ from indexer.records.file_records import FileSlice
 from indexer.records.framing import assign_offsets, backwards_entry, whole_entries
 from indexer.records.isolation import IsolationLevel
 from indexer.retention import RetentionDecision, RetentionReason, plan_retention
-from indexer.salvage import LostRange, plan_salvage
+from indexer.salvage import LostRange, first_misplaced_batch, plan_salvage
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 from indexer.transaction_index import AbortedTxn
@@ -163,6 +164,16 @@ def _backwards_error(segment: LogSegment, position: int, first: int, before: int
         path=segment.log.path,
         position=position,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableOffsets:
+    """Offsets a read cannot return past damage (:meth:`Log.unreadable_offsets`): ``offsets`` (``end``
+    None: up to the log end), and whether ``seglog recover`` names them ``lost`` (else it keeps them:
+    the damage is a batch written twice or out of place)."""
+
+    offsets: LostRange
+    lost: bool
 
 
 class Log:
@@ -1036,21 +1047,24 @@ class Log:
             offset=offset,
         )
 
-    def unreadable_offsets(self, error: CorruptRecordError) -> LostRange | None:
+    def unreadable_offsets(self, error: CorruptRecordError) -> UnreadableOffsets | None:
         """The offsets that the damage a read stopped at (``error``, from :meth:`read` or
-        :meth:`read_records`) makes unreadable, as ``seglog recover``'s salvage names them lost: offsets
-        in no segment file, or the range of the damaged segment between the intact batches around the
-        damage (:func:`~indexer.salvage.plan_salvage`; ``end`` None: up to the log end). None when the
-        damage loses no offset (a batch written twice: recovery drops the copy) or its segment left the
-        log: a reader cannot go on after it. For readers that accept data loss (the Spark source with
-        ``failOnDataLoss=false``); it reads the damaged segment whole, so only on the error path.
+        :meth:`read_records`) makes unreadable, and whether ``seglog recover``'s salvage names them
+        lost: offsets in no segment file, or the range of the damaged segment between the intact
+        batches around the damage (:func:`~indexer.salvage.plan_salvage`; ``end`` None: up to the log
+        end). A batch written twice or out of place whose offsets recovery keeps elsewhere (another
+        copy, in order) is still unreadable here (two CRC-valid batches claim them and reads serve
+        neither): from ``error.offset`` up to the batches in order before it, not lost. None when its
+        segment left the log, or no read can start after the damage: a reader cannot go on. For
+        readers that accept data loss (the Spark source with ``failOnDataLoss=false``); it reads the
+        damaged segment whole, so only on the error path.
 
         Raises:
             StorageError: the segment cannot be read.
         """
         offset = error.offset
         if offset is not None and isinstance(error, OffsetsInNoSegmentError):
-            return LostRange(offset, error.end)
+            return UnreadableOffsets(LostRange(offset, error.end), lost=True)
         segment = None if offset is None else self._segments.floor_segment(offset)
         if segment is None or offset is None or error.path != str(segment.log.path):
             return None
@@ -1061,7 +1075,14 @@ class Log:
         next_base = None if following is None else following.base_offset
         scan = segment.log.scan()  # pread, never a map: a reader holds no lock against a writer's cut
         plan = plan_salvage(segment.log, segment.base_offset, next_base, scan)
-        return next((r for r in plan.lost if r.first <= offset and (r.end is None or offset < r.end)), None)
+        lost = next((r for r in plan.lost if r.first <= offset and (r.end is None or offset < r.end)), None)
+        if lost is not None:
+            return UnreadableOffsets(lost, lost=True)
+        misplaced = first_misplaced_batch(scan, segment.base_offset, next_base)
+        if not misplaced:  # none, or the first batch: no batch in order before it to read past
+            return None
+        resume = int(np.max(scan.last_offsets[:misplaced])) + 1
+        return UnreadableOffsets(LostRange(offset, resume), lost=False) if offset < resume else None
 
     def _repair_index(self, segment: LogSegment) -> None:
         """Rebuild the indexes of ``segment`` after a read found a damaged entry in them (O(1) when
