@@ -36,6 +36,7 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from indexer.checkpoint import fsync_directory
 from indexer.clock import Clock, SystemClock
@@ -69,11 +70,11 @@ from indexer.records.batch_limits import BatchLimits
 from indexer.records.columns import READ_SCHEMA, AppendInput, to_append_table
 from indexer.records.decoder import decode_records
 from indexer.records.encoder import EncodedBatches
-from indexer.records.file_records import FileSlice
+from indexer.records.file_records import BatchScan, FileSlice
 from indexer.records.framing import assign_offsets, backwards_entry, whole_entries
 from indexer.records.isolation import IsolationLevel
 from indexer.retention import RetentionDecision, RetentionReason, plan_retention
-from indexer.salvage import LostRange, first_misplaced_batch, plan_salvage
+from indexer.salvage import LostRange, SalvagePlan, first_misplaced_batch, plan_salvage
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 from indexer.transaction_index import AbortedTxn
@@ -1020,6 +1021,19 @@ class Log:
             if damage is None and (backwards := _backwards(table, buf, whole, floor)) is not None:
                 table, at, unread, before = backwards
                 damage = _backwards_error(segment, position + at, unread, before)
+                cut = self._salvage_cut(segment, position + at)
+                if cut is not None and table.num_rows and int(pc.max(table.column("offset")).as_py()) >= cut[1]:
+                    # Records recovery removes would be served: an earlier batch is the damage (a base
+                    # offset changed in place, which no CRC covers), its records under wrong offsets.
+                    removed_at, unread = cut
+                    table = table.filter(pc.less(table.column("offset"), unread))
+                    unread = max(unread, start_offset)
+                    damage = CorruptRecordError(
+                        f"batch at position {removed_at} holds offsets that contradict the batches around it "
+                        "(a base offset damaged in place: the CRC does not cover it); recovery removes it",
+                        path=segment.log.path,
+                        position=removed_at,
+                    )
             elif damage is not None:
                 unread = max(covered, whole_entries(buf[:good])[1])
             if damage is not None:
@@ -1068,13 +1082,10 @@ class Log:
         segment = None if offset is None else self._segments.floor_segment(offset)
         if segment is None or offset is None or error.path != str(segment.log.path):
             return None
-        try:
-            following = self._segments.next_segment(segment)
-        except LookupError:
+        salvage = self._salvage_plan(segment)
+        if salvage is None:
             return None
-        next_base = None if following is None else following.base_offset
-        scan = segment.log.scan()  # pread, never a map: a reader holds no lock against a writer's cut
-        plan = plan_salvage(segment.log, segment.base_offset, next_base, scan)
+        scan, next_base, plan = salvage
         lost = next((r for r in plan.lost if r.first <= offset and (r.end is None or offset < r.end)), None)
         if lost is not None:
             return UnreadableOffsets(lost, lost=True)
@@ -1083,6 +1094,37 @@ class Log:
             return None
         resume = int(np.max(scan.last_offsets[:misplaced])) + 1
         return UnreadableOffsets(LostRange(offset, resume), lost=False) if offset < resume else None
+
+    def _salvage_plan(self, segment: LogSegment) -> tuple[BatchScan, int | None, SalvagePlan] | None:
+        """``segment``'s scan, the next segment's base offset and what recovery's salvage would keep
+        (:func:`~indexer.salvage.plan_salvage`), read whole: error paths only. None when the segment
+        left the log.
+
+        Raises:
+            StorageError: the segment cannot be read.
+        """
+        try:
+            following = self._segments.next_segment(segment)
+        except LookupError:
+            return None
+        next_base = None if following is None else following.base_offset
+        scan = segment.log.scan()  # pread, never a map: a reader holds no lock against a writer's cut
+        return scan, next_base, plan_salvage(segment.log, segment.base_offset, next_base, scan)
+
+    def _salvage_cut(self, segment: LogSegment, position: int) -> tuple[int, int] | None:
+        """Where salvage first removes bytes of ``segment``, when that is before ``position`` (a batch
+        whose offsets go backwards there): (that position, the first offset it removes, just after
+        the batches it keeps before it), or None.
+
+        Raises:
+            StorageError: the segment cannot be read.
+        """
+        salvage = self._salvage_plan(segment)
+        if salvage is None or not salvage[2].removed or salvage[2].removed[0][0] >= position:
+            return None
+        kept, removed_at = salvage[2].kept, salvage[2].removed[0][0]
+        before = np.asarray(kept.last_offsets)[np.asarray(kept.positions) < removed_at]
+        return removed_at, int(before.max()) + 1 if before.size else segment.base_offset
 
     def _repair_index(self, segment: LogSegment) -> None:
         """Rebuild the indexes of ``segment`` after a read found a damaged entry in them (O(1) when
