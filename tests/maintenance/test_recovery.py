@@ -477,3 +477,31 @@ def test_ctrl_c_after_a_partition_was_closed_reports_it_recovered(
     assert outcome.partitions[0].log_end_offset == 48 and not outcome.partitions[0].message
     assert (log_dir / "recovery-point-offset-checkpoint").read_text().splitlines()[2:] == ["t 0 48"]
     assert not (log_dir / ".kafka_cleanshutdown").exists()
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_damaged_swap_file_never_replaces_an_intact_segment(template: Path, tmp_path: Path, dry_run: bool) -> None:
+    """A ``<base>.log.swap`` cut in half (no writer leaves one: a swap is renamed from a whole, fsynced
+    ``.cleaned``) replaced the intact ``.log`` beside it: recovery deleted the ``.log`` and salvaged the
+    swap, losing committed offsets the ``.log`` held (exit 3, the bytes nowhere). The damaged swap is
+    now quarantined whole instead, the ``.log`` kept, and nothing is lost."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    partition = log_dir / "t-0"
+    log_path = sorted(partition.glob("*.log"))[1]
+    data = log_path.read_bytes()
+    swap = partition / (log_path.name + ".swap")
+    swap.write_bytes(data[: len(data) // 2 + 5])
+    outcome = recover_log_dir(log_dir, settings_for(small_config()), dry_run=dry_run, progress=False)
+    [row] = [p for p in outcome.partitions if p.partition == "t-0"]
+    assert row.lost_offsets == [] and not outcome.committed_data_lost, row
+    steps = [(s["kind"], Path(s["path"]).name) for s in row.steps]
+    assert ("quarantine-damaged-swap-file", swap.name) in steps and not any(
+        kind == "delete-file-replaced-by-swap" for kind, _ in steps
+    ), steps
+    assert log_path.read_bytes() == data
+    if dry_run:
+        assert swap.exists()
+    else:
+        assert not swap.exists() and row.quarantined == [f"{log_path.name}.0.quarantine"], row.quarantined
+        assert (partition / row.quarantined[0]).read_bytes() == data[: len(data) // 2 + 5]
