@@ -94,6 +94,7 @@ from indexer.salvage import (
 )
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
+from indexer.transaction_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -898,6 +899,7 @@ class LogLoader:
                 os.replace(cleaned, swap)
             self._fsync_directory()
             modified = segment.last_modified
+            aborted = _aborted_txns(segment)
             segment.change_file_suffixes("", file_names.DELETED_FILE_SUFFIX)
             self._deleted.append(segment)
             with storage_errors(swap, "rename", target=log_path):
@@ -905,6 +907,8 @@ class LogLoader:
             self._fsync_directory()
             segment = self._open_segment(base, file_already_exists=True)
             self._segments[base] = segment
+            for txn in aborted:  # the new file's: recover keeps those of the batches kept
+                segment.txn_index.append(txn)
             segment.recover()
             segment.set_last_modified(modified)
         self._next_offsets[base] = plan.next_offset or base
@@ -1202,6 +1206,21 @@ def _inspect_records(
     overflow = int(last[bad[0]]) if bad.size else None
     out_of_order = bool(last.size > 1 and np.any(np.diff(last) <= 0))
     return _Inspection(scan, size, overflow, out_of_order, misfit, dropped)
+
+
+def _aborted_txns(segment: LogSegment) -> list[AbortedTxn]:
+    """The ``.txnindex`` entries of ``segment`` for its salvaged copy (none, said at WARNING, when the
+    file fails Kafka's check)."""
+    try:
+        segment.txn_index.sanity_check()
+        return segment.txn_index.all_aborted_txns()
+    except CorruptIndexError as e:
+        logger.warning(
+            "%s; not copied: read_committed reads of segment %d can no longer leave out aborted transactions",
+            e,
+            segment.base_offset,
+        )
+        return []
 
 
 def _kept_runs(plan: SalvagePlan) -> list[tuple[int, int]]:

@@ -12,18 +12,21 @@ from pathlib import Path
 import pytest
 
 from indexer.clock import MockClock
-from indexer.config import Settings
+from indexer.config import LogConfig, Settings
 from indexer.file_names import PARTITION_LOCK_FILE, partition_dirs
 from indexer.index_check import segment_index_problem
 from indexer.lock import FileLock
+from indexer.log import Log
 from indexer.log_loader import LogLoader
 from indexer.log_manager import LogManager
 from indexer.records.file_records import FileRecords
+from indexer.records.isolation import IsolationLevel
 from maintenance import recovery
 from maintenance.access import partition_name
 from maintenance.recovery import EXIT_COMMITTED_DATA_LOST, recover_log_dir
 from seglog.cli import main
 from tests.budget import scaled
+from tests.indexer.test_read_committed import COMMITTED_OFFSETS, write_transactional_partition
 from tests.maintenance.conftest import append_batches, settings_for, small_config
 
 
@@ -505,3 +508,26 @@ def test_a_damaged_swap_file_never_replaces_an_intact_segment(template: Path, tm
     else:
         assert not swap.exists() and row.quarantined == [f"{log_path.name}.0.quarantine"], row.quarantined
         assert (partition / row.quarantined[0]).read_bytes() == data[: len(data) // 2 + 5]
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_recovery_keeps_the_aborted_transactions_of_the_batches_it_keeps(tmp_path: Path, damaged: bool) -> None:
+    """``seglog recover`` (every segment recovered, its indexes rebuilt) emptied the ``.txnindex`` of a
+    broker-written transactional partition and nothing rebuilt it: read_committed reads then returned
+    the aborted transaction's records 2..4 as committed. Recovery now keeps the entries of the batches
+    it keeps, also when it salvages the segment into a new file (a damaged batch of offsets 8..9)."""
+    log_dir = tmp_path / "logs"
+    write_transactional_partition(log_dir / "tx-0")
+    (log_dir / "replication-offset-checkpoint").write_text("0\n1\ntx 0 14\n")
+    if damaged:
+        log_path = log_dir / "tx-0" / "00000000000000000000.log"
+        [victim] = [b for b in batches_of(log_dir / "tx-0") if b.last_offset == 9]
+        data = bytearray(log_path.read_bytes())
+        data[victim.position + victim.size - 1] ^= 0xFF
+        log_path.write_bytes(bytes(data))
+    outcome = recover_log_dir(log_dir, Settings(), progress=False)
+    assert [p.status for p in outcome.partitions] == ["recovered"]
+    with Log.open(log_dir / "tx-0", LogConfig(), read_only=True) as log:
+        committed = log.read_records(0, isolation_level=IsolationLevel.READ_COMMITTED)
+        expected = [o for o in COMMITTED_OFFSETS if not damaged or o not in (8, 9)]
+        assert committed.column("offset").to_pylist() == expected
