@@ -54,6 +54,7 @@ from indexer.file_names import (
     LOG_START_OFFSET_CHECKPOINT_FILE,
     PARTITION_LOCK_FILE,
     TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
     TopicPartition,
     misnamed_partition_dirs,
     partition_dirs,
@@ -228,11 +229,11 @@ def _log_bytes(path: Path) -> int:
 
 
 def _index_digests(path: Path) -> dict[str, bytes]:
-    """Digest of every ``.index``/``.timeindex`` file (to count the ones recovery rewrote)."""
+    """Digest of every ``.index``/``.timeindex``/``.txnindex`` file (to count the ones recovery rewrote)."""
     out = {}
     with os.scandir(path) as entries:
         for e in entries:
-            if e.is_file() and e.name.endswith((INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)):
+            if e.is_file() and e.name.endswith((INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)):
                 with open(e.path, "rb") as f:
                     out[e.name] = hashlib.blake2b(f.read(), digest_size=16).digest()
     return out

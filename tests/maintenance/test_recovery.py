@@ -531,3 +531,21 @@ def test_recovery_keeps_the_aborted_transactions_of_the_batches_it_keeps(tmp_pat
         committed = log.read_records(0, isolation_level=IsolationLevel.READ_COMMITTED)
         expected = [o for o in COMMITTED_OFFSETS if not damaged or o not in (8, 9)]
         assert committed.column("offset").to_pylist() == expected
+
+
+def test_a_damaged_transaction_index_counts_as_rebuilt_in_the_dry_run_and_the_recovery(
+    template: Path, tmp_path: Path
+) -> None:
+    """A ``.txnindex`` failing Kafka's check: the dry run counted its segment in ``indexes rebuilt``
+    (1), the recovery that emptied it did not (0)."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    log_path = sorted((log_dir / "t-0").glob("*.log"))[1]
+    log_path.with_suffix(".txnindex").write_bytes(b"\x07" * 34)  # an unknown record version
+    settings = settings_for(small_config())
+    counts = []
+    for dry_run in (True, False):
+        outcome = recover_log_dir(log_dir, settings, dry_run=dry_run, progress=False)
+        counts.append(next(p.indexes_rebuilt for p in outcome.partitions if p.partition == "t-0"))
+    assert counts == [1, 1]
+    assert log_path.with_suffix(".txnindex").stat().st_size == 0
