@@ -1,8 +1,9 @@
 """Index validation: the one rule that decides whether a segment's ``.index``/``.timeindex`` can be trusted.
 
-Every caller asks here: the loader (on every load, also for ``.txnindex``), the maintenance ``index`` job and
-``seglog recover --dry-run`` (through :func:`segment_index_problem`), ``seglog dump``'s per-entry
-report (:func:`offset_entries_agree`, :func:`time_entries_agree`) and the read path (the O(1)
+Every caller asks here: the loader (on every load, also for ``.txnindex``), the maintenance ``index``
+job, ``seglog recover --dry-run`` and ``seglog describe --verify`` (through
+:func:`segment_index_problems`, which checks the ``.txnindex`` too), ``seglog dump``'s per-entry report
+(:func:`offset_entries_agree`, :func:`time_entries_agree`) and the read path (the O(1)
 :func:`entry_batch_problem` at the position an index gave). The entry layouts belong to the index
 classes; files are read through them (read-only), never parsed here.
 
@@ -36,6 +37,7 @@ from indexer.file_names import (
     filename_prefix_from_offset,
     offset_index_file,
     time_index_file,
+    transaction_index_file,
 )
 from indexer.limits import INT32_MAX
 from indexer.offset_index import OffsetIndex
@@ -50,11 +52,13 @@ _EMPTY = np.empty(0, np.int64)
 
 @dataclass(frozen=True, slots=True)
 class IndexProblem:
-    """Why an index file cannot be trusted: the file, what is wrong, and the first bad slot if one is."""
+    """Why an index file cannot be trusted: the file, what is wrong, the first bad slot if one is, and
+    whether the file is missing (a broker creates index files lazily: no damage, the loader rebuilds it)."""
 
     path: Path
     message: str
     entry: int | None = None
+    missing: bool = False  # the file does not exist: rebuilt on the next load, not damage
 
     def __str__(self) -> str:
         return self.message
@@ -257,13 +261,15 @@ def transaction_index_problem(path: Path, base_offset: int) -> IndexProblem | No
     return None
 
 
-def segment_index_problem(
+def segment_index_problems(
     directory: Path, base_offset: int, *, next_base_offset: int | None, against_log: bool
-) -> IndexProblem | None:
-    """Why the ``.index``/``.timeindex`` of the segment at ``base_offset`` cannot be trusted, or None.
+) -> list[IndexProblem]:
+    """Every index file of the segment at ``base_offset`` that cannot be trusted, one problem per file:
+    the ``.index`` and ``.timeindex`` (a missing one too, :attr:`IndexProblem.missing`), and the
+    ``.txnindex`` when there is one (it is created by its first entry), as the loader checks them.
 
-    Both files must exist. ``next_base_offset``: the following segment's (None for the last one);
-    ``against_log``: also compare every entry with a header walk of the ``.log`` (level 3).
+    ``next_base_offset``: the following segment's (None for the last one); ``against_log``: also
+    compare every entry with a header walk of the ``.log`` (level 3).
 
     The ``.log`` is read with ``pread`` (:func:`scan_headers`), so the caller need not hold the
     partition's lock; the index files are mapped, which is safe for sealed segments (a writer trims
@@ -279,21 +285,46 @@ def segment_index_problem(
     log_size = before[1]
     offset_path = offset_index_file(directory, base_offset)
     time_path = time_index_file(directory, base_offset)
-    for path in (offset_path, time_path):
-        if not path.exists():
-            _check_unchanged(log_path, before)
-            return IndexProblem(path, f"index file {path} is missing")
+    txn_path = transaction_index_file(directory, base_offset)
+    problems: list[IndexProblem | None] = [
+        IndexProblem(path, f"index file {path} is missing", missing=True)
+        for path in (offset_path, time_path)
+        if not path.exists()
+    ]
     try:
-        scan = scan_headers(log_path) if against_log else None
-        problem = offset_index_problem(
-            offset_path, base_offset, log_size=log_size, next_base_offset=next_base_offset, scan=scan
-        ) or time_index_problem(time_path, base_offset, next_base_offset=next_base_offset, scan=scan)
+        scan = scan_headers(log_path) if against_log and len(problems) < 2 else None
+        if offset_path.exists():
+            problems.append(
+                offset_index_problem(
+                    offset_path, base_offset, log_size=log_size, next_base_offset=next_base_offset, scan=scan
+                )
+            )
+        if time_path.exists():
+            problems.append(time_index_problem(time_path, base_offset, next_base_offset=next_base_offset, scan=scan))
+        if txn_path.exists():
+            problems.append(transaction_index_problem(txn_path, base_offset))
     except StorageError as e:
         if isinstance(e.__cause__, FileNotFoundError):
             _check_unchanged(log_path, before)
         raise
     _check_unchanged(log_path, before)
-    return problem
+    return [problem for problem in problems if problem is not None]
+
+
+def segment_index_problem(
+    directory: Path, base_offset: int, *, next_base_offset: int | None, against_log: bool
+) -> IndexProblem | None:
+    """Why the indexes of the segment at ``base_offset`` cannot be trusted (the first of
+    :func:`segment_index_problems`, for callers that rebuild them all), or None.
+
+    Raises:
+        LogChangedError: the ``.log`` went away or changed size meanwhile.
+        StorageError: a file cannot be read.
+    """
+    problems = segment_index_problems(
+        directory, base_offset, next_base_offset=next_base_offset, against_log=against_log
+    )
+    return problems[0] if problems else None
 
 
 def _log_identity(log_path: Path) -> tuple[int, int]:

@@ -57,6 +57,31 @@ def left_by_writer(holder: str) -> bool:
     return bool(holder.strip()) and "role" not in holder_fields(holder)
 
 
+def is_held(path: str | os.PathLike[str]) -> bool:
+    """Whether someone holds the lock at ``path`` now, asked at once (no wait for a borrower) and
+    writing nothing (a missing file: nobody), for readers that must not take a live writer's
+    unfinished files (an active segment's pre-allocated index) for damage.
+
+    Raises:
+        StorageError: the lock file exists but cannot be opened or locked.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        return False
+    except OSError as e:
+        raise StorageError(f"cannot open lock file {path}: {e.strerror}", path=path, errno=e.errno) from e
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except OSError as e:
+        if e.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return True
+        raise StorageError(f"cannot lock {path}: {e.strerror}", path=path, errno=e.errno) from e
+    finally:
+        os.close(fd)  # drops the shared lock, if taken
+    return False
+
+
 class FileLock:
     """An exclusive lock on ``path`` held until :meth:`release` (or process death).
 

@@ -30,11 +30,13 @@ import os
 import threading
 import time
 from collections.abc import Callable, MutableMapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from indexer.checkpoint import fsync_directory
 from indexer.clock import Clock, SystemClock
@@ -68,11 +70,11 @@ from indexer.records.batch_limits import BatchLimits
 from indexer.records.columns import READ_SCHEMA, AppendInput, to_append_table
 from indexer.records.decoder import decode_records
 from indexer.records.encoder import EncodedBatches
-from indexer.records.file_records import FileSlice
+from indexer.records.file_records import BatchScan, FileSlice
 from indexer.records.framing import assign_offsets, backwards_entry, whole_entries
 from indexer.records.isolation import IsolationLevel
 from indexer.retention import RetentionDecision, RetentionReason, plan_retention
-from indexer.salvage import LostRange, plan_salvage
+from indexer.salvage import LostRange, SalvagePlan, first_misplaced_batch, plan_salvage
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 from indexer.transaction_index import AbortedTxn
@@ -163,6 +165,16 @@ def _backwards_error(segment: LogSegment, position: int, first: int, before: int
         path=segment.log.path,
         position=position,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class UnreadableOffsets:
+    """Offsets a read cannot return past damage (:meth:`Log.unreadable_offsets`): ``offsets`` (``end``
+    None: up to the log end), and whether ``seglog recover`` names them ``lost`` (else it keeps them:
+    the damage is a batch written twice or out of place)."""
+
+    offsets: LostRange
+    lost: bool
 
 
 class Log:
@@ -1009,6 +1021,19 @@ class Log:
             if damage is None and (backwards := _backwards(table, buf, whole, floor)) is not None:
                 table, at, unread, before = backwards
                 damage = _backwards_error(segment, position + at, unread, before)
+                cut = self._salvage_cut(segment, position + at)
+                if cut is not None and table.num_rows and int(pc.max(table.column("offset")).as_py()) >= cut[1]:
+                    # Records recovery removes would be served: an earlier batch is the damage (a base
+                    # offset changed in place, which no CRC covers), its records under wrong offsets.
+                    removed_at, unread = cut
+                    table = table.filter(pc.less(table.column("offset"), unread))
+                    unread = max(unread, start_offset)
+                    damage = CorruptRecordError(
+                        f"batch at position {removed_at} holds offsets that contradict the batches around it "
+                        "(a base offset damaged in place: the CRC does not cover it); recovery removes it",
+                        path=segment.log.path,
+                        position=removed_at,
+                    )
             elif damage is not None:
                 unread = max(covered, whole_entries(buf[:good])[1])
             if damage is not None:
@@ -1036,32 +1061,70 @@ class Log:
             offset=offset,
         )
 
-    def unreadable_offsets(self, error: CorruptRecordError) -> LostRange | None:
+    def unreadable_offsets(self, error: CorruptRecordError) -> UnreadableOffsets | None:
         """The offsets that the damage a read stopped at (``error``, from :meth:`read` or
-        :meth:`read_records`) makes unreadable, as ``seglog recover``'s salvage names them lost: offsets
-        in no segment file, or the range of the damaged segment between the intact batches around the
-        damage (:func:`~indexer.salvage.plan_salvage`; ``end`` None: up to the log end). None when the
-        damage loses no offset (a batch written twice: recovery drops the copy) or its segment left the
-        log: a reader cannot go on after it. For readers that accept data loss (the Spark source with
-        ``failOnDataLoss=false``); it reads the damaged segment whole, so only on the error path.
+        :meth:`read_records`) makes unreadable, and whether ``seglog recover``'s salvage names them
+        lost: offsets in no segment file, or the range of the damaged segment between the intact
+        batches around the damage (:func:`~indexer.salvage.plan_salvage`; ``end`` None: up to the log
+        end). A batch written twice or out of place whose offsets recovery keeps elsewhere (another
+        copy, in order) is still unreadable here (two CRC-valid batches claim them and reads serve
+        neither): from ``error.offset`` up to the batches in order before it, not lost. None when its
+        segment left the log, or no read can start after the damage: a reader cannot go on. For
+        readers that accept data loss (the Spark source with ``failOnDataLoss=false``); it reads the
+        damaged segment whole, so only on the error path.
 
         Raises:
             StorageError: the segment cannot be read.
         """
         offset = error.offset
         if offset is not None and isinstance(error, OffsetsInNoSegmentError):
-            return LostRange(offset, error.end)
+            return UnreadableOffsets(LostRange(offset, error.end), lost=True)
         segment = None if offset is None else self._segments.floor_segment(offset)
         if segment is None or offset is None or error.path != str(segment.log.path):
             return None
+        salvage = self._salvage_plan(segment)
+        if salvage is None:
+            return None
+        scan, next_base, plan = salvage
+        lost = next((r for r in plan.lost if r.first <= offset and (r.end is None or offset < r.end)), None)
+        if lost is not None:
+            return UnreadableOffsets(lost, lost=True)
+        misplaced = first_misplaced_batch(scan, segment.base_offset, next_base)
+        if not misplaced:  # none, or the first batch: no batch in order before it to read past
+            return None
+        resume = int(np.max(scan.last_offsets[:misplaced])) + 1
+        return UnreadableOffsets(LostRange(offset, resume), lost=False) if offset < resume else None
+
+    def _salvage_plan(self, segment: LogSegment) -> tuple[BatchScan, int | None, SalvagePlan] | None:
+        """``segment``'s scan, the next segment's base offset and what recovery's salvage would keep
+        (:func:`~indexer.salvage.plan_salvage`), read whole: error paths only. None when the segment
+        left the log.
+
+        Raises:
+            StorageError: the segment cannot be read.
+        """
         try:
             following = self._segments.next_segment(segment)
         except LookupError:
             return None
         next_base = None if following is None else following.base_offset
         scan = segment.log.scan()  # pread, never a map: a reader holds no lock against a writer's cut
-        plan = plan_salvage(segment.log, segment.base_offset, next_base, scan)
-        return next((r for r in plan.lost if r.first <= offset and (r.end is None or offset < r.end)), None)
+        return scan, next_base, plan_salvage(segment.log, segment.base_offset, next_base, scan)
+
+    def _salvage_cut(self, segment: LogSegment, position: int) -> tuple[int, int] | None:
+        """Where salvage first removes bytes of ``segment``, when that is before ``position`` (a batch
+        whose offsets go backwards there): (that position, the first offset it removes, just after
+        the batches it keeps before it), or None.
+
+        Raises:
+            StorageError: the segment cannot be read.
+        """
+        salvage = self._salvage_plan(segment)
+        if salvage is None or not salvage[2].removed or salvage[2].removed[0][0] >= position:
+            return None
+        kept, removed_at = salvage[2].kept, salvage[2].removed[0][0]
+        before = np.asarray(kept.last_offsets)[np.asarray(kept.positions) < removed_at]
+        return removed_at, int(before.max()) + 1 if before.size else segment.base_offset
 
     def _repair_index(self, segment: LogSegment) -> None:
         """Rebuild the indexes of ``segment`` after a read found a damaged entry in them (O(1) when

@@ -94,6 +94,7 @@ from indexer.salvage import (
 )
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
+from indexer.transaction_index import AbortedTxn
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -108,6 +109,7 @@ class StepKind(enum.StrEnum):
     DELETE_CLEANED = "delete-cleaned-file"
     DELETE_INDEX_TEMP = "delete-unfinished-index-file"
     DELETE_INVALID_SWAP = "delete-incomplete-split-swap-file"
+    QUARANTINE_DAMAGED_SWAP = "quarantine-damaged-swap-file"
     DELETE_SWAPPED_OUT = "delete-file-replaced-by-swap"
     COMPLETE_SWAP = "rename-swap-file"
     DELETE_ORPHANED_INDEX = "delete-orphaned-index"
@@ -582,18 +584,37 @@ class LogLoader:
         return valid_swaps
 
     def _complete_swaps(self, swap_files: list[str]) -> None:
-        """Steps 2-4: delete what the valid swap segments replace, then rename them into place."""
+        """Steps 2-4: delete what the valid swap segments replace, then rename them into place.
+
+        Unlike Kafka, a ``.log`` swap file that is not whole CRC-valid batches (no writer renames one
+        into a swap: it is damaged) never replaces the segment files beside it: every swap file is
+        then set aside (the ``.log`` ones quarantined whole, the index ones deleted) and the segments
+        recovered as they are, which redoes the interrupted salvage or split. Only when no segment
+        file is there to replace is such a swap renamed into place (the only copy: recovery salvages it).
+        """
         min_swap_offset, max_swap_offset = INT64_MAX, -INT64_MAX - 1
+        damaged = False
         for name in swap_files:
             unswapped = name[: -len(file_names.SWAP_FILE_SUFFIX)]
             offset = _offset_or_none(name)
             if offset is None or not unswapped.endswith(file_names.LOG_FILE_SUFFIX):
                 continue
-            inspection = self._inspect(self._path(name), offset, verify_crc=False)
+            inspection = self._inspect(self._path(name), offset)
+            damaged = damaged or inspection.scan.valid_bytes < inspection.size
             next_offset = inspection.valid_next_offset
             min_swap_offset = min(min_swap_offset, offset)
             max_swap_offset = max(max_swap_offset, offset if next_offset is None else next_offset)
             logger.info("%sfound %s from an interrupted swap, recoverable by renaming", self._prefix, name)
+        replaced = [
+            name
+            for name in sorted(self._names)
+            if name.endswith(file_names.LOG_FILE_SUFFIX)
+            and (offset := _offset_or_none(name)) is not None
+            and min_swap_offset <= offset < max_swap_offset
+        ]
+        if damaged and replaced:
+            self._set_swaps_aside(swap_files, replaced)
+            return
         for name in sorted(self._names):
             if name.endswith(file_names.SWAP_FILE_SUFFIX) or file_names.is_quarantine_file(Path(name)):
                 continue
@@ -613,6 +634,23 @@ class LogLoader:
                     os.replace(self._path(name), self._path(target))
             else:
                 self._renamed[target] = name
+
+    def _set_swaps_aside(self, swap_files: list[str], replaced: list[str]) -> None:
+        """Quarantine the ``.log`` swap files whole and delete the index ones: one of them is damaged,
+        and the segment files they would replace (``replaced``) stay."""
+        why = f"a swap file is not whole CRC-valid batches (damaged): {', '.join(replaced)} kept, not replaced"
+        for name in sorted(swap_files):
+            offset = _offset_or_none(name)
+            if offset is None or not name.endswith(file_names.LOG_FILE_SUFFIX + file_names.SWAP_FILE_SUFFIX):
+                self._delete_file(name, StepKind.DELETE_INVALID_SWAP, why)
+                continue
+            path = self._path(name)
+            if self._fix:
+                quarantined = quarantine_whole_file(path, offset).name
+            else:
+                quarantined = file_names.quarantine_file(self.directory, offset, 0).name
+            self._names.discard(name)
+            self._record(StepKind.QUARANTINE_DAMAGED_SWAP, path, why, offset, quarantined=(quarantined,))
 
     def _load_segment_files(self) -> None:
         """Step 5: delete orphaned indexes, open every segment, recover those with missing or bad indexes."""
@@ -861,6 +899,7 @@ class LogLoader:
                 os.replace(cleaned, swap)
             self._fsync_directory()
             modified = segment.last_modified
+            aborted = _aborted_txns(segment)
             segment.change_file_suffixes("", file_names.DELETED_FILE_SUFFIX)
             self._deleted.append(segment)
             with storage_errors(swap, "rename", target=log_path):
@@ -868,6 +907,8 @@ class LogLoader:
             self._fsync_directory()
             segment = self._open_segment(base, file_already_exists=True)
             self._segments[base] = segment
+            for txn in aborted:  # the new file's: recover keeps those of the batches kept
+                segment.txn_index.append(txn)
             segment.recover()
             segment.set_last_modified(modified)
         self._next_offsets[base] = plan.next_offset or base
@@ -1165,6 +1206,21 @@ def _inspect_records(
     overflow = int(last[bad[0]]) if bad.size else None
     out_of_order = bool(last.size > 1 and np.any(np.diff(last) <= 0))
     return _Inspection(scan, size, overflow, out_of_order, misfit, dropped)
+
+
+def _aborted_txns(segment: LogSegment) -> list[AbortedTxn]:
+    """The ``.txnindex`` entries of ``segment`` for its salvaged copy (none, said at WARNING, when the
+    file fails Kafka's check)."""
+    try:
+        segment.txn_index.sanity_check()
+        return segment.txn_index.all_aborted_txns()
+    except CorruptIndexError as e:
+        logger.warning(
+            "%s; not copied: read_committed reads of segment %d can no longer leave out aborted transactions",
+            e,
+            segment.base_offset,
+        )
+        return []
 
 
 def _kept_runs(plan: SalvagePlan) -> list[tuple[int, int]]:

@@ -37,7 +37,14 @@ from numba import njit
 
 from indexer.clock import Clock
 from indexer.config import LogConfig
-from indexer.errors import CorruptRecordError, LogSegmentOffsetOverflowError, SeglogError, StorageError, storage_errors
+from indexer.errors import (
+    CorruptIndexError,
+    CorruptRecordError,
+    LogSegmentOffsetOverflowError,
+    SeglogError,
+    StorageError,
+    storage_errors,
+)
 from indexer.file_names import log_file, offset_index_file, time_index_file, transaction_index_file
 from indexer.index_check import entry_batch_problem, time_entry_batch_problem
 from indexer.lazy_index import IndexT, LazyIndex
@@ -761,10 +768,10 @@ class LogSegment:
         offset_index, time_index = self.offset_index, self.time_index
         offset_index.reset()
         time_index.reset()
-        self.txn_index.reset()
         self._max_ts_and_offset = _UNKNOWN
         if scan is None:
             scan = self.scan(verify_crc=True)
+        self._keep_aborted_transactions(int(scan.last_offsets[-1]) + 1 if len(scan) else self.base_offset)
         last_offsets = np.asarray(scan.last_offsets, dtype=np.int64)
         self._check_offset_range(last_offsets)
         if last_offsets.size:
@@ -798,6 +805,27 @@ class LogSegment:
         time_index.maybe_append(latest.timestamp, latest.offset, skip_full_check=True)
         time_index.trim_to_valid_size()
         return truncated
+
+    def _keep_aborted_transactions(self, next_offset: int) -> None:
+        """Keep the ``.txnindex`` entries of the batches a recovery keeps (those ending below
+        ``next_offset``). Kafka empties the file and rebuilds it from its producer state; seglog keeps
+        none, and an emptied file would make read_committed reads return aborted transactions'
+        records as committed. A file failing Kafka's check is emptied, said at WARNING.
+
+        Raises:
+            StorageError: the file cannot be read or written.
+        """
+        try:
+            self.txn_index.sanity_check()
+            self.txn_index.truncate_to(next_offset)
+        except CorruptIndexError as e:
+            logger.warning(
+                "%s; emptied: read_committed reads of offsets %d..%d can no longer leave out aborted transactions",
+                e,
+                self.base_offset,
+                next_offset - 1,
+            )
+            self.txn_index.reset()
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch that holds an offset ``>= offset``, and their index entries (spec 4.8).

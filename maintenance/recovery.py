@@ -54,6 +54,7 @@ from indexer.file_names import (
     LOG_START_OFFSET_CHECKPOINT_FILE,
     PARTITION_LOCK_FILE,
     TIME_INDEX_FILE_SUFFIX,
+    TXN_INDEX_FILE_SUFFIX,
     TopicPartition,
     misnamed_partition_dirs,
     partition_dirs,
@@ -212,17 +213,27 @@ class RecoveryInterrupted(KeyboardInterrupt):
         self.outcome = outcome
 
 
+class RecoveredBeforeInterrupt(KeyboardInterrupt):
+    """Ctrl-C after a partition's log was closed (recovered, flushed, its lock released): ``result`` and
+    ``values`` are what :func:`recover_partition` would have returned, to be reported as recovered."""
+
+    def __init__(self, result: PartitionRecovery, values: dict[str, int | None]) -> None:
+        super().__init__(f"interrupted after {result.partition} was recovered")
+        self.result = result
+        self.values = values
+
+
 def _log_bytes(path: Path) -> int:
     with os.scandir(path) as entries:
         return sum(e.stat().st_size for e in entries if e.name.endswith(LOG_FILE_SUFFIX) and e.is_file())
 
 
 def _index_digests(path: Path) -> dict[str, bytes]:
-    """Digest of every ``.index``/``.timeindex`` file (to count the ones recovery rewrote)."""
+    """Digest of every ``.index``/``.timeindex``/``.txnindex`` file (to count the ones recovery rewrote)."""
     out = {}
     with os.scandir(path) as entries:
         for e in entries:
-            if e.is_file() and e.name.endswith((INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX)):
+            if e.is_file() and e.name.endswith((INDEX_FILE_SUFFIX, TIME_INDEX_FILE_SUFFIX, TXN_INDEX_FILE_SUFFIX)):
                 with open(e.path, "rb") as f:
                     out[e.name] = hashlib.blake2b(f.read(), digest_size=16).digest()
     return out
@@ -297,6 +308,8 @@ def recover_partition(
 
     Raises:
         LogLockedError: a live writer holds the partition.
+        RecoveredBeforeInterrupt: Ctrl-C after the log was closed (its rebuilt indexes then counted
+            from the loader's steps).
     """
     result = PartitionRecovery(partition_name(tp), "checked" if dry_run else "recovered", _log_bytes(path))
     result.committed_offset = committed_offset
@@ -336,12 +349,18 @@ def recover_partition(
         if accept_data_loss and result.committed_offsets_lost > 0:
             _accept_data_loss(tp, path.parent, log, result)
         log.close()  # flushes everything: the recovery point is now the log end offset
-        result.indexes_rebuilt = _segments_with_changed_indexes(before, _index_digests(path))
-        if result.committed_offsets_lost and not result.accepted_data_loss:
-            # Its checkpoint entries stay as they are: the committed offset stays known, so the loss is
-            # reported again until accepted and writers do not reuse the lost offsets (Log.open).
-            return result, {}
-        return result, released_values(log, had_high_watermark=high_watermark is not None)
+        # Its checkpoint entries stay as they are after an unaccepted loss: the committed offset stays known,
+        # so the loss is reported again until accepted and writers do not reuse the lost offsets (Log.open).
+        kept = result.committed_offsets_lost and not result.accepted_data_loss
+        values = {} if kept else released_values(log, had_high_watermark=high_watermark is not None)
+        try:
+            result.indexes_rebuilt = _segments_with_changed_indexes(before, _index_digests(path))
+        except KeyboardInterrupt as e:  # recovered already: only the count of rebuilt indexes is unknown
+            result.indexes_rebuilt = sum(1 for s in loaded.report.steps if s.indexes_rebuilt)
+            raise RecoveredBeforeInterrupt(result, values) from e
+        return result, values
+    except RecoveredBeforeInterrupt:
+        raise
     except BaseException:
         # Interrupted (Ctrl-C) or failed half-way: let go as a crash would, the holder line kept, so that
         # the next open recovers the partition instead of trusting it (died_holding_reason).
@@ -452,6 +471,24 @@ def recover_log_dir(
     sizes = {tp: _log_bytes(path) for tp, path in partitions}
     new_values: dict[str, dict[TopicPartition, int | None]] = {kind: {} for kind in CHECKPOINT_FILES}
     disable = None if progress is None else not progress
+
+    def record(tp: TopicPartition, result: PartitionRecovery, values: dict[str, int | None]) -> None:
+        """Note a partition's outcome and new checkpoint entries (once, even when a Ctrl-C cut it short)."""
+        name = partition_name(tp)
+        result.committed_offset = committed_offsets[tp]
+        if name in {p.partition for p in outcome.partitions}:
+            return
+        for kind, value in values.items():
+            new_values[kind][tp] = value
+        _note_rebuilt_entries(unreadable, tp, result, sink_commits)
+        outcome.partitions.append(result)
+        if result.committed_offsets_lost and not result.accepted_data_loss:
+            lost = ", ".join(f"{r['first']}..{r['last']}" for r in result.lost_offsets if r["committed"])
+            logger.error("%s: committed data %s: offsets %s", name, "would be lost" if dry_run else "lost", lost)
+
+    committed_offsets: dict[TopicPartition, int | None] = {}
+    in_progress: str | None = None  # the partition being recovered, until its outcome is recorded
+    done: tuple[TopicPartition, PartitionRecovery, dict[str, int | None]] | None = None
     with tqdm(total=sum(sizes.values()), unit="B", unit_scale=True, desc="recover", disable=disable) as bar:
         try:
             for tp, path in partitions:
@@ -460,54 +497,57 @@ def recover_log_dir(
                 known = [
                     v for v in (recovery_points.get(tp), high_watermarks.get(tp), sink_commits.get(tp)) if v is not None
                 ]
-                committed = max(known) if known else None
+                committed = committed_offsets[tp] = max(known) if known else None
+                in_progress, done = name, None
                 try:
-                    result, values = recover_partition(
+                    done = (
                         tp,
-                        path,
-                        settings,
-                        recovery_point=recovery_points.get(tp, 0) if from_recovery_point else 0,
-                        log_start_offset=start_offsets.get(tp, 0),
-                        high_watermark=sink_commits.get(tp)
-                        if "high-watermark" in unreadable
-                        else high_watermarks.get(tp),
-                        committed_offset=committed,
-                        accept_data_loss=accept_data_loss,
-                        rebuild_high_watermark="high-watermark" in unreadable,
-                        dry_run=dry_run,
-                        clock=clock,
+                        *recover_partition(
+                            tp,
+                            path,
+                            settings,
+                            recovery_point=recovery_points.get(tp, 0) if from_recovery_point else 0,
+                            log_start_offset=start_offsets.get(tp, 0),
+                            high_watermark=sink_commits.get(tp)
+                            if "high-watermark" in unreadable
+                            else high_watermarks.get(tp),
+                            committed_offset=committed,
+                            accept_data_loss=accept_data_loss,
+                            rebuild_high_watermark="high-watermark" in unreadable,
+                            dry_run=dry_run,
+                            clock=clock,
+                        ),
                     )
+                except RecoveredBeforeInterrupt as e:
+                    done = (tp, e.result, e.values)
+                    raise
                 except LogLockedError as e:
-                    result, values = PartitionRecovery(name, "skipped", sizes[tp], message=str(e)), {}
+                    done = (tp, PartitionRecovery(name, "skipped", sizes[tp], message=str(e)), {})
                     logger.warning("%s: skipped, %s", name, e)
                 except Exception as e:
                     raise_if_interrupted(e)  # Ctrl-C inside a compiled kernel
-                    result, values = (
-                        PartitionRecovery(name, "failed", sizes[tp], message=f"{type(e).__name__}: {e}"),
-                        {},
-                    )
+                    message = f"{type(e).__name__}: {e}"
+                    done = (tp, PartitionRecovery(name, "failed", sizes[tp], message=message), {})
                     # Expected failures (a read-only file system, damage) get one line; others a traceback.
                     expected = isinstance(e, (SeglogError, OSError))
                     logger.error("%s: recovery failed: %s: %s", name, type(e).__name__, e, exc_info=not expected)
-                result.committed_offset = committed
-                if result.committed_offsets_lost and not result.accepted_data_loss:
-                    lost = ", ".join(f"{r['first']}..{r['last']}" for r in result.lost_offsets if r["committed"])
-                    logger.error(
-                        "%s: committed data %s: offsets %s", name, "would be lost" if dry_run else "lost", lost
-                    )
-                for kind, value in values.items():
-                    new_values[kind][tp] = value
-                _note_rebuilt_entries(unreadable, tp, result, sink_commits)
-                outcome.partitions.append(result)
+                record(*done)
+                in_progress = None
                 bar.update(sizes[tp])
         except KeyboardInterrupt:  # Ctrl-C: keep what was done, then raise RecoveryInterrupted naming it
             outcome.interrupted = True
+            if done is not None:  # a partition whose outcome was known when the interrupt came
+                record(*done)
             reported = {p.partition for p in outcome.partitions}
-            unreported = [(partition_name(tp), sizes[tp]) for tp, _ in partitions if partition_name(tp) not in reported]
-            for i, (name, size) in enumerate(unreported):
-                status = "interrupted" if i == 0 else "not started"
-                message = "interrupted before its recovery ended; run seglog recover again" if i == 0 else ""
-                outcome.partitions.append(PartitionRecovery(name, status, size, message=message))
+            for tp, _ in partitions:
+                name = partition_name(tp)
+                if name in reported:
+                    continue
+                cut = name == in_progress
+                message = "interrupted before its recovery ended; run seglog recover again" if cut else ""
+                outcome.partitions.append(
+                    PartitionRecovery(name, "interrupted" if cut else "not started", sizes[tp], message=message)
+                )
     # Partitions without new entries (after the misnamed directories): the file would drop their old ones.
     left_out = [
         p.partition

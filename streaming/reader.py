@@ -295,14 +295,16 @@ def data_loss(
     committed: int | None = None,
     not_in: str | None = None,
     unreadable: CorruptRecordError | None = None,
+    kept: bool = False,
 ) -> None:
     """Offsets ``start..first`` are gone (retention, a deleted partition: ``first`` None), or the
     partition now ends at ``last``, before ``start`` (truncated or recreated), or offsets
     ``start..committed`` are committed but the log ends at ``start`` (damaged or missing files), or the
     checkpoint holds offset ``start`` of a partition the subscription ``not_in`` does not name, or
     offsets ``start..first`` cannot be read (``unreadable``: damage or offsets in no segment file,
-    before ``seglog recover``): raise, or warn when ``failOnDataLoss=false`` (the read then goes on
-    from ``first``, or from ``last``, as Kafka's source, or reads what the log holds).
+    before ``seglog recover``, which names them lost, or with ``kept`` keeps one copy of them): raise,
+    or warn when ``failOnDataLoss=false`` (the read then goes on from ``first``, or from ``last``, as
+    Kafka's source, or reads what the log holds).
 
     Raises:
         OffsetOutOfRangeError: ``failOnDataLoss=true`` (the default).
@@ -313,9 +315,10 @@ def data_loss(
         message = str(missing_committed_records(directory, start, committed, "its checkpointed high watermark"))
     elif unreadable is not None:  # the engine's words: the file or partition, the offsets, `seglog recover`
         assert first is not None
+        outcome = "keeps them (one copy, the batch in offset order)" if kept else "names them lost"
         message = (
             f"{unreadable}; offsets {start}..{first - 1} of {name} cannot be read until "
-            f"`seglog recover --log-dir {log_dir}` salvages the partition and names them lost"
+            f"`seglog recover --log-dir {log_dir}` salvages the partition and {outcome}"
         )
     elif not_in is not None:
         message = (
@@ -418,12 +421,15 @@ def read_range(piece: RangeToRead) -> Iterator[pa.RecordBatch]:
                     start, READ_STEP_RECORDS, max_offset=piece.end, isolation_level=piece.isolation_level
                 )
             except CorruptRecordError as e:
-                lost = log.unreadable_offsets(e)
-                if lost is None:  # nothing to skip to: only `seglog recover` can go on
+                unreadable = log.unreadable_offsets(e)
+                if unreadable is None:  # nothing to skip to: only `seglog recover` can go on
                     raise
+                lost = unreadable.offsets
                 resume = piece.end if lost.end is None else min(lost.end, piece.end)
                 first = start if e.offset is None else max(start, e.offset)
-                data_loss(piece.fail_on_data_loss, piece.log_dir, tp, first, resume, unreadable=e)
+                data_loss(
+                    piece.fail_on_data_loss, piece.log_dir, tp, first, resume, unreadable=e, kept=not unreadable.lost
+                )
                 start = resume
                 continue
             if table.num_rows == 0:

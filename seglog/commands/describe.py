@@ -17,8 +17,10 @@ with its error instead of stopping the command.
 ``--verify`` also checks every batch's CRC-32C (one compiled pass over each segment) and reports
 the first damaged batch of each segment and, under ``recovery.strategy=salvage`` (the default), what
 ``seglog recover`` would do with it: the intact batches it keeps after the damage, the byte ranges it
-quarantines and the offsets they held (the engine's own salvage plan; nothing is written). The exit
-status is then 1 when damage or offsets in no segment were found.
+quarantines and the offsets they held (the engine's own salvage plan; nothing is written), and every
+index file the engine's index check rejects (``.index``, ``.timeindex``, ``.txnindex``: what
+``seglog recover`` would rebuild; the last segment's only when no writer holds the partition). The
+exit status is then 1 when damage or offsets in no segment were found.
 
 Everything is opened read-only (no lock, nothing written): this works while a writer runs and on
 read-only copies of broker directories.
@@ -45,12 +47,16 @@ from indexer.data_loss import offsets_in_no_segment, read_accepted_losses
 from indexer.errors import SeglogError, StorageError, storage_errors
 from indexer.file_names import (
     LOG_START_OFFSET_CHECKPOINT_FILE,
+    PARTITION_LOCK_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
+    TXN_INDEX_FILE_SUFFIX,
     is_index_temp_file,
     misnamed_partition_dirs,
     partition_dir_name,
 )
+from indexer.index_check import segment_index_problems
+from indexer.lock import is_held
 from indexer.log import Log
 from indexer.log_manager import LogManager
 from indexer.offset_index import OffsetIndex
@@ -89,7 +95,10 @@ def run(args: argparse.Namespace) -> int:
     damaged = args.verify and any(
         "missing_committed" in p
         or p.get("offsets_in_no_segment")
-        or any("invalid_bytes" in s or "misplaced_batch_position" in s for s in p.get("segments", ()))
+        or any(
+            "invalid_bytes" in s or "misplaced_batch_position" in s or s.get("index_problems")
+            for s in p.get("segments", ())
+        )
         for p in description["partitions"]
     )
     unreadable = (
@@ -163,12 +172,19 @@ def describe_log_dir(log_dir: Path, settings: Any, *, verify: bool = False) -> d
 
 
 def describe_partition(topic: str, partition: int, log: Any, *, verify: bool = False) -> dict[str, Any]:
-    """Offsets and segments of one open (read-only) :class:`~indexer.log.Log`."""
+    """Offsets and segments of one open (read-only) :class:`~indexer.log.Log`. With ``verify``, the
+    indexes of every segment are checked too, but those of the last one only when no writer holds the
+    partition (a live writer's active segment has a pre-allocated, zero-filled index)."""
     salvage = log.config.recovery_strategy == "salvage"
     bases = [segment.base_offset for segment in log.segments.values()]
+    live = verify and is_held(Path(log.directory) / PARTITION_LOCK_FILE)
     segments = [
         describe_segment(
-            segment, verify=verify, salvage=salvage, next_base=bases[i + 1] if i + 1 < len(bases) else None
+            segment,
+            verify=verify,
+            salvage=salvage,
+            next_base=bases[i + 1] if i + 1 < len(bases) else None,
+            check_indexes=verify and (i + 1 < len(bases) or not live),
         )
         for i, segment in enumerate(log.segments.values())
     ]
@@ -201,13 +217,20 @@ def _unfinished_index_files(directory: Path) -> list[str]:
 
 
 def describe_segment(
-    segment: Any, *, verify: bool = False, salvage: bool = False, next_base: int | None = None
+    segment: Any,
+    *,
+    verify: bool = False,
+    salvage: bool = False,
+    next_base: int | None = None,
+    check_indexes: bool = False,
 ) -> dict[str, Any]:
     """One segment from its batch headers (a vectorised scan, with every CRC checked when
     ``verify``) and its index file sizes. Damage: ``invalid_bytes`` from the first bad batch on,
     and ``error`` saying what is wrong there; with ``verify`` and ``salvage`` also ``salvage``, what
     recovery would keep and remove (:func:`~indexer.salvage.plan_salvage`, given ``next_base``, the
-    next segment's base offset)."""
+    next segment's base offset). ``check_indexes``: ``index_problems``, each index file the
+    engine's check rejects (:func:`~indexer.index_check.segment_index_problems`, what the loader and
+    ``seglog recover --dry-run`` ask; a missing file is no damage: the next load rebuilds it)."""
     records = segment.log
     scan = segment.scan(verify_crc=verify)  # read with pread: a writer may cut the file meanwhile
     count = len(scan)
@@ -234,6 +257,11 @@ def describe_segment(
         described["error"] = None if scan.error is None else str(scan.error)
     elif misplaced is not None:
         described["misplaced_batch_position"] = int(scan.positions[misplaced])
+    if check_indexes:
+        problems = segment_index_problems(
+            Path(records.path).parent, segment.base_offset, next_base_offset=next_base, against_log=True
+        )
+        described["index_problems"] = [{"file": str(p.path), "error": p.message} for p in problems if not p.missing]
     if verify and salvage and ("invalid_bytes" in described or misplaced is not None):
         damage_at = scan.valid_bytes if misplaced is None else described["misplaced_batch_position"]
         described["salvage"] = _salvage(records, segment.base_offset, next_base, scan, damage_at)
@@ -348,6 +376,17 @@ def render_text(description: dict[str, Any]) -> list[str]:
                 )
             if "salvage" in s:
                 lines.append(f"    seglog recover would {_salvage_text(s['salvage'])}")
+            for problem in s.get("index_problems", ()):
+                name = Path(problem["file"]).name
+                plan = (
+                    "empty it (its aborted transactions cannot be rebuilt: read_committed reads would return them)"
+                    if name.endswith(TXN_INDEX_FILE_SUFFIX)
+                    else "rebuild its indexes from the .log"
+                )
+                lines.append(
+                    f"  segment {s['base_offset']}: index file {name} cannot be trusted: {problem['error']}; "
+                    f"seglog recover would {plan}"
+                )
         if p["quarantine"]:
             size = sum(q["size"] for q in p["quarantine"])
             lines.append(

@@ -21,7 +21,8 @@ was skipped (a writer holds it, or it is not named as a partition),
 3 when committed data was lost (offsets below a partition's recovery point, high watermark or sink
 commit are gone) and not accepted with ``--accept-data-loss``; 1 also when an unreadable checkpoint
 was left as it was (a partition was not recovered). Ctrl-C lets the report say which partitions
-were recovered before it (the one in progress is left as a crash leaves it, the rest not started;
+were recovered before it (one closed when it came is recovered; the one in progress is left as a
+crash leaves it, the rest not started;
 their checkpoint entries are kept), then one line ``seglog: interrupted``, exit 130.
 
 examples:

@@ -54,7 +54,7 @@ def brute_force(start: int, upper: int) -> list[AbortedTxn]:
 
 @pytest.mark.parametrize("read_only", [False, True])
 def test_collect_walks_segments_until_a_complete_answer(txn_log: Path, read_only: bool) -> None:
-    # Clean shutdown: a recovery would rebuild the indexes from the log, which holds no transaction.
+    # Clean shutdown: nothing is recovered (a recovery keeps only the entries of the batches it keeps).
     with Log.open(txn_log, LogConfig(), read_only=read_only, had_clean_shutdown=True, high_watermark=30) as log:
         assert log.num_segments == 3
         assert log.collect_aborted_transactions(0, 30) == ALL_TXNS

@@ -8,6 +8,9 @@ model's records up to the damaged batch and then raises ``CorruptRecordError`` n
 offset that cannot be read, the file and the position. A live writer's torn tail above the high
 watermark is not damage.
 
+A batch whose base offset (not CRC-covered) was damaged in place is not served under its wrong
+offsets: reads stop where recovery's salvage removes it.
+
 Not covered: a damaged ``lastOffsetDelta`` (bytes 23-26, CRC-covered) can still make the offset
 walk, which reads headers without their CRCs as Kafka's does, step over its batch when a read starts
 inside or after it; reads from before it name it.
@@ -276,3 +279,33 @@ def test_a_missing_middle_segment_stops_reads_naming_the_offsets(tmp_path: Path)
                 assert f"seglog recover --log-dir {tmp_path}" in message and "\n" not in message
         assert _poll(log, following, 30) == (list(range(following, RECORDS)), None)
         assert _raw_poll(log, following) == (list(range(following, RECORDS)), None)
+
+
+def test_a_batch_whose_base_offset_was_damaged_is_not_served(tmp_path: Path) -> None:
+    """The base offset is not covered by the CRC: +1 on a batch's base offset (bit 0 of byte 7) made
+    it hold offsets first+1..last+1, overlapping the next batch. Reads served its records under those
+    wrong offsets (offset first skipped, each record one offset late) and stopped only at the next
+    batch; recovery's salvage removes the batch (offsets first..last lost). Reads now stop where
+    salvage removes bytes: the records before it, then an error naming offset first."""
+    directory = tmp_path / "events-0"
+    batches = _write_log(directory)
+    victim = next(
+        b
+        for i, b in enumerate(batches)
+        if b.sealed
+        and b.base_offset % 2 == 0
+        and 0 < i < len(batches) - 1
+        and batches[i + 1].path == b.path
+        and batches[i - 1].path == b.path
+    )
+    with open(victim.path, "r+b") as f:
+        f.seek(victim.position + 7)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x01]))
+    with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
+        for start in (0, victim.base_offset - 1):
+            offsets, error = _poll(log, start, 1000)
+            assert offsets == list(range(start, victim.base_offset)), (start, offsets)
+            assert error is not None and error.offset == victim.base_offset, error
+            assert str(victim.path) in str(error) and f"position {victim.position}" in str(error), error

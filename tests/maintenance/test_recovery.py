@@ -12,17 +12,21 @@ from pathlib import Path
 import pytest
 
 from indexer.clock import MockClock
-from indexer.config import Settings
+from indexer.config import LogConfig, Settings
 from indexer.file_names import PARTITION_LOCK_FILE, partition_dirs
 from indexer.index_check import segment_index_problem
 from indexer.lock import FileLock
+from indexer.log import Log
 from indexer.log_loader import LogLoader
 from indexer.log_manager import LogManager
 from indexer.records.file_records import FileRecords
+from indexer.records.isolation import IsolationLevel
+from maintenance import recovery
 from maintenance.access import partition_name
 from maintenance.recovery import EXIT_COMMITTED_DATA_LOST, recover_log_dir
 from seglog.cli import main
 from tests.budget import scaled
+from tests.indexer.test_read_committed import COMMITTED_OFFSETS, write_transactional_partition
 from tests.maintenance.conftest import append_batches, settings_for, small_config
 
 
@@ -447,3 +451,101 @@ def test_recovering_a_partition_that_retention_moved_reads_each_segment_once(
     assert outcome.exit_status() == 0
     t0 = [path.name for path in scanned if path.parent == partition]
     assert t0 and sorted(set(t0)) == sorted(t0), t0  # no segment file scanned twice
+
+
+def test_ctrl_c_after_a_partition_was_closed_reports_it_recovered(
+    template: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Ctrl-C between a partition's close (recovered, flushed, lock released) and its result being
+    recorded reported it "interrupted ... run seglog recover again" and dropped its checkpoint
+    entries. It is now reported recovered, with its entries; the next partition is not started."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    (log_dir / ".kafka_cleanshutdown").unlink()
+    (log_dir / "recovery-point-offset-checkpoint").write_text("0\n0\n")
+    digests = recovery._index_digests
+    calls = []
+
+    def interrupted_after_the_close(path: Path) -> dict[str, bytes]:
+        calls.append(path)
+        if len(calls) == 2:  # the count after the first partition's close
+            raise KeyboardInterrupt
+        return digests(path)
+
+    monkeypatch.setattr(recovery, "_index_digests", interrupted_after_the_close)
+    with pytest.raises(recovery.RecoveryInterrupted) as raised:
+        recover_log_dir(log_dir, settings_for(small_config()), progress=False)
+    outcome = raised.value.outcome
+    assert [(p.partition, p.status) for p in outcome.partitions] == [("t-0", "recovered"), ("t-1", "not started")]
+    assert outcome.partitions[0].log_end_offset == 48 and not outcome.partitions[0].message
+    assert (log_dir / "recovery-point-offset-checkpoint").read_text().splitlines()[2:] == ["t 0 48"]
+    assert not (log_dir / ".kafka_cleanshutdown").exists()
+
+
+@pytest.mark.parametrize("dry_run", [True, False])
+def test_a_damaged_swap_file_never_replaces_an_intact_segment(template: Path, tmp_path: Path, dry_run: bool) -> None:
+    """A ``<base>.log.swap`` cut in half (no writer leaves one: a swap is renamed from a whole, fsynced
+    ``.cleaned``) replaced the intact ``.log`` beside it: recovery deleted the ``.log`` and salvaged the
+    swap, losing committed offsets the ``.log`` held (exit 3, the bytes nowhere). The damaged swap is
+    now quarantined whole instead, the ``.log`` kept, and nothing is lost."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    partition = log_dir / "t-0"
+    log_path = sorted(partition.glob("*.log"))[1]
+    data = log_path.read_bytes()
+    swap = partition / (log_path.name + ".swap")
+    swap.write_bytes(data[: len(data) // 2 + 5])
+    outcome = recover_log_dir(log_dir, settings_for(small_config()), dry_run=dry_run, progress=False)
+    [row] = [p for p in outcome.partitions if p.partition == "t-0"]
+    assert row.lost_offsets == [] and not outcome.committed_data_lost, row
+    steps = [(s["kind"], Path(s["path"]).name) for s in row.steps]
+    assert ("quarantine-damaged-swap-file", swap.name) in steps and not any(
+        kind == "delete-file-replaced-by-swap" for kind, _ in steps
+    ), steps
+    assert log_path.read_bytes() == data
+    if dry_run:
+        assert swap.exists()
+    else:
+        assert not swap.exists() and row.quarantined == [f"{log_path.name}.0.quarantine"], row.quarantined
+        assert (partition / row.quarantined[0]).read_bytes() == data[: len(data) // 2 + 5]
+
+
+@pytest.mark.parametrize("damaged", [False, True])
+def test_recovery_keeps_the_aborted_transactions_of_the_batches_it_keeps(tmp_path: Path, damaged: bool) -> None:
+    """``seglog recover`` (every segment recovered, its indexes rebuilt) emptied the ``.txnindex`` of a
+    broker-written transactional partition and nothing rebuilt it: read_committed reads then returned
+    the aborted transaction's records 2..4 as committed. Recovery now keeps the entries of the batches
+    it keeps, also when it salvages the segment into a new file (a damaged batch of offsets 8..9)."""
+    log_dir = tmp_path / "logs"
+    write_transactional_partition(log_dir / "tx-0")
+    (log_dir / "replication-offset-checkpoint").write_text("0\n1\ntx 0 14\n")
+    if damaged:
+        log_path = log_dir / "tx-0" / "00000000000000000000.log"
+        [victim] = [b for b in batches_of(log_dir / "tx-0") if b.last_offset == 9]
+        data = bytearray(log_path.read_bytes())
+        data[victim.position + victim.size - 1] ^= 0xFF
+        log_path.write_bytes(bytes(data))
+    outcome = recover_log_dir(log_dir, Settings(), progress=False)
+    assert [p.status for p in outcome.partitions] == ["recovered"]
+    with Log.open(log_dir / "tx-0", LogConfig(), read_only=True) as log:
+        committed = log.read_records(0, isolation_level=IsolationLevel.READ_COMMITTED)
+        expected = [o for o in COMMITTED_OFFSETS if not damaged or o not in (8, 9)]
+        assert committed.column("offset").to_pylist() == expected
+
+
+def test_a_damaged_transaction_index_counts_as_rebuilt_in_the_dry_run_and_the_recovery(
+    template: Path, tmp_path: Path
+) -> None:
+    """A ``.txnindex`` failing Kafka's check: the dry run counted its segment in ``indexes rebuilt``
+    (1), the recovery that emptied it did not (0)."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template, log_dir)
+    log_path = sorted((log_dir / "t-0").glob("*.log"))[1]
+    log_path.with_suffix(".txnindex").write_bytes(b"\x07" * 34)  # an unknown record version
+    settings = settings_for(small_config())
+    counts = []
+    for dry_run in (True, False):
+        outcome = recover_log_dir(log_dir, settings, dry_run=dry_run, progress=False)
+        counts.append(next(p.indexes_rebuilt for p in outcome.partitions if p.partition == "t-0"))
+    assert counts == [1, 1]
+    assert log_path.with_suffix(".txnindex").stat().st_size == 0

@@ -9,6 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from indexer.config import LogConfig
+from indexer.log import Log
 from seglog.cli import main
 from seglog.commands.describe import render_text
 
@@ -280,3 +282,68 @@ def test_a_directory_of_segments_that_is_no_partition_is_listed(
     assert main(["describe", "--log-dir", str(log_dir)]) == 1
     out = capsys.readouterr().out
     assert "t-x: cannot read: StorageError: " in out and "not a <topic>-<partition> directory" in out
+
+
+def test_verify_reports_every_index_file_the_loader_rejects_with_recovers_plan(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An ``.index`` cut to 7 bytes showed as "0 index entries" and ``describe --verify`` exited 0, while
+    ``recover --dry-run`` warned with Kafka's message and planned a rebuild. Every index file the
+    engine's check rejects (offset, time, transaction index) is now named, with recover's plan, exit 1."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(f'{{"value": "{i:060d}", "timestamp": {1_700_000_000_000 + i}}}\n' for i in range(24)))
+    log_dir = tmp_path / "logs"
+    small = ["--config", "segment.bytes=600", "--config", "max.message.bytes=200", "--config", "index.interval.bytes=1"]
+    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", *small, str(source)]) == 0
+    capsys.readouterr()
+    assert main(["describe", "--log-dir", str(log_dir), "--verify", *small]) == 0  # sound: no false alarm
+    partition = log_dir / "t-0"
+    bases = sorted(int(p.name.split(".")[0]) for p in partition.glob("*.log"))
+    assert len(bases) >= 4
+    cut = partition / f"{bases[0]:020d}.index"
+    with open(cut, "r+b") as f:
+        f.truncate(7)
+    wrong_time = partition / f"{bases[1]:020d}.timeindex"
+    entries = wrong_time.read_bytes()
+    assert len(entries) >= 24
+    wrong_time.write_bytes(entries[12:24] + entries[:12] + entries[24:])  # two entries swapped
+    txn = partition / f"{bases[2]:020d}.txnindex"
+    txn.write_bytes(struct.pack(">hqqqq", 0, 1, 0, bases[2] - 1, 0))  # an aborted txn ending before the segment
+    capsys.readouterr()
+    assert main(["describe", "--log-dir", str(log_dir), "--verify", "--json", *small]) == 1
+    [p] = json.loads(capsys.readouterr().out)["partitions"]
+    problems = {Path(i["file"]).name: i["error"] for s in p["segments"] for i in s.get("index_problems", ())}
+    assert set(problems) == {cut.name, wrong_time.name, txn.name}, problems
+    assert "found 7 bytes which is neither positive nor a multiple of 8" in problems[cut.name]
+    assert main(["describe", "--log-dir", str(log_dir), "--verify", *small]) == 1
+    out = capsys.readouterr().out
+    for path in (cut, wrong_time, txn):
+        assert f"segment {int(path.name.split('.')[0])}: index file {path.name} cannot be trusted: " in out, out
+    assert out.count("seglog recover would rebuild its indexes") == 2, out
+    assert "seglog recover would empty it (its aborted transactions cannot be rebuilt" in out, out
+    assert main(["recover", "--log-dir", str(log_dir), "--dry-run", "--json", *small]) == 0
+    [planned] = json.loads(capsys.readouterr().out)["partitions"]
+    assert planned["indexes_rebuilt"] == 3
+
+
+def test_verify_leaves_a_live_writers_preallocated_active_index_alone(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A writer keeps its active segment's indexes pre-allocated (zero-filled slots): no index damage
+    while it holds the partition; once it let go as a crash does, the same files are reported."""
+    log_dir = tmp_path / "logs"
+    log = Log.open(log_dir / "t-0", LogConfig(index_interval_bytes=1))
+    try:
+        log.append({"value": [b"a" * 50] * 3})
+        log.append({"value": [b"b" * 50] * 3})
+        log.flush()
+        assert (log_dir / "t-0" / "00000000000000000000.index").stat().st_size > 8  # pre-allocated
+        assert main(["describe", "--log-dir", str(log_dir), "--verify", "--json"]) == 0
+        [p] = json.loads(capsys.readouterr().out)["partitions"]
+        assert "index_problems" not in p["segments"][-1]
+    finally:
+        log.abandon()  # let go as a crash would: the indexes stay untrimmed
+    assert main(["describe", "--log-dir", str(log_dir), "--verify", "--json"]) == 1
+    [p] = json.loads(capsys.readouterr().out)["partitions"]
+    names = [Path(i["file"]).name for i in p["segments"][-1]["index_problems"]]
+    assert names == ["00000000000000000000.index", "00000000000000000000.timeindex"]

@@ -2,8 +2,8 @@
 segment's files deleted by hand, or a damaged batch. With ``failOnDataLoss=true`` (the default) a query
 fails naming the partition, the offsets and ``seglog recover``; with ``false`` it skips exactly the
 offsets recovery would name lost, with a WARNING saying so, and reads the rest (Spark's Kafka source
-contract: the user accepts lost data and wants the query to go on). A damage that loses no offset (a
-batch written twice) cannot be skipped: the query fails either way."""
+contract: the user accepts lost data and wants the query to go on). A batch written twice (which
+recovery keeps one copy of) is skipped the same way, the warning saying recovery keeps it."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from pyspark.errors import AnalysisException, PythonException, StreamingQueryExc
 from pyspark.sql import SparkSession
 
 from indexer.config import Settings
-from indexer.errors import CorruptRecordError, OffsetOutOfRangeError
+from indexer.errors import OffsetOutOfRangeError
 from indexer.log_manager import LogManager
 from indexer.records.file_records import FileRecords
 from indexer.records.isolation import IsolationLevel
@@ -90,11 +90,23 @@ def test_a_task_skips_the_lost_offsets_only_when_data_loss_is_accepted(
         assert "00000000000000000003.log" in warned[0], warned
 
 
-def test_a_batch_written_twice_cannot_be_skipped(tmp_path: Path) -> None:
+def test_a_batch_written_twice_is_skipped_only_when_data_loss_is_accepted(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two CRC-valid copies of the batch of offsets 3..5 (neither is served: which one is right only
+    recovery decides) failed the task with ``failOnDataLoss=false`` too, against Spark's contract that
+    the query goes on past what cannot be read. It now skips 3..5 with a warning naming them, the file,
+    and that ``seglog recover`` keeps them (one copy); ``true`` still fails naming them."""
     _duplicated(tmp_path)
-    for fail_on_data_loss in (True, False):
-        with pytest.raises(CorruptRecordError, match=r"cannot read offset 3 of h-0 .*offsets go backwards"):
-            list(read_range(_piece(tmp_path, fail_on_data_loss)))
+    with pytest.raises(OffsetOutOfRangeError, match=r"offsets 3\.\.5 of h-0 cannot be read.*failOnDataLoss"):
+        list(read_range(_piece(tmp_path, True)))
+    caplog.set_level(logging.WARNING, logger="streaming.reader")
+    offsets = [o for batch in read_range(_piece(tmp_path, False)) for o in batch.column("offset").to_pylist()]
+    assert offsets == [0, 1, 2, *range(6, RECORDS)]
+    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warned) == 1 and "offsets 3..5 of h-0 cannot be read" in warned[0], warned
+    assert "00000000000000000003.log" in warned[0] and "offsets go backwards" in warned[0], warned
+    assert "keeps them" in warned[0] and "skipped (failOnDataLoss=false)" in warned[0], warned
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
@@ -127,6 +139,13 @@ def test_spark_read_stream_over_a_damaged_batch(spark: SparkSession, tmp_path: P
     query.awaitTermination(120)
     assert query.exception() is None
     assert sorted(o for rows in sink.batches.values() for _, o, _ in rows) == [0, 1, 2, *range(6, RECORDS)]
+
+
+def test_spark_read_skips_a_batch_written_twice_when_data_loss_is_accepted(spark: SparkSession, tmp_path: Path) -> None:
+    """``spark.read.format("seglog")`` with ``failOnDataLoss=false`` failed on a batch written twice."""
+    _duplicated(tmp_path)
+    df = spark.read.format("seglog").option("subscribe", "h").option("failOnDataLoss", "false")
+    assert sorted(r.offset for r in df.load(str(tmp_path)).collect()) == [0, 1, 2, *range(6, RECORDS)]
 
 
 def test_spark_read_refuses_an_unreadable_high_watermark_checkpoint(spark: SparkSession, tmp_path: Path) -> None:
