@@ -58,6 +58,7 @@ from seglog.serve import fetch, protocol
 from seglog.serve.catalog import Catalog
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
 from seglog.serve.groups import GroupCoordinator, GroupState, JoinResult, SyncResult
+from seglog.serve.live_groups import PublishedGroups
 
 logger = logging.getLogger(__name__)
 
@@ -134,9 +135,11 @@ class Server:
     def __init__(self, log_dir: str | Path, settings: Settings, options: ServeOptions) -> None:
         self.options = options
         self.catalog = Catalog(log_dir, settings, poll_ms=options.poll_ms, rescan_ms=options.rescan_ms)
+        offsets_dir = Path(options.group_offsets_dir or log_dir)
         self.groups = GroupCoordinator(
-            GroupOffsets(options.group_offsets_dir or log_dir),
+            GroupOffsets(offsets_dir),
             initial_rebalance_delay_ms=options.group_initial_rebalance_delay_ms,
+            published=PublishedGroups(offsets_dir),
         )
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
@@ -188,6 +191,7 @@ class Server:
                 await task
         for server in self._servers:
             await server.wait_closed()
+        self.groups.close()
         self.catalog.close()
 
     # -- connections -----------------------------------------------------------------------------
