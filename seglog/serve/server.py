@@ -28,7 +28,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import kafka.errors as kafka_errors
 from kafka.admin import ConfigResourceType, ConfigSourceType, ConfigType
 from kafka.protocol.admin import (
     CreateTopicsResponse,
@@ -394,8 +393,13 @@ class Server:
 
     def _FindCoordinator(self, request: protocol.Request) -> Any:
         body, version = request.body, request.version
-        # Key type 0 is a consumer group; transactions (1) and share groups (2) are writes we do not serve.
-        error = protocol.NONE if body.key_type == 0 else protocol.COORDINATOR_NOT_AVAILABLE
+        # Key type 0 is a consumer group. A transaction (1) writes: TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        # as Kafka answers for a transactional id the client may not use, which clients take as fatal
+        # (COORDINATOR_NOT_AVAILABLE they retry until their timeout). Share groups (2) are not served.
+        error = {
+            0: protocol.NONE,
+            1: protocol.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        }.get(body.key_type, protocol.COORDINATOR_NOT_AVAILABLE)
         message = None if error == protocol.NONE else protocol.READ_ONLY_MESSAGE
         if version < 4:
             return FindCoordinatorResponse(
@@ -802,9 +806,7 @@ class Server:
     def _InitProducerId(self, request: protocol.Request) -> Any:
         transactional = request.body.transactional_id is not None
         error = (
-            kafka_errors.TransactionalIdAuthorizationFailedError.errno
-            if transactional
-            else protocol.CLUSTER_AUTHORIZATION_FAILED
+            protocol.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional else protocol.CLUSTER_AUTHORIZATION_FAILED
         )
         return InitProducerIdResponse(
             version=request.version, throttle_time_ms=0, error_code=error, producer_id=-1, producer_epoch=-1

@@ -237,3 +237,33 @@ def test_every_api_is_answered_at_every_version_it_advertises(server: ServeProce
             sock.sendall(_request(_filled(api.request, version, values), version, version))
             response = api.response.decode(_read_frame(sock), version=version, header=True)
         assert response.header.correlation_id == version, (api.name, version)
+
+
+def test_a_transactional_producer_is_refused_at_once_as_by_a_broker_that_denies_its_transactional_id(
+    server: ServeProcess,
+) -> None:
+    """A transactional producer pointed at the server by mistake fails at once with Kafka's answer to
+    a transactional id it may not use: FindCoordinator for a transaction (key type 1) answers
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka's when the id may not be described, which both
+    clients take as fatal. It answered COORDINATOR_NOT_AVAILABLE, which clients retry: confluent-kafka's
+    init_transactions ran into its 30 s timeout, kafka-python's into max_block_ms."""
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap, "transactional.id": "tx"})
+    started = time.monotonic()
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        producer.init_transactions(30)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert time.monotonic() - started < 20  # well below the 30 s it waited
+    del producer  # librdkafka's threads stop before the server does
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka.errors as kafka_errors
+        from kafka import KafkaProducer
+
+    other = KafkaProducer(bootstrap_servers=server.bootstrap, transactional_id="tx2", max_block_ms=30_000)
+    started = time.monotonic()
+    with pytest.raises(kafka_errors.TransactionalIdAuthorizationFailedError):
+        other.init_transactions()
+    assert time.monotonic() - started < 20
+    other.close(timeout=5)
