@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -35,10 +36,8 @@ from indexer.file_names import TopicPartition
 from indexer.lock import holder_fields
 from seglog.cli import add_action, existing_directory, log_dir_from_args, partition_number
 from seglog.output import Output, format_table
-from seglog.serve import protocol
 from seglog.serve.catalog import Catalog
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
-from seglog.serve.groups import offset_delete_errors
 from seglog.serve.live_groups import LiveGroup, LiveMember, live_groups
 
 # kafka-consumer-groups.sh --describe's columns, which operators and their scripts know.
@@ -163,6 +162,11 @@ def _list(args: argparse.Namespace, log_dir: Path, where: Path, offsets: GroupOf
 
 def _delete(args: argparse.Namespace, where: Path, offsets: GroupOffsets) -> None:
     """Delete what was chosen (or say what would go), unless members on a running server refuse it."""
+    with warnings.catch_warnings():  # kafka-python's package import uses a deprecated importlib API
+        warnings.simplefilter("ignore", DeprecationWarning)
+        from seglog.serve import protocol
+        from seglog.serve.groups import offset_delete_errors
+
     if args.partition and args.topic is None:
         raise ConfigError("--partition needs --topic")
     committed = offsets.get(args.group)
