@@ -19,6 +19,7 @@ response cannot be sent within ``send_timeout_ms`` (a client that stopped readin
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -64,6 +65,7 @@ logger = logging.getLogger(__name__)
 NODE_ID = 0  # the group coordinator's and the controller's node
 CLUSTER_ID = "seglog"
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes (its check counts characters)
+_SAID_MAX = 4096  # (client, what) pairs whose refusal was logged, remembered so that each is logged once
 _SEND_CHUNK_BYTES = 1024 * 1024
 _SENDFILE_CHUNK_BYTES = 4 * 1024 * 1024
 
@@ -143,6 +145,7 @@ class Server:
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: set[asyncio.Task[None]] = set()
+        self._said: collections.OrderedDict[tuple[str, str | None, str], None] = collections.OrderedDict()
         self.port = options.port
         self.ports: list[int] = []  # node i's port: ports[0] is port, where clients bootstrap
         self.advertised_host = options.advertised_host or (
@@ -299,6 +302,23 @@ class Server:
                 raise
         return [protocol.encode_response(answer, request.version, correlation_id)]
 
+    def _say_once(self, request: protocol.Request, what: str, message: str) -> None:
+        """Log a refusal (WARNING) once per client (address and client id) and ``what``: the operator
+        sees why a client failed, and a client sending the same request again adds nothing."""
+        key = (request.client_host, request.client_id, what)
+        if key in self._said:
+            return
+        self._said[key] = None
+        if len(self._said) > _SAID_MAX:
+            self._said.popitem(last=False)
+        logger.warning("%s", message)
+
+    def _refused(self, request: protocol.Request) -> None:
+        """Say that a write (``request``'s API) was refused."""
+        name = request.api.name
+        client = f"client {request.client_id!r} at {request.client_host}"
+        self._say_once(request, name, f"refused {name} from {client}: {protocol.READ_ONLY_MESSAGE}")
+
     # -- cluster ---------------------------------------------------------------------------------
 
     def _ApiVersions(self, request: protocol.Request) -> Any:
@@ -334,6 +354,13 @@ class Server:
         answers = []
         for name, asked_id in wanted:
             if name not in topics:
+                if name:
+                    client = f"client {request.client_id!r} at {request.client_host}"
+                    self._say_once(
+                        request,
+                        f"topic {name}",
+                        f"{client} asked for topic {name!r}, which does not exist (UNKNOWN_TOPIC_OR_PARTITION)",
+                    )
                 error = (
                     protocol.UNKNOWN_TOPIC_ID
                     if version >= 10 and asked_id and not name
@@ -401,6 +428,8 @@ class Server:
             1: protocol.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
         }.get(body.key_type, protocol.COORDINATOR_NOT_AVAILABLE)
         message = None if error == protocol.NONE else protocol.READ_ONLY_MESSAGE
+        if error != protocol.NONE:
+            self._refused(request)
         if version < 4:
             return FindCoordinatorResponse(
                 version=version,
@@ -742,6 +771,7 @@ class Server:
     # -- refused writes --------------------------------------------------------------------------
 
     def _Produce(self, request: protocol.Request) -> Any:
+        self._refused(request)
         body, version = request.body, request.version
         if body.acks == 0:  # the producer expects no answer
             return None
@@ -771,6 +801,7 @@ class Server:
         )
 
     def _CreateTopics(self, request: protocol.Request) -> Any:
+        self._refused(request)
         result = CreateTopicsResponse.CreatableTopicResult
         return CreateTopicsResponse(
             version=request.version,
@@ -789,6 +820,7 @@ class Server:
         )
 
     def _DeleteTopics(self, request: protocol.Request) -> Any:
+        self._refused(request)
         body, version = request.body, request.version
         names = list(body.topic_names) if version < 6 else [t.name for t in body.topics]
         result = DeleteTopicsResponse.DeletableTopicResult
@@ -804,6 +836,7 @@ class Server:
         )
 
     def _InitProducerId(self, request: protocol.Request) -> Any:
+        self._refused(request)
         transactional = request.body.transactional_id is not None
         error = (
             protocol.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional else protocol.CLUSTER_AUTHORIZATION_FAILED

@@ -162,7 +162,31 @@ def test_writes_are_refused_with_authorization_errors(server: ServeProcess) -> N
         sock.sendall(_request(create, 5, 2))
         topic = CreateTopicsResponse.decode(_read_frame(sock), version=5, header=True).topics[0]
         assert (topic.name, topic.error_code) == ("new", protocol.TOPIC_AUTHORIZATION_FAILED)
+        for correlation_id in (3, 4):  # a second refusal of the same client is not logged again
+            sock.sendall(_request(produce, 9, correlation_id))
+            _read_frame(sock)
+        sock.sendall(
+            _request(
+                MetadataRequest(
+                    version=12,
+                    topics=[MetadataRequest.MetadataRequestTopic(name="nope")],
+                    allow_auto_topic_creation=True,
+                    include_cluster_authorized_operations=False,
+                    include_topic_authorized_operations=False,
+                ),
+                12,
+                5,
+            )
+        )
+        unknown = MetadataResponse.decode(_read_frame(sock), version=12, header=True).topics[0]
+        assert unknown.error_code == protocol.UNKNOWN_TOPIC_OR_PARTITION
     assert not (server.log_dir / "new-0").exists()
+    said = [line.split(": ", 1)[1] for line in server.log_text().splitlines() if "WARNING" in line]
+    assert said == [
+        f"refused Produce from client 'raw' at /127.0.0.1: {protocol.READ_ONLY_MESSAGE}",
+        f"refused CreateTopics from client 'raw' at /127.0.0.1: {protocol.READ_ONLY_MESSAGE}",
+        "client 'raw' at /127.0.0.1 asked for topic 'nope', which does not exist (UNKNOWN_TOPIC_OR_PARTITION)",
+    ]
 
 
 # The values of a plausible request, by field name: topic t, partition 0, a new member of a group.
