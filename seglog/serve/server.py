@@ -226,7 +226,9 @@ class Server:
                 response = await self._handle(frame, node, client_host)
                 if response is not None:
                     await self._send(writer, response)
-        except (protocol.ProtocolError, StorageError) as e:
+        except protocol.ProtocolError as e:  # an old client reconnects and sends it again: said once
+            self._say_once(client_host, None, str(e), f"{peer}: {e}: closing")
+        except StorageError as e:
             logger.warning("%s: %s: closing", peer, e)
         except TimeoutError:
             logger.info("%s: idle or not reading: closing", peer)
@@ -302,11 +304,13 @@ class Server:
                 raise
         return [protocol.encode_response(answer, request.version, correlation_id)]
 
-    def _say_once(self, request: protocol.Request, what: str, message: str) -> None:
-        """Log a refusal (WARNING) once per client (address and client id) and ``what``: the operator
-        sees why a client failed, and a client sending the same request again adds nothing."""
-        key = (request.client_host, request.client_id, what)
+    def _say_once(self, client_host: str, client_id: str | None, what: str, message: str) -> None:
+        """Log a refusal at WARNING once per client (address and client id) and ``what``, at DEBUG after
+        that: the operator sees why a client failed, and a client that sends the same request again
+        and again (clients retry, reconnect) does not flood the log."""
+        key = (client_host, client_id, what)
         if key in self._said:
+            logger.debug("%s", message)
             return
         self._said[key] = None
         if len(self._said) > _SAID_MAX:
@@ -317,7 +321,8 @@ class Server:
         """Say that a write (``request``'s API) was refused."""
         name = request.api.name
         client = f"client {request.client_id!r} at {request.client_host}"
-        self._say_once(request, name, f"refused {name} from {client}: {protocol.READ_ONLY_MESSAGE}")
+        message = f"refused {name} from {client}: {protocol.READ_ONLY_MESSAGE}"
+        self._say_once(request.client_host, request.client_id, name, message)
 
     # -- cluster ---------------------------------------------------------------------------------
 
@@ -357,7 +362,8 @@ class Server:
                 if name:
                     client = f"client {request.client_id!r} at {request.client_host}"
                     self._say_once(
-                        request,
+                        request.client_host,
+                        request.client_id,
                         f"topic {name}",
                         f"{client} asked for topic {name!r}, which does not exist (UNKNOWN_TOPIC_OR_PARTITION)",
                     )

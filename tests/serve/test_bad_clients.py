@@ -291,3 +291,19 @@ def test_a_transactional_producer_is_refused_at_once_as_by_a_broker_that_denies_
         other.init_transactions()
     assert time.monotonic() - started < 20
     other.close(timeout=5)
+
+
+def test_an_old_client_retrying_an_unsupported_version_is_logged_once(server: ServeProcess) -> None:
+    """A client that sends a version the server does not support (kafka-python forced to
+    api_version=(0, 10, 0) sends ListOffsets v0) has its connection closed, and reconnects and sends it
+    again about 8 times a second: the server said so at WARNING each time (30 lines in 4 s, for as
+    long as the client ran). It says it once per client address and problem; each connection is
+    still closed."""
+    for _ in range(3):
+        with _connect(server) as old:
+            old.sendall(struct.pack(">ihhi", 8, 2, 0, 1))  # ListOffsets v0
+            assert _closed(old)
+    _still_serves(server)
+    said = [line for line in server.log_text().splitlines() if "WARNING" in line]
+    assert len(said) == 1, said
+    assert "ListOffsets version 0 is not supported (versions 1-11): closing" in said[0]
