@@ -25,13 +25,20 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import logging
 import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from indexer.config import load_settings
-from indexer.errors import ConfigError, GroupIdNotFoundError, GroupNotEmptyError, GroupSubscribedToTopicError
+from indexer.errors import (
+    ConfigError,
+    GroupIdNotFoundError,
+    GroupNotEmptyError,
+    GroupSubscribedToTopicError,
+    StorageError,
+)
 from indexer.file_names import TopicPartition
 from indexer.lock import holder_fields
 from seglog.cli import add_action, existing_directory, log_dir_from_args, partition_number
@@ -39,6 +46,8 @@ from seglog.output import Output, format_table
 from seglog.serve.catalog import Catalog
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
 from seglog.serve.live_groups import LiveGroup, LiveMember, live_groups
+
+logger = logging.getLogger(__name__)
 
 # kafka-consumer-groups.sh --describe's columns, which operators and their scripts know.
 DESCRIBE_COLUMNS = (
@@ -220,8 +229,13 @@ def _servers(group: LiveGroup) -> str:
 def _log_end_offsets(log_dir: Path, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int | None]:
     """Each partition's log end offset as a consumer sees it: the high watermark the server answers for
     "latest" (its :class:`~seglog.serve.catalog.Catalog`'s read-only log); None for a partition the
-    log directory does not have or that cannot be opened (the catalog says why)."""
-    catalog = Catalog(log_dir, load_settings())
+    log directory does not have or that cannot be opened (the catalog says why), and for every one
+    when the high watermarks cannot be read (said once: the committed offsets are still listed)."""
+    try:
+        catalog = Catalog(log_dir, load_settings())
+    except StorageError as e:
+        logger.warning("log end offsets unknown: %s", e)
+        return dict.fromkeys(partitions)
     try:
         ends: dict[TopicPartition, int | None] = {}
         for topic, partition in partitions:

@@ -254,3 +254,19 @@ def test_deleting_a_live_groups_offsets_is_refused_as_kafka_refuses_it_until_its
     assert done.returncode == 0, done.stderr
     assert done.stdout.splitlines() == [f"group billing: deleted the offset of {TOPIC}-0 (12)"]
     member.close(autocommit=False)
+
+
+def test_list_with_an_unreadable_high_watermark_checkpoint_still_shows_the_committed_offsets(tmp_path: Path) -> None:
+    """A replication-offset-checkpoint that cannot be read leaves the log end offsets unknown ("-",
+    with one warning naming the file), not the committed offsets: ``list`` failed with exit 1."""
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings()) as manager:
+        manager.get_or_create_log(TOPIC, 0).append({"value": [b"v"] * 3})
+    (log_dir / "replication-offset-checkpoint").write_text("0\n1\nnot a line\n")
+    entry = {"group": "g", "leader_epoch": -1, "metadata": "", "offset": 2, "partition": 0, "topic": TOPIC}
+    (log_dir / "group-offsets-checkpoint").write_text(f"0\n1\n{json.dumps(entry)}\n")
+    listed = _groups("list", "--log-dir", str(log_dir))
+    assert listed.returncode == 0, listed.stderr
+    assert listed.stdout.splitlines()[1].split() == ["g", TOPIC, "0", "2", "-", "-", "-", "-", "-"]
+    warnings_said = listed.stderr.strip().splitlines()
+    assert len(warnings_said) == 1 and "replication-offset-checkpoint" in warnings_said[0], warnings_said
