@@ -220,6 +220,16 @@ class GroupIdNotFoundError(SeglogError, ValueError):
     (Kafka's ``GroupIdNotFoundException``)."""
 
 
+class GroupNotEmptyError(SeglogError, ValueError):
+    """A group's offsets cannot all go while it has members on a running server (Kafka's
+    ``GroupNotEmptyException``, NON_EMPTY_GROUP)."""
+
+
+class GroupSubscribedToTopicError(SeglogError, ValueError):
+    """A group's offsets of a topic cannot go while members on a running server subscribe to it: they
+    would commit them again (Kafka's ``GroupSubscribedToTopicException``)."""
+
+
 class SchemaError(SeglogError, TypeError):
     """Input columns missing or of the wrong type."""
 

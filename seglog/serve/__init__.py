@@ -9,5 +9,6 @@ Modules, one concept each:
 - :mod:`seglog.serve.fetch`: Fetch (long-poll, read_committed) and ListOffsets;
 - :mod:`seglog.serve.groups`: the group coordinator (generations, rebalances, session timeouts);
 - :mod:`seglog.serve.group_offsets`: committed group offsets, stored durably in the log directory;
+- :mod:`seglog.serve.live_groups`: the groups with members, published for ``seglog groups``;
 - :mod:`seglog.serve.server`: the asyncio server, connections and the dispatch of requests.
 """

@@ -26,12 +26,13 @@ what an operator no longer wants.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
 from collections.abc import Callable, Collection, Iterable, Mapping
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, TypeVar
 
 from indexer.checkpoint import CheckpointFile
 from indexer.errors import StorageError
@@ -54,6 +55,7 @@ class CommittedOffset(NamedTuple):
     metadata: str = ""
 
 
+_T = TypeVar("_T")
 _Offsets = dict[str, dict[TopicPartition, CommittedOffset]]  # group -> partition -> committed offset
 
 
@@ -142,15 +144,24 @@ class GroupOffsets:
 
         await self._replace(change)
 
-    async def delete(self, group: str, partitions: Collection[TopicPartition] | None = None) -> None:
+    async def delete(
+        self,
+        group: str,
+        partitions: Collection[TopicPartition] | None = None,
+        *,
+        check: Callable[[], object] | None = None,
+    ) -> None:
         """Forget ``group``'s offsets of ``partitions`` (of every partition if None; a group left
-        without offsets is forgotten); returns once the file without them is durable.
+        without offsets is forgotten); returns once the file without them is durable. ``check`` runs
+        first under the file lock, and may refuse by raising (nothing is written then).
 
         Raises:
             StorageError: the write failed; the offsets stay in force (file and memory).
         """
 
         def change(current: _Offsets) -> None:
+            if check is not None:
+                check()
             had = current.pop(group, {})
             kept = {} if partitions is None else {tp: c for tp, c in had.items() if tp not in partitions}
             if kept:
@@ -170,22 +181,36 @@ class GroupOffsets:
             offsets.setdefault(entry.group, {})[(entry.topic, entry.partition)] = entry.committed
         return offsets
 
+    async def locked(self, work: Callable[[], _T]) -> _T:
+        """``work()`` in a worker thread under the file lock, after this process's writes before it (one
+        at a time): what must not interleave with another process's offsets write (the group members
+        a server publishes, :mod:`seglog.serve.live_groups`).
+
+        Raises:
+            LogLockedError: another process held the file lock for :data:`LOCK_TIMEOUT_S`.
+            StorageError: the lock file cannot be opened; or what ``work`` raises.
+        """
+        async with self._lock():
+            return await asyncio.to_thread(self._under_file_lock, work)
+
+    def _under_file_lock(self, work: Callable[[], _T]) -> _T:
+        self._file_lock.acquire(timeout=LOCK_TIMEOUT_S)
+        try:
+            return work()
+        finally:
+            self._file_lock.release()
+
     async def _replace(self, change: Callable[[_Offsets], object]) -> None:
         """Apply ``change`` to the offsets on file and write them back, under the file lock; then they
         are this server's offsets (with what other servers wrote meanwhile)."""
-        async with self._lock():
-            self._offsets, self._stat = await asyncio.to_thread(self._replace_file, change)
+        self._offsets, self._stat = await self.locked(functools.partial(self._replace_file, change))
 
     def _replace_file(self, change: Callable[[_Offsets], object]) -> tuple[_Offsets, tuple[int, int, int] | None]:
         """The offsets written and the file's :func:`stat_key` then (no one else writes under the lock)."""
-        self._file_lock.acquire(timeout=LOCK_TIMEOUT_S)
-        try:
-            offsets = self._read()
-            change(offsets)
-            self._file.write_entries(self._entries(offsets))
-            return offsets, stat_key(self.path)
-        finally:
-            self._file_lock.release()
+        offsets = self._read()
+        change(offsets)
+        self._file.write_entries(self._entries(offsets))
+        return offsets, stat_key(self.path)
 
     @staticmethod
     def _entries(offsets: Mapping[str, Mapping[TopicPartition, CommittedOffset]]) -> Iterable[_Entry]:

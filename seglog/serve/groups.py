@@ -46,16 +46,23 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import enum
+import functools
 import logging
 import uuid
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from kafka.protocol.consumer.metadata import ConsumerProtocolSubscription, ConsumerProtocolType
+from kafka.protocol.consumer.metadata import (
+    ConsumerProtocolAssignment,
+    ConsumerProtocolSubscription,
+    ConsumerProtocolType,
+)
 
+from indexer.errors import StorageError
 from indexer.file_names import TopicPartition
 from seglog.serve import protocol
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
+from seglog.serve.live_groups import LiveGroup, LiveMember, PublishedGroups
 
 logger = logging.getLogger(__name__)
 
@@ -169,13 +176,41 @@ class Group:
         )
 
 
-class GroupCoordinator:
-    """Every consumer group of the server, and their committed offsets."""
+def offset_delete_errors(
+    protocol_type: str | None, subscribed: frozenset[str] | None, partitions: Iterable[TopicPartition]
+) -> tuple[int, dict[TopicPartition, int]]:
+    """Kafka's ``handleDeleteOffsets`` for a group WITH members: the group's error code and each
+    partition's. A group of another protocol than ``consumer`` is NON_EMPTY_GROUP; a consumer group
+    keeps the offsets of the topics its members subscribe to (GROUP_SUBSCRIBED_TO_TOPIC: they would
+    commit them again), every topic when those are not known (``subscribed`` None), as Kafka."""
+    if protocol_type != ConsumerProtocolType:
+        return protocol.NON_EMPTY_GROUP, {}
+    return protocol.NONE, {
+        tp: protocol.GROUP_SUBSCRIBED_TO_TOPIC if subscribed is None or tp[0] in subscribed else protocol.NONE
+        for tp in partitions
+    }
 
-    def __init__(self, offsets: GroupOffsets, *, initial_rebalance_delay_ms: int = 3000) -> None:
+
+class GroupCoordinator:
+    """Every consumer group of the server, and their committed offsets. With ``published``, the groups
+    with members are published for ``seglog groups`` (:mod:`seglog.serve.live_groups`): each member
+    before its JoinGroup is answered, the rest (assignments, members gone) within a sweep."""
+
+    def __init__(
+        self,
+        offsets: GroupOffsets,
+        *,
+        initial_rebalance_delay_ms: int = 3000,
+        published: PublishedGroups | None = None,
+    ) -> None:
         self.offsets = offsets
         self.initial_rebalance_delay_s = initial_rebalance_delay_ms / 1000
         self._groups: dict[str, Group] = {}
+        self._published = published
+        self._publish_lock = asyncio.Lock()
+        self._last_published: list[LiveGroup] = []
+        self._publish_error: str | None = None
+        self._publishing: asyncio.Task[None] | None = None
 
     @staticmethod
     def _now() -> float:
@@ -209,8 +244,40 @@ class GroupCoordinator:
         can_skip_assignment: bool = False,
     ) -> JoinResult:
         """JoinGroup: wait for the rebalance this join starts or joins, then answer (at once for a
-        static member that comes back to a Stable group, see the module's docstring).
-        ``can_skip_assignment``: the request's version has KIP-814's ``skip_assignment`` (v9+)."""
+        static member that comes back to a Stable group, see the module's docstring), once the member
+        is published (:meth:`publish`). ``can_skip_assignment``: the request's version has KIP-814's
+        ``skip_assignment`` (v9+)."""
+        result = await self._join(
+            group_id,
+            member_id,
+            client_id,
+            client_host,
+            session_timeout_ms,
+            rebalance_timeout_ms,
+            protocol_type,
+            protocols,
+            instance_id,
+            can_skip_assignment=can_skip_assignment,
+        )
+        if result.error_code == protocol.NONE:
+            await self.publish()
+        return result
+
+    async def _join(
+        self,
+        group_id: str,
+        member_id: str,
+        client_id: str,
+        client_host: str,
+        session_timeout_ms: int,
+        rebalance_timeout_ms: int,
+        protocol_type: str,
+        protocols: list[tuple[str, bytes]],
+        instance_id: str | None = None,
+        *,
+        can_skip_assignment: bool = False,
+    ) -> JoinResult:
+        """:meth:`join` but the publishing."""
         if not group_id:
             return JoinResult(protocol.INVALID_GROUP_ID, member_id=member_id)
         if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
@@ -506,6 +573,8 @@ class GroupCoordinator:
                         self._members_gone(group, [member], f"member {member.member_id} session expired")
                 self._maybe_complete_join(group, now)
                 self._expire_pending_sync(group, now)
+            if self._publishing is None or self._publishing.done():  # assignments, members gone
+                self._publishing = asyncio.get_running_loop().create_task(self.publish(), name="group-publish")
 
     # -- offsets ---------------------------------------------------------------------------------
 
@@ -574,15 +643,11 @@ class GroupCoordinator:
         group = self._groups.get(group_id)
         if group is None and group_id not in self.offsets.groups():
             return protocol.GROUP_ID_NOT_FOUND, {}
-        subscribed: set[str] | None = set()
+        errors = {tp: protocol.NONE for tp in partitions}
         if group is not None and group.members:
-            if group.protocol_type != ConsumerProtocolType:
-                return protocol.NON_EMPTY_GROUP, {}
-            subscribed = self._subscribed_topics(group)
-        errors = {
-            tp: protocol.GROUP_SUBSCRIBED_TO_TOPIC if subscribed is None or tp[0] in subscribed else protocol.NONE
-            for tp in partitions
-        }
+            error, errors = offset_delete_errors(group.protocol_type, self._subscribed_topics(group), partitions)
+            if error != protocol.NONE:
+                return error, {}
         deletable = [tp for tp, error in errors.items() if error == protocol.NONE]
         if deletable:
             await self.offsets.delete(group_id, deletable)
@@ -590,7 +655,7 @@ class GroupCoordinator:
         return protocol.NONE, errors
 
     @staticmethod
-    def _subscribed_topics(group: Group) -> set[str] | None:
+    def _subscribed_topics(group: Group) -> frozenset[str] | None:
         """The topics a consumer group's members subscribe to, from their metadata for the group's
         protocol (Kafka's ``GroupMetadata.subscribedTopics``); None if that is not known (no protocol
         chosen yet, metadata that does not parse), and then every topic counts as subscribed, as in
@@ -604,7 +669,61 @@ class GroupCoordinator:
                 topics.update(ConsumerProtocolSubscription.decode(metadata).topics)
             except Exception:  # kafka-python raises ValueError/struct.error/TypeError/... on bad bytes
                 return None
-        return topics
+        return frozenset(topics)
+
+    # -- published for seglog groups ------------------------------------------------------------
+
+    def live_groups(self) -> list[LiveGroup]:
+        """The groups with members, as :mod:`seglog.serve.live_groups` publishes them (a consumer
+        group's assignments decoded once it is Stable)."""
+        return [
+            LiveGroup(
+                group.group_id,
+                group.state.value,
+                group.protocol_type,
+                self._subscribed_topics(group),
+                tuple(
+                    LiveMember(m.member_id, m.client_id, m.client_host, m.instance_id, self._assigned(group, m))
+                    for m in group.members.values()
+                ),
+            )
+            for group in self._groups.values()
+            if group.members
+        ]
+
+    @staticmethod
+    def _assigned(group: Group, member: Member) -> tuple[TopicPartition, ...]:
+        if group.state is not GroupState.STABLE or group.protocol_type != ConsumerProtocolType:
+            return ()
+        try:
+            assignment = ConsumerProtocolAssignment.decode(member.assignment)
+            return tuple(sorted((str(tp.topic), int(tp.partition)) for tp in assignment.partitions()))
+        except Exception:  # bytes a leader made up (kafka-python raises several types): nothing to show
+            return ()
+
+    async def publish(self) -> None:
+        """Publish :meth:`live_groups` if it changed since the last time; returns once it is on disk. A
+        failure is logged (once per message) and the server goes on: ``seglog groups`` could not
+        delete offsets in a directory that this server cannot write in either."""
+        if self._published is None:
+            return
+        async with self._publish_lock:
+            groups = self.live_groups()
+            if groups == self._last_published:
+                return
+            try:
+                await self.offsets.locked(functools.partial(self._published.write, groups))
+            except StorageError as e:
+                if str(e) != self._publish_error:
+                    logger.error("cannot publish the group members for seglog groups: %s", e)
+                self._publish_error = str(e)
+                return
+            self._last_published, self._publish_error = groups, None
+
+    def close(self) -> None:
+        """Remove what was published (the server stops)."""
+        if self._published is not None:
+            self._published.close()
 
     def fetch_offsets(self, group_id: str) -> dict[TopicPartition, CommittedOffset]:
         """The group's committed offsets."""

@@ -88,6 +88,7 @@ INVALID_SESSION_TIMEOUT: int = kafka_errors.InvalidSessionTimeoutError.errno
 REBALANCE_IN_PROGRESS: int = kafka_errors.RebalanceInProgressError.errno
 TOPIC_AUTHORIZATION_FAILED: int = kafka_errors.TopicAuthorizationFailedError.errno
 CLUSTER_AUTHORIZATION_FAILED: int = kafka_errors.ClusterAuthorizationFailedError.errno
+TRANSACTIONAL_ID_AUTHORIZATION_FAILED: int = kafka_errors.TransactionalIdAuthorizationFailedError.errno
 UNSUPPORTED_VERSION: int = kafka_errors.UnsupportedVersionError.errno
 INVALID_REQUEST: int = kafka_errors.InvalidRequestError.errno
 COORDINATOR_NOT_AVAILABLE: int = kafka_errors.CoordinatorNotAvailableError.errno

@@ -19,6 +19,7 @@ response cannot be sent within ``send_timeout_ms`` (a client that stopped readin
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import dataclasses
 import functools
@@ -28,7 +29,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import kafka.errors as kafka_errors
 from kafka.admin import ConfigResourceType, ConfigSourceType, ConfigType
 from kafka.protocol.admin import (
     CreateTopicsResponse,
@@ -58,12 +58,14 @@ from seglog.serve import fetch, protocol
 from seglog.serve.catalog import Catalog
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
 from seglog.serve.groups import GroupCoordinator, GroupState, JoinResult, SyncResult
+from seglog.serve.live_groups import PublishedGroups
 
 logger = logging.getLogger(__name__)
 
 NODE_ID = 0  # the group coordinator's and the controller's node
 CLUSTER_ID = "seglog"
 OFFSET_METADATA_MAX_BYTES = 4096  # Kafka's offset.metadata.max.bytes (its check counts characters)
+_SAID_MAX = 4096  # (client, what) pairs whose refusal was logged, remembered so that each is logged once
 _SEND_CHUNK_BYTES = 1024 * 1024
 _SENDFILE_CHUNK_BYTES = 4 * 1024 * 1024
 
@@ -134,13 +136,16 @@ class Server:
     def __init__(self, log_dir: str | Path, settings: Settings, options: ServeOptions) -> None:
         self.options = options
         self.catalog = Catalog(log_dir, settings, poll_ms=options.poll_ms, rescan_ms=options.rescan_ms)
+        offsets_dir = Path(options.group_offsets_dir or log_dir)
         self.groups = GroupCoordinator(
-            GroupOffsets(options.group_offsets_dir or log_dir),
+            GroupOffsets(offsets_dir),
             initial_rebalance_delay_ms=options.group_initial_rebalance_delay_ms,
+            published=PublishedGroups(offsets_dir),
         )
         self._servers: list[asyncio.Server] = []
         self._tasks: list[asyncio.Task[None]] = []
         self._connections: set[asyncio.Task[None]] = set()
+        self._said: collections.OrderedDict[tuple[str, str | None, str], None] = collections.OrderedDict()
         self.port = options.port
         self.ports: list[int] = []  # node i's port: ports[0] is port, where clients bootstrap
         self.advertised_host = options.advertised_host or (
@@ -188,6 +193,7 @@ class Server:
                 await task
         for server in self._servers:
             await server.wait_closed()
+        self.groups.close()
         self.catalog.close()
 
     # -- connections -----------------------------------------------------------------------------
@@ -220,7 +226,9 @@ class Server:
                 response = await self._handle(frame, node, client_host)
                 if response is not None:
                     await self._send(writer, response)
-        except (protocol.ProtocolError, StorageError) as e:
+        except protocol.ProtocolError as e:  # an old client reconnects and sends it again: said once
+            self._say_once(client_host, None, str(e), f"{peer}: {e}: closing")
+        except StorageError as e:
             logger.warning("%s: %s: closing", peer, e)
         except TimeoutError:
             logger.info("%s: idle or not reading: closing", peer)
@@ -296,6 +304,26 @@ class Server:
                 raise
         return [protocol.encode_response(answer, request.version, correlation_id)]
 
+    def _say_once(self, client_host: str, client_id: str | None, what: str, message: str) -> None:
+        """Log a refusal at WARNING once per client (address and client id) and ``what``, at DEBUG after
+        that: the operator sees why a client failed, and a client that sends the same request again
+        and again (clients retry, reconnect) does not flood the log."""
+        key = (client_host, client_id, what)
+        if key in self._said:
+            logger.debug("%s", message)
+            return
+        self._said[key] = None
+        if len(self._said) > _SAID_MAX:
+            self._said.popitem(last=False)
+        logger.warning("%s", message)
+
+    def _refused(self, request: protocol.Request) -> None:
+        """Say that a write (``request``'s API) was refused."""
+        name = request.api.name
+        client = f"client {request.client_id!r} at {request.client_host}"
+        message = f"refused {name} from {client}: {protocol.READ_ONLY_MESSAGE}"
+        self._say_once(request.client_host, request.client_id, name, message)
+
     # -- cluster ---------------------------------------------------------------------------------
 
     def _ApiVersions(self, request: protocol.Request) -> Any:
@@ -331,6 +359,14 @@ class Server:
         answers = []
         for name, asked_id in wanted:
             if name not in topics:
+                if name:
+                    client = f"client {request.client_id!r} at {request.client_host}"
+                    self._say_once(
+                        request.client_host,
+                        request.client_id,
+                        f"topic {name}",
+                        f"{client} asked for topic {name!r}, which does not exist (UNKNOWN_TOPIC_OR_PARTITION)",
+                    )
                 error = (
                     protocol.UNKNOWN_TOPIC_ID
                     if version >= 10 and asked_id and not name
@@ -390,9 +426,16 @@ class Server:
 
     def _FindCoordinator(self, request: protocol.Request) -> Any:
         body, version = request.body, request.version
-        # Key type 0 is a consumer group; transactions (1) and share groups (2) are writes we do not serve.
-        error = protocol.NONE if body.key_type == 0 else protocol.COORDINATOR_NOT_AVAILABLE
+        # Key type 0 is a consumer group. A transaction (1) writes: TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        # as Kafka answers for a transactional id the client may not use, which clients take as fatal
+        # (COORDINATOR_NOT_AVAILABLE they retry until their timeout). Share groups (2) are not served.
+        error = {
+            0: protocol.NONE,
+            1: protocol.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+        }.get(body.key_type, protocol.COORDINATOR_NOT_AVAILABLE)
         message = None if error == protocol.NONE else protocol.READ_ONLY_MESSAGE
+        if error != protocol.NONE:
+            self._refused(request)
         if version < 4:
             return FindCoordinatorResponse(
                 version=version,
@@ -734,6 +777,7 @@ class Server:
     # -- refused writes --------------------------------------------------------------------------
 
     def _Produce(self, request: protocol.Request) -> Any:
+        self._refused(request)
         body, version = request.body, request.version
         if body.acks == 0:  # the producer expects no answer
             return None
@@ -763,6 +807,7 @@ class Server:
         )
 
     def _CreateTopics(self, request: protocol.Request) -> Any:
+        self._refused(request)
         result = CreateTopicsResponse.CreatableTopicResult
         return CreateTopicsResponse(
             version=request.version,
@@ -781,6 +826,7 @@ class Server:
         )
 
     def _DeleteTopics(self, request: protocol.Request) -> Any:
+        self._refused(request)
         body, version = request.body, request.version
         names = list(body.topic_names) if version < 6 else [t.name for t in body.topics]
         result = DeleteTopicsResponse.DeletableTopicResult
@@ -796,11 +842,10 @@ class Server:
         )
 
     def _InitProducerId(self, request: protocol.Request) -> Any:
+        self._refused(request)
         transactional = request.body.transactional_id is not None
         error = (
-            kafka_errors.TransactionalIdAuthorizationFailedError.errno
-            if transactional
-            else protocol.CLUSTER_AUTHORIZATION_FAILED
+            protocol.TRANSACTIONAL_ID_AUTHORIZATION_FAILED if transactional else protocol.CLUSTER_AUTHORIZATION_FAILED
         )
         return InitProducerIdResponse(
             version=request.version, throttle_time_ms=0, error_code=error, producer_id=-1, producer_epoch=-1

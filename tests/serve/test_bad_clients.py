@@ -162,7 +162,31 @@ def test_writes_are_refused_with_authorization_errors(server: ServeProcess) -> N
         sock.sendall(_request(create, 5, 2))
         topic = CreateTopicsResponse.decode(_read_frame(sock), version=5, header=True).topics[0]
         assert (topic.name, topic.error_code) == ("new", protocol.TOPIC_AUTHORIZATION_FAILED)
+        for correlation_id in (3, 4):  # a second refusal of the same client is not logged again
+            sock.sendall(_request(produce, 9, correlation_id))
+            _read_frame(sock)
+        sock.sendall(
+            _request(
+                MetadataRequest(
+                    version=12,
+                    topics=[MetadataRequest.MetadataRequestTopic(name="nope")],
+                    allow_auto_topic_creation=True,
+                    include_cluster_authorized_operations=False,
+                    include_topic_authorized_operations=False,
+                ),
+                12,
+                5,
+            )
+        )
+        unknown = MetadataResponse.decode(_read_frame(sock), version=12, header=True).topics[0]
+        assert unknown.error_code == protocol.UNKNOWN_TOPIC_OR_PARTITION
     assert not (server.log_dir / "new-0").exists()
+    said = [line.split(": ", 1)[1] for line in server.log_text().splitlines() if "WARNING" in line]
+    assert said == [
+        f"refused Produce from client 'raw' at /127.0.0.1: {protocol.READ_ONLY_MESSAGE}",
+        f"refused CreateTopics from client 'raw' at /127.0.0.1: {protocol.READ_ONLY_MESSAGE}",
+        "client 'raw' at /127.0.0.1 asked for topic 'nope', which does not exist (UNKNOWN_TOPIC_OR_PARTITION)",
+    ]
 
 
 # The values of a plausible request, by field name: topic t, partition 0, a new member of a group.
@@ -237,3 +261,49 @@ def test_every_api_is_answered_at_every_version_it_advertises(server: ServeProce
             sock.sendall(_request(_filled(api.request, version, values), version, version))
             response = api.response.decode(_read_frame(sock), version=version, header=True)
         assert response.header.correlation_id == version, (api.name, version)
+
+
+def test_a_transactional_producer_is_refused_at_once_as_by_a_broker_that_denies_its_transactional_id(
+    server: ServeProcess,
+) -> None:
+    """A transactional producer pointed at the server by mistake fails at once with Kafka's answer to
+    a transactional id it may not use: FindCoordinator for a transaction (key type 1) answers
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED, as Kafka's when the id may not be described, which both
+    clients take as fatal. It answered COORDINATOR_NOT_AVAILABLE, which clients retry: confluent-kafka's
+    init_transactions ran into its 30 s timeout, kafka-python's into max_block_ms."""
+    import confluent_kafka
+
+    producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap, "transactional.id": "tx"})
+    started = time.monotonic()
+    with pytest.raises(confluent_kafka.KafkaException) as refused:
+        producer.init_transactions(30)
+    assert refused.value.args[0].code() == confluent_kafka.KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+    assert time.monotonic() - started < 20  # well below the 30 s it waited
+    del producer  # librdkafka's threads stop before the server does
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka.errors as kafka_errors
+        from kafka import KafkaProducer
+
+    other = KafkaProducer(bootstrap_servers=server.bootstrap, transactional_id="tx2", max_block_ms=30_000)
+    started = time.monotonic()
+    with pytest.raises(kafka_errors.TransactionalIdAuthorizationFailedError):
+        other.init_transactions()
+    assert time.monotonic() - started < 20
+    other.close(timeout=5)
+
+
+def test_an_old_client_retrying_an_unsupported_version_is_logged_once(server: ServeProcess) -> None:
+    """A client that sends a version the server does not support (kafka-python forced to
+    api_version=(0, 10, 0) sends ListOffsets v0) has its connection closed, and reconnects and sends it
+    again about 8 times a second: the server said so at WARNING each time (30 lines in 4 s, for as
+    long as the client ran). It says it once per client address and problem; each connection is
+    still closed."""
+    for _ in range(3):
+        with _connect(server) as old:
+            old.sendall(struct.pack(">ihhi", 8, 2, 0, 1))  # ListOffsets v0
+            assert _closed(old)
+    _still_serves(server)
+    said = [line for line in server.log_text().splitlines() if "WARNING" in line]
+    assert len(said) == 1, said
+    assert "ListOffsets version 0 is not supported (versions 1-11): closing" in said[0]
