@@ -51,10 +51,11 @@ from indexer.file_names import (
     partition_dir_name,
     partition_dirs,
 )
-from indexer.lock import MAINTENANCE_ROLE
+from indexer.lock import MAINTENANCE_ROLE, FileLock, left_by_writer
 from indexer.log import Log
 from indexer.log_loader import UNCLEAN_SHUTDOWN, died_holding_reason
 from indexer.log_manager import check_log_dir_writable
+from maintenance.committed import kept_offset
 from maintenance.metadata import PartitionMetadata, scan_partition
 from maintenance.report import JobReport
 
@@ -352,7 +353,8 @@ class BorrowedLogs(LogAccess):
         self, tp: TopicPartition, path: Path, checkpoints: dict[str, dict[TopicPartition, int]], report: JobReport
     ) -> Log | None:
         name = partition_name(tp)
-        reason = self._recovery_reason(tp, path)
+        holder = FileLock(path / PARTITION_LOCK_FILE).holder()  # read before the open writes this process's
+        reason = self._recovery_reason(tp, path, holder)
         try:
             log = Log.open(
                 path,
@@ -379,20 +381,40 @@ class BorrowedLogs(LogAccess):
             return None
         if self._foreign.pop(tp, None) is not None:
             logger.info("%s is free again; maintaining it", name)
+        if left_by_writer(holder):
+            try:
+                self._truncate_dead_writers_tail(tp, log, report)
+            except Exception as e:
+                report.fail(name, e)
+                log.abandon()  # let go as a crash would: the next open recovers it
+                return None
         return log
 
-    def _recovery_reason(self, tp: TopicPartition, path: Path) -> str | None:
-        """None when the partition is as this daemon left it (no writer died holding it: its lock file
-        names no holder; its newest segment is the one released, with the same size and mtime), so it
-        opens as cleanly shut down; else why its open recovers from the recovery point, which the
-        loader's steps and logs say (``recovery_reason``)."""
+    def _truncate_dead_writers_tail(self, tp: TopicPartition, log: Log, report: JobReport) -> None:
+        """Cut what a writer that died holding ``tp`` left above what must stay
+        (:func:`~maintenance.committed.kept_offset`: the committed offset, or a sink fence's range),
+        on the first borrow after its death, whichever job borrows: this borrow replaces the dead
+        writer's line in the lock file, and its release empties it, so no later pass can tell."""
+        end = kept_offset(self.log_dir, tp, log.directory)
+        if end is not None and log.log_start_offset <= end < log.log_end_offset:
+            dropped = log.log_end_offset - end
+            log.truncate_to(end)
+            logger.warning(
+                "%s: truncated %d uncommitted offsets above %d left by a dead writer", partition_name(tp), dropped, end
+            )
+            report.count("offsets_truncated", dropped)
+
+    def _recovery_reason(self, tp: TopicPartition, path: Path, holder: str) -> str | None:
+        """None when the partition is as this daemon left it (no process died holding it: ``holder``,
+        the line in its lock file, is empty; its newest segment is the one released, with the same size
+        and mtime), so it opens as cleanly shut down; else why its open recovers from the recovery
+        point, which the loader's steps and logs say (``recovery_reason``)."""
+        if holder:
+            return died_holding_reason(holder)
         state = self._released.get(tp)
         if state is None:
             return "first opened by this process's maintenance"
         try:
-            holder = (path / PARTITION_LOCK_FILE).read_text(encoding="utf-8", errors="replace").strip()
-            if holder:
-                return died_holding_reason(holder)
             st = log_file(path, state.active_base_offset).stat()
             newest = max(int(name[:-4]) for name in os.listdir(path) if name.endswith(LOG_FILE_SUFFIX))
         except (OSError, ValueError):
