@@ -216,7 +216,7 @@ class LogAccess(ABC):
     def foreign_partitions(self) -> list[tuple[TopicPartition, Path]]:
         """Partitions this process may not change (another live process holds them)."""
 
-    def leftover_deleted_files(self, tp: TopicPartition, meta: PartitionMetadata, now_ms: int) -> tuple[str, ...]:
+    def leftover_deleted_files(self, tp: TopicPartition, meta: PartitionMetadata) -> tuple[str, ...]:
         """The ``.deleted`` files of ``meta`` that no deletion pending in this process will remove: left
         by a run that ended before ``file.delete.delay.ms`` (``--once``, a stopped or killed daemon).
         Opening the partition removes them (the loader, spec 6.2 step 1), as a broker's restart does.
@@ -295,9 +295,10 @@ class BorrowedLogs(LogAccess):
         self._pass_lock = threading.Lock()
         self._released: dict[TopicPartition, _ReleaseState] = {}
         self._foreign: dict[TopicPartition, str] = {}
-        # When this process's own deletion of a partition's .deleted files is due (the clock's task
-        # of the log it released runs it, closed log or not).
-        self._deletion_due: dict[TopicPartition, int] = {}
+        # When this process's own deletion of a partition's .deleted files is due, on the monotonic
+        # clock its task counts the delay on (the clock's task of the log it released runs it, closed
+        # log or not): a wall clock set back must not make other runs' leftovers look like its own.
+        self._deletion_due_ns: dict[TopicPartition, int] = {}
 
     def stop(self) -> None:
         """Make running and later passes stop before their next partition (the daemon is shutting down)."""
@@ -307,9 +308,9 @@ class BorrowedLogs(LogAccess):
         dirs = dict(partition_dirs(self.log_dir))
         return [(tp, dirs[tp]) for tp in sorted(self._foreign) if tp in dirs]
 
-    def leftover_deleted_files(self, tp: TopicPartition, meta: PartitionMetadata, now_ms: int) -> tuple[str, ...]:
-        due = self._deletion_due.get(tp)
-        return () if due is not None and due > now_ms else meta.deleted_files
+    def leftover_deleted_files(self, tp: TopicPartition, meta: PartitionMetadata) -> tuple[str, ...]:
+        due = self._deletion_due_ns.get(tp)
+        return () if due is not None and due > self.clock.monotonic_ns() else meta.deleted_files
 
     def each_log(self, report: JobReport, wanted: Wanted | None = None) -> Iterator[tuple[TopicPartition, Log]]:
         with self._pass_lock:
@@ -437,11 +438,10 @@ class BorrowedLogs(LogAccess):
         """Flush, note the checkpoint values of (:func:`released_values`) and close a borrowed log;
         errors are logged, not raised."""
         self._released.pop(tp, None)
-        due = log.next_pending_deletion_ms
-        if due is None:
-            self._deletion_due.pop(tp, None)
-        else:
-            self._deletion_due[tp] = due
+        if log.next_pending_deletion_ms is None:
+            self._deletion_due_ns.pop(tp, None)
+        else:  # scheduled during this borrow: due within the delay from now
+            self._deletion_due_ns[tp] = self.clock.monotonic_ns() + log.config.file_delete_delay_ms * 1_000_000
         try:
             base = log.active_segment.base_offset
             log.close()  # flushes everything: the recovery point is now the log end offset

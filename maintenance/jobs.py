@@ -59,7 +59,7 @@ def retention(access: LogAccess) -> JobReport:
         leftovers: dict[TopicPartition, tuple[str, ...]] = {}
 
         def wanted(tp: TopicPartition, meta: PartitionMetadata) -> bool:
-            leftovers[tp] = access.leftover_deleted_files(tp, meta, now)
+            leftovers[tp] = access.leftover_deleted_files(tp, meta)
             return bool(leftovers[tp]) or retention_plan(meta, now).needs_log
 
         for tp, log in access.each_log(report, wanted):

@@ -460,6 +460,28 @@ def test_daemon_removes_deleted_files_an_earlier_run_left(log_dir: Path, clock: 
     assert JOBS["retention"].fn(later).partitions == 0
 
 
+def test_a_wall_clock_set_back_delays_no_removal_of_deleted_files(log_dir: Path, clock: MockClock) -> None:
+    """The daemon's delayed deletion of its ``.deleted`` files counts ``file.delete.delay.ms`` on the
+    monotonic clock (its timer, as Kafka's scheduler does). Which ``.deleted`` files its own deletion
+    will still remove was judged by the wall clock: set back an hour after a retention pass, the
+    daemon took the files another run (a killed ``--once retention``) left in that partition for its
+    own, pending for an hour more, and left them there. Now judged on the monotonic clock too."""
+    log = committed_log(log_dir, clock, 20, retention_ms=10_000, file_delete_delay_ms=60_000)
+    directory, leo = log.directory, log.log_end_offset
+    log.close()
+    OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE).write({("t", 0): leo})
+    daemon = BorrowedLogs(log_dir, settings_for(small_config(retention_ms=10_000, file_delete_delay_ms=60_000)), clock)
+    assert JOBS["retention"].fn(daemon).details["segments_deleted"] > 0
+    assert files_with_suffix(directory, ".deleted")
+    clock.set_wall_ms(clock.milliseconds() - 3_600_000)
+    clock.advance(60_000)  # its own deletion ran, on time
+    assert files_with_suffix(directory, ".deleted") == []
+    (directory / "00000000000000000000.log.deleted").write_bytes(b"left by another run")
+    report = JOBS["retention"].fn(daemon)
+    assert report.details == {"deleted_files_removed": 1}
+    assert files_with_suffix(directory, ".deleted") == []
+
+
 def test_retention_names_each_quarantine_file_it_deletes(log_dir: Path, clock: MockClock) -> None:
     """Quarantine files hold the only copy of bytes recovery removed: the report (and the log) names
     each one retention deletes and why, as it does each deleted segment."""
