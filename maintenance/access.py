@@ -325,13 +325,17 @@ class BorrowedLogs(LogAccess):
                         break
                     report.checked += 1
                     if wanted is not None:
-                        meta = scan_partition(
-                            path,
-                            self.settings.log_config(tp[0]),
-                            log_start_offset=checkpoints["log-start-offset"].get(tp, 0),
-                            high_watermark=checkpoints["high-watermark"].get(tp, 0),
-                        )
-                        if not wanted(tp, meta):
+                        try:
+                            meta = scan_partition(
+                                path,
+                                self.settings.log_config(tp[0]),
+                                log_start_offset=checkpoints["log-start-offset"].get(tp, 0),
+                                high_watermark=checkpoints["high-watermark"].get(tp, 0),
+                            )
+                            if not wanted(tp, meta):
+                                continue
+                        except Exception as e:  # one partition's files (damage): the pass goes on
+                            report.fail(partition_name(tp), e)
                             continue
                     log = self._borrow(tp, path, checkpoints, report)
                     if log is None:

@@ -187,6 +187,37 @@ class TestRoll:
         assert len(files_with_suffix(directory, ".log")) == 2
 
 
+def test_the_roll_pass_goes_on_beside_a_writers_reserved_bytes_and_a_damaged_partition(
+    log_dir: Path, clock: MockClock
+) -> None:
+    """The daemon's roll pre-check reads the first batch header of each active segment from its file.
+    A writer appending to a new segment reserves the bytes (zeros) before it fills them: the check
+    raised CorruptRecordError ('record size 0 ... at position 0'), which ended the whole pass (ERROR
+    'maintenance job roll failed' with a traceback, seen beside a `seglog append` loop) and left the
+    other partitions unrolled. Bytes not written yet are no batch yet: no roll; a partition whose
+    first batch is damaged is one partition's error, and the pass goes on."""
+    writing = committed_log(log_dir, clock, 2, "a-0", segment_ms=10_000)
+    writing.roll()
+    with open(writing.directory / f"{writing.log_end_offset:020d}.log", "r+b") as f:
+        f.write(bytes(300))  # reserved by the writer (posix_fallocate), not filled yet
+    idle = committed_log(log_dir, clock, 2, "b-0", segment_ms=10_000)
+    idle.close()
+    damaged = committed_log(log_dir, clock, 2, "c-0", segment_ms=10_000)
+    damaged.close()
+    with open(damaged.directory / "00000000000000000000.log", "r+b") as f:
+        f.seek(8)
+        f.write((5).to_bytes(4, "big"))  # a batch size below any entry's
+    clock.advance(20_000)
+    try:
+        access = BorrowedLogs(log_dir, settings_for(small_config(segment_ms=10_000)), clock=clock)
+        report = JOBS["roll"].fn(access)
+    finally:
+        writing.close()
+    assert report.details == {"segments_rolled": 1}
+    assert [e.partition for e in report.errors] == ["c-0"]
+    assert len(files_with_suffix(idle.directory, ".log")) == 2
+
+
 def test_deleted_segment_stays_readable_until_the_delay(log_dir: Path, clock: MockClock) -> None:
     """Async deletion: a reader holding a segment keeps reading it after retention removed it."""
     log = committed_log(log_dir, clock, 12, retention_ms=5_000)
