@@ -153,6 +153,7 @@ class LogAccess(ABC):
         self.settings = settings
         self.clock = clock
         self._read_only = False  # the last writable() found the directory read-only
+        self._missing = not self.log_dir.exists()  # ... or missing (at the start: said by the daemon's note)
         self._read_only_lock = threading.Lock()
         self._unreadable: str | None = None  # the checkpoint error last logged (once, until it changes)
         self._unreadable_lock = threading.Lock()  # the jobs run in several threads
@@ -160,11 +161,24 @@ class LogAccess(ABC):
     def writable(self) -> bool:
         """Whether the jobs may run now: not while the log directory cannot be written
         (:func:`~indexer.log_manager.check_log_dir_writable`), where every partition of every pass
-        would fail. That is logged once when it starts and once when it ends, not per pass.
+        would fail, nor while it does not exist (deleted, unmounted: a pass would find no partition
+        and say nothing). Each is logged once when it starts and once when it ends, not per pass.
 
         Raises:
             StorageError: the directory's file system cannot be asked.
         """
+        missing = not self.log_dir.exists()
+        with self._read_only_lock:
+            if missing and not self._missing:
+                logger.warning(
+                    "log directory %s does not exist any more: every maintenance pass is skipped until it exists again",
+                    self.log_dir,
+                )
+            elif self._missing and not missing:
+                logger.info("log directory %s exists again: maintaining its partitions", self.log_dir)
+            self._missing = missing
+        if missing:
+            return False
         try:
             check_log_dir_writable(self.log_dir, READ_ONLY_REFUSED)
         except ReadOnlyLogDirectoryError as e:
