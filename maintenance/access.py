@@ -357,7 +357,7 @@ class BorrowedLogs(LogAccess):
                     try:
                         yield tp, log
                     finally:
-                        self._release(tp, log, released, had_high_watermark=tp in checkpoints["high-watermark"])
+                        self._release(tp, log, released, report, had_high_watermark=tp in checkpoints["high-watermark"])
             finally:
                 for kind in kinds:
                     # Only where nobody wrote since this pass read the file: a writer (executor writes
@@ -450,11 +450,13 @@ class BorrowedLogs(LogAccess):
         tp: TopicPartition,
         log: Log,
         released: dict[str, dict[TopicPartition, int | None]],
+        report: JobReport,
         *,
         had_high_watermark: bool,
     ) -> None:
         """Flush, note the checkpoint values of (:func:`released_values`) and close a borrowed log;
-        errors are logged, not raised."""
+        an error is the partition's error in ``report`` (one line for an expected one), not raised.
+        The log is closed either way (``Log.close`` lets the files go even when its flush fails)."""
         self._released.pop(tp, None)
         if log.next_pending_deletion_ms is None:
             self._deletion_due_ns.pop(tp, None)
@@ -467,9 +469,5 @@ class BorrowedLogs(LogAccess):
                 released[kind][tp] = value
             st = log_file(log.directory, base).stat()
             self._released[tp] = _ReleaseState(base, st.st_size, st.st_mtime_ns)
-        except Exception:
-            logger.exception("releasing %s failed", partition_name(tp))
-            try:
-                log.close()
-            except Exception:
-                logger.exception("closing %s failed", partition_name(tp))
+        except Exception as e:
+            report.fail(partition_name(tp), e)
