@@ -384,7 +384,7 @@ class BorrowedLogs(LogAccess):
                 clock=self.clock,
                 high_watermark=checkpoints["high-watermark"].get(tp, 0),
                 recovery_reason=reason or UNCLEAN_SHUTDOWN,  # (unused when clean)
-                lock_role=MAINTENANCE_ROLE,  # killed while borrowing, it is no dead writer (jobs.index)
+                lock_role=MAINTENANCE_ROLE,  # killed while borrowing, it is no dead writer (left_by_writer)
             )
         except LogLockedError as e:
             holder = str(e)
