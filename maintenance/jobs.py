@@ -136,8 +136,8 @@ def _checkpoint_job(kind: str) -> Callable[[LogAccess], JobReport]:
         with report.timed():
             values: dict[TopicPartition, int | None] = {}
             for tp, log in access.each_log(report):
-                if not access.borrowed:  # a borrowed partition's entries are written as it is given back
-                    with report.partition(partition_name(tp)):
+                with report.partition(partition_name(tp)):  # opened, flushed and given back: worked on
+                    if not access.borrowed:  # a borrowed partition's entries are written as it is given back
                         values[tp] = checkpoint_value(log, kind)
             try:
                 written = merge_checkpoint(access.log_dir, kind, values)
