@@ -51,7 +51,7 @@ class Clock(Protocol):
         ...
 
     def schedule(self, delay_ms: int, fn: Callable[[], object], *, name: str = "") -> ScheduledTask:
-        """Run ``fn`` once, ``delay_ms`` from now (Kafka ``Scheduler.scheduleOnce``)."""
+        """Run ``fn`` once, ``delay_ms`` from now on the monotonic clock (Kafka ``Scheduler.scheduleOnce``)."""
         ...
 
 
@@ -119,9 +119,10 @@ class SystemClock:
 
 @dataclass(order=True)
 class MockTask:
-    """A task held by a :class:`MockClock`, ordered by due time then scheduling order."""
+    """A task held by a :class:`MockClock`, ordered by due time (on its monotonic clock, in ns) then
+    scheduling order."""
 
-    due_ms: int
+    due_ns: int
     seq: int
     name: str = field(compare=False)
     fn: Callable[[], object] = field(compare=False, repr=False)
@@ -141,8 +142,11 @@ class MockClock:
     ``advance(ms)`` and ``sleep(ms)`` move both clocks forward and run every task that became due, in
     due order, with the clock set to each task's due time while it runs (so a task that reads the time
     sees its own deadline). A task scheduled with delay 0 runs at once, inside ``schedule``. Tasks may
-    schedule further tasks. Exceptions from tasks propagate to the caller of ``advance`` (tests want
-    to see them). Thread-safe: one lock guards time and the queue; tasks run outside it.
+    schedule further tasks. Delays count on the monotonic clock, as :class:`SystemClock`'s timers'
+    (and Kafka's scheduler's) do: ``set_wall_ms`` steps the wall clock alone (an operator or NTP
+    setting the time), and no task runs earlier or later for it. Exceptions from tasks propagate to
+    the caller of ``advance`` (tests want to see them). Thread-safe: one lock guards time and the
+    queue; tasks run outside it.
     """
 
     def __init__(self, start_ms: int = 1_700_000_000_000, *, start_monotonic_ns: int = 0) -> None:
@@ -171,20 +175,26 @@ class MockClock:
         with self._lock:
             target_ms = self._wall_ms + ms
             target_ns = self._mono_ns + ms * 1_000_000
-        self._run_due(target_ms)
+        self._run_due(target_ns)
         with self._lock:
             self._wall_ms = max(self._wall_ms, target_ms)
             self._mono_ns = max(self._mono_ns, target_ns)
+
+    def set_wall_ms(self, ms: int) -> None:
+        """Set the wall clock to ``ms``, backward or forward, leaving the monotonic clock and the tasks'
+        due times as they are (a step of the system time)."""
+        with self._lock:
+            self._wall_ms = ms
 
     def schedule(self, delay_ms: int, fn: Callable[[], object], *, name: str = "") -> MockTask:
         """Queue ``fn`` to run ``delay_ms`` from now; a zero delay runs it before returning."""
         if delay_ms < 0:
             raise ValueError(f"delay_ms must be >= 0, got {delay_ms}")
         with self._lock:
-            task = MockTask(self._wall_ms + delay_ms, next(self._seq), name, fn)
+            task = MockTask(self._mono_ns + delay_ms * 1_000_000, next(self._seq), name, fn)
             heapq.heappush(self._queue, task)
         if delay_ms == 0:
-            self._run_due(self.milliseconds())
+            self._run_due(self.monotonic_ns())
         return task
 
     @property
@@ -193,17 +203,17 @@ class MockClock:
         with self._lock:
             return sorted(t for t in self._queue if not t.cancelled)
 
-    def _run_due(self, until_ms: int) -> None:
+    def _run_due(self, until_ns: int) -> None:
         while True:
             with self._lock:
                 while self._queue and self._queue[0].cancelled:
                     heapq.heappop(self._queue)
-                if not self._queue or self._queue[0].due_ms > until_ms:
+                if not self._queue or self._queue[0].due_ns > until_ns:
                     return
                 task = heapq.heappop(self._queue)
-                if task.due_ms > self._wall_ms:
-                    advanced = task.due_ms - self._wall_ms
-                    self._wall_ms = task.due_ms
-                    self._mono_ns += advanced * 1_000_000
+                if task.due_ns > self._mono_ns:
+                    advanced = task.due_ns - self._mono_ns
+                    self._mono_ns = task.due_ns
+                    self._wall_ms += advanced // 1_000_000
                 task.done = True
             task.fn()

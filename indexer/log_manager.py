@@ -348,13 +348,13 @@ class LogManager:
                 read_only=True,
                 high_watermark=high_watermark,
             )
-        # A writer that died keeps its holder line in the lock file: its partition is not clean. (A live
-        # writer's line is there too; Log.open then fails with LogLockedError anyway.)
-        holder = ""
-        if self.had_clean_shutdown and directory.is_dir():
-            holder = FileLock(directory / file_names.PARTITION_LOCK_FILE).holder()
-            if holder:
-                logger.warning("[LogManager dir=%s] %s-%d: lock file names %r: not clean", self.log_dir, *tp, holder)
+        # A process that died holding the partition keeps its holder line in the lock file: the partition
+        # is not clean, and the line says why (read without a clean-shutdown marker too: whoever left
+        # the directory unclean may have held another partition). A live writer's line is there too;
+        # Log.open then fails with LogLockedError anyway.
+        holder = FileLock(directory / file_names.PARTITION_LOCK_FILE).holder() if directory.is_dir() else ""
+        if holder and self.had_clean_shutdown:
+            logger.warning("[LogManager dir=%s] %s-%d: lock file names %r: not clean", self.log_dir, *tp, holder)
         clean = self.had_clean_shutdown and not holder
         return Log.open(
             directory,

@@ -52,7 +52,7 @@ from indexer.limits import INT32_MAX
 from indexer.log_values import FetchDataInfo, LogOffsetMetadata, RollParams, TimestampAndOffset
 from indexer.offset_index import OffsetIndex, OffsetPosition
 from indexer.records.append_pipeline import Fill
-from indexer.records.batch_header import MAGIC_V2
+from indexer.records.batch_header import LOG_OVERHEAD, MAGIC_V2
 from indexer.records.decoder import decode_records
 from indexer.records.encoder import EncodedBatches
 from indexer.records.file_records import BatchScan, FileBatch, FileRecords, LogOffsetPosition
@@ -112,12 +112,17 @@ def roll_time_reached(size: IntOrArray, waited_ms: IntOrArray, segment_ms: int, 
 
 def first_batch_max_timestamp(log_path: Path) -> int:
     """The max timestamp of the first batch of a ``.log`` (Kafka's rolling-based timestamp), -1 if
-    none or a legacy entry: one header read, for deciding a roll from files.
+    none or a legacy entry: one header read, for deciding a roll from files. Zeros where the first
+    entry's offset and size belong are none yet: a live writer reserves an append's bytes before it
+    fills them (:meth:`FileRecords.append_positioned`), and a crash leaves them for recovery to cut.
 
     Raises:
         StorageError: the file cannot be read.
+        CorruptRecordError: the first entry is damaged.
     """
     with FileRecords.open(log_path, mutable=False) as records:
+        if not any(records.read(0, LOG_OVERHEAD)):
+            return -1
         first = next(iter(records.batches()), None)
         return first.max_timestamp if first is not None and first.magic >= MAGIC_V2 else -1
 

@@ -51,10 +51,11 @@ from indexer.file_names import (
     partition_dir_name,
     partition_dirs,
 )
-from indexer.lock import MAINTENANCE_ROLE
+from indexer.lock import MAINTENANCE_ROLE, FileLock, left_by_writer
 from indexer.log import Log
 from indexer.log_loader import UNCLEAN_SHUTDOWN, died_holding_reason
 from indexer.log_manager import check_log_dir_writable
+from maintenance.committed import kept_offset
 from maintenance.metadata import PartitionMetadata, scan_partition
 from maintenance.report import JobReport
 
@@ -152,6 +153,7 @@ class LogAccess(ABC):
         self.settings = settings
         self.clock = clock
         self._read_only = False  # the last writable() found the directory read-only
+        self._missing = not self.log_dir.exists()  # ... or missing (at the start: said by the daemon's note)
         self._read_only_lock = threading.Lock()
         self._unreadable: str | None = None  # the checkpoint error last logged (once, until it changes)
         self._unreadable_lock = threading.Lock()  # the jobs run in several threads
@@ -159,11 +161,24 @@ class LogAccess(ABC):
     def writable(self) -> bool:
         """Whether the jobs may run now: not while the log directory cannot be written
         (:func:`~indexer.log_manager.check_log_dir_writable`), where every partition of every pass
-        would fail. That is logged once when it starts and once when it ends, not per pass.
+        would fail, nor while it does not exist (deleted, unmounted: a pass would find no partition
+        and say nothing). Each is logged once when it starts and once when it ends, not per pass.
 
         Raises:
             StorageError: the directory's file system cannot be asked.
         """
+        missing = not self.log_dir.exists()
+        with self._read_only_lock:
+            if missing and not self._missing:
+                logger.warning(
+                    "log directory %s does not exist any more: every maintenance pass is skipped until it exists again",
+                    self.log_dir,
+                )
+            elif self._missing and not missing:
+                logger.info("log directory %s exists again: maintaining its partitions", self.log_dir)
+            self._missing = missing
+        if missing:
+            return False
         try:
             check_log_dir_writable(self.log_dir, READ_ONLY_REFUSED)
         except ReadOnlyLogDirectoryError as e:
@@ -215,7 +230,7 @@ class LogAccess(ABC):
     def foreign_partitions(self) -> list[tuple[TopicPartition, Path]]:
         """Partitions this process may not change (another live process holds them)."""
 
-    def leftover_deleted_files(self, tp: TopicPartition, meta: PartitionMetadata, now_ms: int) -> tuple[str, ...]:
+    def leftover_deleted_files(self, tp: TopicPartition, meta: PartitionMetadata) -> tuple[str, ...]:
         """The ``.deleted`` files of ``meta`` that no deletion pending in this process will remove: left
         by a run that ended before ``file.delete.delay.ms`` (``--once``, a stopped or killed daemon).
         Opening the partition removes them (the loader, spec 6.2 step 1), as a broker's restart does.
@@ -294,9 +309,10 @@ class BorrowedLogs(LogAccess):
         self._pass_lock = threading.Lock()
         self._released: dict[TopicPartition, _ReleaseState] = {}
         self._foreign: dict[TopicPartition, str] = {}
-        # When this process's own deletion of a partition's .deleted files is due (the clock's task
-        # of the log it released runs it, closed log or not).
-        self._deletion_due: dict[TopicPartition, int] = {}
+        # When this process's own deletion of a partition's .deleted files is due, on the monotonic
+        # clock its task counts the delay on (the clock's task of the log it released runs it, closed
+        # log or not): a wall clock set back must not make other runs' leftovers look like its own.
+        self._deletion_due_ns: dict[TopicPartition, int] = {}
 
     def stop(self) -> None:
         """Make running and later passes stop before their next partition (the daemon is shutting down)."""
@@ -306,9 +322,9 @@ class BorrowedLogs(LogAccess):
         dirs = dict(partition_dirs(self.log_dir))
         return [(tp, dirs[tp]) for tp in sorted(self._foreign) if tp in dirs]
 
-    def leftover_deleted_files(self, tp: TopicPartition, meta: PartitionMetadata, now_ms: int) -> tuple[str, ...]:
-        due = self._deletion_due.get(tp)
-        return () if due is not None and due > now_ms else meta.deleted_files
+    def leftover_deleted_files(self, tp: TopicPartition, meta: PartitionMetadata) -> tuple[str, ...]:
+        due = self._deletion_due_ns.get(tp)
+        return () if due is not None and due > self.clock.monotonic_ns() else meta.deleted_files
 
     def each_log(self, report: JobReport, wanted: Wanted | None = None) -> Iterator[tuple[TopicPartition, Log]]:
         with self._pass_lock:
@@ -323,13 +339,17 @@ class BorrowedLogs(LogAccess):
                         break
                     report.checked += 1
                     if wanted is not None:
-                        meta = scan_partition(
-                            path,
-                            self.settings.log_config(tp[0]),
-                            log_start_offset=checkpoints["log-start-offset"].get(tp, 0),
-                            high_watermark=checkpoints["high-watermark"].get(tp, 0),
-                        )
-                        if not wanted(tp, meta):
+                        try:
+                            meta = scan_partition(
+                                path,
+                                self.settings.log_config(tp[0]),
+                                log_start_offset=checkpoints["log-start-offset"].get(tp, 0),
+                                high_watermark=checkpoints["high-watermark"].get(tp, 0),
+                            )
+                            if not wanted(tp, meta):
+                                continue
+                        except Exception as e:  # one partition's files (damage): the pass goes on
+                            report.fail(partition_name(tp), e)
                             continue
                     log = self._borrow(tp, path, checkpoints, report)
                     if log is None:
@@ -337,7 +357,7 @@ class BorrowedLogs(LogAccess):
                     try:
                         yield tp, log
                     finally:
-                        self._release(tp, log, released, had_high_watermark=tp in checkpoints["high-watermark"])
+                        self._release(tp, log, released, report, had_high_watermark=tp in checkpoints["high-watermark"])
             finally:
                 for kind in kinds:
                     # Only where nobody wrote since this pass read the file: a writer (executor writes
@@ -352,7 +372,8 @@ class BorrowedLogs(LogAccess):
         self, tp: TopicPartition, path: Path, checkpoints: dict[str, dict[TopicPartition, int]], report: JobReport
     ) -> Log | None:
         name = partition_name(tp)
-        reason = self._recovery_reason(tp, path)
+        holder = FileLock(path / PARTITION_LOCK_FILE).holder()  # read before the open writes this process's
+        reason = self._recovery_reason(tp, path, holder)
         try:
             log = Log.open(
                 path,
@@ -363,7 +384,7 @@ class BorrowedLogs(LogAccess):
                 clock=self.clock,
                 high_watermark=checkpoints["high-watermark"].get(tp, 0),
                 recovery_reason=reason or UNCLEAN_SHUTDOWN,  # (unused when clean)
-                lock_role=MAINTENANCE_ROLE,  # killed while borrowing, it is no dead writer (jobs.index)
+                lock_role=MAINTENANCE_ROLE,  # killed while borrowing, it is no dead writer (left_by_writer)
             )
         except LogLockedError as e:
             holder = str(e)
@@ -379,20 +400,40 @@ class BorrowedLogs(LogAccess):
             return None
         if self._foreign.pop(tp, None) is not None:
             logger.info("%s is free again; maintaining it", name)
+        if left_by_writer(holder):
+            try:
+                self._truncate_dead_writers_tail(tp, log, report)
+            except Exception as e:
+                report.fail(name, e)
+                log.abandon()  # let go as a crash would: the next open recovers it
+                return None
         return log
 
-    def _recovery_reason(self, tp: TopicPartition, path: Path) -> str | None:
-        """None when the partition is as this daemon left it (no writer died holding it: its lock file
-        names no holder; its newest segment is the one released, with the same size and mtime), so it
-        opens as cleanly shut down; else why its open recovers from the recovery point, which the
-        loader's steps and logs say (``recovery_reason``)."""
+    def _truncate_dead_writers_tail(self, tp: TopicPartition, log: Log, report: JobReport) -> None:
+        """Cut what a writer that died holding ``tp`` left above what must stay
+        (:func:`~maintenance.committed.kept_offset`: the committed offset, or a sink fence's range),
+        on the first borrow after its death, whichever job borrows: this borrow replaces the dead
+        writer's line in the lock file, and its release empties it, so no later pass can tell."""
+        end = kept_offset(self.log_dir, tp, log.directory)
+        if end is not None and log.log_start_offset <= end < log.log_end_offset:
+            dropped = log.log_end_offset - end
+            log.truncate_to(end)
+            logger.warning(
+                "%s: truncated %d uncommitted offsets above %d left by a dead writer", partition_name(tp), dropped, end
+            )
+            report.count("offsets_truncated", dropped)
+
+    def _recovery_reason(self, tp: TopicPartition, path: Path, holder: str) -> str | None:
+        """None when the partition is as this daemon left it (no process died holding it: ``holder``,
+        the line in its lock file, is empty; its newest segment is the one released, with the same size
+        and mtime), so it opens as cleanly shut down; else why its open recovers from the recovery
+        point, which the loader's steps and logs say (``recovery_reason``)."""
+        if holder:
+            return died_holding_reason(holder)
         state = self._released.get(tp)
         if state is None:
             return "first opened by this process's maintenance"
         try:
-            holder = (path / PARTITION_LOCK_FILE).read_text(encoding="utf-8", errors="replace").strip()
-            if holder:
-                return died_holding_reason(holder)
             st = log_file(path, state.active_base_offset).stat()
             newest = max(int(name[:-4]) for name in os.listdir(path) if name.endswith(LOG_FILE_SUFFIX))
         except (OSError, ValueError):
@@ -409,17 +450,18 @@ class BorrowedLogs(LogAccess):
         tp: TopicPartition,
         log: Log,
         released: dict[str, dict[TopicPartition, int | None]],
+        report: JobReport,
         *,
         had_high_watermark: bool,
     ) -> None:
         """Flush, note the checkpoint values of (:func:`released_values`) and close a borrowed log;
-        errors are logged, not raised."""
+        an error is the partition's error in ``report`` (one line for an expected one), not raised.
+        The log is closed either way (``Log.close`` lets the files go even when its flush fails)."""
         self._released.pop(tp, None)
-        due = log.next_pending_deletion_ms
-        if due is None:
-            self._deletion_due.pop(tp, None)
-        else:
-            self._deletion_due[tp] = due
+        if log.next_pending_deletion_ms is None:
+            self._deletion_due_ns.pop(tp, None)
+        else:  # scheduled during this borrow: due within the delay from now
+            self._deletion_due_ns[tp] = self.clock.monotonic_ns() + log.config.file_delete_delay_ms * 1_000_000
         try:
             base = log.active_segment.base_offset
             log.close()  # flushes everything: the recovery point is now the log end offset
@@ -427,9 +469,5 @@ class BorrowedLogs(LogAccess):
                 released[kind][tp] = value
             st = log_file(log.directory, base).stat()
             self._released[tp] = _ReleaseState(base, st.st_size, st.st_mtime_ns)
-        except Exception:
-            logger.exception("releasing %s failed", partition_name(tp))
-            try:
-                log.close()
-            except Exception:
-                logger.exception("closing %s failed", partition_name(tp))
+        except Exception as e:
+            report.fail(partition_name(tp), e)

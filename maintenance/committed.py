@@ -7,8 +7,9 @@ Two records say what was committed, and the larger wins for each partition:
   the sink writes them *before* publishing the high watermark, so after a crash between the two
   they are ahead of the checkpoint (streaming/sink.py, steps 5 and 6).
 
-Data at or above this offset that a dead writer left behind was never committed: the ``index`` job
-truncates it, as the sink itself would before its next batch, except a range that a sink's fence
+Data at or above this offset that a dead writer left behind was never committed: the daemon's first
+borrow of the partition truncates it (:class:`maintenance.access.BorrowedLogs`, whichever job
+borrows), as the sink itself would before its next batch, except a range that a sink's fence
 (:mod:`indexer.sink_fence`) marks as written for a micro-batch that may still commit
 (:func:`kept_offset`). Data below it that a recovery cut off is reported as committed data lost by
 ``seglog recover``.

@@ -35,7 +35,7 @@ from indexer.quarantine import purge_quarantine
 from indexer.segment import first_batch_max_timestamp, roll_time_reached
 from maintenance.access import CHECKPOINT_FILES, LogAccess, checkpoint_value, partition_name
 from maintenance.access import write_checkpoint as merge_checkpoint
-from maintenance.committed import committed_offsets, kept_offset
+from maintenance.committed import committed_offsets
 from maintenance.metadata import PartitionMetadata, index_problems, retention_plan
 from maintenance.report import JobReport
 
@@ -59,7 +59,7 @@ def retention(access: LogAccess) -> JobReport:
         leftovers: dict[TopicPartition, tuple[str, ...]] = {}
 
         def wanted(tp: TopicPartition, meta: PartitionMetadata) -> bool:
-            leftovers[tp] = access.leftover_deleted_files(tp, meta, now)
+            leftovers[tp] = access.leftover_deleted_files(tp, meta)
             return bool(leftovers[tp]) or retention_plan(meta, now).needs_log
 
         for tp, log in access.each_log(report, wanted):
@@ -136,8 +136,8 @@ def _checkpoint_job(kind: str) -> Callable[[LogAccess], JobReport]:
         with report.timed():
             values: dict[TopicPartition, int | None] = {}
             for tp, log in access.each_log(report):
-                if not access.borrowed:  # a borrowed partition's entries are written as it is given back
-                    with report.partition(partition_name(tp)):
+                with report.partition(partition_name(tp)):  # opened, flushed and given back: worked on
+                    if not access.borrowed:  # a borrowed partition's entries are written as it is given back
                         values[tp] = checkpoint_value(log, kind)
             try:
                 written = merge_checkpoint(access.log_dir, kind, values)
@@ -155,16 +155,12 @@ def _checkpoint_job(kind: str) -> Callable[[LogAccess], JobReport]:
 
 
 def index(access: LogAccess) -> JobReport:
-    """Index care: truncate what a dead writer left above the committed offset, then check the
-    indexes of every sealed segment and rebuild missing or corrupt ones.
-
-    The truncation only happens in the daemon, on partitions whose last writer died holding them
-    (its pid is still in the partition's lock file, yet the lock is free). What stays is decided once
-    the partition is borrowed (under its writer lock, from the records as they are then): the high
-    watermark checkpoint or a sink commit record, whichever is larger, and any range a sink's fence
-    marks as written for a micro-batch that may still commit (:func:`maintenance.committed.kept_offset`).
-    A writer that closed cleanly is trusted with its tail. Partitions another process holds get a
-    read-only check whose findings are logged.
+    """Index care: check the indexes of every sealed segment and rebuild missing or corrupt ones; in
+    the daemon, also borrow the partitions whose last writer died holding them (its pid is still in
+    the partition's lock file, yet the lock is free) and that have a committed offset, so that
+    borrowing cuts the dead writer's uncommitted tail (:class:`~maintenance.access.BorrowedLogs`, the
+    same for every job's borrow). A writer that closed cleanly is trusted with its tail. Partitions
+    another process holds get a read-only check whose findings are logged.
     """
     report = JobReport("index")
     with report.timed():
@@ -173,25 +169,16 @@ def index(access: LogAccess) -> JobReport:
             return report  # the daemon leaves the directory alone until its checkpoints can be read (said once)
         committed = committed_offsets(access.log_dir) if access.borrowed else {}
         found: dict[TopicPartition, dict[int, IndexProblem]] = {}
-        dead_writer: set[TopicPartition] = set()
 
         def wanted(tp: TopicPartition, meta: PartitionMetadata) -> bool:
             found[tp] = index_problems(meta)
-            if tp in committed and left_by_writer(meta.lock_holder()):
-                dead_writer.add(tp)  # or a live one: then the partition cannot be borrowed
-            return bool(found[tp]) or tp in dead_writer
+            # A dead writer (or a live one: then the partition cannot be borrowed) whose tail the borrow
+            # cuts (BorrowedLogs), as any job's borrow does.
+            return bool(found[tp]) or (tp in committed and left_by_writer(meta.lock_holder()))
 
         for tp, log in access.each_log(report, wanted):
             name = partition_name(tp)
             with report.partition(name):
-                end = kept_offset(access.log_dir, tp, log.directory) if tp in dead_writer else None
-                if end is not None and log.log_start_offset <= end < log.log_end_offset:
-                    dropped = log.log_end_offset - end
-                    log.truncate_to(end)
-                    logger.warning(
-                        "%s: truncated %d uncommitted offsets above %d left by a dead writer", name, dropped, end
-                    )
-                    report.count("offsets_truncated", dropped)
                 segments = log.segments.values()
                 still_wrong = set()
                 for segment, following in zip(segments, segments[1:], strict=False):

@@ -124,14 +124,19 @@ os.kill(os.getpid(), signal.SIGKILL)  # killed while borrowing the partition: it
 """
 
 
+@pytest.mark.parametrize("marker", [True, False])
 def test_a_partition_a_killed_maintenance_process_held_is_not_called_unflushed(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, caplog: pytest.LogCaptureFixture, marker: bool
 ) -> None:
     """A maintenance process appends nothing: its death leaves no unflushed records, and the reopen
-    says whose interrupted work it checks instead of "unflushed after an unclean shutdown"."""
+    says whose interrupted work it checks instead of "unflushed after an unclean shutdown". Also when
+    the log directory has no clean-shutdown marker (a writer of another partition was killed): the
+    lock file of this partition says who died holding it (before, only read with a marker)."""
     mgr = manager(tmp_path)
     fill(mgr, "calm", 0)
     mgr.close()
+    if not marker:
+        (tmp_path / file_names.CLEAN_SHUTDOWN_FILE).unlink()
     # Killed before it checkpointed a recovery point: the reopen recovers every segment, and says why.
     OffsetCheckpointFile(tmp_path / file_names.RECOVERY_POINT_CHECKPOINT_FILE).write({("calm", 0): 0})
     proc = subprocess.Popen([sys.executable, "-c", _KILLED_MAINTENANCE, str(tmp_path)])

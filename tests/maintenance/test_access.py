@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -119,3 +120,22 @@ def test_the_daemon_says_why_it_recovers_a_partition(
     with Log.open(log_dir / "t-0", small_config(), clock=clock) as writer:
         append_batches(writer, clock, 1)
     assert reasons() == ["recover-segment: changed since this process's maintenance released it: rebuilt indexes"]
+
+
+def test_a_partition_that_cannot_be_given_back_is_one_error_of_the_pass(
+    log_dir: Path, clock: MockClock, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Giving a borrowed partition back flushes and seals it; when that failed (its directory deleted
+    under the daemon mid-pass: 'Failed to open index file ...: No such file or directory') the daemon
+    logged 'releasing t-0 failed' with a traceback, and the pass reported '0 errors'. It is that
+    partition's one error line in the report, as every expected error of a pass."""
+    log = Log.open(log_dir / "t-0", small_config(), clock=clock)
+    append_batches(log, clock, 8)
+    log.close()
+    access = BorrowedLogs(log_dir, settings_for(small_config()), clock=clock)
+    report = JobReport("test")
+    for _tp, borrowed in access.each_log(report):
+        shutil.rmtree(borrowed.directory)  # rm -rf of the log directory while the pass holds the partition
+    assert [e.partition for e in report.errors] == ["t-0"]
+    assert "StorageError" in report.errors[0].message
+    assert not [r for r in caplog.records if r.exc_info], [r.getMessage() for r in caplog.records if r.exc_info]

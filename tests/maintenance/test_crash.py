@@ -159,6 +159,42 @@ def test_a_killed_daemon_is_not_taken_for_a_dead_writer(tmp_path: Path) -> None:
         after.close()
 
 
+@pytest.mark.parametrize("jobs", [("index", "roll"), ("roll", "index"), ("retention", "index")])
+def test_a_dead_writers_uncommitted_tail_is_cut_whichever_job_borrows_the_partition_first(
+    tmp_path: Path, jobs: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A writer SIGKILLed with 7 records flushed above its committed high watermark leaves its line in
+    the lock file. The daemon's roll or retention job borrowing the partition before the index job
+    overwrote that line with its own and emptied it on release, so the index job no longer saw a dead
+    writer and the tail stayed (log end 32, high watermark 25); run first, the index job cut it (25).
+    One rule now, whichever job borrows the partition first: the tail goes, the committed records stay."""
+    log_dir = tmp_path / "logs"
+    writer = subprocess.Popen(
+        [*WRITER, "--log-dir", str(log_dir), "--appends", "5", "--tail", "7", "--hold"],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lines_of(writer.stdout), "TAIL 32")  # type: ignore[arg-type]
+    finally:
+        writer.kill()
+        writer.wait()
+    assert f"pid={writer.pid} " in (log_dir / "t-0" / ".seglog.lock").read_text()
+    (log_dir / "t-0" / "00000000000000000000.log.deleted").write_bytes(b"")  # something for retention to do
+    conf = write_conf(tmp_path / "seglog.toml", {"segment.ms": 1, "retention.ms": -1}, {})
+    for job in jobs:
+        assert main(["maintain", "--log-dir", str(log_dir), "--conf", str(conf), "--once", job]) == 0
+    assert "truncated 7 uncommitted offsets" in "".join(capsys.readouterr())
+    log = Log.open(log_dir / "t-0", LogConfig.from_mapping({"segment.bytes": 2000}), read_only=True)
+    try:
+        assert log.log_end_offset == 25
+        assert log.read_records(0, max_offset=25).column("value").to_pylist() == values_for(0, 25)
+    finally:
+        log.close()
+
+
 def _partition_state(log_dir: Path, config: LogConfig) -> tuple[int, int, list[str]]:
     """The log start offset and end of ``t-0`` as a reader sees them, after checking that every record
     from the start to the end is there with its value, and the names of files no segment owns."""

@@ -84,6 +84,33 @@ def test_a_daemon_started_before_its_log_directory_exists_waits_for_it(tmp_path:
     assert sum(f"log directory {log_dir} does not exist yet" in line for line in seen) == 1, seen
 
 
+def test_a_daemon_whose_log_directory_is_deleted_says_so_once_and_resumes_when_it_is_back(
+    tmp_path: Path, log_dir: Path
+) -> None:
+    """A log directory deleted under a running daemon (rm -rf, an unmounted volume) left it silent:
+    every pass found no partition and said nothing, as if all were well. It says once that the
+    directory does not exist any more and that its passes are skipped, and once that it is back."""
+    expired_partition(log_dir)
+    conf = write_conf(
+        tmp_path / "seglog.toml",
+        {"retention.ms": 60_000, "segment.bytes": 600},
+        {"log.initial.task.delay.ms": 0, "log.retention.check.interval.ms": 50},
+    )
+    with maintain_daemon(log_dir, conf, verbose=False) as (proc, err):
+        seen = wait_for(err, "retention: 1 partitions checked, 1 worked on")  # given back
+        shutil.rmtree(log_dir)
+        seen += wait_for(err, "does not exist any more")
+        log_dir.mkdir()
+        expired_partition(log_dir)
+        seen += wait_for(err, "t-0: deleted segment")
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        seen += wait_for(err, "stopped", timeout=5)
+    assert sum("does not exist any more" in line for line in seen) == 1, seen
+    assert sum(f"log directory {log_dir} exists again" in line for line in seen) == 1, seen
+    assert [line for line in seen if " ERROR " in line or "Traceback" in line] == [], seen
+
+
 def test_a_daemon_on_a_read_only_log_directory_says_so_once(tmp_path: Path, log_dir: Path) -> None:
     """On a read-only file system every pass would fail on every partition: the daemon says once that
     the directory is read-only and what it will not do, instead of an error per partition per pass;

@@ -187,6 +187,37 @@ class TestRoll:
         assert len(files_with_suffix(directory, ".log")) == 2
 
 
+def test_the_roll_pass_goes_on_beside_a_writers_reserved_bytes_and_a_damaged_partition(
+    log_dir: Path, clock: MockClock
+) -> None:
+    """The daemon's roll pre-check reads the first batch header of each active segment from its file.
+    A writer appending to a new segment reserves the bytes (zeros) before it fills them: the check
+    raised CorruptRecordError ('record size 0 ... at position 0'), which ended the whole pass (ERROR
+    'maintenance job roll failed' with a traceback, seen beside a `seglog append` loop) and left the
+    other partitions unrolled. Bytes not written yet are no batch yet: no roll; a partition whose
+    first batch is damaged is one partition's error, and the pass goes on."""
+    writing = committed_log(log_dir, clock, 2, "a-0", segment_ms=10_000)
+    writing.roll()
+    with open(writing.directory / f"{writing.log_end_offset:020d}.log", "r+b") as f:
+        f.write(bytes(300))  # reserved by the writer (posix_fallocate), not filled yet
+    idle = committed_log(log_dir, clock, 2, "b-0", segment_ms=10_000)
+    idle.close()
+    damaged = committed_log(log_dir, clock, 2, "c-0", segment_ms=10_000)
+    damaged.close()
+    with open(damaged.directory / "00000000000000000000.log", "r+b") as f:
+        f.seek(8)
+        f.write((5).to_bytes(4, "big"))  # a batch size below any entry's
+    clock.advance(20_000)
+    try:
+        access = BorrowedLogs(log_dir, settings_for(small_config(segment_ms=10_000)), clock=clock)
+        report = JOBS["roll"].fn(access)
+    finally:
+        writing.close()
+    assert report.details == {"segments_rolled": 1}
+    assert [e.partition for e in report.errors] == ["c-0"]
+    assert len(files_with_suffix(idle.directory, ".log")) == 2
+
+
 def test_deleted_segment_stays_readable_until_the_delay(log_dir: Path, clock: MockClock) -> None:
     """Async deletion: a reader holding a segment keeps reading it after retention removed it."""
     log = committed_log(log_dir, clock, 12, retention_ms=5_000)
@@ -333,6 +364,18 @@ def test_checkpoint_jobs_merge_with_other_owners(log_dir: Path, clock: MockClock
         log.close()
 
 
+def test_a_daemons_checkpoint_pass_counts_the_partitions_it_opened(log_dir: Path, clock: MockClock) -> None:
+    """``seglog maintain --once checkpoint-high-watermark`` opens (recovering if need be), flushes and
+    gives back every partition, which writes its entries; over 3,000 partitions that took 60 s and
+    its report said '0 worked on, 0 actions'. Each partition it opened is counted as worked on."""
+    for name in ("a-0", "b-0"):
+        committed_log(log_dir, clock, 2, name).close()
+    (log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE).unlink(missing_ok=True)
+    access = BorrowedLogs(log_dir, settings_for(small_config()), clock=clock)
+    report = JOBS["checkpoint-high-watermark"].fn(access)
+    assert (report.checked, report.partitions, report.errors) == (2, 2, [])
+
+
 def test_flush_job_moves_the_recovery_point_after_flush_ms(log_dir: Path, clock: MockClock) -> None:
     log = committed_log(log_dir, clock, 3, flush_ms=5_000)
     try:
@@ -458,6 +501,28 @@ def test_daemon_removes_deleted_files_an_earlier_run_left(log_dir: Path, clock: 
     assert files_with_suffix(directory, ".deleted") == []
     assert report.details == {"deleted_files_removed": len(left)}
     assert JOBS["retention"].fn(later).partitions == 0
+
+
+def test_a_wall_clock_set_back_delays_no_removal_of_deleted_files(log_dir: Path, clock: MockClock) -> None:
+    """The daemon's delayed deletion of its ``.deleted`` files counts ``file.delete.delay.ms`` on the
+    monotonic clock (its timer, as Kafka's scheduler does). Which ``.deleted`` files its own deletion
+    will still remove was judged by the wall clock: set back an hour after a retention pass, the
+    daemon took the files another run (a killed ``--once retention``) left in that partition for its
+    own, pending for an hour more, and left them there. Now judged on the monotonic clock too."""
+    log = committed_log(log_dir, clock, 20, retention_ms=10_000, file_delete_delay_ms=60_000)
+    directory, leo = log.directory, log.log_end_offset
+    log.close()
+    OffsetCheckpointFile(log_dir / REPLICATION_OFFSET_CHECKPOINT_FILE).write({("t", 0): leo})
+    daemon = BorrowedLogs(log_dir, settings_for(small_config(retention_ms=10_000, file_delete_delay_ms=60_000)), clock)
+    assert JOBS["retention"].fn(daemon).details["segments_deleted"] > 0
+    assert files_with_suffix(directory, ".deleted")
+    clock.set_wall_ms(clock.milliseconds() - 3_600_000)
+    clock.advance(60_000)  # its own deletion ran, on time
+    assert files_with_suffix(directory, ".deleted") == []
+    (directory / "00000000000000000000.log.deleted").write_bytes(b"left by another run")
+    report = JOBS["retention"].fn(daemon)
+    assert report.details == {"deleted_files_removed": 1}
+    assert files_with_suffix(directory, ".deleted") == []
 
 
 def test_retention_names_each_quarantine_file_it_deletes(log_dir: Path, clock: MockClock) -> None:

@@ -6,8 +6,9 @@ append the writer commits: fsync, high watermark to the log end, ``replication-o
 and ``recovery-point-offset-checkpoint`` written; then it prints ``COMMITTED <offset>`` (flushed).
 
 ``--appends 0`` appends forever (until killed); otherwise it closes cleanly after that many and,
-with ``--hold``, keeps the partition (and its lock) until stdin is closed. It prints ``READY``
-once the partition is open.
+with ``--hold``, keeps the partition (and its lock) until stdin is closed. ``--tail N`` then appends
+N more records, flushed but never committed (what a writer killed mid-batch leaves above the high
+watermark), and prints ``TAIL <log end offset>``. It prints ``READY`` once the partition is open.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--appends", type=int, default=0, help="0 = forever")
     parser.add_argument("--records", type=int, default=5, help="records per append")
     parser.add_argument("--segment-bytes", type=int, default=2000)
+    parser.add_argument("--tail", type=int, default=0, help="uncommitted records appended after the commits")
     parser.add_argument("--hold", action="store_true", help="keep the partition open until stdin closes")
     args = parser.parse_args(argv)
     config = LogConfig.from_mapping(
@@ -57,6 +59,10 @@ def main(argv: list[str] | None = None) -> int:
         update_checkpoint(args.log_dir / RECOVERY_POINT_CHECKPOINT_FILE, {tp: log.recovery_point}, lock_path=lock)
         print(f"COMMITTED {log.high_watermark}", flush=True)
         done += 1
+    if args.tail:
+        log.append({"value": values_for(log.log_end_offset, args.tail)})
+        log.flush()
+        print(f"TAIL {log.log_end_offset}", flush=True)
     if args.hold:
         sys.stdin.read()
     log.close()
