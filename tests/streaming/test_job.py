@@ -21,7 +21,7 @@ from seglog.cli import main
 from streaming.job import JobSpec
 from streaming.session import runs_on_one_machine, session_conf
 from streaming.sink import writes_on_executors
-from tests.streaming.helpers import high_watermarks, read_topic, write_json_inputs
+from tests.streaming.helpers import QUERY_TIMEOUT_S, high_watermarks, read_topic, write_json_inputs
 
 
 def test_spec_defaults_come_from_the_streaming_section() -> None:
@@ -84,9 +84,12 @@ def test_seglog_run_stops_cleanly_on_sigterm_and_seglog_read_shows_the_data(
     logs, checkpoint = tmp_path / "logs", tmp_path / "checkpoint"
     done = threading.Event()
 
+    terminated = threading.Event()
+
     def terminate_after_three_batches() -> None:  # then SIGTERM, as a service manager would
         while not done.wait(0.2):
             if SinkCommitLog(logs, "events").read().batch_id >= 2:
+                terminated.set()
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
 
@@ -106,14 +109,15 @@ def test_seglog_run_stops_cleanly_on_sigterm_and_seglog_read_shows_the_data(
                 "1 second",
                 "--progress-interval",
                 "1",
-                "--duration",
-                "120",
+                "--duration",  # only stops a job that would run on: the SIGTERM ends it
+                str(QUERY_TIMEOUT_S),
             ]
         )
     finally:
         done.set()
         killer.join()
     assert code == 0
+    assert terminated.is_set() and "SIGTERM received: stopping cleanly" in caplog.text
     progress = [r.getMessage() for r in caplog.records if r.name == "streaming.job" and "rows/s" in r.getMessage()]
     assert progress and "committed end offsets events-0@" in progress[-1]
     assert "segments per partition 1/1/1/1" in progress[-1] and "rows/s over the last" in progress[-1]
@@ -146,17 +150,19 @@ def test_ctrl_c_stops_seglog_run_cleanly(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     argv = ["run", "--log-dir", str(logs), "--checkpoint-location", str(tmp_path / "cp"), "--trigger", "1 second"]
     proc = subprocess.Popen(
-        [sys.executable, "-c", SEGLOG_MAIN, *argv, "--rows-per-second", "200", "--duration", "120"],
+        [sys.executable, "-c", SEGLOG_MAIN, *argv, "--rows-per-second", "200", "--duration", str(QUERY_TIMEOUT_S)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        deadline = time.monotonic() + 90
-        while SinkCommitLog(logs, "events").read().batch_id < 1 and time.monotonic() < deadline:
+        deadline = time.monotonic() + QUERY_TIMEOUT_S
+        while SinkCommitLog(logs, "events").read().batch_id < 1:  # two micro-batches committed
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no second micro-batch"
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=90)
+        out, err = proc.communicate(timeout=QUERY_TIMEOUT_S)
     finally:
         proc.kill()
     assert proc.returncode == 0, err[-3000:]
@@ -176,7 +182,9 @@ def _run_files_once(tmp_path: Path, text: str) -> subprocess.CompletedProcess[st
     (tmp_path / "in" / "a.json").write_text(text)
     argv = ["run", "--source", "files", "--input", str(tmp_path / "in"), "--available-now"]
     argv += ["--log-dir", str(tmp_path / "logs"), "--checkpoint-location", str(tmp_path / "cp")]
-    return subprocess.run([sys.executable, "-c", SEGLOG_MAIN, *argv], capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-c", SEGLOG_MAIN, *argv], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S
+    )
 
 
 def test_seglog_run_reports_bad_input_in_one_line(tmp_path: Path) -> None:

@@ -25,7 +25,7 @@ from indexer.records.isolation import IsolationLevel
 from streaming.reader import RangeToRead, SeglogDataSource, read_range
 from streaming.sink import SegmentLogSink
 from tests.indexer.test_read_committed import ALL_OFFSETS, COMMITTED_OFFSETS, write_transactional_partition
-from tests.streaming.helpers import committed_then_damaged, read_topic
+from tests.streaming.helpers import await_end, committed_then_damaged, read_topic
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -248,7 +248,7 @@ def test_writing_with_format_seglog_is_refused_with_the_sinks_way_in(
         .start(str(tmp_path / "logs"))
     )
     with pytest.raises(StreamingQueryException, match=r'format\("seglog"\) only reads; write with') as failed:
-        query.awaitTermination(60)
+        await_end(query)
     assert "NOT_IMPLEMENTED" not in str(failed.value)
     assert not (tmp_path / "logs").exists()
 
