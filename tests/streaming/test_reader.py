@@ -198,6 +198,9 @@ def test_a_log_dir_given_as_a_uri_is_read_as_spark_takes_paths(spark: SparkSessi
     assert rows(seglog(spark, subscribe="ev").load(f"file:{log_dir}")) == oracle(log_dir, "ev")
     with pytest.raises(AnalysisException, match=r"ConfigError: log directory 'hdfs://nn/logs' is not a local path"):
         seglog(spark, subscribe="ev").load("hdfs://nn/logs")
+    # Several paths reach the source as Spark's "paths" option (it said "unknown option 'paths'").
+    with pytest.raises(AnalysisException, match=r"ConfigError: the seglog source reads one log directory, load"):
+        seglog(spark, subscribe="ev").load([str(log_dir), str(log_dir)])
 
 
 @pytest.mark.parametrize(
