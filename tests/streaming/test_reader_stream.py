@@ -267,10 +267,14 @@ def test_committed_records_missing_from_the_log_are_reported_once_and_the_rest_r
     assert len(warned) == 1, warned
 
 
-def test_a_checkpoint_of_another_subscription_is_named_as_such(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_checkpoint_of_another_subscription_is_named_as_such(
+    spark: SparkSession, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
     """Restarted with another subscription, the checkpoint holds offsets of partitions the query no longer
-    reads: data loss, as in Kafka's source, but said as it is (it said "partition a-0 is gone", while a-0
-    is there)."""
+    reads: data loss, as in Kafka's source ("... are gone"), but said as it is (it said "partition a-0 is
+    gone", while a-0 is there); ``failOnDataLoss=false`` drops them and reads the partitions the new
+    subscription adds from offset 0, as Kafka's source reads added partitions from their earliest."""
     log_dir = tmp_path / "logs"
     append(log_dir, "a", ["a0"], 0, partitions=1)
     append(log_dir, "b", ["b0"], 0, partitions=1)
@@ -278,11 +282,19 @@ def test_a_checkpoint_of_another_subscription_is_named_as_such(spark: SparkSessi
         stream(spark, log_dir, subscribe="a", startingOffsets="earliest"), Batches(), tmp_path / "ckpt"
     )
     await_end(first)
-    query = start_foreach_batch(stream(spark, log_dir, subscribe="b"), Batches(), tmp_path / "ckpt")
-    with pytest.raises(StreamingQueryException) as info:
-        await_end(query)
-    assert "OffsetOutOfRangeError: a-0 is not in subscribe=b, but the checkpoint holds its offset 1" in str(info.value)
-    assert "failOnDataLoss" in str(info.value) and "is gone" not in str(info.value)
+    sink = Batches()
+    options = {"subscribe": "b", "failOnDataLoss": str(fail_on_data_loss).lower()}
+    query = start_foreach_batch(stream(spark, log_dir, **options), sink, tmp_path / "ckpt")
+    if fail_on_data_loss:
+        with pytest.raises(StreamingQueryException) as info:
+            await_end(query)
+        message = str(info.value)
+        assert "OffsetOutOfRangeError: a-0 is not in subscribe=b, but the checkpoint holds its offset 1" in message
+        assert "failOnDataLoss" in message and "is gone" not in message
+        return
+    await_end(query)
+    assert sink.values() == [b"b0"]
+    assert json.loads(query.lastProgress["sources"][0]["endOffset"]) == {"b": {"0": 1}}  # a-0 dropped
 
 
 @pytest.mark.parametrize(
