@@ -3,24 +3,26 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig, Settings, load_settings
 from indexer.errors import ConfigError, SchemaError
 from indexer.log import Log
 from seglog.cli import main
-from streaming.job import JobSpec
+from streaming.job import JobSpec, run_job
 from streaming.session import runs_on_one_machine, session_conf
-from streaming.sink import writes_on_executors
+from streaming.sink import SegmentLogSink, writes_on_executors
 from tests.streaming.helpers import QUERY_TIMEOUT_S, high_watermarks, read_topic, write_json_inputs
 
 
@@ -140,10 +142,62 @@ def test_seglog_run_stops_cleanly_on_sigterm_and_seglog_read_shows_the_data(
 
 
 @pytest.mark.spark
+def test_a_stop_lets_the_running_micro_batch_finish_and_starts_no_other(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With micro-batches back to back (each longer than the trigger interval: a loaded machine, a
+    backlog; here a sink made slow), the stop waited for a moment between two of them, which hardly ever
+    comes: ``seglog run --trigger '0 seconds' --duration 1`` ran 43 s and 8 micro-batches, and up to
+    ``STOP_WAIT_S`` (60 s) of them. It now waits for the micro-batch running when the stop began only."""
+    logs = tmp_path / "logs"
+    write = SegmentLogSink.__call__
+
+    def slow(self: SegmentLogSink, batch_df: DataFrame, batch_id: int) -> None:
+        time.sleep(1.5)  # longer than the rate source's 1 s steps: every trigger has rows waiting
+        write(self, batch_df, batch_id)
+
+    monkeypatch.setattr(SegmentLogSink, "__call__", slow)
+    stop = threading.Event()
+    committed_at_stop: list[int] = []
+
+    class AtStop(logging.Handler):  # the sink's last committed batch when the job begins to stop
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("stopping query"):
+                committed_at_stop.append(SinkCommitLog(logs, "events").read().batch_id)
+
+    def stop_after_two_batches() -> None:
+        while SinkCommitLog(logs, "events").read().batch_id < 1 and not stop.wait(0.05):
+            pass
+        stop.set()
+
+    spec = JobSpec(
+        log_dir=logs,
+        checkpoint_location=str(tmp_path / "cp"),
+        num_partitions=2,
+        rows_per_second=500,
+        trigger_interval="0 seconds",
+        progress_interval_s=3600,
+    )
+    handler = AtStop()
+    caplog.set_level(logging.INFO, logger="streaming.job")
+    logging.getLogger("streaming.job").addHandler(handler)
+    stopper = threading.Thread(target=stop_after_two_batches, daemon=True)
+    stopper.start()
+    try:
+        summary = run_job(spec, Settings(), stop=stop, spark=spark)
+    finally:
+        stop.set()
+        stopper.join()
+        logging.getLogger("streaming.job").removeHandler(handler)
+    assert len(committed_at_stop) == 1
+    # The micro-batch running then, and at most the one Spark started as it ended (stopped at its start).
+    assert summary.batches - 1 - committed_at_stop[0] <= 2, (summary.batches, committed_at_stop)
+
+
+@pytest.mark.spark
 def test_ctrl_c_stops_seglog_run_cleanly(tmp_path: Path) -> None:
     """SIGINT (Ctrl-C) reaches `seglog run`'s own handler, not the one a new SparkContext installs (which
     cancels every job and raises KeyboardInterrupt): the running batch finishes and the job exits 0."""
-    import time
 
     from seglog.commands.serve import SEGLOG_MAIN
 
