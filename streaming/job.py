@@ -548,16 +548,31 @@ def _quiet_spark_logs(spark: SparkSession) -> None:
 
 
 def _stop_between_batches(query: Any, timeout_s: float = STOP_WAIT_S) -> None:
-    """Stop ``query`` once its running micro-batch (if any) has finished, waiting at most ``timeout_s``.
+    """Stop ``query`` once the micro-batch it runs now (if any) has finished, waiting at most ``timeout_s``.
 
     Stopping in the middle of a batch is safe (the sink undoes or skips it on restart) but cancels
-    Spark jobs noisily; between batches the stop is quiet and the last batch is kept.
+    Spark jobs noisily, so the running batch is let finish: its end is the progress Spark reports for
+    it. Not a moment between two batches: when they run back to back (each longer than the trigger
+    interval) the next starts as this one ends, so that moment hardly comes; the stop then ends the next
+    one as it starts, and a restart runs it again.
     """
     logger.info("stopping query %s after its running micro-batch", query.id)
     deadline = time.monotonic() + timeout_s
-    while query.isActive and query.status.get("isTriggerActive") and time.monotonic() < deadline:
+    running = _last_progress_time(query)
+    while (
+        query.isActive
+        and query.status.get("isTriggerActive")
+        and _last_progress_time(query) == running
+        and time.monotonic() < deadline
+    ):
         time.sleep(0.1)
     query.stop()
+
+
+def _last_progress_time(query: Any) -> str | None:
+    """When the trigger of the query's last progress started (each progress has its own), None before any."""
+    progress = query.lastProgress
+    return None if progress is None else str(progress["timestamp"])
 
 
 def _wait(query: Any, sink: SegmentLogSink, spec: JobSpec, stop: threading.Event, deadline: float | None) -> None:

@@ -26,7 +26,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
@@ -251,9 +251,13 @@ def resolve(view: LogDirView, spec: OffsetSpec, *, starting: bool) -> Offsets:
             ``startingOffsetsByTimestampStrategy=error`` and no record at or after a starting timestamp.
     """
     if spec.per_partition and set(spec.per_partition) != set(view.states):
+        extra, left_out = set(spec.per_partition) - set(view.states), set(view.states) - set(spec.per_partition)
+        wrong = ([f"it names {_names(extra)}, not one of them"] if extra else []) + (
+            [f"it leaves out {_names(left_out)}"] if left_out else []
+        )
         raise ConfigError(
             f"option {spec.option} must name exactly the partitions of {view.options.subscription.describe()}: "
-            f"{', '.join(f'{t}-{p}' for t, p in sorted(view.states))}"
+            f"{_names(view.states)} ({'; '.join(wrong)})"
         )
     found: Offsets = {}
     for tp, state in view.states.items():
@@ -272,6 +276,11 @@ def resolve(view: LogDirView, spec: OffsetSpec, *, starting: bool) -> Offsets:
                 )
             found[tp] = state.last if offset is None else min(offset, state.last)
     return found
+
+
+def _names(partitions: Iterable[TopicPartition]) -> str:
+    """``topic-partition`` names, in order, comma-separated."""
+    return ", ".join(f"{t}-{p}" for t, p in sorted(partitions))
 
 
 def check_in_range(view: LogDirView, offsets: Offsets, option: str) -> None:

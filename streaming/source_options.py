@@ -130,6 +130,8 @@ def parse_source_options(options: Mapping[str, str]) -> SourceOptions:
         ConfigError: a missing, unknown, malformed or conflicting option (one line naming it).
     """
     lower = {k.lower(): str(v) for k, v in options.items()}
+    if "paths" in lower:  # how Spark's load() hands over several paths (one is option path)
+        raise ConfigError(f"the seglog source reads one log directory, load() got several: {lower['paths']}")
     isolation = _check_names(lower)
     path = lower.get("path", "")
     if not path:

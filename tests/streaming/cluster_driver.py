@@ -72,7 +72,9 @@ def kill_executors(app_id: str, log_dir: Path, kills: int, rng: random.Random, s
                 break
             time.sleep(0.002)
         pids = executor_pids(app_id)
-        if stop.is_set() or not pids:
+        while not pids and not stop.wait(0.05):  # none yet: still starting (a loaded machine), or replaced
+            pids = executor_pids(app_id)
+        if stop.is_set():
             return
         pid = rng.choice(pids)
         try:

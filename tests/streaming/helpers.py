@@ -36,6 +36,9 @@ if TYPE_CHECKING:
     from pyspark.sql.streaming import StreamingQuery
 
 REPO = Path(__file__).resolve().parents[2]
+# How long a test waits for a query's event (its end, its next batch): only a deadline for a query that
+# would hang, far above what a loaded machine takes (CI: 2 cores shared by 2 test workers).
+QUERY_TIMEOUT_S = 600
 
 
 @dataclass(frozen=True)
@@ -184,6 +187,30 @@ def start_foreach_batch(
     if processing_time is None:
         return writer.trigger(availableNow=True).start()
     return writer.trigger(processingTime=processing_time).start()
+
+
+def await_end(query: StreamingQuery, timeout_s: int = QUERY_TIMEOUT_S) -> None:
+    """Wait for ``query`` to end by itself (``Trigger.AvailableNow``): raises its
+    ``StreamingQueryException`` if it failed, and AssertionError (after stopping it) if it still runs
+    after ``timeout_s``, where ``awaitTermination`` would only return False."""
+    if not query.awaitTermination(timeout_s):
+        query.stop()
+        raise AssertionError(f"query {query.id} still running after {timeout_s} s")
+
+
+def wait_until(
+    condition: Callable[[], bool], what: str, query: StreamingQuery, timeout_s: float = QUERY_TIMEOUT_S
+) -> None:
+    """Wait until ``condition()`` holds while ``query`` runs: raises its error if it ends first
+    (AssertionError if it ended without one), AssertionError naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if not query.isActive:
+            query.awaitTermination()  # raises the query's StreamingQueryException
+            raise AssertionError(f"query {query.id} ended before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {timeout_s:.0f} s")
+        time.sleep(0.1)
 
 
 def start_driver(module: str, tmp_path: Path, *args: str) -> subprocess.Popen[str]:

@@ -15,11 +15,10 @@ from pathlib import Path
 import pytest
 
 from indexer.commit_log import SinkCommitLog
-from tests.streaming.helpers import read_topic, reap_driver, start_driver, write_json_inputs
+from tests.streaming.helpers import QUERY_TIMEOUT_S, read_topic, reap_driver, start_driver, write_json_inputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
-DRIVER_TIMEOUT_S = 120
 FILES = 7
 
 
@@ -30,7 +29,7 @@ def _driver(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
 
 
 def _reap(proc: subprocess.Popen[str]) -> str:
-    return reap_driver(proc, DRIVER_TIMEOUT_S)
+    return reap_driver(proc, QUERY_TIMEOUT_S)
 
 
 def _kill_at_phase(tmp_path: Path, batch: int, phase: str) -> None:

@@ -22,11 +22,16 @@ import pytest
 from indexer.commit_log import SinkCommitLog
 from streaming.partitioner import partition_for_keys
 from tests.budget import scaled
-from tests.streaming.helpers import check_indexes, read_topic, reap_driver, start_driver, write_json_inputs
+from tests.streaming.helpers import (
+    QUERY_TIMEOUT_S,
+    check_indexes,
+    read_topic,
+    reap_driver,
+    start_driver,
+    write_json_inputs,
+)
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
-
-DRIVER_TIMEOUT_S = 240
 
 
 def _driver(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
@@ -44,7 +49,7 @@ def _driver(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
 
 
 def _reap(proc: subprocess.Popen[str]) -> str:
-    return reap_driver(proc, DRIVER_TIMEOUT_S)
+    return reap_driver(proc, QUERY_TIMEOUT_S)
 
 
 def _check_exactly_once(log_dir: Path, rows: list[tuple[str, str]], batches: int) -> None:

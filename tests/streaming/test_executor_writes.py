@@ -40,7 +40,7 @@ from streaming.executor_writes import (
 )
 from streaming.fence import PartitionFence
 from streaming.micro_batch import TopicLayout
-from tests.streaming.helpers import check_indexes, read_topic, snapshot
+from tests.streaming.helpers import QUERY_TIMEOUT_S, check_indexes, read_topic, snapshot
 
 CONFIG = (
     Settings()
@@ -221,7 +221,7 @@ def test_zombie_attempt_that_lost_its_lock_is_fenced_and_neither_extends_nor_cut
             for i, piece in enumerate(list.__iter__(self)):
                 if i == 1 and self.passes > 1:
                     paused.set()
-                    resume.wait(30)
+                    assert resume.wait(QUERY_TIMEOUT_S)  # the winner has written
                 yield piece
 
     errors: list[BaseException] = []
@@ -234,12 +234,12 @@ def test_zombie_attempt_that_lost_its_lock_is_fenced_and_neither_extends_nor_cut
 
     thread = threading.Thread(target=zombie)
     thread.start()
-    assert paused.wait(30)
+    assert paused.wait(QUERY_TIMEOUT_S)
     opened[0]._file_lock.release()  # the zombie's lock lapses (an NFS lease), it does not know
     winner = write_partition(plan, 1, _pieces(plan, 0, 1000)[1], attempt="winner")
     after_winner = snapshot(log_dir)
     resume.set()
-    thread.join(30)
+    thread.join(QUERY_TIMEOUT_S)
     assert len(errors) == 1 and isinstance(errors[0], FencedError)
     assert snapshot(log_dir) == after_winner  # no extension, no trim, no truncation by the zombie
     assert PartitionFence(log_dir / "t-1", "t").read() == FenceToken("q", 0, "winner", 0, winner.end, DONE)

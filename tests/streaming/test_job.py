@@ -3,25 +3,27 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from indexer.commit_log import SinkCommitLog
 from indexer.config import LogConfig, Settings, load_settings
 from indexer.errors import ConfigError, SchemaError
 from indexer.log import Log
 from seglog.cli import main
-from streaming.job import JobSpec
+from streaming.job import JobSpec, run_job
 from streaming.session import runs_on_one_machine, session_conf
-from streaming.sink import writes_on_executors
-from tests.streaming.helpers import high_watermarks, read_topic, write_json_inputs
+from streaming.sink import SegmentLogSink, writes_on_executors
+from tests.streaming.helpers import QUERY_TIMEOUT_S, high_watermarks, read_topic, write_json_inputs
 
 
 def test_spec_defaults_come_from_the_streaming_section() -> None:
@@ -84,9 +86,12 @@ def test_seglog_run_stops_cleanly_on_sigterm_and_seglog_read_shows_the_data(
     logs, checkpoint = tmp_path / "logs", tmp_path / "checkpoint"
     done = threading.Event()
 
+    terminated = threading.Event()
+
     def terminate_after_three_batches() -> None:  # then SIGTERM, as a service manager would
         while not done.wait(0.2):
             if SinkCommitLog(logs, "events").read().batch_id >= 2:
+                terminated.set()
                 os.kill(os.getpid(), signal.SIGTERM)
                 return
 
@@ -106,14 +111,15 @@ def test_seglog_run_stops_cleanly_on_sigterm_and_seglog_read_shows_the_data(
                 "1 second",
                 "--progress-interval",
                 "1",
-                "--duration",
-                "120",
+                "--duration",  # only stops a job that would run on: the SIGTERM ends it
+                str(QUERY_TIMEOUT_S),
             ]
         )
     finally:
         done.set()
         killer.join()
     assert code == 0
+    assert terminated.is_set() and "SIGTERM received: stopping cleanly" in caplog.text
     progress = [r.getMessage() for r in caplog.records if r.name == "streaming.job" and "rows/s" in r.getMessage()]
     assert progress and "committed end offsets events-0@" in progress[-1]
     assert "segments per partition 1/1/1/1" in progress[-1] and "rows/s over the last" in progress[-1]
@@ -136,27 +142,81 @@ def test_seglog_run_stops_cleanly_on_sigterm_and_seglog_read_shows_the_data(
 
 
 @pytest.mark.spark
+def test_a_stop_lets_the_running_micro_batch_finish_and_starts_no_other(
+    spark: SparkSession, tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With micro-batches back to back (each longer than the trigger interval: a loaded machine, a
+    backlog; here a sink made slow), the stop waited for a moment between two of them, which hardly ever
+    comes: ``seglog run --trigger '0 seconds' --duration 1`` ran 43 s and 8 micro-batches, and up to
+    ``STOP_WAIT_S`` (60 s) of them. It now waits for the micro-batch running when the stop began only."""
+    logs = tmp_path / "logs"
+    write = SegmentLogSink.__call__
+
+    def slow(self: SegmentLogSink, batch_df: DataFrame, batch_id: int) -> None:
+        time.sleep(1.5)  # longer than the rate source's 1 s steps: every trigger has rows waiting
+        write(self, batch_df, batch_id)
+
+    monkeypatch.setattr(SegmentLogSink, "__call__", slow)
+    stop = threading.Event()
+    committed_at_stop: list[int] = []
+
+    class AtStop(logging.Handler):  # the sink's last committed batch when the job begins to stop
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.getMessage().startswith("stopping query"):
+                committed_at_stop.append(SinkCommitLog(logs, "events").read().batch_id)
+
+    def stop_after_two_batches() -> None:
+        while SinkCommitLog(logs, "events").read().batch_id < 1 and not stop.wait(0.05):
+            pass
+        stop.set()
+
+    spec = JobSpec(
+        log_dir=logs,
+        checkpoint_location=str(tmp_path / "cp"),
+        num_partitions=2,
+        rows_per_second=500,
+        trigger_interval="0 seconds",
+        progress_interval_s=3600,
+    )
+    handler = AtStop()
+    caplog.set_level(logging.INFO, logger="streaming.job")
+    logging.getLogger("streaming.job").addHandler(handler)
+    stopper = threading.Thread(target=stop_after_two_batches, daemon=True)
+    stopper.start()
+    try:
+        summary = run_job(spec, Settings(), stop=stop, spark=spark)
+    finally:
+        stop.set()
+        stopper.join()
+        logging.getLogger("streaming.job").removeHandler(handler)
+    assert len(committed_at_stop) == 1
+    # The micro-batch running then, and at most the one Spark started as it ended (stopped at its start).
+    assert summary.batches - 1 - committed_at_stop[0] <= 2, (summary.batches, committed_at_stop)
+
+
+@pytest.mark.spark
 def test_ctrl_c_stops_seglog_run_cleanly(tmp_path: Path) -> None:
     """SIGINT (Ctrl-C) reaches `seglog run`'s own handler, not the one a new SparkContext installs (which
     cancels every job and raises KeyboardInterrupt): the running batch finishes and the job exits 0."""
-    import time
 
     from seglog.commands.serve import SEGLOG_MAIN
 
     logs = tmp_path / "logs"
     argv = ["run", "--log-dir", str(logs), "--checkpoint-location", str(tmp_path / "cp"), "--trigger", "1 second"]
     proc = subprocess.Popen(
-        [sys.executable, "-c", SEGLOG_MAIN, *argv, "--rows-per-second", "200", "--duration", "120"],
+        [sys.executable, "-c", SEGLOG_MAIN, *argv, "--rows-per-second", "200", "--duration", str(QUERY_TIMEOUT_S)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
     )
     try:
-        deadline = time.monotonic() + 90
-        while SinkCommitLog(logs, "events").read().batch_id < 1 and time.monotonic() < deadline:
+        deadline = time.monotonic() + QUERY_TIMEOUT_S
+        while SinkCommitLog(logs, "events").read().batch_id < 1:  # two micro-batches committed
+            assert proc.poll() is None, proc.communicate()[1][-3000:]
+            assert time.monotonic() < deadline, "no second micro-batch"
             time.sleep(0.2)
         proc.send_signal(signal.SIGINT)
-        out, err = proc.communicate(timeout=90)
+        out, err = proc.communicate(timeout=QUERY_TIMEOUT_S)
     finally:
         proc.kill()
     assert proc.returncode == 0, err[-3000:]
@@ -176,7 +236,9 @@ def _run_files_once(tmp_path: Path, text: str) -> subprocess.CompletedProcess[st
     (tmp_path / "in" / "a.json").write_text(text)
     argv = ["run", "--source", "files", "--input", str(tmp_path / "in"), "--available-now"]
     argv += ["--log-dir", str(tmp_path / "logs"), "--checkpoint-location", str(tmp_path / "cp")]
-    return subprocess.run([sys.executable, "-c", SEGLOG_MAIN, *argv], capture_output=True, text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-c", SEGLOG_MAIN, *argv], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S
+    )
 
 
 def test_seglog_run_reports_bad_input_in_one_line(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 from indexer.config import LogConfig, Settings
-from indexer.errors import OffsetOutOfRangeError
+from indexer.errors import ConfigError, OffsetOutOfRangeError
 from indexer.file_names import is_listed_to_patterns, is_log_file, parse_topic_partition_name
 from indexer.log import Log
 from indexer.log_manager import LogManager
@@ -25,7 +25,7 @@ from indexer.records.isolation import IsolationLevel
 from streaming.reader import RangeToRead, SeglogDataSource, read_range
 from streaming.sink import SegmentLogSink
 from tests.indexer.test_read_committed import ALL_OFFSETS, COMMITTED_OFFSETS, write_transactional_partition
-from tests.streaming.helpers import committed_then_damaged, read_topic
+from tests.streaming.helpers import await_end, committed_then_damaged, read_topic
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
@@ -156,10 +156,30 @@ def test_offsets_and_timestamps_select_ranges(spark: SparkSession, log_dir: Path
     with pytest.raises(Exception, match="startingOffsets cannot be latest .-1. in a batch query"):
         seglog(spark, subscribe="ev", startingOffsets="latest").load(path).collect()
     # Checked against the partitions when the offsets are taken (a streaming query's first run only).
-    with pytest.raises(AnalysisException, match="startingOffsets must name exactly the partitions .*ev-0, ev-1"):
+    # Which partitions are wrong is said, as Kafka's "Specified: ... Assigned: ..." does.
+    with pytest.raises(
+        AnalysisException, match=r"startingOffsets must name exactly the partitions .*ev-0, ev-1 .it leaves out ev-1\)"
+    ):
         seglog(spark, subscribe="ev", startingOffsets='{"ev": {"0": 1}}').load(path).collect()
-    with pytest.raises(AnalysisException, match="endingOffsets must name exactly the partitions .*ev-0, ev-1"):
-        seglog(spark, subscribe="ev", endingOffsets='{"ev": {"0": 1}, "other": {"0": 1}}').load(path).collect()
+    with pytest.raises(
+        AnalysisException,
+        match=r"endingOffsets must name exactly the partitions .*ev-0, ev-1 .it names other-0, not one of them\)",
+    ):
+        seglog(spark, subscribe="ev", endingOffsets='{"ev": {"0": 1, "1": 1}, "other": {"0": 1}}').load(path).collect()
+
+
+def test_offsets_json_naming_other_partitions_says_which(log_dir: Path) -> None:
+    """A JSON offsets option must name exactly the subscribed partitions (Kafka's rule); the error said only
+    which those are, not which of the given ones are wrong, so a misspelt topic read as a missing one."""
+    source = SeglogDataSource(
+        {"subscribe": "ev", "path": str(log_dir), "startingOffsets": '{"evv": {"0": 0, "1": 0}, "ev": {"0": 0}}'}
+    )
+    with pytest.raises(ConfigError) as info:
+        source.reader(source.schema()).partitions()
+    assert str(info.value) == (
+        "option startingOffsets must name exactly the partitions of subscribe=ev: ev-0, ev-1 "
+        "(it names evv-0, evv-1, not one of them; it leaves out ev-1)"
+    )
 
 
 def test_min_partitions_and_max_records_per_partition_split_tasks(spark: SparkSession, log_dir: Path) -> None:
@@ -198,6 +218,9 @@ def test_a_log_dir_given_as_a_uri_is_read_as_spark_takes_paths(spark: SparkSessi
     assert rows(seglog(spark, subscribe="ev").load(f"file:{log_dir}")) == oracle(log_dir, "ev")
     with pytest.raises(AnalysisException, match=r"ConfigError: log directory 'hdfs://nn/logs' is not a local path"):
         seglog(spark, subscribe="ev").load("hdfs://nn/logs")
+    # Several paths reach the source as Spark's "paths" option (it said "unknown option 'paths'").
+    with pytest.raises(AnalysisException, match=r"ConfigError: the seglog source reads one log directory, load"):
+        seglog(spark, subscribe="ev").load([str(log_dir), str(log_dir)])
 
 
 @pytest.mark.parametrize(
@@ -248,7 +271,7 @@ def test_writing_with_format_seglog_is_refused_with_the_sinks_way_in(
         .start(str(tmp_path / "logs"))
     )
     with pytest.raises(StreamingQueryException, match=r'format\("seglog"\) only reads; write with') as failed:
-        query.awaitTermination(60)
+        await_end(query)
     assert "NOT_IMPLEMENTED" not in str(failed.value)
     assert not (tmp_path / "logs").exists()
 

@@ -19,12 +19,11 @@ import pytest
 from indexer.commit_log import SinkCommitLog
 from indexer.config import Settings
 from streaming.sink import SegmentLogSink
-from tests.streaming.helpers import read_topic
+from tests.streaming.helpers import QUERY_TIMEOUT_S, read_topic
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
 REPO = Path(__file__).resolve().parents[2]
-DRIVER_TIMEOUT_S = 180
 ROWS, KEYS, PER_TRIGGER = 900, 11, 150
 
 
@@ -52,7 +51,7 @@ def _driver(tmp_path: Path, *extra: str) -> subprocess.Popen[str]:
 def _run(proc: subprocess.Popen[str]) -> tuple[str, str]:
     """Wait for the driver, then SIGKILL what is left of its process group (its Spark JVM)."""
     try:
-        return proc.communicate(timeout=DRIVER_TIMEOUT_S)
+        return proc.communicate(timeout=QUERY_TIMEOUT_S)
     finally:
         try:
             os.killpg(proc.pid, signal.SIGKILL)

@@ -21,7 +21,7 @@ from indexer.log_manager import LogManager
 from indexer.records.file_records import FileRecords
 from indexer.records.isolation import IsolationLevel
 from streaming.reader import RangeToRead, read_range
-from tests.streaming.helpers import start_foreach_batch
+from tests.streaming.helpers import await_end, start_foreach_batch
 from tests.streaming.test_reader_stream import Batches, stream
 
 pytestmark = pytest.mark.spark
@@ -134,9 +134,9 @@ def test_spark_read_stream_over_a_damaged_batch(spark: SparkSession, tmp_path: P
     )
     if fail_on_data_loss:
         with pytest.raises(StreamingQueryException, match=r"offsets 3\.\.5 of h-0 cannot be read.*failOnDataLoss"):
-            query.awaitTermination(120)
+            await_end(query)
         return
-    query.awaitTermination(120)
+    await_end(query)
     assert query.exception() is None
     assert sorted(o for rows in sink.batches.values() for _, o, _ in rows) == [0, 1, 2, *range(6, RECORDS)]
 

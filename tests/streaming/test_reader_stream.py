@@ -27,7 +27,7 @@ from indexer.file_names import (
 from indexer.log_manager import LogManager
 from streaming.reader import SeglogDataSource, offsets_behind_latest
 from streaming.sink import SegmentLogSink
-from tests.streaming.helpers import committed_then_damaged, read_topic, start_foreach_batch
+from tests.streaming.helpers import await_end, committed_then_damaged, read_topic, start_foreach_batch, wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -91,7 +91,7 @@ def test_available_now_reads_everything_once_within_max_offsets_per_trigger(
         sink,
         tmp_path / "ckpt",
     )
-    query.awaitTermination(120)
+    await_end(query)
     assert sink.values() == sorted(v.encode() for v in values)  # everything, exactly once
     assert [len(b) for _, b in sorted(sink.batches.items())] == [7] * 7 + [1]  # the limit, per trigger
     progress = [p for p in query.recentProgress if p["numInputRows"]]
@@ -105,7 +105,7 @@ def test_available_now_reads_everything_once_within_max_offsets_per_trigger(
     rerun = start_foreach_batch(
         stream(spark, log_dir, subscribe="ev", startingOffsets="earliest"), again, tmp_path / "ckpt"
     )
-    rerun.awaitTermination(120)
+    await_end(rerun)
     assert again.values() == []
 
 
@@ -121,17 +121,13 @@ def test_running_query_waits_for_min_offsets_until_max_trigger_delay(spark: Spar
         processing_time="300 milliseconds",
     )
     try:
-        deadline = time.monotonic() + 90
-        while not query.recentProgress and time.monotonic() < deadline:  # the first trigger has run
-            time.sleep(0.1)
+        wait_until(lambda: bool(query.recentProgress), "the first trigger", query)
         append(log_dir, "ev", ["a", "b", "c"], 1)  # fewer than minOffsetsPerTrigger: waits for the delay
-        while not sink.batches and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: bool(sink.batches), "a batch after maxTriggerDelay", query)
         assert sink.values() == [b"a", b"b", b"c"]
         assert min(sink.times.values()) - started >= 5.9  # not before maxTriggerDelay
         append(log_dir, "ev", [f"n{i:02d}" for i in range(12)], 2)  # enough: read at the next trigger
-        while len(sink.batches) < 2 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: len(sink.batches) >= 2, "the batch of minOffsetsPerTrigger records", query)
         assert sorted(v for _, _, v in sink.batches[max(sink.batches)]) == [f"n{i:02d}".encode() for i in range(12)]
     finally:
         query.stop()
@@ -176,13 +172,13 @@ def test_fail_on_data_loss_when_retention_deletes_a_segment_under_the_query(
         with pytest.raises(
             StreamingQueryException, match=r"offsets 5\.\.\d+ of dl-0 were deleted .*failOnDataLoss"
         ) as info:
-            query.awaitTermination(120)
+            await_end(query)
         assert len(sink.batches) == 1
         # Found when the driver plans the batch (Trigger.AvailableNow too), not by its task inside the
         # foreachBatch function, which Spark then blames ("error in the user provided function").
         assert "FOREACH_BATCH_USER_FUNCTION_ERROR" not in str(info.value)
         return
-    query.awaitTermination(120)
+    await_end(query)
     assert query.exception() is None
     start = deleted[0]
     assert start > 5
@@ -205,9 +201,7 @@ def test_running_query_picks_up_new_topics_of_its_pattern(spark: SparkSession, t
         query.processAllAvailable()
         append(log_dir, "t2", ["b", "c"], 0)
         append(log_dir, "x9", ["not subscribed"], 0)
-        deadline = time.monotonic() + 60
-        while len(sink.values()) < 3 and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_until(lambda: len(sink.values()) >= 3, "the records of the new topic", query)
         query.processAllAvailable()
         assert sink.values() == [b"a", b"b", b"c"]
     finally:
@@ -230,7 +224,7 @@ def test_fail_on_data_loss_when_a_partition_found_later_no_longer_starts_at_zero
         query = start_foreach_batch(
             stream(spark, log_dir, startingOffsets="earliest", **options), sink, tmp_path / "ckpt"
         )
-        query.awaitTermination(120)
+        await_end(query)
         return sink
 
     assert run().values() == [b"a"]
@@ -259,7 +253,7 @@ def test_committed_records_missing_from_the_log_are_reported_once_and_the_rest_r
     query = start_foreach_batch(
         stream(spark, tmp_path / "logs", subscribe="dmg", startingOffsets="earliest"), sink, tmp_path / "ckpt"
     )
-    query.awaitTermination(120)
+    await_end(query)
     assert sink.values() == sorted(f"d{i}".encode() for i in range(10))
     caplog.set_level(logging.WARNING, logger="streaming.reader")  # the planner, in this process (Spark's is a worker)
     source = SeglogDataSource({"subscribe": "dmg", "path": str(tmp_path / "logs"), "startingOffsets": "earliest"})
@@ -273,22 +267,34 @@ def test_committed_records_missing_from_the_log_are_reported_once_and_the_rest_r
     assert len(warned) == 1, warned
 
 
-def test_a_checkpoint_of_another_subscription_is_named_as_such(spark: SparkSession, tmp_path: Path) -> None:
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_checkpoint_of_another_subscription_is_named_as_such(
+    spark: SparkSession, tmp_path: Path, fail_on_data_loss: bool
+) -> None:
     """Restarted with another subscription, the checkpoint holds offsets of partitions the query no longer
-    reads: data loss, as in Kafka's source, but said as it is (it said "partition a-0 is gone", while a-0
-    is there)."""
+    reads: data loss, as in Kafka's source ("... are gone"), but said as it is (it said "partition a-0 is
+    gone", while a-0 is there); ``failOnDataLoss=false`` drops them and reads the partitions the new
+    subscription adds from offset 0, as Kafka's source reads added partitions from their earliest."""
     log_dir = tmp_path / "logs"
     append(log_dir, "a", ["a0"], 0, partitions=1)
     append(log_dir, "b", ["b0"], 0, partitions=1)
     first = start_foreach_batch(
         stream(spark, log_dir, subscribe="a", startingOffsets="earliest"), Batches(), tmp_path / "ckpt"
     )
-    first.awaitTermination(120)
-    query = start_foreach_batch(stream(spark, log_dir, subscribe="b"), Batches(), tmp_path / "ckpt")
-    with pytest.raises(StreamingQueryException) as info:
-        query.awaitTermination(120)
-    assert "OffsetOutOfRangeError: a-0 is not in subscribe=b, but the checkpoint holds its offset 1" in str(info.value)
-    assert "failOnDataLoss" in str(info.value) and "is gone" not in str(info.value)
+    await_end(first)
+    sink = Batches()
+    options = {"subscribe": "b", "failOnDataLoss": str(fail_on_data_loss).lower()}
+    query = start_foreach_batch(stream(spark, log_dir, **options), sink, tmp_path / "ckpt")
+    if fail_on_data_loss:
+        with pytest.raises(StreamingQueryException) as info:
+            await_end(query)
+        message = str(info.value)
+        assert "OffsetOutOfRangeError: a-0 is not in subscribe=b, but the checkpoint holds its offset 1" in message
+        assert "failOnDataLoss" in message and "is gone" not in message
+        return
+    await_end(query)
+    assert sink.values() == [b"b0"]
+    assert json.loads(query.lastProgress["sources"][0]["endOffset"]) == {"b": {"0": 1}}  # a-0 dropped
 
 
 @pytest.mark.parametrize(
@@ -306,9 +312,7 @@ def test_a_query_restarts_from_its_checkpoint_after_partitions_are_added(
 
     def run() -> Batches:
         sink = Batches()
-        start_foreach_batch(
-            stream(spark, log_dir, subscribe="t", **starting), sink, tmp_path / "ckpt"
-        ).awaitTermination(120)
+        await_end(start_foreach_batch(stream(spark, log_dir, subscribe="t", **starting), sink, tmp_path / "ckpt"))
         return sink
 
     assert len(run().values()) == 10
@@ -350,7 +354,7 @@ def test_an_option_error_found_when_a_query_starts_is_ours_not_the_runners(
         .start()
     )
     with pytest.raises(StreamingQueryException) as info:
-        query.awaitTermination(120)
+        await_end(query)
     assert f"ConfigError: {message}" in str(info.value)
     assert "UnboundLocalError" not in str(info.value) and "SCHEMA_MISMATCH" not in str(info.value)
 
@@ -384,7 +388,7 @@ def test_fail_on_data_loss_when_a_partition_is_recreated_shorter_between_runs(
             sink,
             tmp_path / "ckpt",
         )
-        query.awaitTermination(120)
+        await_end(query)
         return sink
 
     assert len(run().values()) == 10
@@ -419,7 +423,7 @@ def test_a_query_restarted_after_one_of_its_topics_was_deleted_is_data_loss(
         sink = Batches()
         options = {"startingOffsets": "earliest", "failOnDataLoss": str(fail_on_data_loss).lower()}
         query = start_foreach_batch(stream(spark, log_dir, subscribe="gone,kept", **options), sink, tmp_path / "ckpt")
-        query.awaitTermination(120)
+        await_end(query)
         return sink
 
     assert run().values() == [b"g0", b"g1", b"k0", b"k1"]

@@ -13,7 +13,7 @@ import pytest
 
 from indexer.commit_log import SinkCommitLog
 from seglog.commands.serve import SEGLOG_MAIN
-from tests.streaming.helpers import read_topic, write_json_inputs
+from tests.streaming.helpers import QUERY_TIMEOUT_S, read_topic, write_json_inputs
 
 pytestmark = [pytest.mark.spark, pytest.mark.slow]
 
@@ -47,7 +47,7 @@ def test_seglog_run_with_executor_writes_and_relative_paths(tmp_path: Path) -> N
         "--partitions",
         "3",
     ]
-    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True, timeout=QUERY_TIMEOUT_S)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "2 micro-batches, 600 rows" in done.stdout
     stored = read_topic(tmp_path / "logs", "ev")  # kafka-python decodes every batch: every CRC checked

@@ -219,6 +219,12 @@ def test_a_sink_given_another_querys_checkpoint_fails_and_writes_nothing(spark: 
             "row 0: partition 7 of topic 'ev' is outside the topic's partitions 0..2",
             {},
         ),
+        (  # found while encoding (on the executors: stage 1, before the driver creates the topic)
+            lambda df: df.select(F.repeat(F.col("value"), 300_000).alias("value")),
+            RecordTooLargeError,
+            "more than max.message.bytes=1048588",
+            {"index": 0, "limit": 1048588},
+        ),
     ],
 )
 def test_bad_input_fails_the_query_with_the_sink_error(

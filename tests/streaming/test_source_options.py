@@ -137,6 +137,14 @@ def test_bad_options_are_one_clear_line(options: dict[str, str], message: str) -
     assert "\n" not in str(info.value)
 
 
+def test_several_load_paths_are_one_clear_line() -> None:
+    """``load([a, b])`` hands the source a ``paths`` option (Spark's JSON list), which was refused as an
+    unknown option the user never set ("unknown option 'paths' ... (did you mean path?)")."""
+    with pytest.raises(ConfigError) as info:
+        parse_source_options({"subscribe": "a", "paths": '["/x","/y"]'})
+    assert str(info.value) == 'the seglog source reads one log directory, load() got several: ["/x","/y"]'
+
+
 def test_missing_path() -> None:
     with pytest.raises(ConfigError, match=r'\.load\("<log dir>"\)'):
         parse_source_options({"subscribe": "a"})

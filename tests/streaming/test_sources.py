@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -13,6 +12,7 @@ from pyspark.sql import DataFrame, SparkSession
 
 from indexer.errors import ConfigError
 from streaming import sources
+from tests.streaming.helpers import wait_until
 
 pytestmark = pytest.mark.spark
 
@@ -38,10 +38,10 @@ def test_rate_events_are_keyed_json_with_headers(spark: SparkSession) -> None:
         .trigger(processingTime="500 milliseconds")
         .start()
     )
-    deadline = time.monotonic() + 30
-    while sum(t.num_rows for t in seen) == 0 and time.monotonic() < deadline:
-        time.sleep(0.2)
-    query.stop()
+    try:
+        wait_until(lambda: any(t.num_rows for t in seen), "the first rows of the rate source", query)
+    finally:
+        query.stop()
     table = pa.concat_tables([t for t in seen if t.num_rows])
     assert table.column_names == ["key", "value", "headers", "timestamp"]
     row = table.slice(0, 1).to_pylist()[0]
