@@ -17,9 +17,11 @@ skipped. The whole input is parsed into Arrow columns before anything is written
 one holding a record larger than ``max.message.bytes``) stops the command with its line number and
 nothing is appended, nor any log directory, topic or partition created.
 
-A topic that does not exist yet is created with partitions 0..P (all of them, as Kafka creates a
-topic; the count is recorded in the log directory); a partition beyond an existing topic's count is
-an error (grow the topic with ``seglog topic alter``).
+A topic that does not exist yet is created with one partition, as a Kafka broker auto-creates a
+topic (``num.partitions`` = 1; the count is recorded in the log directory), so only ``--partition 0``
+creates one: a topic of more partitions is created first with ``seglog topic create --partitions N``.
+A partition beyond an existing topic's count is an error too (grow the topic with ``seglog topic
+alter``); neither creates anything.
 
 On success the records are appended (offsets assigned from the log end offset), the log is
 flushed, then the high watermark is advanced to the new log end offset (readers never see records
@@ -54,7 +56,7 @@ from numba import njit
 from indexer.errors import InvalidTimestampError, RecordTooLargeError, SchemaError, SeglogError
 from indexer.limits import INT32_MAX
 from indexer.log import Log, check_append
-from indexer.log_manager import LogManager, check_topic_request
+from indexer.log_manager import LogManager
 from indexer.records.columns import HEADERS_TYPE, check_timestamps
 from seglog.cli import (
     add_log_config_arguments,
@@ -106,7 +108,8 @@ def run(args: argparse.Namespace) -> int:
     data = sys.stdin.buffer.read() if args.input == "-" else Path(args.input).read_bytes()
     table = parse_json_lines(data, encoding=args.encoding, source=source)
     log_dir = log_dir_from_args(args, must_exist=False)
-    check_topic_request(args.topic, args.partition + 1)  # the partitions a new topic would get
+    with LogManager(log_dir, settings, read_only=True) as reader:  # a topic or partition that cannot be written
+        reader.partition_count_for_write(args.topic, args.partition)
     name = f"{args.topic}-{args.partition}"
     try:  # before the log directory, topic or partition is created: a refused append leaves nothing behind
         check_append(table, settings.log_config(args.topic), now_ms=time.time_ns() // 1_000_000, where=name)
@@ -120,8 +123,7 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     with LogManager(log_dir, settings) as manager:
         if manager.topic_partitions(args.topic) is None:
-            # A new topic gets every partition up to the one named (Kafka creates all of a topic's).
-            manager.create_topic(args.topic, args.partition + 1)
+            manager.create_topic(args.topic, manager.partition_count_for_write(args.topic, args.partition))
         log = manager.get_or_create_log(args.topic, args.partition)
         start = log.log_end_offset
         first_offset = last_offset = None
