@@ -31,7 +31,7 @@ from seglog.cli import (
     add_action,
     add_log_config_arguments,
     log_dir_from_args,
-    positive_int,
+    partition_count,
     settings_from_args,
 )
 from seglog.output import Output, format_table
@@ -76,8 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_log_config_arguments(sub, topic_keys=False)
     for sub, required in ((create, True), (alter, True), (describe, False)):
         sub.add_argument("--topic", required=required, metavar="T", help="topic name")
-    create.add_argument("--partitions", required=True, type=positive_int, metavar="N", help="partition count")
-    alter.add_argument("--partitions", required=True, type=positive_int, metavar="N", help="the new, larger count")
+    create.add_argument("--partitions", required=True, type=partition_count, metavar="N", help="partition count")
+    alter.add_argument("--partitions", required=True, type=partition_count, metavar="N", help="the new, larger count")
     describe.add_argument("--json", action="store_true", help="print one JSON document")
 
 
