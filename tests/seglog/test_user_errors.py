@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -819,3 +820,44 @@ def test_v_shows_the_daemons_info_lines_without_apschedulers(
     assert proc.returncode == 0, err
     assert "INFO maintenance.daemon: seglog maintain on" in err, err
     assert ("apscheduler" in err) is apscheduler, err
+
+
+def test_an_empty_input_appends_nothing_and_creates_or_commits_nothing(
+    tmp_path: Path, log_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty input created the log directory, the topic and its partition (and rewrote the
+    checkpoints of an existing one), then said 'nothing appended'."""
+    (tmp_path / "empty.jsonl").write_text("\n \n")
+    assert append_file(tmp_path / "new", "fresh", tmp_path / "empty.jsonl") == 0
+    assert capsys.readouterr().out == "fresh-0 nothing appended: the input holds no records (nothing created)\n"
+    assert not (tmp_path / "new").exists()
+    before = _snapshot(log_dir)
+    assert append_file(log_dir, "events", tmp_path / "empty.jsonl", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["records"] == 0 and doc["log_end_offset"] == doc["high_watermark"] == 3000, doc
+    assert _snapshot(log_dir) == before
+
+
+def test_append_from_a_terminal_says_how_to_end_the_input(tmp_path: Path) -> None:
+    """`seglog append ... ` without a file waited silently for stdin when stdin was a terminal."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "SEGLOG_CONF"} | {"PYTHONPATH": str(REPO)}
+    code = "import sys; from seglog.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = ["append", "--log-dir", str(tmp_path / "logs"), "--topic", "t", "--partition", "0"]
+    with subprocess.Popen(
+        [sys.executable, "-c", code, *argv], stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    ) as process:
+        os.close(terminal)
+        assert process.stderr is not None and process.stdout is not None
+        # The line comes before the command reads; without it, the test stops at the deadline.
+        ready, _, _ = select.select([process.stderr], [], [], 120)
+        hint = process.stderr.readline().decode() if ready else ""
+        if not ready:
+            process.kill()
+        assert "reading JSON lines from the terminal" in hint and "Ctrl-D" in hint, hint
+        os.write(controller, b'{"value": "typed"}\n\x04')
+        assert process.wait(timeout=120) == 0, process.stderr.read()
+        assert process.stdout.read().decode() == "t-0 0..0\n"
+    os.close(controller)
