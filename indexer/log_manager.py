@@ -106,9 +106,15 @@ def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -
 
     Raises:
         LogDirectoryNotFoundError: ``must_exist`` and there is no such directory.
-        NotALogDirectoryError: it is a file, or a partition directory (it holds segment, index or
+        NotALogDirectoryError: it is empty (``Path("")`` is the current directory: an unset variable
+            must not make it one), a file, or a partition directory (it holds segment, index or
             partition files): the message says which directory to pass instead.
     """
+    if not os.fspath(log_dir):
+        raise NotALogDirectoryError(
+            "the log directory is an empty path (an unset variable?), not the current directory: name it, "
+            "e.g. --log-dir data/logs"
+        )
     path = Path(log_dir)
     if not path.exists():
         if must_exist:

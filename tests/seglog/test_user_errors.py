@@ -861,3 +861,28 @@ def test_append_from_a_terminal_says_how_to_end_the_input(tmp_path: Path) -> Non
         assert process.wait(timeout=120) == 0, process.stderr.read()
         assert process.stdout.read().decode() == "t-0 0..0\n"
     os.close(controller)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["append", "--topic", "t", "--partition", "0", "in.jsonl"],
+        ["topic", "create", "--topic", "t", "--partitions", "1"],
+        ["describe"],
+        ["recover", "--dry-run"],
+        ["maintain", "--once", "flush"],
+        ["quarantine", "list"],
+    ],
+)
+def test_an_empty_log_dir_is_refused_not_taken_for_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """`--log-dir "$LOGS"` with LOGS unset: `append` wrote a log directory into the current directory
+    (and `describe` described it)."""
+    (tmp_path / "in.jsonl").write_text(_records(1))
+    monkeypatch.chdir(tmp_path)
+    name = command[:2] if command[0] in ("topic", "quarantine") else command[:1]
+    assert main([*name, "--log-dir", "", *command[len(name) :]]) == 1
+    line = _one_error_line(capsys.readouterr().err, "NotALogDirectoryError")
+    assert "empty" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
