@@ -886,3 +886,10 @@ def test_an_empty_log_dir_is_refused_not_taken_for_the_current_directory(
     line = _one_error_line(capsys.readouterr().err, "NotALogDirectoryError")
     assert "empty" in line, line
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_an_empty_conf_is_refused_not_ignored(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--conf "$CONF"` with CONF unset read no settings file, silently ($SEGLOG_CONF empty stays unset)."""
+    assert main(["describe", "--log-dir", str(log_dir), "--conf", ""]) == 1
+    line = _one_error_line(capsys.readouterr().err, "ConfigError")
+    assert "--conf is an empty path" in line, line
