@@ -353,8 +353,10 @@ def load_settings(
     packaged = packaged_conf_path()
     if packaged is not None:
         files.append(packaged)
+    if path is not None and not os.fspath(path):  # `--conf "$CONF"` with CONF unset: not "no file"
+        raise ConfigError("--conf is an empty path (an unset variable?): name a settings file, or leave --conf out")
     for named, what in ((os.environ.get(CONF_ENV), f"${CONF_ENV}"), (path, "--conf")):
-        if named is None or named == "":
+        if named is None or named == "":  # an empty $SEGLOG_CONF is unset, as the shell convention goes
             continue
         named_path = Path(named)
         if named_path.is_dir():

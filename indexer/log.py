@@ -177,6 +177,22 @@ class UnreadableOffsets:
     lost: bool
 
 
+def create_empty_partition(directory: Path) -> None:
+    """Make ``directory`` a new, empty partition as a writer's first open and close leave one: the
+    directory and a segment at offset 0 (empty ``.log``, ``.index`` and ``.timeindex``), without
+    opening a :class:`Log` (no lock, no load: a topic of thousands of partitions is created in seconds).
+    What exists is left as it is (a writer may be creating the same partition). Not durable until
+    the caller fsyncs ``directory`` and its parent.
+
+    Raises:
+        StorageError: a file cannot be created (a file where the directory goes, no space, ...).
+    """
+    with storage_errors(directory, "create the partition directory"):
+        directory.mkdir(exist_ok=True)
+        for path in (log_file(directory, 0), offset_index_file(directory, 0), time_index_file(directory, 0)):
+            os.close(os.open(path, os.O_WRONLY | os.O_CREAT, 0o644))
+
+
 class Log:
     """One partition directory, open for writing (exclusive) or read-only.
 

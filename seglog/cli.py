@@ -28,7 +28,7 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -278,6 +278,34 @@ def partition_number(text: str) -> int:
             f"Kafka's int32), got {text!r}"
         )
     return value
+
+
+def partition_count(text: str) -> int:
+    """argparse type: a topic's partition count, ``1..2147483647`` (Kafka's int32), so that another
+    number is a usage error naming the option, not an error about an argument the user never named."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= INT32_MAX:
+        raise argparse.ArgumentTypeError(f"expected a partition count 1..{INT32_MAX} (Kafka's int32), got {text!r}")
+    return value
+
+
+def integer_in(low: int, high: int) -> Callable[[str], int]:
+    """argparse type: an integer in ``low..high`` (the range of what the option sets: Kafka's int for its
+    int configs, a port, ...); anything else is a usage error naming the range."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            value = low - 1
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"expected an integer in {low}..{high}, got {text!r}")
+        return value
+
+    return parse
 
 
 def timestamp_ms(text: str) -> int:

@@ -15,11 +15,14 @@ goes base64-encoded); lines end with LF, CRLF or CR, and the last one needs no l
 ignored, so the output of ``seglog read`` can be appended to another partition. Blank lines are
 skipped. The whole input is parsed into Arrow columns before anything is written: a bad line (also
 one holding a record larger than ``max.message.bytes``) stops the command with its line number and
-nothing is appended, nor any log directory, topic or partition created.
+nothing is appended, nor any log directory, topic or partition created; nor by an input without
+records. Read from a terminal, the input ends with Ctrl-D.
 
-A topic that does not exist yet is created with partitions 0..P (all of them, as Kafka creates a
-topic; the count is recorded in the log directory); a partition beyond an existing topic's count is
-an error (grow the topic with ``seglog topic alter``).
+A topic that does not exist yet is created with one partition, as a Kafka broker auto-creates a
+topic (``num.partitions`` = 1; the count is recorded in the log directory), so only ``--partition 0``
+creates one: a topic of more partitions is created first with ``seglog topic create --partitions N``.
+A partition beyond an existing topic's count is an error too (grow the topic with ``seglog topic
+alter``); neither creates anything.
 
 On success the records are appended (offsets assigned from the log end offset), the log is
 flushed, then the high watermark is advanced to the new log end offset (readers never see records
@@ -54,7 +57,7 @@ from numba import njit
 from indexer.errors import InvalidTimestampError, RecordTooLargeError, SchemaError, SeglogError
 from indexer.limits import INT32_MAX
 from indexer.log import Log, check_append
-from indexer.log_manager import LogManager, check_topic_request
+from indexer.log_manager import LogManager
 from indexer.records.columns import HEADERS_TYPE, check_timestamps
 from seglog.cli import (
     add_log_config_arguments,
@@ -102,12 +105,22 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 def run(args: argparse.Namespace) -> int:
     """Parse everything, append, flush, advance the high watermark, write the checkpoints."""
     settings = settings_from_args(args)
+    log_dir = log_dir_from_args(args, must_exist=False)
+    with LogManager(log_dir, settings, read_only=True) as reader:  # a partition that cannot be written: say so first
+        reader.partition_count_for_write(args.topic, args.partition)
     source = "<stdin>" if args.input == "-" else args.input
+    if args.input == "-" and sys.stdin.isatty():
+        print(
+            "seglog append: reading JSON lines from the terminal; end them with Ctrl-D (Ctrl-C: nothing is appended)",
+            file=sys.stderr,
+            flush=True,
+        )
     data = sys.stdin.buffer.read() if args.input == "-" else Path(args.input).read_bytes()
     table = parse_json_lines(data, encoding=args.encoding, source=source)
-    log_dir = log_dir_from_args(args, must_exist=False)
-    check_topic_request(args.topic, args.partition + 1)  # the partitions a new topic would get
     name = f"{args.topic}-{args.partition}"
+    if not table.num_rows:
+        Output(json_mode=args.json).emit(_nothing_to_append(args, log_dir, settings), _text)
+        return 0
     try:  # before the log directory, topic or partition is created: a refused append leaves nothing behind
         check_append(table, settings.log_config(args.topic), now_ms=time.time_ns() // 1_000_000, where=name)
     except RecordTooLargeError as e:
@@ -120,15 +133,11 @@ def run(args: argparse.Namespace) -> int:
         ) from None
     with LogManager(log_dir, settings) as manager:
         if manager.topic_partitions(args.topic) is None:
-            # A new topic gets every partition up to the one named (Kafka creates all of a topic's).
-            manager.create_topic(args.topic, args.partition + 1)
+            manager.create_topic(args.topic, manager.partition_count_for_write(args.topic, args.partition))
         log = manager.get_or_create_log(args.topic, args.partition)
         start = log.log_end_offset
-        first_offset = last_offset = None
         try:
-            if table.num_rows:
-                info = log.append(table)
-                first_offset, last_offset = info.first_offset, info.last_offset
+            info = log.append(table)
             log.flush()  # on disk before readers may see it: flush, then high watermark, as the sink commits
             log.update_high_watermark(log.log_end_offset)
         except BaseException:  # a failure or Ctrl-C: what was written is uncommitted, and must stay so
@@ -138,14 +147,30 @@ def run(args: argparse.Namespace) -> int:
             "topic": args.topic,
             "partition": args.partition,
             "records": table.num_rows,
-            "first_offset": first_offset,
-            "last_offset": last_offset,
+            "first_offset": info.first_offset,
+            "last_offset": info.last_offset,
             "log_end_offset": log.log_end_offset,
             "high_watermark": log.high_watermark,
         }
     logger.info("appended %d records from %s to %s-%d", table.num_rows, source, args.topic, args.partition)
     Output(json_mode=args.json).emit(result, _text)
     return 0
+
+
+def _nothing_to_append(args: argparse.Namespace, log_dir: Path, settings: Any) -> dict[str, Any]:
+    """The result of an input without records: the partition as it is, read-only. Nothing is created
+    (log directory, topic, partition) nor committed (the high watermark stays)."""
+    with LogManager(log_dir, settings, read_only=True) as reader:
+        log = reader.get_log(args.topic, args.partition)
+        return {
+            "topic": args.topic,
+            "partition": args.partition,
+            "records": 0,
+            "first_offset": None,
+            "last_offset": None,
+            "log_end_offset": None if log is None else log.log_end_offset,
+            "high_watermark": None if log is None else log.high_watermark,
+        }
 
 
 def _undo_append(log: Log, start: int) -> None:
@@ -160,7 +185,8 @@ def _undo_append(log: Log, start: int) -> None:
 def _text(result: dict[str, Any]) -> list[str]:
     name = f"{result['topic']}-{result['partition']}"
     if not result["records"]:
-        return [f"{name} nothing appended (log end offset {result['log_end_offset']})"]
+        where = "nothing created" if result["log_end_offset"] is None else f"log end offset {result['log_end_offset']}"
+        return [f"{name} nothing appended: the input holds no records ({where})"]
     return [f"{name} {result['first_offset']}..{result['last_offset']}"]
 
 

@@ -53,7 +53,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         ],
     )
     for sub in (listing, purge):
-        sub.add_argument("--log-dir", required=True, type=Path, metavar="DIR", help="the log directory")
+        sub.add_argument("--log-dir", required=True, metavar="DIR", help="the log directory")
         sub.add_argument("--topic", metavar="T", help="only this topic's partitions")
         sub.add_argument("--partition", type=partition_number, metavar="P", help="only this partition (with --topic)")
         sub.add_argument("--json", action="store_true", help="print one JSON document")

@@ -148,6 +148,12 @@ def open_partition(manager: LogManager, topic: str, partition: int) -> Log:
     if count is None:
         known = ", ".join(f"{t} ({n} partition{'s' if n > 1 else ''})" for t, n in sorted(topics.items())) or "none"
         raise UnknownTopicOrPartitionError(f"topic {topic!r} does not exist in {manager.log_dir}; its topics: {known}")
+    if partition < count:  # recorded, its directory not yet made: the topic's creation was interrupted
+        raise UnknownTopicOrPartitionError(
+            f"partition {partition} of topic {topic!r} has no directory in {manager.log_dir} although the topic "
+            f"is recorded with {count} partitions (its creation was interrupted): run `seglog topic create "
+            f"--log-dir {manager.log_dir} --topic {topic} --partitions {count}` again to create them"
+        )
     raise UnknownTopicOrPartitionError(
         f"partition {partition} of topic {topic!r} does not exist in {manager.log_dir}; "
         f"the topic has partitions 0..{count - 1}"

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
-from seglog.cli import add_log_config_arguments, positive_int, positive_seconds, settings_from_args
+from seglog.cli import add_log_config_arguments, partition_count, positive_int, positive_seconds, settings_from_args
 
 logger = logging.getLogger(__name__)
 
@@ -51,7 +51,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     where.add_argument("--log-dir", metavar="DIR", help="log directory [log.dir]")
     where.add_argument("--checkpoint-location", metavar="DIR", help="Spark checkpoint [checkpoint.location]")
     where.add_argument("--topic", metavar="T", help="topic [topic]")
-    where.add_argument("--partitions", type=positive_int, metavar="N", help="partitions of the topic [num.partitions]")
+    where.add_argument(
+        "--partitions", type=partition_count, metavar="N", help="partitions of the topic [num.partitions]"
+    )
     source = parser.add_argument_group("source")
     source.add_argument("--source", choices=("rate", "files", "kafka", "delta"), help="input [source]")
     source.add_argument("--rows-per-second", type=positive_int, metavar="N", help="rate source speed [rows.per.second]")

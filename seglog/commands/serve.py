@@ -31,17 +31,18 @@ import signal
 import sys
 from pathlib import Path
 
+from indexer.limits import INT32_MAX
 from seglog.cli import (
     add_log_config_arguments,
     existing_directory,
+    integer_in,
     log_dir_from_args,
-    non_negative_int,
-    positive_int,
     settings_from_args,
 )
 
 SEGLOG_MAIN = "import sys; from seglog.cli import main; sys.exit(main())"  # ``python -c`` this: the CLI
 # The line a server logs (with -v) once it listens on a loopback port: Server.start's.
+MAX_PORT = 65535
 _LISTENING = re.compile(r"serving .* on 127\.0\.0\.1:(\d+) ")
 
 
@@ -61,10 +62,15 @@ def listening_port(stderr: str) -> int | None:
 
 
 def _bind(text: str) -> tuple[str, int]:
-    """argparse type: ``HOST:PORT`` (``[::1]:9092`` for IPv6)."""
+    """argparse type: ``HOST:PORT`` (``[::1]:9092`` for IPv6; ``:PORT`` for 127.0.0.1), the port 0..65535
+    (0: a free one)."""
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise argparse.ArgumentTypeError(f"expected HOST:PORT, got {text!r}")
+    if not sep:
+        raise argparse.ArgumentTypeError(f"expected HOST:PORT (such as 127.0.0.1:9092), got {text!r}")
+    if not (port.isascii() and port.isdigit() and int(port) <= MAX_PORT):
+        raise argparse.ArgumentTypeError(
+            f"the port must be 0..{MAX_PORT}, got {int(port) if port.isascii() and port.isdigit() else repr(port)}"
+        )
     return host.strip("[]") or "127.0.0.1", int(port)
 
 
@@ -88,21 +94,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--group-initial-rebalance-delay-ms",
-        type=non_negative_int,
+        type=integer_in(0, INT32_MAX),
         default=3000,
         metavar="MS",
         help="group.initial.rebalance.delay.ms: how long a new group waits for more members (default 3000)",
     )
     parser.add_argument(
         "--socket-request-max-bytes",
-        type=positive_int,
+        type=integer_in(1, INT32_MAX),
         default=1024 * 1024,
         metavar="N",
         help="socket.request.max.bytes: larger requests close their connection (default 1048576)",
     )
     parser.add_argument(
         "--brokers",
-        type=positive_int,
+        type=integer_in(1, MAX_PORT),
         default=1,
         metavar="N",
         help="present N broker nodes, node i on PORT+i, leading the partitions in turn, so that a consumer "
@@ -110,7 +116,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--poll-ms",
-        type=positive_int,
+        type=integer_in(1, INT32_MAX),
         default=10,
         metavar="MS",
         help="how often the writer's checkpoints are checked for new commits (default 10)",

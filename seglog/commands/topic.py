@@ -31,7 +31,7 @@ from seglog.cli import (
     add_action,
     add_log_config_arguments,
     log_dir_from_args,
-    positive_int,
+    partition_count,
     settings_from_args,
 )
 from seglog.output import Output, format_table
@@ -46,7 +46,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "create a topic with all its partitions",
         "Create a topic with all its partitions (<topic>-0 .. <topic>-<N-1>, each an empty segment at\n"
         "offset 0) and record its partition count in the log directory (seglog-topics.json), which is\n"
-        "created if missing. A topic that exists already is a TopicExistsError, whatever its count.",
+        "created if missing. A topic that exists already is a TopicExistsError, whatever its count;\n"
+        "but a creation interrupted part-way (the count recorded, some partitions missing) is completed\n"
+        "by the same command run again.",
         ["seglog topic create --log-dir data/logs --topic events --partitions 4"],
     )
     alter = add_action(
@@ -74,8 +76,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         add_log_config_arguments(sub, topic_keys=False)
     for sub, required in ((create, True), (alter, True), (describe, False)):
         sub.add_argument("--topic", required=required, metavar="T", help="topic name")
-    create.add_argument("--partitions", required=True, type=positive_int, metavar="N", help="partition count")
-    alter.add_argument("--partitions", required=True, type=positive_int, metavar="N", help="the new, larger count")
+    create.add_argument("--partitions", required=True, type=partition_count, metavar="N", help="partition count")
+    alter.add_argument("--partitions", required=True, type=partition_count, metavar="N", help="the new, larger count")
     describe.add_argument("--json", action="store_true", help="print one JSON document")
 
 
@@ -103,7 +105,10 @@ def run(args: argparse.Namespace) -> int:
             print(f"created topic {args.topic} with {args.partitions} partitions in {args.log_dir}")
         else:
             old = manager.add_partitions(args.topic, args.partitions)
-            print(f"topic {args.topic}: {old} -> {args.partitions} partitions in {args.log_dir}")
+            if old == args.partitions:  # an interrupted alter, run again
+                print(f"topic {args.topic}: created its missing partitions, {old} in all, in {args.log_dir}")
+            else:
+                print(f"topic {args.topic}: {old} -> {args.partitions} partitions in {args.log_dir}")
     return 0
 
 

@@ -22,6 +22,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import errno
 import functools
 import logging
 import socket
@@ -165,6 +166,13 @@ class Server:
                 port = self.options.port + node if self.options.port else 0
                 server = await asyncio.start_server(functools.partial(self._connection, node), self.options.host, port)
                 self._servers.append(server)
+                if not server.sockets:  # asyncio opens none, silently, once the process has no file left
+                    raise OSError(
+                        errno.EMFILE,
+                        f"cannot listen for broker node {node} of {self.options.brokers} on {self.options.host}:"
+                        f"{port}: no socket could be opened ({len(self._servers) - 1} listening already; too many "
+                        "open files?)",
+                    )
                 self.ports.append(int(server.sockets[0].getsockname()[1]))
         except OSError:
             for server in self._servers:

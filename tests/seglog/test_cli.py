@@ -106,6 +106,37 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "got '-3'" in err
 
 
+BIG = "99999999999999999999"
+
+
+@pytest.mark.parametrize(
+    "argv, says",
+    [
+        (["serve", "--bind", "127.0.0.1:99999"], "argument --bind: the port must be 0..65535, got 99999"),
+        (["serve", "--bind", "127.0.0.1:http"], "argument --bind: the port must be 0..65535, got 'http'"),
+        (["serve", "--bind", "localhost"], "argument --bind: expected HOST:PORT (such as 127.0.0.1:9092)"),
+        (["serve", "--brokers", "70000"], "argument --brokers: expected an integer in 1..65535"),
+        (["serve", "--poll-ms", BIG], "argument --poll-ms: expected an integer in 1..2147483647"),
+        (["serve", "--socket-request-max-bytes", "2147483648"], "expected an integer in 1..2147483647"),
+        (["serve", "--group-initial-rebalance-delay-ms", "-1"], "expected an integer in 0..2147483647"),
+        (["topic", "create", "--topic", "t", "--partitions", BIG], "argument --partitions: expected a partition"),
+        (["topic", "alter", "--topic", "t", "--partitions", "2147483648"], "argument --partitions: expected a"),
+        (["run", "--partitions", "0"], "argument --partitions: expected a partition count 1..2147483647"),
+    ],
+)
+def test_a_number_outside_an_options_range_is_a_usage_error_naming_the_range(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], argv: list[str], says: str
+) -> None:
+    """`serve --bind 127.0.0.1:99999` said 'expected HOST:PORT'; `topic create --partitions 1e20` said
+    'InvalidArgumentError: num_partitions must be an integer in -9223372036854775808..' (exit 1);
+    `--poll-ms 1e20` served and never looked for new commits; `--brokers 70000` was an IndexError."""
+    name = argv[:2] if argv[0] == "topic" else argv[:1]
+    assert main([*name, "--log-dir", str(tmp_path / "logs"), *argv[len(name) :]]) == 2
+    err = capsys.readouterr().err
+    assert says in err, err
+    assert not (tmp_path / "logs").exists()
+
+
 def test_help_of_a_command_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dump", "--help"]) == 0
     out = capsys.readouterr().out

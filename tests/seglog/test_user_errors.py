@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
 import subprocess
 import sys
 import time
@@ -21,7 +22,7 @@ from indexer.file_names import PARTITION_LOCK_FILE, TOPICS_FILE
 from indexer.lock import FileLock
 from indexer.log_manager import LogManager
 from seglog.cli import main
-from tests.cli import append_file, maintain_once
+from tests.cli import append_file, maintain_once, read_records
 from tests.filesystems import TinyFs, read_only_view
 
 REPO = Path(__file__).resolve().parents[2]
@@ -143,10 +144,10 @@ def test_a_refused_append_to_a_new_topic_creates_nothing(
     source = tmp_path / "big.jsonl"
     source.write_text(_records(2) + big)
     before = _snapshot(log_dir)
-    assert append_file(log_dir, "fresh", source, partition=2) == 1
+    assert append_file(log_dir, "fresh", source) == 1
     line = _one_error_line(capsys.readouterr().err, "RecordTooLargeError")
-    assert "big.jsonl: line 3: " in line and "max.message.bytes = 1048588 of fresh-2" in line, line
-    assert _snapshot(log_dir) == before  # no fresh-0..2, no count recorded, no marker rewritten
+    assert "big.jsonl: line 3: " in line and "max.message.bytes = 1048588 of fresh-0" in line, line
+    assert _snapshot(log_dir) == before  # no fresh-0, no count recorded, no marker rewritten
     assert append_file(tmp_path / "new", "fresh", source) == 1
     _one_error_line(capsys.readouterr().err, "RecordTooLargeError")
     assert not (tmp_path / "new").exists()
@@ -157,12 +158,12 @@ def test_a_file_where_a_partition_directory_goes_is_named_and_nothing_recorded(
 ) -> None:
     """A refused topic creation or growth recorded the new count anyway, so `topic describe` listed
     a topic that `read` said does not exist."""
-    (log_dir / "fresh-1").write_text("not a partition")
+    (log_dir / "fresh-0").write_text("not a partition")
     (log_dir / "events-2").write_text("not a partition")
     (tmp_path / "in.jsonl").write_text(_records(2))
     before = _snapshot(log_dir)
     for command in (
-        ["append", "--log-dir", str(log_dir), "--topic", "fresh", "--partition", "2", str(tmp_path / "in.jsonl")],
+        ["append", "--log-dir", str(log_dir), "--topic", "fresh", "--partition", "0", str(tmp_path / "in.jsonl")],
         ["topic", "create", "--log-dir", str(log_dir), "--topic", "fresh", "--partitions", "3"],
         ["topic", "alter", "--log-dir", str(log_dir), "--topic", "events", "--partitions", "3"],
     ):
@@ -181,7 +182,6 @@ def test_a_file_where_a_partition_directory_goes_is_named_and_nothing_recorded(
     [
         (("append", "--topic", "bad topic", "--partition", "0"), "InvalidTopicError"),
         (("topic", "create", "--topic", "bad topic", "--partitions", "2"), "InvalidTopicError"),
-        (("topic", "create", "--topic", "t", "--partitions", str(2**31)), "InvalidPartitionsError"),
     ],
 )
 def test_a_refused_topic_name_or_count_creates_no_log_directory(
@@ -196,10 +196,76 @@ def test_a_refused_topic_name_or_count_creates_no_log_directory(
     assert not (tmp_path / "new").exists()
 
 
-def test_a_new_topic_from_append_gets_all_its_partitions(tmp_path: Path) -> None:
+def test_an_append_creates_a_new_topic_with_kafkas_default_of_one_partition(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
-    assert _append(tmp_path, logs, _records(3), 2) == 0
-    assert sorted(p.name for p in logs.glob("events-*")) == ["events-0", "events-1", "events-2"]
+    assert _append(tmp_path, logs, _records(3), 0) == 0
+    assert sorted(p.name for p in logs.glob("events-*")) == ["events-0"]
+    assert json.loads((logs / TOPICS_FILE).read_text())["topics"] == {"events": {"partitions": 1}}
+
+
+@pytest.mark.parametrize("partition", [1, 5000, 2147483646])
+def test_an_append_past_a_new_topics_one_partition_creates_nothing_and_names_topic_create(
+    tmp_path: Path, log_dir: Path, capsys: pytest.CaptureFixture[str], partition: int
+) -> None:
+    """`append --partition 5000` to a new topic (a typo) created partitions 0..5000, 20 s and more
+    (2147483646: forever); killed part-way, the topics file claimed partitions that had no directory.
+    Kafka auto-creates a topic with num.partitions (1) and refuses a produce past it."""
+    (tmp_path / "in.jsonl").write_text(_records(2))
+    before = _snapshot(log_dir)
+    for logs in (log_dir, tmp_path / "new"):
+        argv = ["append", "--log-dir", str(logs), "--topic", "fresh", "--partition", str(partition)]
+        started = time.monotonic()
+        assert main([*argv, str(tmp_path / "in.jsonl")]) == 1
+        assert time.monotonic() - started < 60
+        line = _one_error_line(capsys.readouterr().err, "UnknownTopicOrPartitionError")
+        assert f"seglog topic create --log-dir {logs} --topic fresh --partitions" in line, line
+        assert f"partition {partition}" in line and "1 partition" in line, line
+    assert _snapshot(log_dir) == before
+    assert not (tmp_path / "new").exists()
+
+
+@pytest.mark.parametrize("action", ["create", "alter"])
+def test_a_topic_creation_interrupted_part_way_says_so_and_the_same_command_again_completes_it(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, action: str
+) -> None:
+    """Ctrl-C during `topic create --partitions 3000` left the count recorded and partitions without a
+    directory, silently: `read` said such a partition does not exist although the topic 'has' it, and
+    the same command again said TopicExistsError, leaving them missing."""
+    import indexer.log_manager
+
+    logs, count = tmp_path / "logs", 3000
+    command = ["topic", action, "--log-dir", str(logs), "--topic", "t", "--partitions", str(count)]
+    if action == "alter":
+        assert main(["topic", "create", "--log-dir", str(logs), "--topic", "t", "--partitions", "2"]) == 0
+    created = []
+    real = indexer.log_manager.create_empty_partition
+
+    def interrupted_at_1500(directory: Path) -> None:
+        if len(created) == 1500:
+            raise KeyboardInterrupt
+        created.append(directory)
+        real(directory)
+
+    monkeypatch.setattr(indexer.log_manager, "create_empty_partition", interrupted_at_1500)
+    capsys.readouterr()
+    assert main(command) == 130
+    err = capsys.readouterr().err
+    assert err.splitlines()[-1] == "seglog: interrupted", err
+    assert f"run `seglog topic {action} --log-dir {logs} --topic t --partitions {count}` again" in err, err
+    assert json.loads((logs / TOPICS_FILE).read_text())["topics"] == {"t": {"partitions": count}}
+    assert not (logs / "t-2999").exists()
+    assert main(["read", "--log-dir", str(logs), "--topic", "t", "--partition", "2999", "--from-beginning"]) == 1
+    line = _one_error_line(capsys.readouterr().err, "UnknownTopicOrPartitionError")
+    assert "has no directory" in line and f"seglog topic create --log-dir {logs} --topic t --partitions {count}" in line
+
+    monkeypatch.setattr(indexer.log_manager, "create_empty_partition", real)
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    assert str(count) in out and f"in {logs}" in out, out
+    assert sorted(p.name for p in logs.glob("t-*")) == sorted(f"t-{p}" for p in range(count))
+    assert read_records(capsys, logs, "t", "--from-beginning", partition=2999) == []
+    assert main(["topic", "create", "--log-dir", str(logs), "--topic", "t", "--partitions", str(count)]) == 1
+    _one_error_line(capsys.readouterr().err, "TopicExistsError")
 
 
 def test_an_old_directory_gets_its_count_inferred_once_and_recorded(tmp_path: Path) -> None:
@@ -754,3 +820,76 @@ def test_v_shows_the_daemons_info_lines_without_apschedulers(
     assert proc.returncode == 0, err
     assert "INFO maintenance.daemon: seglog maintain on" in err, err
     assert ("apscheduler" in err) is apscheduler, err
+
+
+def test_an_empty_input_appends_nothing_and_creates_or_commits_nothing(
+    tmp_path: Path, log_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty input created the log directory, the topic and its partition (and rewrote the
+    checkpoints of an existing one), then said 'nothing appended'."""
+    (tmp_path / "empty.jsonl").write_text("\n \n")
+    assert append_file(tmp_path / "new", "fresh", tmp_path / "empty.jsonl") == 0
+    assert capsys.readouterr().out == "fresh-0 nothing appended: the input holds no records (nothing created)\n"
+    assert not (tmp_path / "new").exists()
+    before = _snapshot(log_dir)
+    assert append_file(log_dir, "events", tmp_path / "empty.jsonl", "--json") == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["records"] == 0 and doc["log_end_offset"] == doc["high_watermark"] == 3000, doc
+    assert _snapshot(log_dir) == before
+
+
+def test_append_from_a_terminal_says_how_to_end_the_input(tmp_path: Path) -> None:
+    """`seglog append ... ` without a file waited silently for stdin when stdin was a terminal."""
+    import pty
+
+    controller, terminal = pty.openpty()
+    env = {k: v for k, v in os.environ.items() if k != "SEGLOG_CONF"} | {"PYTHONPATH": str(REPO)}
+    code = "import sys; from seglog.cli import main; sys.exit(main(sys.argv[1:]))"
+    argv = ["append", "--log-dir", str(tmp_path / "logs"), "--topic", "t", "--partition", "0"]
+    with subprocess.Popen(
+        [sys.executable, "-c", code, *argv], stdin=terminal, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env
+    ) as process:
+        os.close(terminal)
+        assert process.stderr is not None and process.stdout is not None
+        # The line comes before the command reads; without it, the test stops at the deadline.
+        ready, _, _ = select.select([process.stderr], [], [], 120)
+        hint = process.stderr.readline().decode() if ready else ""
+        if not ready:
+            process.kill()
+        assert "reading JSON lines from the terminal" in hint and "Ctrl-D" in hint, hint
+        os.write(controller, b'{"value": "typed"}\n\x04')
+        assert process.wait(timeout=120) == 0, process.stderr.read()
+        assert process.stdout.read().decode() == "t-0 0..0\n"
+    os.close(controller)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["append", "--topic", "t", "--partition", "0", "in.jsonl"],
+        ["topic", "create", "--topic", "t", "--partitions", "1"],
+        ["describe"],
+        ["recover", "--dry-run"],
+        ["maintain", "--once", "flush"],
+        ["quarantine", "list"],
+    ],
+)
+def test_an_empty_log_dir_is_refused_not_taken_for_the_current_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], command: list[str]
+) -> None:
+    """`--log-dir "$LOGS"` with LOGS unset: `append` wrote a log directory into the current directory
+    (and `describe` described it)."""
+    (tmp_path / "in.jsonl").write_text(_records(1))
+    monkeypatch.chdir(tmp_path)
+    name = command[:2] if command[0] in ("topic", "quarantine") else command[:1]
+    assert main([*name, "--log-dir", "", *command[len(name) :]]) == 1
+    line = _one_error_line(capsys.readouterr().err, "NotALogDirectoryError")
+    assert "empty" in line, line
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl"]
+
+
+def test_an_empty_conf_is_refused_not_ignored(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--conf "$CONF"` with CONF unset read no settings file, silently ($SEGLOG_CONF empty stays unset)."""
+    assert main(["describe", "--log-dir", str(log_dir), "--conf", ""]) == 1
+    line = _one_error_line(capsys.readouterr().err, "ConfigError")
+    assert "--conf is an empty path" in line, line
