@@ -55,7 +55,7 @@ from indexer.lock import MAINTENANCE_ROLE, FileLock, left_by_writer
 from indexer.log import Log
 from indexer.log_loader import UNCLEAN_SHUTDOWN, died_holding_reason
 from indexer.log_manager import check_log_dir_writable
-from maintenance.committed import kept_offset
+from maintenance.committed import cut_dead_writers_tail
 from maintenance.metadata import PartitionMetadata, scan_partition
 from maintenance.report import JobReport
 
@@ -402,26 +402,15 @@ class BorrowedLogs(LogAccess):
             logger.info("%s is free again; maintaining it", name)
         if left_by_writer(holder):
             try:
-                self._truncate_dead_writers_tail(tp, log, report)
+                # This borrow replaced the dead writer's line in the lock file, and its release empties
+                # it: no later pass could tell, so the first borrow cuts, whichever job borrows.
+                if dropped := cut_dead_writers_tail(self.log_dir, tp, log):
+                    report.count("offsets_truncated", dropped)
             except Exception as e:
                 report.fail(name, e)
                 log.abandon()  # let go as a crash would: the next open recovers it
                 return None
         return log
-
-    def _truncate_dead_writers_tail(self, tp: TopicPartition, log: Log, report: JobReport) -> None:
-        """Cut what a writer that died holding ``tp`` left above what must stay
-        (:func:`~maintenance.committed.kept_offset`: the committed offset, or a sink fence's range),
-        on the first borrow after its death, whichever job borrows: this borrow replaces the dead
-        writer's line in the lock file, and its release empties it, so no later pass can tell."""
-        end = kept_offset(self.log_dir, tp, log.directory)
-        if end is not None and log.log_start_offset <= end < log.log_end_offset:
-            dropped = log.log_end_offset - end
-            log.truncate_to(end)
-            logger.warning(
-                "%s: truncated %d uncommitted offsets above %d left by a dead writer", partition_name(tp), dropped, end
-            )
-            report.count("offsets_truncated", dropped)
 
     def _recovery_reason(self, tp: TopicPartition, path: Path, holder: str) -> str | None:
         """None when the partition is as this daemon left it (no process died holding it: ``holder``,

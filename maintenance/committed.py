@@ -9,7 +9,8 @@ Two records say what was committed, and the larger wins for each partition:
 
 Data at or above this offset that a dead writer left behind was never committed: the daemon's first
 borrow of the partition truncates it (:class:`maintenance.access.BorrowedLogs`, whichever job
-borrows), as the sink itself would before its next batch, except a range that a sink's fence
+borrows), and so does ``seglog append`` before it writes (:func:`cut_dead_writers_tail`), as the sink
+itself would before its next batch, except a range that a sink's fence
 (:mod:`indexer.sink_fence`) marks as written for a micro-batch that may still commit
 (:func:`kept_offset`). Data below it that a recovery cut off is reported as committed data lost by
 ``seglog recover``.
@@ -23,7 +24,8 @@ from pathlib import Path
 from indexer.checkpoint import read_checkpoint
 from indexer.commit_log import SinkCommit, sink_commits
 from indexer.errors import StorageError
-from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition
+from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, partition_dir_name
+from indexer.log import Log
 from indexer.sink_fence import FenceFile, sink_fences
 
 logger = logging.getLogger(__name__)
@@ -76,3 +78,25 @@ def kept_offset(log_dir: Path, tp: TopicPartition, partition_dir: Path) -> int |
         if token is not None:
             kept = max(kept, token.kept_end(commits.get(sink_id, SinkCommit(sink_id)), tp))
     return kept
+
+
+def cut_dead_writers_tail(log_dir: Path, tp: TopicPartition, log: Log) -> int:
+    """Truncate what a writer that died holding ``tp`` left above :func:`kept_offset` (never committed:
+    a half-written batch or an append whose commit never came), logging it; how many offsets went.
+
+    Every writer that takes over such a partition asks this before it writes (the daemon's first
+    borrow, ``seglog append``): one appending after the tail, or moving the high watermark over it,
+    would make records visible that were never committed. ``log`` is open for writing (its lock held).
+
+    Raises:
+        StorageError: ``replication-offset-checkpoint`` cannot be read, or the truncation fails.
+    """
+    end = kept_offset(log_dir, tp, log.directory)
+    if end is None or not log.log_start_offset <= end < log.log_end_offset:
+        return 0
+    dropped = log.log_end_offset - end
+    log.truncate_to(end)
+    logger.warning(
+        "%s: truncated %d uncommitted offsets above %d left by a dead writer", partition_dir_name(*tp), dropped, end
+    )
+    return dropped

@@ -28,7 +28,8 @@ On success the records are appended (offsets assigned from the log end offset), 
 flushed, then the high watermark is advanced to the new log end offset (readers never see records
 that are not on disk: a failed flush fails the command; a failed or interrupted append cuts its
 records off again, so a later append does not commit them) and the log
-directory's checkpoint files are written. The assigned offsets are printed as ``<topic>-<partition> <first>..<last>``
+directory's checkpoint files are written. What a writer that died holding the partition left above
+its committed offset is cut first, with a warning, as the maintenance daemon cuts it. The assigned offsets are printed as ``<topic>-<partition> <first>..<last>``
 (``--json``: one object with ``first_offset``, ``last_offset``, ``records``, ``high_watermark``).
 
 examples:
@@ -55,10 +56,13 @@ import pyarrow.json as pa_json
 from numba import njit
 
 from indexer.errors import InvalidTimestampError, RecordTooLargeError, SchemaError, SeglogError
+from indexer.file_names import PARTITION_LOCK_FILE, TopicPartition, partition_dir_name
 from indexer.limits import INT32_MAX
+from indexer.lock import FileLock, left_by_writer
 from indexer.log import Log, check_append
 from indexer.log_manager import LogManager
 from indexer.records.columns import HEADERS_TYPE, check_timestamps
+from maintenance.committed import cut_dead_writers_tail
 from seglog.cli import (
     add_log_config_arguments,
     add_partition_arguments,
@@ -131,10 +135,15 @@ def run(args: argparse.Namespace) -> int:
             limit=e.limit,
             index=e.index,
         ) from None
+    tp: TopicPartition = (args.topic, args.partition)
+    # Read before the open writes this process's line: a writer that died holding the partition left its own.
+    holder = FileLock(log_dir / partition_dir_name(*tp) / PARTITION_LOCK_FILE).holder()
     with LogManager(log_dir, settings) as manager:
         if manager.topic_partitions(args.topic) is None:
             manager.create_topic(args.topic, manager.partition_count_for_write(args.topic, args.partition))
         log = manager.get_or_create_log(args.topic, args.partition)
+        if left_by_writer(holder):  # its uncommitted tail must not be committed with these records
+            cut_dead_writers_tail(log_dir, tp, log)
         start = log.log_end_offset
         try:
             info = log.append(table)

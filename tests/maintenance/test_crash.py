@@ -195,6 +195,46 @@ def test_a_dead_writers_uncommitted_tail_is_cut_whichever_job_borrows_the_partit
         log.close()
 
 
+def test_an_append_after_a_dead_writer_never_commits_the_tail_it_left(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A writer SIGKILLed with 7 records flushed above its committed high watermark (25): the next
+    ``seglog append`` to the partition appended after them and moved the high watermark over them,
+    so records never committed became visible (offsets 25..31, its own record at 32). It now cuts the
+    dead writer's tail by the daemon's rule first: its record lands at 25, after the committed ones."""
+    log_dir = tmp_path / "logs"
+    writer = subprocess.Popen(
+        [*WRITER, "--log-dir", str(log_dir), "--appends", "5", "--tail", "7", "--hold"],
+        cwd=REPO,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lines_of(writer.stdout), "TAIL 32")  # type: ignore[arg-type]
+    finally:
+        writer.kill()
+        writer.wait()
+    records = tmp_path / "in.jsonl"
+    records.write_text('{"value": "after"}\n')
+    conf = write_conf(tmp_path / "seglog.toml", {"segment.bytes": 2000}, {})
+    assert (
+        main(
+            ["append", "--log-dir", str(log_dir), "--conf", str(conf), "--topic", "t", "--partition", "0", str(records)]
+        )
+        == 0
+    )
+    out = "".join(capsys.readouterr())
+    assert "truncated 7 uncommitted offsets above 25 left by a dead writer" in out
+    assert "t-0 25..25" in out
+    log = Log.open(log_dir / "t-0", LogConfig.from_mapping({"segment.bytes": 2000}), read_only=True)
+    try:
+        assert (log.log_end_offset, log.high_watermark) == (26, 26)
+        assert log.read_records(0).column("value").to_pylist() == [*values_for(0, 25), b"after"]
+    finally:
+        log.close()
+
+
 def _partition_state(log_dir: Path, config: LogConfig) -> tuple[int, int, list[str]]:
     """The log start offset and end of ``t-0`` as a reader sees them, after checking that every record
     from the start to the end is there with its value, and the names of files no segment owns."""
