@@ -29,8 +29,9 @@ flushed, then the high watermark is advanced to the new log end offset (readers 
 that are not on disk: a failed flush fails the command; a failed or interrupted append cuts its
 records off again, so a later append does not commit them) and the log
 directory's checkpoint files are written. What a writer that died holding the partition left above
-its committed offset is cut first, with a warning, as the maintenance daemon cuts it. The assigned offsets are printed as ``<topic>-<partition> <first>..<last>``
-(``--json``: one object with ``first_offset``, ``last_offset``, ``records``, ``high_watermark``).
+its committed offset is cut first, with a warning, as the maintenance daemon cuts it. The assigned
+offsets are printed as ``<topic>-<partition> <first>..<last>`` (``--json``: one object with
+``first_offset``, ``last_offset``, ``records``, ``high_watermark``).
 
 examples:
   seglog append --log-dir data/logs --topic events --partition 0 records.jsonl
