@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import difflib
 import importlib
 import importlib.metadata
 import logging
@@ -108,12 +109,12 @@ def package_version() -> str:
         return "unknown (not installed: pip install -e .)"
 
 
-def common_options() -> argparse.ArgumentParser:
+def common_options() -> SeglogParser:
     """``-v/--verbose`` and ``--debug``, accepted before and after the subcommand name.
 
     Defaults are suppressed so that a subparser does not reset what was given before it.
     """
-    parent = argparse.ArgumentParser(add_help=False)
+    parent = SeglogParser(add_help=False)
     parent.add_argument(
         "-v", "--verbose", action="count", default=argparse.SUPPRESS, help="log at INFO level (-vv: DEBUG)"
     )
@@ -404,12 +405,53 @@ def _selected_command(argv: Sequence[str]) -> str | None:
     return None
 
 
+class SeglogParser(argparse.ArgumentParser):
+    """argparse, but an option no parser knows is named first, with the nearest one it knows, by the
+    (sub)command it was given to: argparse names it only after every required option was found (a
+    misspelt ``--from-begining`` read as 'one of --from-beginning ... is required') and in the usage
+    of ``seglog`` itself. Subcommands and their actions get this class too (``add_subparsers``), and
+    so do ``seglog bench``'s suites, whose options a ``REMAINDER`` hands on to them."""
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        tokens = list(sys.argv[1:] if args is None else args)
+        unknown = self._unknown_option(tokens)
+        if unknown is not None:
+            meant = difflib.get_close_matches(unknown, self._long_options(), n=1)
+            self.error(f"unrecognized argument {unknown}" + (f" (did you mean {meant[0]}?)" if meant else ""))
+        return super().parse_known_args(tokens, namespace)
+
+    def _long_options(self) -> list[str]:
+        return [option for option in self._option_string_actions if option.startswith("--")]
+
+    def _unknown_option(self, tokens: Sequence[str]) -> str | None:
+        """The first ``--option`` of ``tokens`` this parser neither has nor abbreviates, before its
+        subcommand (whose parser checks the rest) or ``--``."""
+        commands = {
+            name
+            for action in self._actions
+            if isinstance(action, argparse._SubParsersAction)
+            for name in action.choices
+        }
+        if any(action.nargs == argparse.REMAINDER for action in self._actions):
+            return None  # what follows is another parser's to check
+        known = self._long_options()
+        for token in tokens:
+            if token == "--" or token in commands:
+                return None
+            name = token.partition("=")[0]
+            if token.startswith("--") and not any(option.startswith(name) for option in known):
+                return name
+        return None
+
+
 def build_parser(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, ModuleType | None]:
     """The parser for ``argv``: every subcommand is listed, only the selected one is imported.
 
     Returns the parser and the selected command's module (None when no known command is named).
     """
-    parser = argparse.ArgumentParser(
+    parser = SeglogParser(
         prog=PROG,
         description="Kafka's log storage engine in Python: segment logs with offset and time indexes.",
         epilog=_EPILOG,

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import argparse
 
-from seglog.cli import common_options, configure_logging, help_texts, load_command_module
+from seglog.cli import SeglogParser, common_options, configure_logging, help_texts, load_command_module
 
 SUITES: dict[str, str] = {
     "engine": "seglog.bench.engine",
@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> int:
     """Import the chosen suite, parse its options, run it."""
     module = load_command_module(f"bench {args.suite}", SUITES[args.suite])
     description, epilog = help_texts(module.__doc__ or "")
-    parser = argparse.ArgumentParser(
+    parser = SeglogParser(
         prog=f"seglog bench {args.suite}",
         description=description,
         epilog=epilog,

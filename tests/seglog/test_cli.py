@@ -106,6 +106,58 @@ def test_usage_errors_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert "got '-3'" in err
 
 
+@pytest.mark.parametrize(
+    "argv, usage, says",
+    [
+        (  # the missing start hid the misspelt option that was meant to give it
+            ["read", "--log-dir", "x", "--topic", "t", "--partition", "0", "--from-begining"],
+            "usage: seglog read",
+            "seglog read: error: unrecognized argument --from-begining (did you mean --from-beginning?)",
+        ),
+        (  # said with the usage of `seglog`, not of `seglog read`, and without the option meant
+            ["read", "--log-dir", "x", "--topic", "t", "--partition", "0", "--from-beginning", "--max-recrods", "5"],
+            "usage: seglog read",
+            "seglog read: error: unrecognized argument --max-recrods (did you mean --max-records?)",
+        ),
+        (
+            ["topic", "create", "--log-dir", "x", "--topic", "t", "--partitons=4"],
+            "usage: seglog topic create",
+            "seglog topic create: error: unrecognized argument --partitons (did you mean --partitions?)",
+        ),
+        (
+            ["bench", "engine", "--quik"],
+            "usage: seglog bench engine",
+            "seglog bench engine: error: unrecognized argument --quik (did you mean --quick?)",
+        ),
+        (
+            ["--debgu", "describe", "--log-dir", "x"],
+            "usage: seglog [",
+            "seglog: error: unrecognized argument --debgu (did you mean --debug?)",
+        ),
+    ],
+)
+def test_a_misspelt_option_is_named_with_the_one_meant_in_its_commands_usage(
+    capsys: pytest.CaptureFixture[str], argv: list[str], usage: str, says: str
+) -> None:
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert usage in err and says in err, err
+
+
+def test_abbreviated_options_and_values_that_look_like_options_still_parse(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What argparse takes stays taken: a unique prefix of an option, and an option's value after ``--``."""
+    monkeypatch.chdir(tmp_path)
+    log_dir = tmp_path / "logs"
+    records = tmp_path / "--in.jsonl"
+    records.write_text('{"value": "v"}\n')
+    assert main(["append", "--log-d", str(log_dir), "--topic", "t", "--partition", "0", "--", "--in.jsonl"]) == 0
+    assert (
+        main(["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--from-b", "--max-rec", "1"]) == 0
+    )
+
+
 BIG = "99999999999999999999"
 
 
