@@ -159,16 +159,9 @@ def test_a_killed_daemon_is_not_taken_for_a_dead_writer(tmp_path: Path) -> None:
         after.close()
 
 
-@pytest.mark.parametrize("jobs", [("index", "roll"), ("roll", "index"), ("retention", "index")])
-def test_a_dead_writers_uncommitted_tail_is_cut_whichever_job_borrows_the_partition_first(
-    tmp_path: Path, jobs: tuple[str, str], capsys: pytest.CaptureFixture[str]
-) -> None:
-    """A writer SIGKILLed with 7 records flushed above its committed high watermark leaves its line in
-    the lock file. The daemon's roll or retention job borrowing the partition before the index job
-    overwrote that line with its own and emptied it on release, so the index job no longer saw a dead
-    writer and the tail stayed (log end 32, high watermark 25); run first, the index job cut it (25).
-    One rule now, whichever job borrows the partition first: the tail goes, the committed records stay."""
-    log_dir = tmp_path / "logs"
+def _kill_a_writer_with_an_uncommitted_tail(log_dir: Path) -> int:
+    """SIGKILL a writer of ``t-0`` holding it with 25 records committed and 7 more flushed above its
+    high watermark (log end 32); its pid."""
     writer = subprocess.Popen(
         [*WRITER, "--log-dir", str(log_dir), "--appends", "5", "--tail", "7", "--hold"],
         cwd=REPO,
@@ -181,7 +174,21 @@ def test_a_dead_writers_uncommitted_tail_is_cut_whichever_job_borrows_the_partit
     finally:
         writer.kill()
         writer.wait()
-    assert f"pid={writer.pid} " in (log_dir / "t-0" / ".seglog.lock").read_text()
+    return writer.pid
+
+
+@pytest.mark.parametrize("jobs", [("index", "roll"), ("roll", "index"), ("retention", "index")])
+def test_a_dead_writers_uncommitted_tail_is_cut_whichever_job_borrows_the_partition_first(
+    tmp_path: Path, jobs: tuple[str, str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A writer SIGKILLed with 7 records flushed above its committed high watermark leaves its line in
+    the lock file. The daemon's roll or retention job borrowing the partition before the index job
+    overwrote that line with its own and emptied it on release, so the index job no longer saw a dead
+    writer and the tail stayed (log end 32, high watermark 25); run first, the index job cut it (25).
+    One rule now, whichever job borrows the partition first: the tail goes, the committed records stay."""
+    log_dir = tmp_path / "logs"
+    pid = _kill_a_writer_with_an_uncommitted_tail(log_dir)
+    assert f"pid={pid} " in (log_dir / "t-0" / ".seglog.lock").read_text()
     (log_dir / "t-0" / "00000000000000000000.log.deleted").write_bytes(b"")  # something for retention to do
     conf = write_conf(tmp_path / "seglog.toml", {"segment.ms": 1, "retention.ms": -1}, {})
     for job in jobs:
@@ -203,18 +210,7 @@ def test_an_append_after_a_dead_writer_never_commits_the_tail_it_left(
     so records never committed became visible (offsets 25..31, its own record at 32). It now cuts the
     dead writer's tail by the daemon's rule first: its record lands at 25, after the committed ones."""
     log_dir = tmp_path / "logs"
-    writer = subprocess.Popen(
-        [*WRITER, "--log-dir", str(log_dir), "--appends", "5", "--tail", "7", "--hold"],
-        cwd=REPO,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(lines_of(writer.stdout), "TAIL 32")  # type: ignore[arg-type]
-    finally:
-        writer.kill()
-        writer.wait()
+    _kill_a_writer_with_an_uncommitted_tail(log_dir)
     records = tmp_path / "in.jsonl"
     records.write_text('{"value": "after"}\n')
     conf = write_conf(tmp_path / "seglog.toml", {"segment.bytes": 2000}, {})
