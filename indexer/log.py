@@ -248,8 +248,10 @@ class Log:
         high_watermark: int | None = None,
         recovery_reason: str = UNCLEAN_SHUTDOWN,
         lock_role: str | None = None,
+        create: bool = True,
     ) -> Log:
-        """Open the partition ``directory`` (created if missing, unless read-only).
+        """Open the partition ``directory`` (created if missing, unless read-only or ``create`` is false:
+        maintenance borrows partitions that exist and must not bring back one deleted meanwhile).
 
         Writable: takes the partition lock, then loads and recovers the segments (``LogLoader``;
         ``recovery_point``, ``log_start_offset`` and ``had_clean_shutdown`` come from the log
@@ -302,8 +304,11 @@ class Log:
             )
         if high_watermark is not None and log_start_offset > high_watermark:
             raise log_start_above(directory, log_start_offset, high_watermark, "its checkpointed high watermark")
-        with storage_errors(directory, "create the partition directory"):
-            directory.mkdir(parents=True, exist_ok=True)
+        with storage_errors(directory, "create the partition directory" if create else "open the partition directory"):
+            if create:
+                directory.mkdir(parents=True, exist_ok=True)
+            elif not directory.is_dir():
+                raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), str(directory))
         file_lock = FileLock(directory / PARTITION_LOCK_FILE, role=lock_role)
         file_lock.acquire()
         try:

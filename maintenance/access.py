@@ -349,7 +349,7 @@ class BorrowedLogs(LogAccess):
                             if not wanted(tp, meta):
                                 continue
                         except Exception as e:  # one partition's files (damage): the pass goes on
-                            report.fail(partition_name(tp), e)
+                            report.fail(partition_name(tp), e, directory=path)
                             continue
                     log = self._borrow(tp, path, checkpoints, report)
                     if log is None:
@@ -366,7 +366,8 @@ class BorrowedLogs(LogAccess):
                     try:
                         write_checkpoint(self.log_dir, kind, released[kind], expected=read)
                     except Exception as e:  # one line naming the file (a full disk), counted: --once exits 1
-                        report.fail(", ".join(partition_name(tp) for tp in sorted(released[kind])), e)
+                        names = ", ".join(partition_name(tp) for tp in sorted(released[kind]))
+                        report.fail(names, e, directory=self.log_dir)
 
     def _borrow(
         self, tp: TopicPartition, path: Path, checkpoints: dict[str, dict[TopicPartition, int]], report: JobReport
@@ -385,6 +386,7 @@ class BorrowedLogs(LogAccess):
                 high_watermark=checkpoints["high-watermark"].get(tp, 0),
                 recovery_reason=reason or UNCLEAN_SHUTDOWN,  # (unused when clean)
                 lock_role=MAINTENANCE_ROLE,  # killed while borrowing, it is no dead writer (left_by_writer)
+                create=False,  # deleted since the pass listed it: not brought back
             )
         except LogLockedError as e:
             holder = str(e)
@@ -396,7 +398,7 @@ class BorrowedLogs(LogAccess):
             return None
         except Exception as e:
             self._released.pop(tp, None)
-            report.fail(name, e)
+            report.fail(name, e, directory=path)
             return None
         if self._foreign.pop(tp, None) is not None:
             logger.info("%s is free again; maintaining it", name)
@@ -407,7 +409,7 @@ class BorrowedLogs(LogAccess):
                 if dropped := cut_dead_writers_tail(self.log_dir, tp, log):
                     report.count("offsets_truncated", dropped)
             except Exception as e:
-                report.fail(name, e)
+                report.fail(name, e, directory=path)
                 log.abandon()  # let go as a crash would: the next open recovers it
                 return None
         return log
@@ -459,4 +461,4 @@ class BorrowedLogs(LogAccess):
             st = log_file(log.directory, base).stat()
             self._released[tp] = _ReleaseState(base, st.st_size, st.st_mtime_ns)
         except Exception as e:
-            report.fail(partition_name(tp), e)
+            report.fail(partition_name(tp), e, directory=log.directory)

@@ -64,7 +64,7 @@ def retention(access: LogAccess) -> JobReport:
 
         for tp, log in access.each_log(report, wanted):
             name = partition_name(tp)
-            with report.partition(name):
+            with report.partition(name, log.directory):
                 # Opening the partition removed them (the loader); say so, or why not (an error above).
                 removed = [f for f in leftovers.get(tp, ()) if not (log.directory / f).exists()]
                 if removed:
@@ -79,7 +79,7 @@ def retention(access: LogAccess) -> JobReport:
             keep_ms = access.settings.log_config(tp[0]).quarantine_retention_ms
             if keep_ms >= 0:
                 name = partition_name(tp)
-                with report.partition(name):
+                with report.partition(name, path):
                     purged = purge_quarantine(path, older_than_ms=keep_ms, now_ms=now)
                     for q in purged:
                         report.note(name, f"deleted quarantine file {q.path.name} (quarantine.retention.ms breached)")
@@ -107,7 +107,7 @@ def roll(access: LogAccess) -> JobReport:
             return first >= 0 and bool(roll_time_reached(1, now - first, config.segment_ms, config.segment_jitter_ms))
 
         for tp, log in access.each_log(report, wanted):
-            with report.partition(partition_name(tp)), log.lock:
+            with report.partition(partition_name(tp), log.directory), log.lock:
                 if log.active_segment.roll_due(now, log.config.segment_ms):
                     log.roll()
                     report.count("segments_rolled")
@@ -121,7 +121,7 @@ def flush(access: LogAccess) -> JobReport:
     with report.timed():
         now = access.clock.milliseconds()
         for tp, log in access.each_log(report):
-            with report.partition(partition_name(tp)):
+            with report.partition(partition_name(tp), log.directory):
                 if now - log.last_flush_time_ms >= log.config.flush_ms:
                     before = log.recovery_point
                     log.flush(log.log_end_offset)
@@ -136,7 +136,7 @@ def _checkpoint_job(kind: str) -> Callable[[LogAccess], JobReport]:
         with report.timed():
             values: dict[TopicPartition, int | None] = {}
             for tp, log in access.each_log(report):
-                with report.partition(partition_name(tp)):  # opened, flushed and given back: worked on
+                with report.partition(partition_name(tp), log.directory):  # opened, flushed and given back: worked on
                     if not access.borrowed:  # a borrowed partition's entries are written as it is given back
                         values[tp] = checkpoint_value(log, kind)
             try:
@@ -178,7 +178,7 @@ def index(access: LogAccess) -> JobReport:
 
         for tp, log in access.each_log(report, wanted):
             name = partition_name(tp)
-            with report.partition(name):
+            with report.partition(name, log.directory):
                 segments = log.segments.values()
                 still_wrong = set()
                 for segment, following in zip(segments, segments[1:], strict=False):

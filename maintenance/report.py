@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from indexer.errors import SeglogError
@@ -62,23 +63,32 @@ class JobReport:
         logger.info("maintenance job %s: %s", self.job, line)
 
     @contextmanager
-    def partition(self, name: str) -> Iterator[None]:
+    def partition(self, name: str, directory: Path | None = None) -> Iterator[None]:
         """Handle one partition: count it; log and record (never raise) any exception from the body.
 
         This is what keeps one broken partition from stopping a job or the daemon: the error is
         logged with the partition and the file the exception names (``path`` attribute of seglog
-        errors, ``filename`` of an ``OSError``).
+        errors, ``filename`` of an ``OSError``). ``directory``: the partition's, see :meth:`fail`.
         """
         self.partitions += 1
         try:
             yield
         except Exception as e:
-            self.fail(name, e)
+            self.fail(name, e, directory=directory)
 
-    def fail(self, name: str, error: Exception, *, log: bool = True) -> None:
+    def fail(self, name: str, error: Exception, *, log: bool = True, directory: Path | None = None) -> None:
         """Record and log ``error`` for partition ``name`` (with the file it names, if any): one line
         for the errors seglog expects (its own, and ``OSError`` such as a read-only file system), a
-        traceback for anything else (a bug). ``log=False``: recorded only (said before, by an earlier pass)."""
+        traceback for anything else (a bug). ``log=False``: recorded only (said before, by an earlier pass).
+
+        An expected error while the partition's ``directory`` no longer exists is no error: the
+        partition was deleted during the pass (``rm -rf`` of a topic or of the whole log directory,
+        which the next pass reports once); it is logged as such and not recorded."""
+        if directory is not None and isinstance(error, (SeglogError, OSError)) and not directory.exists():
+            logger.info(
+                "maintenance job %s: %s: its directory %s was removed during the pass", self.job, name, directory
+            )
+            return
         path = getattr(error, "path", None) or getattr(error, "filename", None)
         failure = PartitionError(name, f"{type(error).__name__}: {error}", None if path is None else str(path))
         self.errors.append(failure)
