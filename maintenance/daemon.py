@@ -81,11 +81,12 @@ def run_daemon(log_dir: Path, settings: Settings, *, stop: threading.Event | Non
     MaintenanceSettings.from_settings(settings)  # a bad [maintenance] value fails before anything starts
     missing = missing_log_dir_note(log_dir, "maintaining its partitions")
     with _stop_on_signals(stop):
-        handle = start_maintenance(log_dir, settings)
+        handle = start_maintenance(log_dir, settings, paused=True)  # its first line comes before any job's
         logger.info("seglog maintain on %s: %s", log_dir, ", ".join(handle.jobs) or "no jobs")
         if missing:
             logger.warning("%s", missing)
         try:
+            handle.resume()
             # Event.wait with a timeout keeps the main thread responsive to signals.
             while not stop.wait(0.5):
                 pass

@@ -160,6 +160,10 @@ class MaintenanceHandle:
             self.scheduler.shutdown(wait=wait)
         logger.info("maintenance stopped")
 
+    def resume(self) -> None:
+        """Let the jobs of a scheduler started paused (``start_maintenance(..., paused=True)``) run."""
+        self.scheduler.resume()
+
     @property
     def stopped(self) -> bool:
         return self._stopped.is_set()
@@ -181,6 +185,7 @@ def start_maintenance(
     settings: MaintenanceSettings | Settings | None = None,
     *,
     jobs: Iterable[str] | None = None,
+    paused: bool = False,
 ) -> MaintenanceHandle:
     """Run the maintenance jobs in the background of this process (the streaming main job's use).
 
@@ -191,6 +196,7 @@ def start_maintenance(
     borrowed partition). ``settings`` may be loaded ``conf/seglog.toml`` settings or a
     :class:`MaintenanceSettings` (default: the manager's settings' ``[maintenance]`` section); with a
     directory it must be the loaded :class:`Settings`, which also give the partitions' topic configs.
+    ``paused``: no job runs until :meth:`MaintenanceHandle.resume` (the daemon says it is on first).
 
     Raises:
         ValueError: a directory without its :class:`Settings`.
@@ -206,6 +212,6 @@ def start_maintenance(
         settings = MaintenanceSettings.from_settings(settings)
     scheduler = new_scheduler()
     added = add_jobs(scheduler, access, settings, jobs=jobs)
-    scheduler.start()
+    scheduler.start(paused=paused)
     logger.info("maintenance of %s started: %s", access.log_dir, ", ".join(added) or "no jobs")
     return MaintenanceHandle(scheduler, access, added)
