@@ -49,8 +49,9 @@ import enum
 import functools
 import logging
 import uuid
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any, Concatenate, ParamSpec
 
 from kafka.protocol.consumer.metadata import (
     ConsumerProtocolAssignment,
@@ -191,6 +192,25 @@ def offset_delete_errors(
     }
 
 
+_P = ParamSpec("_P")
+
+
+def _answered_once_published(
+    join: Callable[Concatenate[GroupCoordinator, _P], Coroutine[Any, Any, JoinResult]],
+) -> Callable[Concatenate[GroupCoordinator, _P], Coroutine[Any, Any, JoinResult]]:
+    """A successful join answers only once the group's members are published (another process's
+    ``seglog groups`` sees the member the client was told about)."""
+
+    @functools.wraps(join)
+    async def publishing(coordinator: GroupCoordinator, /, *args: _P.args, **kwargs: _P.kwargs) -> JoinResult:
+        result = await join(coordinator, *args, **kwargs)
+        if result.error_code == protocol.NONE:
+            await coordinator.publish()
+        return result
+
+    return publishing
+
+
 class GroupCoordinator:
     """Every consumer group of the server, and their committed offsets. With ``published``, the groups
     with members are published for ``seglog groups`` (:mod:`seglog.serve.live_groups`): each member
@@ -229,6 +249,7 @@ class GroupCoordinator:
 
     # -- membership ------------------------------------------------------------------------------
 
+    @_answered_once_published
     async def join(
         self,
         group_id: str,
@@ -247,37 +268,6 @@ class GroupCoordinator:
         static member that comes back to a Stable group, see the module's docstring), once the member
         is published (:meth:`publish`). ``can_skip_assignment``: the request's version has KIP-814's
         ``skip_assignment`` (v9+)."""
-        result = await self._join(
-            group_id,
-            member_id,
-            client_id,
-            client_host,
-            session_timeout_ms,
-            rebalance_timeout_ms,
-            protocol_type,
-            protocols,
-            instance_id,
-            can_skip_assignment=can_skip_assignment,
-        )
-        if result.error_code == protocol.NONE:
-            await self.publish()
-        return result
-
-    async def _join(
-        self,
-        group_id: str,
-        member_id: str,
-        client_id: str,
-        client_host: str,
-        session_timeout_ms: int,
-        rebalance_timeout_ms: int,
-        protocol_type: str,
-        protocols: list[tuple[str, bytes]],
-        instance_id: str | None = None,
-        *,
-        can_skip_assignment: bool = False,
-    ) -> JoinResult:
-        """:meth:`join` but the publishing."""
         if not group_id:
             return JoinResult(protocol.INVALID_GROUP_ID, member_id=member_id)
         if not MIN_SESSION_TIMEOUT_MS <= session_timeout_ms <= MAX_SESSION_TIMEOUT_MS:
