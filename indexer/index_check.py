@@ -21,20 +21,28 @@ Three levels, each a superset of the one before:
    in a batch whose maximum timestamp is the entry's timestamp (brokers before KAFKA-16310 indexed
    the offset of the record holding it, seglog the batch's last offset). A damaged entry anywhere
    in the file is found, not only at its end.
+
+The ``.txnindex``: level 1 is Kafka's ``TransactionIndex.sanityCheck`` and version check, level 2 a
+size that is a whole number of entries, level 3 agreement with the ABORT markers of the ``.log``
+(:func:`transaction_index_log_problem`). What a recovery writes instead is
+:meth:`indexer.transaction_replay.TransactionReplay.rebuild`.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from indexer.errors import CorruptIndexError, StorageError
+from indexer.errors import CorruptIndexError, StorageError, storage_errors
 from indexer.file_names import (
     LOG_FILE_SUFFIX,
     filename_prefix_from_offset,
+    log_file,
+    offset_from_file_name,
     offset_index_file,
     time_index_file,
     transaction_index_file,
@@ -44,7 +52,8 @@ from indexer.offset_index import OffsetIndex
 from indexer.records.batch_header import MAGIC_V2, NO_TIMESTAMP
 from indexer.records.file_records import BatchScan, FileBatch, FileRecords
 from indexer.time_index import TimeIndex
-from indexer.transaction_index import TransactionIndex
+from indexer.transaction_index import ABORTED_TXN_SIZE, AbortedTxn, TransactionIndex
+from indexer.transaction_replay import has_markers, open_at_base, segment_aborts
 
 _NO_LIMIT = np.iinfo(np.int64).max
 _EMPTY = np.empty(0, np.int64)
@@ -246,7 +255,9 @@ def time_index_problem(
 
 
 def transaction_index_problem(path: Path, base_offset: int) -> IndexProblem | None:
-    """Kafka's ``TransactionIndex.sanityCheck`` (and its version check) of the ``.txnindex`` at ``path``, or None.
+    """Why the ``.txnindex`` at ``path`` cannot be trusted, or None: Kafka's ``TransactionIndex.sanityCheck``
+    (and its version check) and, beyond Kafka, a size that is a whole number of entries (Kafka reads
+    past a torn last entry, which loses an aborted transaction).
 
     Raises:
         StorageError: the file cannot be read.
@@ -258,7 +269,91 @@ def transaction_index_problem(path: Path, base_offset: int) -> IndexProblem | No
         return IndexProblem(path, str(e))
     finally:
         index.close()
+    with storage_errors(path, "inspect transaction index"):
+        size = path.stat().st_size
+    if size % ABORTED_TXN_SIZE:
+        return IndexProblem(
+            path,
+            f"transaction index file {path} has a torn last entry ({size} bytes is not a whole number of "
+            f"{ABORTED_TXN_SIZE}-byte entries)",
+            size // ABORTED_TXN_SIZE,
+        )
     return None
+
+
+def transaction_index_log_problem(path: Path, base_offset: int, log_path: Path, scan: BatchScan) -> IndexProblem | None:
+    """Level 3 of the ``.txnindex`` at ``path`` (missing: no entry), a file that passes levels 1 and 2:
+    does it agree with the ABORT markers of its segment's ``.log`` (``scan``: its batches)?
+    (:func:`~indexer.transaction_replay.segment_aborts`: every aborted transaction with records in the
+    segment has its entry; every entry names an ABORT marker of its producer there.) A file emptied,
+    deleted or cut at an entry boundary is found when a lost transaction has records in the segment;
+    one whose records all lie in earlier segments is not (the check reads no other segment).
+
+    Raises:
+        StorageError: a file cannot be read.
+    """
+    if not has_markers(scan):
+        return None
+    with FileRecords.open(log_path, mutable=False) as records:
+        expected = segment_aborts(records, scan, base_offset)
+    entries: dict[tuple[int, int], AbortedTxn] = {}
+    if path.exists():
+        index = TransactionIndex(path, base_offset, writable=False)
+        try:
+            entries = {(t.producer_id, t.last_offset): t for t in index.all_aborted_txns()}
+        finally:
+            index.close()
+    for txn in expected.ended:
+        entry = entries.get((txn.producer_id, txn.last_offset))
+        if entry is None or entry.first_offset > txn.first_offset:
+            found = "has no entry for it" if entry is None else f"says it began at {entry.first_offset}"
+            return IndexProblem(
+                path,
+                f"transaction index file {path} disagrees with the log: the transaction of producer "
+                f"{txn.producer_id} aborted at offset {txn.last_offset} has records from offset "
+                f"{txn.first_offset} on, and the index {found}",
+            )
+    lost = [key for key in expected.unmatched if key not in entries]
+    if lost:  # no record of it here: was its producer's transaction open at the base offset?
+        open_before = open_at_base(_earlier_logs(log_path.parent, base_offset), {pid for pid, _ in lost})
+        for pid, marker in lost:
+            if open_before.get(pid, False):
+                return IndexProblem(
+                    path,
+                    f"transaction index file {path} disagrees with the log: it has no entry for the "
+                    f"transaction of producer {pid} aborted at offset {marker}, which began in an earlier segment",
+                )
+    possible = {*expected.unmatched, *((t.producer_id, t.last_offset) for t in expected.ended)}
+    for slot, (key, entry) in enumerate(entries.items()):
+        began_before = key in expected.unmatched and entry.first_offset < base_offset
+        if key not in possible or (key in expected.unmatched and not began_before):
+            return IndexProblem(
+                path,
+                f"transaction index file {path} disagrees with the log at entry {slot} ({entry}): no ABORT "
+                f"marker of producer {entry.producer_id} ends a transaction there",
+                slot,
+            )
+    return None
+
+
+def _earlier_logs(directory: Path, base_offset: int) -> Iterator[FileRecords]:
+    """The ``.log`` files of ``directory`` below ``base_offset``, newest first, each open while used
+    (one removed meanwhile, by retention, ends the walk: what lies before it is gone)."""
+    bases = sorted(
+        (offset_from_file_name(p.name) for p in directory.glob("*" + LOG_FILE_SUFFIX) if p.name[:1].isdigit()),
+        reverse=True,
+    )
+    for base in bases:
+        if base >= base_offset:
+            continue
+        try:
+            records = FileRecords.open(log_file(directory, base), mutable=False)
+        except StorageError:
+            return
+        try:
+            yield records
+        finally:
+            records.close_handlers()
 
 
 def segment_index_problems(
@@ -301,8 +396,10 @@ def segment_index_problems(
             )
         if time_path.exists():
             problems.append(time_index_problem(time_path, base_offset, next_base_offset=next_base_offset, scan=scan))
-        if txn_path.exists():
-            problems.append(transaction_index_problem(txn_path, base_offset))
+        problem = transaction_index_problem(txn_path, base_offset) if txn_path.exists() else None
+        if problem is None and scan is not None:
+            problem = transaction_index_log_problem(txn_path, base_offset, log_path, scan)
+        problems.append(problem)
     except StorageError as e:
         if isinstance(e.__cause__, FileNotFoundError):
             _check_unchanged(log_path, before)

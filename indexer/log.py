@@ -78,6 +78,7 @@ from indexer.salvage import LostRange, SalvagePlan, first_misplaced_batch, plan_
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
 from indexer.transaction_index import AbortedTxn
+from indexer.transaction_replay import TransactionReplay
 
 logger = logging.getLogger(__name__)
 
@@ -1179,13 +1180,17 @@ class Log:
                     path=segment.log.path,
                     position=scan.valid_bytes,
                 )
-            segment.recover(scan)
+            segment.recover(self._transaction_replay(), scan)
             if segment is self.active_segment:  # recovery trims the indexes; the active one keeps appending
                 segment.offset_index.resize(self.config.segment_index_bytes)
                 segment.time_index.resize(self.config.segment_index_bytes)
             segment.sync_indexes()  # reported repaired: durable, as no recovery would rebuild it again
             self._log.info("rebuilt the indexes of %s (%s)", segment.log.path, reason)
             return True
+
+    def _transaction_replay(self) -> TransactionReplay:
+        """The producer-state replay over this log's segments that a ``.txnindex`` rebuild needs."""
+        return TransactionReplay(lambda: [(s.base_offset, s.log) for s in self._segments.values()])
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The earliest offset (from the log start offset, below the high watermark) whose record has

@@ -94,7 +94,7 @@ from indexer.salvage import (
 )
 from indexer.segment import LogSegment
 from indexer.segments import LogSegments
-from indexer.transaction_index import AbortedTxn
+from indexer.transaction_replay import TransactionReplay
 
 logger = logging.getLogger(__name__)
 _T = TypeVar("_T")
@@ -395,6 +395,7 @@ class LogLoader:
         self._names: set[str] = set()
         self._segments: dict[int, _Segment] = {}
         self._recovered: dict[int, int] = {}  # base offset -> bytes truncated while loading
+        self._transactions = TransactionReplay(self._loaded_logs)  # rebuilds the .txnindex of recovered segments
         self._next_offsets: dict[int, int] = {}  # base offset -> next offset of a segment recovered here
         self._virtual: dict[int, _PlannedSegment] = {}  # dry run: planned output of splits
         self._bases: list[int] = []  # base offsets of the segments, for each segment's successor
@@ -475,6 +476,7 @@ class LogLoader:
         self._report = self._new_report(dry_run=not fix)
         self._segments = {}
         self._recovered = {}
+        self._transactions = TransactionReplay(self._loaded_logs)
         self._next_offsets = {}
         self._virtual = {}
         self._renamed = {}
@@ -721,6 +723,11 @@ class LogLoader:
             recovered.sync_indexes()  # no recovery after a power loss would rebuild it again
         self._names.update({index_name, time_index_name})
 
+    def _loaded_logs(self) -> list[tuple[int, FileRecords]]:
+        """``(base offset, .log)`` of the segments opened so far, in offset order (a recovery's
+        producer-state replay reads those before the segment it recovers)."""
+        return [(base, s.log) for base, s in sorted(self._segments.items()) if isinstance(s, LogSegment)]
+
     def _first_unflushed_base(self) -> int:
         """Base offset of the first segment an unclean shutdown's recovery re-reads: the one holding the
         recovery point (Kafka's ``logSegments(recoveryPoint, ...)``), else the first segment."""
@@ -871,7 +878,7 @@ class LogLoader:
         if valid_bytes < size:
             names.append(quarantine_range(segment.log, segment.base_offset, valid_bytes, size - valid_bytes).name)
         try:
-            truncated = segment.recover(inspection.scan)
+            truncated = segment.recover(self._transactions, inspection.scan)
         except (InvalidOffsetError, StorageError) as e:
             return self._drop_segment_data(segment, log_path, size, everything, str(e))
         self._next_offsets[segment.base_offset] = inspection.valid_next_offset or segment.base_offset
@@ -890,7 +897,7 @@ class LogLoader:
         plan = plan_salvage(segment.log, base, self._next_base(base), inspection.scan)
         names = [quarantine_range(segment.log, base, position, length).name for position, length in plan.removed]
         if plan.tail_only:
-            segment.recover(plan.kept)
+            segment.recover(self._transactions, plan.kept)
         else:
             cleaned = file_names.log_file(self.directory, base, file_names.CLEANED_FILE_SUFFIX)
             swap = file_names.log_file(self.directory, base, file_names.SWAP_FILE_SUFFIX)
@@ -899,7 +906,6 @@ class LogLoader:
                 os.replace(cleaned, swap)
             self._fsync_directory()
             modified = segment.last_modified
-            aborted = _aborted_txns(segment)
             segment.change_file_suffixes("", file_names.DELETED_FILE_SUFFIX)
             self._deleted.append(segment)
             with storage_errors(swap, "rename", target=log_path):
@@ -907,9 +913,7 @@ class LogLoader:
             self._fsync_directory()
             segment = self._open_segment(base, file_already_exists=True)
             self._segments[base] = segment
-            for txn in aborted:  # the new file's: recover keeps those of the batches kept
-                segment.txn_index.append(txn)
-            segment.recover()
+            segment.recover(self._transactions)
             segment.set_last_modified(modified)
         self._next_offsets[base] = plan.next_offset or base
         return self._record_salvage(segment, log_path, reason, plan, inspection, names)
@@ -1206,21 +1210,6 @@ def _inspect_records(
     overflow = int(last[bad[0]]) if bad.size else None
     out_of_order = bool(last.size > 1 and np.any(np.diff(last) <= 0))
     return _Inspection(scan, size, overflow, out_of_order, misfit, dropped)
-
-
-def _aborted_txns(segment: LogSegment) -> list[AbortedTxn]:
-    """The ``.txnindex`` entries of ``segment`` for its salvaged copy (none, said at WARNING, when the
-    file fails Kafka's check)."""
-    try:
-        segment.txn_index.sanity_check()
-        return segment.txn_index.all_aborted_txns()
-    except CorruptIndexError as e:
-        logger.warning(
-            "%s; not copied: read_committed reads of segment %d can no longer leave out aborted transactions",
-            e,
-            segment.base_offset,
-        )
-        return []
 
 
 def _kept_runs(plan: SalvagePlan) -> list[tuple[int, int]]:

@@ -38,7 +38,6 @@ from numba import njit
 from indexer.clock import Clock
 from indexer.config import LogConfig
 from indexer.errors import (
-    CorruptIndexError,
     CorruptRecordError,
     LogSegmentOffsetOverflowError,
     SeglogError,
@@ -58,6 +57,7 @@ from indexer.records.encoder import EncodedBatches
 from indexer.records.file_records import BatchScan, FileBatch, FileRecords, LogOffsetPosition
 from indexer.time_index import TimeIndex, TimestampOffset
 from indexer.transaction_index import TransactionIndex
+from indexer.transaction_replay import TransactionReplay
 
 logger = logging.getLogger(__name__)
 
@@ -755,12 +755,14 @@ class LogSegment:
 
     # -- recovery and truncation ----------------------------------------------------------------
 
-    def recover(self, scan: BatchScan | None = None) -> int:
+    def recover(self, transactions: TransactionReplay, scan: BatchScan | None = None) -> int:
         """Rebuild the indexes from the ``.log`` and cut it after its last valid batch (spec 4.7).
 
         Walks every batch (CRC-checked) with the vectorised scan, re-derives the index entries with
-        the append rule (the batch at position 0 is never indexed), truncates invalid trailing bytes
-        and writes the final time index entry. Returns the number of bytes truncated.
+        the append rule (the batch at position 0 is never indexed), rewrites the ``.txnindex`` from
+        the batches kept (``transactions``: the log's producer-state replay,
+        :meth:`TransactionReplay.rebuild`), truncates invalid trailing bytes and writes the final
+        time index entry. Returns the number of bytes truncated.
         ``scan``: the caller's own ``self.scan(verify_crc=True)`` of the unchanged ``.log``
         (the loader inspects the batches before recovering), so that the file is read only once.
         Not thread-safe: the caller (the loader) holds the log lock.
@@ -776,9 +778,9 @@ class LogSegment:
         self._max_ts_and_offset = _UNKNOWN
         if scan is None:
             scan = self.scan(verify_crc=True)
-        self._keep_aborted_transactions(int(scan.last_offsets[-1]) + 1 if len(scan) else self.base_offset)
         last_offsets = np.asarray(scan.last_offsets, dtype=np.int64)
         self._check_offset_range(last_offsets)
+        transactions.rebuild(self.txn_index, self.log, scan, self.base_offset)
         if last_offsets.size:
             index_flags, _time_flags, run_ts, run_offset, _counter = _index_plan(
                 np.ascontiguousarray(scan.sizes, dtype=np.int64),
@@ -810,27 +812,6 @@ class LogSegment:
         time_index.maybe_append(latest.timestamp, latest.offset, skip_full_check=True)
         time_index.trim_to_valid_size()
         return truncated
-
-    def _keep_aborted_transactions(self, next_offset: int) -> None:
-        """Keep the ``.txnindex`` entries of the batches a recovery keeps (those ending below
-        ``next_offset``). Kafka empties the file and rebuilds it from its producer state; seglog keeps
-        none, and an emptied file would make read_committed reads return aborted transactions'
-        records as committed. A file failing Kafka's check is emptied, said at WARNING.
-
-        Raises:
-            StorageError: the file cannot be read or written.
-        """
-        try:
-            self.txn_index.sanity_check()
-            self.txn_index.truncate_to(next_offset)
-        except CorruptIndexError as e:
-            logger.warning(
-                "%s; emptied: read_committed reads of offsets %d..%d can no longer leave out aborted transactions",
-                e,
-                self.base_offset,
-                next_offset - 1,
-            )
-            self.txn_index.reset()
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch that holds an offset ``>= offset``, and their index entries (spec 4.8).

@@ -50,7 +50,6 @@ from indexer.file_names import (
     PARTITION_LOCK_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
-    TXN_INDEX_FILE_SUFFIX,
     is_index_temp_file,
     misnamed_partition_dirs,
     partition_dir_name,
@@ -378,14 +377,9 @@ def render_text(description: dict[str, Any]) -> list[str]:
                 lines.append(f"    seglog recover would {_salvage_text(s['salvage'])}")
             for problem in s.get("index_problems", ()):
                 name = Path(problem["file"]).name
-                plan = (
-                    "empty it (its aborted transactions cannot be rebuilt: read_committed reads would return them)"
-                    if name.endswith(TXN_INDEX_FILE_SUFFIX)
-                    else "rebuild its indexes from the .log"
-                )
                 lines.append(
                     f"  segment {s['base_offset']}: index file {name} cannot be trusted: {problem['error']}; "
-                    f"seglog recover would {plan}"
+                    f"seglog recover would rebuild its indexes from the .log"
                 )
         if p["quarantine"]:
             size = sum(q["size"] for q in p["quarantine"])

@@ -38,13 +38,15 @@ COMMITTED_OFFSETS = [0, 1, 5, 6, 8, 9, 12, 13]
 ALL_OFFSETS = [0, 1, 2, 3, 4, 5, 6, 8, 9, 12, 13]
 
 
-def write_transactional_partition(directory: Path) -> None:
-    """One segment holding :data:`LAYOUT` and its ``.txnindex`` (as a broker leaves it)."""
+def write_transactional_partition(directory: Path, bases: tuple[int, ...] = (0,)) -> None:
+    """:data:`LAYOUT` in segments starting at ``bases`` (one segment by default), each ``.txnindex``
+    holding the aborted transactions whose ABORT marker is in its segment (as a broker leaves them)."""
     directory.mkdir(parents=True)
-    pieces = []
+    pieces: dict[int, list[bytes]] = {base: [] for base in bases}
     for first, what, producer in LAYOUT:
+        segment = max(b for b in bases if b <= first)
         if isinstance(what, str):
-            pieces.append(
+            pieces[segment].append(
                 encode_end_txn_marker_batch(
                     base_offset=first,
                     producer_id=producer,
@@ -70,12 +72,14 @@ def write_transactional_partition(directory: Path) -> None:
             base_sequence=0 if producer >= 0 else -1,
             is_transactional=producer >= 0,
         )
-        pieces.append(encoded.buffer.tobytes())
-    log_file(directory, 0).write_bytes(b"".join(pieces))
-    index = TransactionIndex(transaction_index_file(directory, 0), 0)
+        pieces[segment].append(encoded.buffer.tobytes())
+    for base, data in pieces.items():
+        log_file(directory, base).write_bytes(b"".join(data))
     for txn in ABORTED:
+        base = max(b for b in bases if b <= txn.last_offset)
+        index = TransactionIndex(transaction_index_file(directory, base), base)
         index.append(txn)
-    index.close()
+        index.close()
 
 
 def _offsets(table: pa.Table) -> list[int]:

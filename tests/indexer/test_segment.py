@@ -21,6 +21,7 @@ from indexer.records.columns import APPEND_SCHEMA, HEADERS_TYPE, to_append_table
 from indexer.records.encoder import EncodedBatches, encode_batches
 from indexer.records.file_records import FileRecords
 from indexer.segment import LogSegment
+from indexer.transaction_replay import TransactionReplay
 
 T0 = 1_700_000_000_000
 
@@ -261,6 +262,11 @@ def test_append_batches_matches_one_append_per_batch(
     assert read_files(one_by_one) == read_files(at_once)
 
 
+def alone(seg: LogSegment) -> TransactionReplay:
+    """The producer-state replay of a log of just ``seg``."""
+    return TransactionReplay(lambda: [(seg.base_offset, seg.log)])
+
+
 def test_recover_rebuilds_the_indexes_of_per_batch_appends(tmp_path: Path, clock: MockClock) -> None:
     seg = open_segment(tmp_path, 0, clock, **{"index.interval.bytes": 100})
     encoded = batches(
@@ -269,7 +275,7 @@ def test_recover_rebuilds_the_indexes_of_per_batch_appends(tmp_path: Path, clock
     seg.append_batches(encoded)
     expected_offsets = [tuple(seg.offset_index.entry(i)) for i in range(seg.offset_index.entries)]
     expected_times = [tuple(seg.time_index.entry(i)) for i in range(seg.time_index.entries)]
-    assert seg.recover() == 0
+    assert seg.recover(alone(seg)) == 0
     assert [tuple(seg.offset_index.entry(i)) for i in range(seg.offset_index.entries)] == expected_offsets
     times = [tuple(seg.time_index.entry(i)) for i in range(seg.time_index.entries)]
     # recovery also writes the final (max timestamp) entry a closed segment ends with
@@ -284,7 +290,7 @@ def test_recover_truncates_a_torn_tail_and_garbage(tmp_path: Path, clock: MockCl
     encoded = batches(0, [b"hello"] * 10, per_batch=1)
     seg.append_batches(encoded)
     seg.log.append(raw(batches(10, [b"torn"]))[:30])
-    assert seg.recover() == 30
+    assert seg.recover(alone(seg)) == 30
     assert seg.size == encoded.total_bytes
     assert seg.read_next_offset() == 10
 
@@ -306,7 +312,7 @@ def test_recover_stops_at_a_corrupt_batch(tmp_path: Path, clock: MockClock) -> N
         clock=clock,
         file_already_exists=True,
     )
-    assert seg.recover() == len(data) - corrupt_at
+    assert seg.recover(alone(seg)) == len(data) - corrupt_at
     assert seg.read_next_offset() == 6
     assert all(seg.offset_index.entry(i).position < corrupt_at for i in range(seg.offset_index.entries))
     seg.close()
@@ -319,13 +325,13 @@ def test_recover_from_the_callers_scan_reads_the_log_once(
     seg.append_batches(batches(0, [bytes(i % 50) for i in range(40)], per_batch=1))
     torn = raw(batches(40, [b"torn"]))[:30]
     seg.log.append(torn)
-    assert seg.recover() == 30
+    assert seg.recover(alone(seg)) == 30
     files = [tmp_path / "00000000000000000000.index", tmp_path / "00000000000000000000.timeindex"]
     expected = [p.read_bytes() for p in files]
     seg.log.append(torn)
     scan = seg.log.scan(0, verify_crc=True)
     monkeypatch.setattr(FileRecords, "scan", lambda *a, **k: pytest.fail("recover() read the .log again"))
-    assert seg.recover(scan) == 30
+    assert seg.recover(alone(seg), scan) == 30
     assert [p.read_bytes() for p in files] == expected and seg.size == scan.valid_bytes
     seg.close()
 
