@@ -12,6 +12,12 @@ so the lost offsets stay a gap and are never reused for other records. A line::
      "lost": [{"first": 4661, "last": 9756}], "committed_offset": 9757,
      "log_end_offset": 4661, "quarantined": ["00000000000000004096.log.2048.quarantine"]}
 
+A purge of quarantine files (``seglog quarantine purge``, the retention job after
+``quarantine.retention.ms``) appends one too, before it deletes anything (:func:`purge_quarantine`):
+the bytes recovery removed are then gone for good, and the offsets they held would otherwise leave
+no trace (a gap inside a segment is read past like a compacted one, and a gap between segments
+would look like missing files).
+
 The file is only ever appended to (and fsynced); nothing in seglog deletes it.
 """
 
@@ -22,6 +28,7 @@ import logging
 import os
 import socket
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -29,8 +36,9 @@ from indexer import file_names
 from indexer._files import pwrite_all
 from indexer.checkpoint import fsync_directory
 from indexer.errors import OffsetsInNoSegmentError, StorageError, storage_errors
-from indexer.quarantine import list_quarantine
-from indexer.salvage import LostRange
+from indexer.quarantine import QuarantineFile, list_quarantine
+from indexer.records.file_records import FileRecords
+from indexer.salvage import LostRange, offsets_without_batch
 
 logger = logging.getLogger(__name__)
 
@@ -191,3 +199,99 @@ def missing_between_segments(
         offset=first,
         end=following,
     )
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantinePurge:
+    """What :func:`purge_quarantine` deleted (or, in a dry run, would delete) in one partition: the
+    quarantine ``files`` and the offset ranges ``lost`` for good with them (recorded)."""
+
+    files: list[QuarantineFile] = field(default_factory=list)
+    lost: list[LostRange] = field(default_factory=list)
+
+
+def purge_quarantine(
+    partition_dir: Path, *, command: str, now_ms: int, older_than_ms: int | None = None, dry_run: bool = False
+) -> QuarantinePurge:
+    """Delete the quarantine files of ``partition_dir`` (only those modified at least ``older_than_ms``
+    before ``now_ms``, the time recorded, when given), recording first, as a loss accepted by ``command``, the offsets
+    that go for good with them (:func:`lost_with_quarantine`), and saying them at WARNING: the gap
+    stays visible (``seglog describe`` lists the record) and readers go on past it as while the
+    files existed. ``dry_run``: what would be deleted and recorded; nothing is.
+
+    Raises:
+        StorageError: a file cannot be read, deleted, or the record written.
+    """
+    found = list_quarantine(partition_dir)
+    files = [q for q in found if older_than_ms is None or now_ms - q.modified_ms >= older_than_ms]
+    if not files:
+        return QuarantinePurge()
+    remaining = {q.base_offset for q in found if q not in files}
+    lost = lost_with_quarantine(partition_dir, sorted({q.base_offset for q in files} - remaining))
+    purge = QuarantinePurge(files, lost)
+    if dry_run:
+        return purge
+    topic, partition = file_names.parse_topic_partition_name(partition_dir.name)
+    if lost:
+        record_accepted_loss(
+            partition_dir.parent,
+            {
+                "accepted_at_ms": now_ms,
+                "command": command,
+                "topic": topic,
+                "partition": partition,
+                "lost": [r.to_dict() for r in lost],
+                "quarantined": [q.path.name for q in files],
+            },
+        )
+        logger.warning(
+            "%s: offsets %s are lost for good: their bytes went with the quarantine files purged (recorded in %s)",
+            partition_dir.name,
+            ", ".join(f"{r.first}..{r.end - 1}" for r in lost if r.end is not None),
+            data_loss_file(partition_dir.parent),
+        )
+    for q in files:
+        with storage_errors(q.path, "delete"):
+            q.path.unlink(missing_ok=True)
+    with storage_errors(partition_dir, "fsync"):
+        fsync_directory(partition_dir)
+    return purge
+
+
+def lost_with_quarantine(partition_dir: Path, bases: Iterable[int]) -> list[LostRange]:
+    """The offsets that the quarantine files of segments ``bases`` of ``partition_dir`` account for
+    and that no acceptance recorded yet: of each segment still there, every offset none of its
+    batches holds up to the next segment (:func:`~indexer.salvage.offsets_without_batch`; in a
+    broker's compacted segment this includes what compaction removed, which the files cannot tell
+    apart). A segment no longer there left with the log start (retention), or was deleted whole by
+    recovery, whose gap between the segments around it readers and recovery report until a loss is
+    accepted (:func:`offsets_in_no_segment`): nothing to add for it.
+
+    Raises:
+        StorageError: the directory, a ``.log`` or the accepted-loss record cannot be read.
+    """
+    with storage_errors(partition_dir, "list"):
+        segments = sorted(
+            file_names.offset_from_file_name(p.name)
+            for p in partition_dir.iterdir()
+            if p.name.endswith(file_names.LOG_FILE_SUFFIX) and p.name.split(".")[0].isdigit()
+        )
+    ranges: list[LostRange] = []
+    for base in bases:
+        if base in segments:
+            following = next((b for b in segments if b > base), None)
+            with FileRecords.open(file_names.log_file(partition_dir, base), mutable=False) as records:
+                ranges += offsets_without_batch(records.scan(0, verify_crc=False), base, following)
+    topic, partition = file_names.parse_topic_partition_name(partition_dir.name)
+    accepted = [
+        (int(r["first"]), int(r["last"]))
+        for entry in read_accepted_losses(partition_dir.parent)
+        if (entry.get("topic"), entry.get("partition")) == (topic, partition)
+        for r in entry.get("lost", [])
+        if r.get("last") is not None
+    ]
+    return [
+        r
+        for r in ranges
+        if r.end is not None and not any(first <= r.first and last >= r.end - 1 for first, last in accepted)
+    ]

@@ -71,7 +71,7 @@ from indexer.records.columns import READ_SCHEMA, AppendInput, to_append_table
 from indexer.records.decoder import decode_records
 from indexer.records.encoder import EncodedBatches
 from indexer.records.file_records import BatchScan, FileSlice
-from indexer.records.framing import assign_offsets, backwards_entry, whole_entries
+from indexer.records.framing import assign_offsets, misplaced_entry, whole_entries
 from indexer.records.isolation import IsolationLevel
 from indexer.retention import RetentionDecision, RetentionReason, plan_retention
 from indexer.salvage import LostRange, SalvagePlan, first_misplaced_batch, plan_salvage
@@ -102,22 +102,30 @@ class _PrefixAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
         return f"{self.extra['prefix']} {msg}", kwargs  # type: ignore[index]
 
 
-def _backwards(table: pa.Table, buf: bytes, whole: int, floor: int) -> tuple[pa.Table, int, int, int] | None:
-    """When the records decoded from ``buf[:whole]`` (whole batches, in file order) do not all come after
-    ``floor`` and each other, the batch whose offsets go backwards (written twice, swapped or moved:
-    a log's offsets never go back): ``(the records before it that are in order and below its first
-    offset, its position in buf, that first offset, the largest offset before it)``. One vectorised
-    comparison when the offsets increase; the batch headers are walked only when they do not."""
+def _misplaced(
+    table: pa.Table, buf: bytes, whole: int, floor: int, after: int, ceiling: int | None
+) -> tuple[pa.Table, int, int, int, int] | None:
+    """When the records decoded from ``buf[:whole]`` (whole batches, in file order, the last ending
+    before offset ``after``) do not all come after ``floor`` and each other, or a batch reaches
+    ``ceiling`` (the next segment's base offset), the first such batch (written twice, swapped or
+    moved, or its base offset damaged in place: a log's offsets never go back, and a segment's stop
+    below the next one's): ``(the records before it that are in order and below the first offset
+    it makes unreadable, its position in buf, that offset, its first offset, the largest offset
+    before it)``. One vectorised comparison when the offsets fit; the batch headers are walked
+    only when they do not."""
     offsets = table.column("offset").to_numpy()
-    if not offsets.size or (offsets[0] > floor and (offsets[1:] > offsets[:-1]).all()):
+    if not offsets.size or (
+        offsets[0] > floor and (offsets[1:] > offsets[:-1]).all() and (ceiling is None or after <= ceiling)
+    ):
         return None
-    found = backwards_entry(buf[:whole], floor)
+    found = misplaced_entry(buf[:whole], floor, ceiling)
     if found is None:  # out of order only inside a batch: the decoder's records are the batch's
         return None
     at, first, before = found
+    unread = min(first, before + 1)  # a batch reaching the next segment holds none of its offsets
     in_order = np.concatenate(([offsets[:1] > floor], offsets[1:] > offsets[:-1]), axis=None)
-    fine = in_order & (offsets < first)
-    return table.slice(0, len(fine) if fine.all() else int(np.argmin(fine))), at, first, before
+    fine = in_order & (offsets < unread)
+    return table.slice(0, len(fine) if fine.all() else int(np.argmin(fine))), at, unread, first, before
 
 
 def check_append(
@@ -157,14 +165,21 @@ def _plan_append(
     )
 
 
-def _backwards_error(segment: LogSegment, position: int, first: int, before: int) -> CorruptRecordError:
-    """The damage of a CRC-valid batch of ``segment`` at ``position`` whose first offset ``first`` is not
-    above ``before``, the largest offset of the batches before it: a log's offsets never go back."""
+def _misplaced_error(segment: LogSegment, position: int, first: int, before: int | None) -> CorruptRecordError:
+    """The damage of a CRC-valid batch of ``segment`` at ``position``, first offset ``first``, that
+    :func:`~indexer.records.framing.misplaced_entry` found: its first offset is not above ``before``,
+    the largest offset of the batches before it (a log's offsets never go back), or (``before`` None)
+    it reaches the next segment's base offset (its base offset, which the CRC does not cover, damaged
+    in place)."""
+    if before is not None:
+        why = f"not after offset {before}: offsets go backwards (a batch written twice or out of place)"
+    else:
+        why = (
+            "and reaches the next segment's base offset (its base offset damaged in place: the CRC does "
+            "not cover it); recovery removes it"
+        )
     return CorruptRecordError(
-        f"batch at position {position} starts at offset {first}, not after offset {before}: "
-        "offsets go backwards (a batch written twice or out of place)",
-        path=segment.log.path,
-        position=position,
+        f"batch at position {position} starts at offset {first}, {why}", path=segment.log.path, position=position
     )
 
 
@@ -853,9 +868,12 @@ class Log:
             return fetched
         firsts = np.asarray(scan.base_offsets, dtype=np.int64)
         lasts = np.asarray(scan.last_offsets, dtype=np.int64)
+        ceiling = None
         if scan.valid_bytes + LOG_OVERHEAD <= limit:  # the batch after: its base offset, bytes 0-7
             following = int.from_bytes(segment.log.read(scan.valid_bytes, 8), "big", signed=True)
             firsts = np.append(firsts, following)
+        elif scan.valid_bytes == segment.size and (ceiling := self._next_base_offset(segment)) is not None:
+            firsts = np.append(firsts, ceiling)  # the next segment's first batch starts there
         before = np.maximum.accumulate(lasts)
         backwards = np.flatnonzero(firsts[1:] <= before[: len(firsts) - 1])
         if not backwards.size:
@@ -865,8 +883,11 @@ class Log:
         at = int(scan.positions[i]) if i < len(scan) else scan.valid_bytes
         reaching = np.flatnonzero(lasts[:i] >= first)  # batches at or past it: not in order below it
         kept = int(reaching[0]) if reaching.size else i
+        if kept == 0 and i == len(scan) and ceiling is not None:  # the first batch reaches the next segment
+            offset = max(fetched.fetch_offset_metadata.message_offset, segment.base_offset)
+            raise self._unreadable(segment, _misplaced_error(segment, position, int(firsts[0]), None), offset)
         if kept == 0:
-            raise self._unreadable(segment, _backwards_error(segment, at, first, int(before[i - 1])), first)
+            raise self._unreadable(segment, _misplaced_error(segment, at, first, int(before[i - 1])), first)
         size = int(scan.positions[kept]) - position if kept < len(scan) else scan.valid_bytes - position
         cut = records[:size] if isinstance(records, bytes) else segment.log.slice(position, size)
         return FetchDataInfo(fetched.fetch_offset_metadata, cut)
@@ -1010,6 +1031,7 @@ class Log:
         if start is None:
             return out, None, first
         position, end = start.position, segment.size
+        ceiling = self._next_base_offset(segment)
         covered = first  # every offset below this one was read (or not asked for)
         floor = segment.base_offset - 1  # the largest offset of the batches walked so far
         read = 0
@@ -1040,9 +1062,11 @@ class Log:
                 except CorruptRecordError as e:
                     bad = good if e.position is None else e.position - position
                     good, damage = (bad if 0 <= bad < good else 0), e
-            if damage is None and (backwards := _backwards(table, buf, whole, floor)) is not None:
-                table, at, unread, before = backwards
-                damage = _backwards_error(segment, position + at, unread, before)
+            if damage is None and (misplaced := _misplaced(table, buf, whole, floor, after, ceiling)) is not None:
+                table, at, unread, first_offset, before = misplaced
+                unread = max(unread, start_offset)
+                going_back = before if first_offset <= before else None
+                damage = _misplaced_error(segment, position + at, first_offset, going_back)
                 cut = self._salvage_cut(segment, position + at)
                 if cut is not None and table.num_rows and int(pc.max(table.column("offset")).as_py()) >= cut[1]:
                     # Records recovery removes would be served: an earlier batch is the damage (a base
@@ -1116,6 +1140,15 @@ class Log:
             return None
         resume = int(np.max(scan.last_offsets[:misplaced])) + 1
         return UnreadableOffsets(LostRange(offset, resume), lost=False) if offset < resume else None
+
+    def _next_base_offset(self, segment: LogSegment) -> int | None:
+        """The base offset of the segment after ``segment`` (whose offsets stop below it), or None
+        for the last one or one that left the log."""
+        try:
+            following = self._segments.next_segment(segment)
+        except LookupError:
+            return None
+        return None if following is None else following.base_offset
 
     def _salvage_plan(self, segment: LogSegment) -> tuple[BatchScan, int | None, SalvagePlan] | None:
         """``segment``'s scan, the next segment's base offset and what recovery's salvage would keep

@@ -471,7 +471,31 @@ class LogLoader:
             log_start_offset_checkpoint=self.log_start_offset_checkpoint,
         )
 
-    def _run(self, *, fix: bool) -> RecoveryReport:
+    def check_leftovers(self) -> list[RecoveryStep]:
+        """What loading would do with the files an interrupted operation left (steps 1 to 4: ``.deleted``,
+        ``.cleaned`` and ``.swap`` files, unfinished index files, and the segment files a swap
+        replaces), changing nothing and logging nothing: for ``seglog describe``, which must not read
+        the directory as settled while loading would change it. A stray ``<base>.log.deleted`` is
+        deleted, unless a recovery finds its offsets in no segment file (it then quarantines it).
+
+        Raises:
+            StorageError: a file cannot be read.
+        """
+        self._quiet = True
+        try:
+            self._begin(fix=False)
+            self._complete_swaps(self._remove_temp_files_and_collect_swap_files())
+            for name in self._deleted_logs.values():
+                why = (
+                    "stray temporary file; quarantined instead by a recovery that finds its offsets in no segment file"
+                )
+                self._record(StepKind.DELETE_STRAY_DELETED, self._path(name), why, _offset_or_none(name))
+            return list(self._report.steps)
+        finally:
+            self._quiet = False
+
+    def _begin(self, *, fix: bool) -> None:
+        """Start a run: an empty report and model, the directory's file names listed."""
         self._fix = fix
         self._report = self._new_report(dry_run=not fix)
         self._segments = {}
@@ -484,6 +508,9 @@ class LogLoader:
         self._bases = []
         with storage_errors(self.directory, "list the partition directory"):
             self._names = {e.name for e in os.scandir(self.directory) if e.is_file(follow_symlinks=False)}
+
+    def _run(self, *, fix: bool) -> RecoveryReport:
+        self._begin(fix=fix)
         swap_files = self._remove_temp_files_and_collect_swap_files()
         self._complete_swaps(swap_files)
         self._retry_on_overflow(self._load_segment_files)
@@ -606,7 +633,8 @@ class LogLoader:
             next_offset = inspection.valid_next_offset
             min_swap_offset = min(min_swap_offset, offset)
             max_swap_offset = max(max_swap_offset, offset if next_offset is None else next_offset)
-            logger.info("%sfound %s from an interrupted swap, recoverable by renaming", self._prefix, name)
+            if not self._quiet:
+                logger.info("%sfound %s from an interrupted swap, recoverable by renaming", self._prefix, name)
         replaced = [
             name
             for name in sorted(self._names)

@@ -5,7 +5,8 @@ truncation and whole segments dropped by Kafka-style truncation are copied (or, 
 ``.log``, renamed) into ``<base>.log.<position>.quarantine`` files in the partition directory
 before the segment changes (:mod:`indexer.file_names` holds the name rule). The loader never takes
 them for segments. They stay until ``seglog quarantine purge`` removes them, or the maintenance
-service does once they are older than ``quarantine.retention.ms`` (default -1: never).
+service does once they are older than ``quarantine.retention.ms`` (default -1: never), both through
+:func:`indexer.data_loss.purge_quarantine`, which first records the offsets they make lost for good.
 
 Writing is crash-safe and idempotent: a file is written to ``.tmp``, fsynced and renamed; writing
 the same bytes for the same place again finds the existing file and keeps it, so a recovery
@@ -134,26 +135,3 @@ def list_quarantine(partition_dir: Path) -> list[QuarantineFile]:
             stat = entry.stat()
             out.append(QuarantineFile(Path(entry.path), base, position, stat.st_size, stat.st_mtime_ns // 1_000_000))
     return sorted(out, key=lambda q: (q.base_offset, q.position, q.path.name))
-
-
-def purge_quarantine(
-    partition_dir: Path, *, older_than_ms: int | None = None, now_ms: int = 0, dry_run: bool = False
-) -> list[QuarantineFile]:
-    """Delete the partition's quarantine files (only those modified at least ``older_than_ms``
-    before ``now_ms`` when given); returns what was deleted (``dry_run``: what would be, nothing is).
-
-    Raises:
-        StorageError: a file cannot be deleted.
-    """
-    deleted = []
-    for q in list_quarantine(partition_dir):
-        if older_than_ms is not None and now_ms - q.modified_ms < older_than_ms:
-            continue
-        if not dry_run:
-            with storage_errors(q.path, "delete"):
-                q.path.unlink(missing_ok=True)
-        deleted.append(q)
-    if deleted and not dry_run:
-        with storage_errors(partition_dir, "fsync"):
-            fsync_directory(partition_dir)
-    return deleted

@@ -370,6 +370,13 @@ def _lost_ranges(kept: BatchScan, size: int, base_offset: int, next_base: int | 
     return [LostRange(first, end) for first, end in zip(firsts, ends, strict=True) if end is None or end > first]
 
 
+def offsets_without_batch(scan: BatchScan, base_offset: int, next_base: int | None) -> list[LostRange]:
+    """The offsets of the segment based at ``base_offset`` (``scan``: its batches, followed by the
+    segment based at ``next_base`` if any) that none of its batches holds: the gaps salvage left
+    (or, in a broker's compacted segment, compaction); none after the last batch of the last segment."""
+    return _lost_ranges(scan, scan.valid_bytes, base_offset, next_base)
+
+
 def merge_lost_ranges(ranges: Iterable[LostRange]) -> list[LostRange]:
     """Sorted, with touching or overlapping ranges merged (an open end absorbs what follows)."""
     out: list[LostRange] = []

@@ -27,11 +27,11 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from indexer.data_loss import purge_quarantine
 from indexer.errors import CorruptRecordError, SeglogError
 from indexer.file_names import TopicPartition, partition_dirs
 from indexer.index_check import IndexProblem, segment_index_problem
 from indexer.lock import left_by_writer
-from indexer.quarantine import purge_quarantine
 from indexer.segment import first_batch_max_timestamp, roll_time_reached
 from maintenance.access import CHECKPOINT_FILES, LogAccess, checkpoint_value, partition_name
 from maintenance.access import write_checkpoint as merge_checkpoint
@@ -80,11 +80,15 @@ def retention(access: LogAccess) -> JobReport:
             if keep_ms >= 0:
                 name = partition_name(tp)
                 with report.partition(name, path):
-                    purged = purge_quarantine(path, older_than_ms=keep_ms, now_ms=now)
-                    for q in purged:
+                    command = f"seglog maintain: retention job (quarantine.retention.ms={keep_ms})"
+                    purged = purge_quarantine(path, command=command, older_than_ms=keep_ms, now_ms=now)
+                    for q in purged.files:
                         report.note(name, f"deleted quarantine file {q.path.name} (quarantine.retention.ms breached)")
-                    if purged:
-                        report.count("quarantine_files_deleted", len(purged))
+                    if purged.lost:
+                        lost = ", ".join(f"{r.first}..{r.end - 1}" for r in purged.lost if r.end is not None)
+                        report.note(name, f"offsets {lost} lost for good with them (recorded as an accepted loss)")
+                    if purged.files:
+                        report.count("quarantine_files_deleted", len(purged.files))
     return report
 
 

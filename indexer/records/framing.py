@@ -41,17 +41,21 @@ def whole_entries(buf: bytes) -> tuple[int, int]:
     return position, (-1 if last < 0 else entry_last_offset(buf, last) + 1)
 
 
-def backwards_entry(buf: bytes, floor: int) -> tuple[int, int, int] | None:
+def misplaced_entry(buf: bytes, floor: int, ceiling: int | None = None) -> tuple[int, int, int] | None:
     """The first entry of ``buf`` (whole entries back to back) whose first offset is not above
-    ``floor`` nor the last offset of every entry before it: ``(its position, its first offset, the
-    largest offset before it)``; None when offsets only increase. Offsets of a log never go back, so
-    such an entry (a batch written twice, batches swapped) is damage, wherever its CRC is valid."""
+    ``floor`` nor the last offset of every entry before it, or whose last offset reaches ``ceiling``
+    (the next segment's base offset): ``(its position, its first offset, the largest offset before
+    it)``; None when offsets only increase below ``ceiling``. Offsets of a log never go back and a
+    segment's stop below the next one's, so such an entry (a batch written twice, batches swapped, a
+    base offset damaged in place) is damage, wherever its CRC is valid. The caller tells the two
+    apart: the first offset of an entry going back is not above the largest offset before it."""
     position, n, before = 0, len(buf), floor
     while position + LOG_OVERHEAD <= n:
         first = int.from_bytes(buf[position + OFFSET_OFFSET : position + OFFSET_OFFSET + 8], "big", signed=True)
-        if first <= before:
+        last = entry_last_offset(buf, position)
+        if first <= before or (ceiling is not None and last >= ceiling):
             return position, first, before
-        before = entry_last_offset(buf, position)
+        before = last
         position += LOG_OVERHEAD + int.from_bytes(buf[position + SIZE_OFFSET : position + LOG_OVERHEAD], "big")
     return None
 

@@ -9,7 +9,10 @@ quarantine``), the committed data losses accepted with ``seglog recover --accept
 offsets that no segment holds and nothing accounts for (a segment missing in the middle), checkpoint
 files that cannot be read (named, exit 1; high watermarks then shown as unknown), and new
 index files never renamed into place (``<base>.index.tmp``: an index being rebuilt, or left by a
-process killed while rebuilding it; never read as an index, deleted by the next writable open).
+process killed while rebuilding it; never read as an index, deleted by the next writable open), and
+the files an interrupted roll, clean, salvage, split or deletion left (``.deleted``, ``.cleaned``,
+``.swap``) in a partition no process holds, each with what the next writable open will do with it
+(the loader's own decisions, :meth:`~indexer.log_loader.LogLoader.check_leftovers`).
 Counts come from one vectorised walk over the batch headers of each ``.log`` (no record is
 decoded; ``records`` counts the offsets the batches cover, which is the number of records unless
 compaction removed some). A partition that cannot be opened is listed
@@ -20,7 +23,9 @@ the first damaged batch of each segment and, under ``recovery.strategy=salvage``
 quarantines and the offsets they held (the engine's own salvage plan; nothing is written), and every
 index file the engine's index check rejects (``.index``, ``.timeindex``, ``.txnindex``: what
 ``seglog recover`` would rebuild; the last segment's only when no writer holds the partition). The
-exit status is then 1 when damage or offsets in no segment were found.
+exit status is then 1 when damage, offsets in no segment or leftover ``.cleaned``/``.swap`` files
+were found (``.deleted`` files, which any run ending before ``file.delete.delay.ms`` leaves, are
+named only).
 
 Everything is opened read-only (no lock, nothing written): this works while a writer runs and on
 read-only copies of broker directories.
@@ -57,6 +62,7 @@ from indexer.file_names import (
 from indexer.index_check import segment_index_problems
 from indexer.lock import is_held
 from indexer.log import Log
+from indexer.log_loader import LogLoader, StepKind
 from indexer.log_manager import LogManager
 from indexer.offset_index import OffsetIndex
 from indexer.quarantine import list_quarantine
@@ -73,6 +79,16 @@ CHECKPOINT_FILES = (
     LOG_START_OFFSET_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
 )
+
+
+LEFTOVER_ACTIONS = {  # what loading does with a leftover file, as describe says it
+    StepKind.DELETE_STRAY_DELETED.value: "deletes it",
+    StepKind.DELETE_CLEANED.value: "deletes it: the segment it was written for stays as it is",
+    StepKind.DELETE_INVALID_SWAP.value: "deletes it: the segment it was written for stays as it is",
+    StepKind.QUARANTINE_DAMAGED_SWAP.value: "moves it to quarantine: the segment it was written for stays",
+    StepKind.DELETE_SWAPPED_OUT.value: "deletes it: a swap file replaces it",
+    StepKind.COMPLETE_SWAP.value: "completes the swap: renames it over the segment file",
+}
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -94,6 +110,7 @@ def run(args: argparse.Namespace) -> int:
     damaged = args.verify and any(
         "missing_committed" in p
         or p.get("offsets_in_no_segment")
+        or any(f["finding"] for f in p.get("leftover_files", ()))
         or any(
             "invalid_bytes" in s or "misplaced_batch_position" in s or s.get("index_problems")
             for s in p.get("segments", ())
@@ -176,7 +193,8 @@ def describe_partition(topic: str, partition: int, log: Any, *, verify: bool = F
     partition (a live writer's active segment has a pre-allocated, zero-filled index)."""
     salvage = log.config.recovery_strategy == "salvage"
     bases = [segment.base_offset for segment in log.segments.values()]
-    live = verify and is_held(Path(log.directory) / PARTITION_LOCK_FILE)
+    held = is_held(Path(log.directory) / PARTITION_LOCK_FILE)
+    live = verify and held
     segments = [
         describe_segment(
             segment,
@@ -206,7 +224,33 @@ def describe_partition(topic: str, partition: int, log: Any, *, verify: bool = F
         "quarantine": [q.to_dict() for q in list_quarantine(Path(log.directory))],
         "offsets_in_no_segment": [r.to_dict() for r in offsets_in_no_segment(Path(log.directory), gaps)],
         "unfinished_index_files": _unfinished_index_files(Path(log.directory)),
+        "leftover_files": [] if held else _leftover_files(Path(log.directory), log.config),
     }
+
+
+def _leftover_files(directory: Path, config: Any) -> list[dict[str, Any]]:
+    """The files an interrupted roll, clean, salvage, split or deletion left in ``directory`` (no
+    process holds it) with what loading would do with each: the loader's own decisions
+    (:meth:`~indexer.log_loader.LogLoader.check_leftovers`), those on unfinished index files aside
+    (listed on their own). ``finding``: loading would change the segments (a ``.cleaned`` or ``.swap``
+    file, only left by a process killed mid-operation); ``.deleted`` files are also left by any run
+    that ends before ``file.delete.delay.ms`` (``seglog maintain --once``), so they are named only."""
+    try:
+        steps = LogLoader(directory, config).check_leftovers()
+    except StorageError:
+        if is_held(directory / PARTITION_LOCK_FILE):  # a writer took it meanwhile: its open handles them
+            return []
+        raise
+    return [
+        {
+            "file": Path(step.path).name,
+            "action": step.kind.value,
+            "detail": step.detail,
+            "finding": step.kind is not StepKind.DELETE_STRAY_DELETED,
+        }
+        for step in steps
+        if step.kind is not StepKind.DELETE_INDEX_TEMP
+    ]
 
 
 def _unfinished_index_files(directory: Path) -> list[str]:
@@ -392,6 +436,13 @@ def render_text(description: dict[str, Any]) -> list[str]:
                 f"  unfinished index files: {', '.join(p['unfinished_index_files'])} (an index rebuild in "
                 "progress, or left by a process killed during one: not indexes; the next writable open deletes them)"
             )
+        if p["leftover_files"]:
+            lines.append(
+                "  files an interrupted roll, clean, salvage or deletion left; the next writable open "
+                "(or seglog recover):"
+            )
+        for f in p["leftover_files"]:
+            lines.append(f"    {f['file']}: {LEFTOVER_ACTIONS[f['action']]} ({f['detail']})")
         for r in p["offsets_in_no_segment"]:
             lines.append(
                 f"  offsets {offset_range_text(r)} are in no segment file (a segment is missing or was cut short): "

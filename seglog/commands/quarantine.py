@@ -6,7 +6,9 @@ position is where the bytes sat in that ``.log``). ``list`` shows them per parti
 deletes them, all of them (``--all``) or those older than ``--older-than-ms``, optionally for one
 topic or partition. The maintenance service purges them itself once they are older than the
 topic's ``quarantine.retention.ms`` (default -1: never). A quarantine file holds exactly the raw
-bytes removed, nothing added.
+bytes removed, nothing added. A purge first records the offsets it makes lost for good (the gaps of
+the segments whose quarantine files all go) in ``seglog-accepted-data-loss.jsonl``, which ``seglog
+describe`` lists, and prints them.
 
 examples:
   seglog quarantine list --log-dir data/logs
@@ -45,8 +47,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "purge",
         "delete quarantine files (say which: --all or --older-than-ms)",
         "Delete quarantine files: all those selected (--all) or those last modified at least MS ms ago\n"
-        "(--older-than-ms), of every partition or of --topic / --partition. --dry-run lists what would\n"
-        "be deleted and deletes nothing.",
+        "(--older-than-ms), of every partition or of --topic / --partition. The offsets whose bytes go\n"
+        "for good with them are first recorded in seglog-accepted-data-loss.jsonl (seglog describe lists\n"
+        "them) and printed. --dry-run lists what would be deleted and recorded, and changes nothing.",
         [
             "seglog quarantine purge --log-dir data/logs --all --dry-run",
             "seglog quarantine purge --log-dir data/logs --topic events --older-than-ms 604800000",
@@ -91,7 +94,8 @@ def _selected(args: argparse.Namespace) -> list[tuple[str, Path]]:
 
 
 def _text(doc: dict[str, Any]) -> Iterator[str]:
-    from seglog.output import format_table
+    from indexer.file_names import DATA_LOSS_FILE
+    from seglog.output import format_table, offset_range_text
 
     files = [f for p in doc["partitions"] for f in p["files"]]
     verb = {"list": "", "purge": "deleted: ", "purge-dry-run": "would delete: "}[doc["action"]]
@@ -112,12 +116,21 @@ def _text(doc: dict[str, Any]) -> Iterator[str]:
         yield from format_table(
             ("partition", "file", "segment", "position", "bytes", "quarantined at"), rows, indent="  "
         )
+    recorded = "would be recorded" if doc["action"] == "purge-dry-run" else "recorded"
+    for p in doc["partitions"]:
+        if p.get("lost"):
+            lost = ", ".join(offset_range_text(r) for r in p["lost"])
+            yield (
+                f"  {p['partition']}: offsets {lost} lost for good with these files ({recorded} in "
+                f"{Path(doc['log_dir']) / DATA_LOSS_FILE}; seglog describe lists it)"
+            )
 
 
 def run(args: argparse.Namespace) -> int:
     """List or purge; print what was found or deleted."""
+    from indexer.data_loss import purge_quarantine
     from indexer.log_manager import check_log_dir_writable
-    from indexer.quarantine import list_quarantine, purge_quarantine
+    from indexer.quarantine import list_quarantine
     from seglog.cli import log_dir_from_args
     from seglog.output import Output
 
@@ -127,12 +140,18 @@ def run(args: argparse.Namespace) -> int:
     partitions = []
     now_ms = int(time.time() * 1000)
     for name, path in _selected(args):
+        lost: list[dict[str, Any]] = []
         if args.action == "purge":
-            files = purge_quarantine(path, older_than_ms=args.older_than_ms, now_ms=now_ms, dry_run=args.dry_run)
+            command = "seglog quarantine purge" + (" --all" if args.all else f" --older-than-ms {args.older_than_ms}")
+            purged = purge_quarantine(
+                path, command=command, older_than_ms=args.older_than_ms, now_ms=now_ms, dry_run=args.dry_run
+            )
+            files, lost = purged.files, [r.to_dict() for r in purged.lost]
         else:
             files = list_quarantine(path)
         if files:
-            partitions.append({"partition": name, "files": [f.to_dict() for f in files]})
+            one = {"partition": name, "files": [f.to_dict() for f in files]}
+            partitions.append(one if args.action == "list" else {**one, "lost": lost})
     action = args.action + ("-dry-run" if args.action == "purge" and args.dry_run else "")
     Output(json_mode=args.json).emit({"log_dir": str(args.log_dir), "action": action, "partitions": partitions}, _text)
     return 0

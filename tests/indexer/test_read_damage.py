@@ -309,3 +309,36 @@ def test_a_batch_whose_base_offset_was_damaged_is_not_served(tmp_path: Path) -> 
             assert offsets == list(range(start, victim.base_offset)), (start, offsets)
             assert error is not None and error.offset == victim.base_offset, error
             assert str(victim.path) in str(error) and f"position {victim.position}" in str(error), error
+
+
+def test_a_damaged_base_offset_of_a_segments_last_batch_is_not_served(tmp_path: Path) -> None:
+    """+1 on the base offset of a sealed segment's last batch made it hold first+1..last+1, reaching
+    the next segment's base offset; within its segment nothing goes backwards, so ``read_records``
+    (seglog read, the Spark source) served its records under those wrong offsets (first skipped, each
+    record one offset late) and ``read`` (seglog serve) sent it, although recovery's salvage removes
+    it (offsets first..last lost). Both now stop before it, as for any other batch, naming offset
+    first (or the offset a read starts from inside it) and its position; reads from the next segment
+    on go on."""
+    directory = tmp_path / "events-0"
+    batches = _write_log(directory)
+    victim = next(b for i, b in enumerate(batches) if b.sealed and batches[i + 1].path != b.path)
+    following = _next_base(batches, victim)
+    assert victim.last_offset + 1 == following
+    with open(victim.path, "r+b") as f:
+        f.seek(victim.position + 7)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x01]))
+    with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
+        for start in (0, victim.base_offset - 1, victim.base_offset, victim.base_offset + 2):
+            for offsets, error in (_poll(log, start, 1000), _raw_poll(log, start)):
+                before = list(range(start, victim.base_offset))
+                assert offsets == before, (start, offsets)
+                assert error is not None and error.offset == max(start, victim.base_offset), (start, error)
+                assert str(victim.path) in str(error) and f"position {victim.position}" in str(error), error
+                assert "reaches the next segment's base offset" in str(error), error
+                unreadable = log.unreadable_offsets(error)
+                assert unreadable is not None and unreadable.lost, unreadable
+                assert (unreadable.offsets.first, unreadable.offsets.end) == (victim.base_offset, following)
+        assert _poll(log, following, 1000) == (list(range(following, RECORDS)), None)
+        assert _raw_poll(log, following) == (list(range(following, RECORDS)), None)

@@ -834,3 +834,66 @@ def test_a_zeroed_range_ending_in_the_next_batchs_base_offset_invents_no_record(
     records = read_records(capsys, log_dir, TOPIC, "--from-beginning", "--encoding", "base64")
     assert all(base64.b64decode(r["value"]) == template.values[r["offset"]] for r in records)
     assert [r["offset"] for r in records] == [o for o in sorted(template.values) if o not in lost]
+
+
+@pytest.mark.parametrize("purger", ["seglog quarantine purge", "retention job"])
+def test_a_salvage_gap_stays_visible_after_its_quarantine_is_purged(
+    template: Template,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    caplog: pytest.LogCaptureFixture,
+    purger: str,
+) -> None:
+    """A writer's open after a crash salvages a damaged batch inside segment 0 and the last batch of
+    segment 1, leaving offset gaps whose bytes only the quarantine files account for. Once they were
+    purged nothing said which offsets were gone: ``describe`` named no loss, reads passed the gap
+    inside segment 0 in silence and failed at the one after segment 1 as if a segment's files were
+    missing (``recover`` then asked to accept it). The purge now records the offsets it makes lost for
+    good in ``seglog-accepted-data-loss.jsonl`` (before deleting anything) and says them: ``describe``
+    lists them, and reads and ``recover`` go on past them as before the purge."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template.log_dir, log_dir)
+    partition = log_dir / PARTITION_DIR
+    first = [b for b in template.batches if b.segment == template.segments[0]]
+    second = [b for b in template.batches if b.segment == template.segments[1]]
+    victims = [first[len(first) // 2], second[-1]]
+    for victim in victims:
+        path = partition / victim.segment
+        raw = bytearray(path.read_bytes())
+        raw[victim.position + 40] ^= 0xFF
+        path.write_bytes(bytes(raw))
+    (log_dir / file_names.CLEAN_SHUTDOWN_FILE).unlink(missing_ok=True)  # a crash: every segment re-read
+    (log_dir / file_names.RECOVERY_POINT_CHECKPOINT_FILE).unlink()
+    with LogManager(log_dir, settings_for(small_config()), clock=MockClock()) as manager:
+        manager.get_or_create_log(TOPIC, 0)
+    assert len([p for p in partition.iterdir() if file_names.is_quarantine_file(p)]) == 2
+    expected = [o for b in template.batches if b not in victims for o in range(b.base_offset, b.last_offset + 1)]
+    assert [
+        r["offset"] for r in read_records(capsys, log_dir, TOPIC, "--from-beginning", "--encoding", "base64")
+    ] == expected
+
+    if purger == "seglog quarantine purge":
+        assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--all", "--json"]) == 0
+        assert json.loads(capsys.readouterr().out)["partitions"][0]["lost"] == [
+            {"first": v.base_offset, "last": v.last_offset} for v in victims
+        ]
+    else:
+        # retention.ms=-1: the template's records are from 2023, which the job would delete first
+        retain = ["--config", "retention.ms=-1"]
+        assert maintain_once(log_dir, "retention", "--config", "quarantine.retention.ms=0", *retain) == 0
+    lost_text = ", ".join(f"{v.base_offset}..{v.last_offset}" for v in victims)
+    said = caplog.text + capsys.readouterr().err
+    assert f"t-0: offsets {lost_text} are lost for good" in said, said
+    assert not [p for p in partition.iterdir() if file_names.is_quarantine_file(p)]
+    [entry] = read_accepted_losses(log_dir)
+    assert entry["lost"] == [{"first": v.base_offset, "last": v.last_offset} for v in victims]
+    assert entry["command"].startswith("seglog quarantine purge" if purger != "retention job" else "seglog maintain")
+
+    assert main(["describe", "--log-dir", str(log_dir), "--verify"]) == 0
+    assert f"accepted data loss: offsets {lost_text} at " in capsys.readouterr().out
+    assert [
+        r["offset"] for r in read_records(capsys, log_dir, TOPIC, "--from-beginning", "--encoding", "base64")
+    ] == expected
+    assert main(["recover", "--log-dir", str(log_dir), "--dry-run", "--no-progress"]) == 0
+    assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--all"]) == 0  # nothing left: nothing more
+    assert len(read_accepted_losses(log_dir)) == 1

@@ -633,6 +633,32 @@ def test_a_missing_middle_segment_is_an_error_until_its_loss_is_accepted(tmp_pat
     assert [json.loads(line)["offset"] for line in after.stdout.splitlines()] == [0, 1, 2, 6, 7, 8, 9, 10, 11]
 
 
+def test_read_stops_at_a_damaged_base_offset_of_a_segments_last_batch(tmp_path: Path) -> None:
+    """+1 on the base offset of segment 0's last (here only) batch, outside the CRC: ``seglog read
+    --from-beginning`` printed its records one offset late (offset 0 skipped, 1..3 holding the values
+    of 0..2, then offset 3 again from segment 3) and exited 0, though ``seglog recover`` removes that
+    batch. It now prints nothing before it and fails with one line naming offset 0, the file and the
+    batch's position."""
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings(overrides={"segment.bytes": "2000"})) as manager:
+        log = manager.get_or_create_log("t", 0)
+        for i in range(4):
+            log.append({"value": [f"v{i}-{j}".encode() * 40 for j in range(3)]})
+            log.roll()
+        log.update_high_watermark(log.log_end_offset)
+    segment = log_dir / "t-0" / "00000000000000000000.log"
+    raw = bytearray(segment.read_bytes())
+    position = 0
+    assert 12 + int.from_bytes(raw[8:12]) == len(raw)  # one batch of 3 records per segment
+    raw[position + 7] ^= 0x01
+    segment.write_bytes(bytes(raw))
+    read = _seglog("read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--from-beginning")
+    assert read.returncode == 1, read.stdout
+    assert read.stdout == ""
+    assert read.stderr.startswith(f"seglog: CorruptRecordError: cannot read offset 0 of t-0 (position 0 of {segment})")
+    assert "reaches the next segment's base offset" in read.stderr and len(read.stderr.splitlines()) == 1
+
+
 def test_append_after_an_unclean_shutdown_refuses_a_log_start_checkpoint_above_the_log(tmp_path: Path) -> None:
     """``log-start-offset-checkpoint`` damaged to 99999 (above the log end, 10) after an unclean shutdown:
     ``seglog append`` quarantined every segment and wrote at offset 99999, exit 0, with only a warning.

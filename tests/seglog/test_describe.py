@@ -346,3 +346,60 @@ def test_verify_leaves_a_live_writers_preallocated_active_index_alone(
     [p] = json.loads(capsys.readouterr().out)["partitions"]
     names = [Path(i["file"]).name for i in p["segments"][-1]["index_problems"]]
     assert names == ["00000000000000000000.index", "00000000000000000000.timeindex"]
+
+
+def test_verify_names_leftover_swap_cleaned_and_deleted_files_with_what_opening_does(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A process killed mid-salvage, mid-split or mid-deletion leaves ``.swap``, ``.cleaned`` and
+    ``.deleted`` files, which the next writable open completes, drops or deletes: ``describe --verify``
+    said nothing of them (exit 0), reading the directory as settled. Each is now named with what
+    loading does with it (the loader's own decisions); ``.cleaned`` and ``.swap`` are findings (exit
+    1), ``.deleted`` files, which any run ending before ``file.delete.delay.ms`` leaves, are named
+    only; a partition a live process holds has no leftovers but its own work in progress."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(f'{{"value": "{i:060d}"}}\n' for i in range(24)))
+    log_dir = tmp_path / "logs"
+    small = ["--config", "segment.bytes=600", "--config", "max.message.bytes=200"]
+    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", *small, str(source)]) == 0
+    partition = log_dir / "t-0"
+    logs = sorted(partition.glob("*.log"))
+    assert len(logs) >= 3
+    deleted = partition / (logs[0].name + ".deleted")  # a retention pass's file, its delay not yet over
+    deleted.write_bytes(logs[0].read_bytes())
+    capsys.readouterr()
+    assert main(["describe", "--log-dir", str(log_dir), "--verify", *small]) == 0
+    out = capsys.readouterr().out
+    assert "files an interrupted roll, clean, salvage or deletion left; the next writable open" in out, out
+    assert f"    {deleted.name}: deletes it (stray temporary file; " in out, out
+
+    cleaned = partition / (logs[2].name + ".cleaned")  # a salvage killed before its rename to .swap
+    cleaned.write_bytes(logs[2].read_bytes())
+    swap = partition / (logs[1].name + ".swap")  # a salvage killed after it, before the rename into place
+    swap.write_bytes(logs[1].read_bytes())
+    assert main(["describe", "--log-dir", str(log_dir), "--verify", "--json", *small]) == 1
+    [p] = json.loads(capsys.readouterr().out)["partitions"]
+    actions = {f["file"]: (f["action"], f["finding"]) for f in p["leftover_files"]}
+    assert actions == {
+        deleted.name: ("delete-stray-deleted-file", False),
+        cleaned.name: ("delete-cleaned-file", True),
+        swap.name: ("rename-swap-file", True),
+        logs[1].name: ("delete-file-replaced-by-swap", True),
+        logs[1].with_suffix(".index").name: ("delete-file-replaced-by-swap", True),
+        logs[1].with_suffix(".timeindex").name: ("delete-file-replaced-by-swap", True),
+    }, actions
+    assert main(["describe", "--log-dir", str(log_dir), "--verify", *small]) == 1
+    out = capsys.readouterr().out
+    assert f"    {swap.name}: completes the swap: renames it over the segment file (renamed to {logs[1].name})" in out
+    assert f"    {cleaned.name}: deletes it: the segment it was written for stays as it is" in out, out
+    assert f"    {logs[1].name}: deletes it: a swap file replaces it" in out, out
+    assert main(["recover", "--log-dir", str(log_dir), "--dry-run", "--json", *small]) == 0
+    [planned] = json.loads(capsys.readouterr().out)["partitions"]
+    steps = {(Path(s["path"]).name, s["kind"]) for s in planned["steps"]}
+    assert {(name, kind) for name, (kind, _) in actions.items()} <= steps, steps
+
+    with Log.open(partition, LogConfig(segment_bytes=600, max_message_bytes=200)) as log:  # a live holder
+        assert main(["describe", "--log-dir", str(log_dir), "--verify", "--json", *small]) == 0
+        [p] = json.loads(capsys.readouterr().out)["partitions"]
+        assert p["leftover_files"] == [] and log.log_end_offset == 24
+    assert not [f for f in partition.iterdir() if f.name.endswith((".cleaned", ".swap"))]
