@@ -23,6 +23,7 @@ The file is only ever appended to (and fsynced); nothing in seglog deletes it.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import logging
 import os
@@ -81,6 +82,8 @@ def log_start_above(directory: Path, log_start_offset: int, bound: int, what: st
 
 def record_accepted_loss(log_dir: str | os.PathLike[str], entry: Mapping[str, Any]) -> dict[str, Any]:
     """Append one acceptance (``entry`` plus host and pid) as a JSON line, fsynced; returns the line.
+    Appends of several processes (the retention job's quarantine purge beside ``seglog recover``) are
+    serialised by an exclusive ``flock`` on the file.
 
     Raises:
         StorageError: the file cannot be written.
@@ -92,6 +95,7 @@ def record_accepted_loss(log_dir: str | os.PathLike[str], entry: Mapping[str, An
     with storage_errors(path, "append to"):
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # another process's append (a purge beside a recover): one after the other
             end = _complete_lines_end(fd)
             try:
                 os.ftruncate(fd, end)  # a line an interrupted acceptance left unfinished

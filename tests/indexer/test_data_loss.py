@@ -5,7 +5,9 @@ lines of their own."""
 from __future__ import annotations
 
 import json
+import multiprocessing
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,3 +58,27 @@ def test_a_bad_line_in_the_middle_is_still_an_error(tmp_path: Path) -> None:
     data_loss_file(tmp_path).write_text('{"topic": "a"}\nnot json\n{"topic": "b"}\n')
     with pytest.raises(StorageError, match="line 2 is not JSON"):
         read_accepted_losses(tmp_path)
+
+
+def _append_many(log_dir: str, writer: int, n: int, go: Any) -> None:
+    go.wait()
+    for i in range(n):
+        record_accepted_loss(log_dir, {"writer": writer, "i": i, "pad": "x" * 300})
+
+
+def test_appends_of_several_processes_at_once_all_land_whole(tmp_path: Path) -> None:
+    """The retention job's quarantine purge records its loss beside a ``seglog recover
+    --accept-data-loss`` in another process: each append finds the end of the file, then writes there,
+    so two at once wrote over each other's line (lost acceptances, or a torn line that made the file
+    unreadable). They are serialised: every line of every process lands whole."""
+    ctx = multiprocessing.get_context("spawn")
+    go = ctx.Event()
+    procs = [ctx.Process(target=_append_many, args=(str(tmp_path), w, 150, go)) for w in range(4)]
+    for p in procs:
+        p.start()
+    go.set()
+    for p in procs:
+        p.join(60)
+        assert p.exitcode == 0
+    lines = read_accepted_losses(tmp_path)
+    assert sorted((e["writer"], e["i"]) for e in lines) == [(w, i) for w in range(4) for i in range(150)]
