@@ -98,7 +98,8 @@ def run(args: argparse.Namespace) -> int:
         Output(json_mode=args.json).emit(doc, _text)
         return 0
     log_dir = log_dir_from_args(args, must_exist=args.action == "alter")
-    check_topic_request(args.topic, args.partitions)  # before the writer creates the log directory
+    if args.action == "create":  # before the writer creates the log directory (alter's exists: it checks)
+        check_topic_request(args.topic, args.partitions)
     with LogManager(log_dir, settings) as manager:
         if args.action == "create":
             manager.create_topic(args.topic, args.partitions)

@@ -196,6 +196,44 @@ def test_a_refused_topic_name_or_count_creates_no_log_directory(
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("count", ["2147483647", "10001"])
+def test_a_topic_creation_makes_at_most_kafkas_partitions_per_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], count: str
+) -> None:
+    """`topic create --partitions 2147483647` went on to make two billion partition directories (after
+    checking each path first). Kafka's controller creates at most 10,000 partitions per request; so
+    does seglog, creation and growth alike, and says so before the log directory is created."""
+    logs = tmp_path / "logs"
+    assert main(["topic", "create", "--log-dir", str(logs), "--topic", "t", "--partitions", count]) == 1
+    line = _one_error_line(capsys.readouterr().err, "InvalidPartitionsError")
+    assert f"topic 't' would get {int(count)} new partitions at once, more than 10000" in line, line
+    assert "seglog topic alter" in line
+    assert not logs.exists()
+
+
+def test_a_topic_grows_by_at_most_kafkas_partitions_per_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "logs"
+    assert main(["topic", "create", "--log-dir", str(logs), "--topic", "t", "--partitions", "2"]) == 0
+    before = {name: (size, digest) for name, (size, _, digest) in _snapshot(logs).items()}
+    capsys.readouterr()
+    assert main(["topic", "alter", "--log-dir", str(logs), "--topic", "t", "--partitions", "10003"]) == 1
+    line = _one_error_line(capsys.readouterr().err, "InvalidPartitionsError")
+    assert "topic 't' would get 10001 new partitions at once, more than 10000" in line, line
+    assert {name: (size, digest) for name, (size, _, digest) in _snapshot(logs).items()} == before
+
+
+@pytest.mark.parametrize("count", ["0", "-1"])
+def test_a_partition_count_below_one_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], count: str
+) -> None:
+    logs = tmp_path / "logs"
+    assert main(["topic", "create", "--log-dir", str(logs), "--topic", "t", "--partitions", count]) == 2
+    assert "argument --partitions: expected a partition count 1..2147483647" in capsys.readouterr().err
+    assert not logs.exists()
+
+
 def test_an_append_creates_a_new_topic_with_kafkas_default_of_one_partition(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     assert _append(tmp_path, logs, _records(3), 0) == 0
