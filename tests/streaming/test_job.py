@@ -249,7 +249,7 @@ def test_seglog_run_reports_bad_input_in_one_line(tmp_path: Path) -> None:
     # (values that are numbers, the input here before, are refused before Spark starts now)
     last = (
         "seglog: SchemaError: column 'headers': found type string, "
-        "expected list<item: struct<key: string, value: binary>>"
+        "expected array<struct<key:string,value:binary>>, as Spark's Kafka sink takes it"
     )
     assert done.stderr.splitlines()[-1] == last
     assert "Traceback" not in done.stderr and "SchemaError" not in done.stderr.replace(last, ""), done.stderr
