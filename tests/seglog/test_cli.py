@@ -420,3 +420,8 @@ def test_an_option_another_one_needs_is_a_usage_error_naming_both(
     logs.mkdir()
     assert main(["maintain", "--log-dir", str(logs), "--once", "flush", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["job"] == "flush"
+    for action in ("list", "purge"):  # was a ValueError (exit 1) once the command ran
+        extra = ["--all", "--dry-run"] if action == "purge" else []
+        assert main(["quarantine", action, "--log-dir", str(logs), "--partition", "0", *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"seglog quarantine {action}: error: --partition needs --topic T" in err, err
