@@ -188,12 +188,15 @@ def check_topic_request(topic: str, num_partitions: int) -> None:
     before its writable :class:`LogManager` creates the directory: a refused name or count then leaves
     nothing behind. (:meth:`LogManager.create_topic` runs them again.)
 
+    Whether a count is too many to create at once depends on the topic's count now: a command creating a
+    topic checks that too (:func:`check_new_partitions` with ``old=0``).
+
     Raises:
         InvalidTopicError: the name breaks Kafka's rules.
-        InvalidPartitionsError: the count is below 1, above an int32 or above :data:`MAX_NEW_PARTITIONS`.
+        InvalidPartitionsError: the count is below 1 or above an int32.
     """
     file_names.validate_topic(topic)
-    check_new_partitions(topic, 0, _check_partition_count(num_partitions))
+    _check_partition_count(num_partitions)
 
 
 def check_new_partitions(topic: str, old: int, new: int) -> None:
