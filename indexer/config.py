@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from indexer.errors import ConfigError
+from indexer.errors import ConfigError, check_input_file
 from indexer.limits import INT32_MAX, INT64_MAX
 
 logger = logging.getLogger(__name__)
@@ -358,12 +358,7 @@ def load_settings(
     for named, what in ((os.environ.get(CONF_ENV), f"${CONF_ENV}"), (path, "--conf")):
         if named is None or named == "":  # an empty $SEGLOG_CONF is unset, as the shell convention goes
             continue
-        named_path = Path(named)
-        if named_path.is_dir():
-            raise ConfigError(f"configuration file {named_path} ({what}) is a directory, not a file")
-        if not named_path.is_file():
-            raise ConfigError(f"configuration file {named_path} ({what}) does not exist")
-        files.append(named_path)
+        files.append(check_input_file(named, "configuration file", what))
     topic_defaults: dict[str, Any] = {}
     topics: dict[str, dict[str, Any]] = {}
     sections: dict[str, dict[str, Any]] = {}

@@ -33,15 +33,19 @@ message, so a log line alone says which file and where::
     ├── LogDirectoryNotFoundError         a log directory that does not exist
     ├── NotALogDirectoryError             a partition (or other) directory given as a log directory
     ├── SchemaError                       input columns of the wrong name or type
+    ├── InputFileError                    an input file (a settings file, records) that cannot be read
     ├── InvalidArgumentError              an offset, count, partition or time that is no integer in range
     └── ConfigError                       unknown config key or invalid value
 """
 
 from __future__ import annotations
 
+import errno as errnos
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 
 class SeglogError(Exception):
@@ -269,6 +273,49 @@ class LogDirectoryNotFoundError(SeglogError):
     def __init__(self, message: str, *, path: str | os.PathLike[str] | None = None):
         super().__init__(message)
         self.path = None if path is None else os.fspath(path)
+
+
+class InputFileError(SeglogError, ValueError):
+    """An input file named by the user (``--conf``, ``$SEGLOG_CONF``, the records of ``seglog append``,
+    the files of ``seglog dump``) that does not exist, is a directory or cannot be read
+    (:func:`check_input_file`). ``path`` is the file as given."""
+
+    def __init__(self, message: str, *, path: str | os.PathLike[str]):
+        super().__init__(message)
+        self.path = os.fspath(path)
+
+
+def check_input_file(path: str | os.PathLike[str], what: str, option: str) -> Path:
+    """``path`` as a :class:`~pathlib.Path`, checked to be a file this process can open for reading: the
+    one check of every input file, before anything is read or written, so that each says what is wrong
+    in one line naming what the file is for and the option that named it, e.g. ``configuration file
+    x.toml (--conf) does not exist`` (not Python's ``[Errno 2] No such file or directory: 'x.toml'``).
+
+    The file is opened (without blocking: a FIFO with no writer yet passes) and closed again.
+
+    Raises:
+        InputFileError: it does not exist (nor does a directory on its path), it is a directory, or it
+            cannot be opened (no permission, a symbolic link loop, ...).
+    """
+    file = Path(path)
+    try:
+        fd = os.open(file, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        if e.errno in (errnos.ENOENT, errnos.ENOTDIR):
+            problem = "does not exist"
+        elif e.errno in (errnos.EACCES, errnos.EPERM):
+            problem = "cannot be read: permission denied"
+        elif e.errno == errnos.EISDIR:
+            problem = "is a directory, not a file"
+        else:
+            problem = f"cannot be read: {(e.strerror or str(e)).lower()}"
+        raise InputFileError(f"{what} {file} ({option}) {problem}", path=path) from None
+    try:
+        if stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise InputFileError(f"{what} {file} ({option}) is a directory, not a file", path=path)
+    finally:
+        os.close(fd)
+    return file
 
 
 class NotALogDirectoryError(SeglogError, ValueError):

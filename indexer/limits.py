@@ -15,6 +15,12 @@ INT64_MAX = 2**63 - 1
 INT64_MIN = -(2**63)
 """Java's ``Long.MIN_VALUE``."""
 
+MAX_NEW_PARTITIONS = 10_000
+"""The most partitions one topic creation or growth makes: Kafka's KRaft controller refuses a larger
+CreateTopics request ("Excessively large number of partitions per request",
+``ReplicationControlManager.MAX_PARTITIONS_PER_BATCH``) and a CreatePartitions one of more metadata
+records (``QuorumController.MAX_RECORDS_PER_USER_OP``). A topic grows past it in several steps."""
+
 
 def integer_argument(name: str, value: object, *, low: int = INT64_MIN, high: int = INT64_MAX) -> int:
     """``value`` as a Python ``int`` if it is an integer in ``low..high`` (Kafka's ``long`` by default).

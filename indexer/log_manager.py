@@ -65,7 +65,7 @@ from indexer.errors import (
     storage_errors,
 )
 from indexer.file_names import TopicPartition
-from indexer.limits import INT32_MAX, integer_argument
+from indexer.limits import INT32_MAX, MAX_NEW_PARTITIONS, integer_argument
 from indexer.lock import FileLock
 from indexer.log import Log, create_empty_partition
 from indexer.log_loader import died_holding_reason
@@ -188,12 +188,32 @@ def check_topic_request(topic: str, num_partitions: int) -> None:
     before its writable :class:`LogManager` creates the directory: a refused name or count then leaves
     nothing behind. (:meth:`LogManager.create_topic` runs them again.)
 
+    Whether a count is too many to create at once depends on the topic's count now: a command creating a
+    topic checks that too (:func:`check_new_partitions` with ``old=0``).
+
     Raises:
         InvalidTopicError: the name breaks Kafka's rules.
         InvalidPartitionsError: the count is below 1 or above an int32.
     """
     file_names.validate_topic(topic)
     _check_partition_count(num_partitions)
+
+
+def check_new_partitions(topic: str, old: int, new: int) -> None:
+    """Refuse to take ``topic`` from ``old`` partitions (0: a new topic) to ``new`` when that makes more
+    than :data:`~indexer.limits.MAX_NEW_PARTITIONS` at once, as Kafka's controller refuses such a request:
+    the one rule of every creation and growth, checked before anything is recorded or created (a typo of
+    a count would otherwise make millions of directories).
+
+    Raises:
+        InvalidPartitionsError: too many new partitions.
+    """
+    if new - old > MAX_NEW_PARTITIONS:
+        raise InvalidPartitionsError(
+            f"topic {topic!r} would get {new - old} new partitions at once, more than {MAX_NEW_PARTITIONS} (Kafka's "
+            f"controller refuses a larger request too): create or grow it by at most {MAX_NEW_PARTITIONS} at a "
+            "time with `seglog topic create` then `seglog topic alter`"
+        )
 
 
 def _check_partition_count(num_partitions: int) -> int:
@@ -458,8 +478,8 @@ class LogManager:
 
         Raises:
             TopicExistsError: the topic exists with all its partitions and not ``exist_ok``.
-            InvalidPartitionsError: ``num_partitions`` < 1 or above 2**31 - 1, or differs from the existing
-                count.
+            InvalidPartitionsError: ``num_partitions`` < 1 or above 2**31 - 1, differs from the existing
+                count, or would make more than :data:`~indexer.limits.MAX_NEW_PARTITIONS` partitions.
             ValueError: a read-only manager.
         """
         if self.read_only:
@@ -489,15 +509,17 @@ class LogManager:
 
         Raises:
             InvalidTopicError: the topic name breaks Kafka's rules.
-            InvalidPartitionsError: ``num_partitions`` < 1 or above 2**31 - 1, or differs from the existing
-                count.
+            InvalidPartitionsError: ``num_partitions`` < 1 or above 2**31 - 1, differs from the existing
+                count, or would make a new topic of more than :data:`~indexer.limits.MAX_NEW_PARTITIONS`.
         """
         file_names.validate_topic(topic)
         if num_partitions is not None:
             num_partitions = _check_partition_count(num_partitions)
         existing = self.topic_partitions(topic)
         if existing is None:
-            return num_partitions if num_partitions is not None else DEFAULT_NUM_PARTITIONS
+            count = num_partitions if num_partitions is not None else DEFAULT_NUM_PARTITIONS
+            check_new_partitions(topic, 0, count)
+            return count
         if num_partitions is not None and num_partitions != existing:
             way = (
                 f"To grow it: `seglog topic alter --log-dir {self.log_dir} --topic {topic} "
@@ -520,7 +542,8 @@ class LogManager:
 
         Raises:
             UnknownTopicOrPartitionError: the topic does not exist.
-            InvalidPartitionsError: ``num_partitions`` is not above the current count, or above 2**31 - 1.
+            InvalidPartitionsError: ``num_partitions`` is not above the current count, above 2**31 - 1, or
+                more than :data:`~indexer.limits.MAX_NEW_PARTITIONS` above it.
         """
         num_partitions = _check_partition_count(num_partitions)
         if self.read_only:
@@ -532,6 +555,7 @@ class LogManager:
             if old == num_partitions and next(self._missing(topic, old), None) is not None:
                 self._create_partitions(topic, old, "alter")
                 return old
+            check_new_partitions(topic, old, num_partitions)
             self._check_partition_paths(topic, num_partitions)
             self._record(topic, num_partitions, grow_only=True)
             self._create_partitions(topic, num_partitions, "alter")

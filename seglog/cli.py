@@ -410,7 +410,14 @@ class SeglogParser(argparse.ArgumentParser):
     (sub)command it was given to: argparse names it only after every required option was found (a
     misspelt ``--from-begining`` read as 'one of --from-beginning ... is required') and in the usage
     of ``seglog`` itself. Subcommands and their actions get this class too (``add_subparsers``), and
-    so do ``seglog bench``'s suites, whose options a ``REMAINDER`` hands on to them."""
+    so do ``seglog bench``'s suites, whose options a ``REMAINDER`` hands on to them.
+
+    An option that means something only with another one (:func:`option_needs`) given without it is a
+    usage error naming both, not an option ignored in silence."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.needs: list[tuple[str, str, str]] = []
 
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
@@ -420,7 +427,16 @@ class SeglogParser(argparse.ArgumentParser):
         if unknown is not None:
             meant = difflib.get_close_matches(unknown, self._long_options(), n=1)
             self.error(f"unrecognized argument {unknown}" + (f" (did you mean {meant[0]}?)" if meant else ""))
-        return super().parse_known_args(tokens, namespace)
+        parsed, rest = super().parse_known_args(tokens, namespace)
+        for option, needed, why in self.needs:
+            if self._given(parsed, option) and not self._given(parsed, needed):
+                metavar = self._option_string_actions[needed].metavar
+                self.error(f"{option} needs {needed}{f' {metavar}' if metavar else ''}: {why}")
+        return parsed, rest
+
+    def _given(self, parsed: argparse.Namespace, option: str) -> bool:
+        action = self._option_string_actions[option]
+        return bool(getattr(parsed, action.dest, action.default) != action.default)
 
     def _long_options(self) -> list[str]:
         return [option for option in self._option_string_actions if option.startswith("--")]
@@ -444,6 +460,15 @@ class SeglogParser(argparse.ArgumentParser):
             if token.startswith("--") and not any(option.startswith(name) for option in known):
                 return name
         return None
+
+
+def option_needs(parser: argparse.ArgumentParser, option: str, needed: str, why: str) -> None:
+    """Make ``option`` given without ``needed`` a usage error (exit 2): ``seglog CMD: error: OPTION
+    needs NEEDED: WHY``, before the command runs, rather than an option the command ignores in silence.
+    Both options must be ``parser``'s (a :class:`SeglogParser`, as every command's is)."""
+    assert isinstance(parser, SeglogParser), "every seglog parser is a SeglogParser"
+    assert option in parser._option_string_actions and needed in parser._option_string_actions, (option, needed)
+    parser.needs.append((option, needed, why))
 
 
 def build_parser(argv: Sequence[str]) -> tuple[argparse.ArgumentParser, ModuleType | None]:

@@ -68,6 +68,7 @@ from streaming.session import local_log_dir, read_checkpoint_query_id, runs_on_o
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame
+    from pyspark.sql.types import StructType
 
     from indexer.log import Log
 
@@ -722,17 +723,53 @@ def _sink_columns(batch_df: DataFrame, topic: str | None) -> DataFrame:
     ``topic`` option.
 
     Raises:
-        SchemaError: there is no ``value`` column, or a column has a type the sink cannot take.
+        SchemaError: there is no ``value`` column, or a column has a type the sink cannot take
+            (:func:`check_kafka_sink_types`).
         InvalidTopicError: no ``topic`` column and no ``topic`` option.
     """
     names = [name for name in batch_df.columns if name in SINK_COLUMNS]
     if "value" not in names:
         raise SchemaError(f"the micro-batch has no 'value' column (columns: {batch_df.columns})")
+    check_kafka_sink_types(batch_df.schema, topic)
     selected = batch_df.select(*names) if len(names) < len(batch_df.columns) else batch_df
     empty = empty_arrow_table(selected)
     if empty is not None:
         split_record_batch(empty, default_topic=topic, layout=_no_layout, null_key_start=0, now_ms=0)
     return selected
+
+
+KAFKA_SINK_TYPES = {
+    "topic": ("string",),
+    "key": ("string", "binary"),
+    "value": ("string", "binary"),
+    "headers": ("array<struct<key:string,value:binary>>",),
+    "partition": ("int",),
+}
+"""The Spark types Spark's Kafka sink takes for each column it checks (``KafkaWriter.validateQuery``), as
+Spark's ``simpleString`` spells them (which leaves out nullability, as its ``sameType`` does)."""
+
+
+def check_kafka_sink_types(schema: StructType, topic: str | None) -> None:
+    """Refuse the column types Spark's Kafka sink refuses from a query's schema (``KafkaWriter.validateQuery``:
+    :data:`KAFKA_SINK_TYPES`; ``topic``'s only without the ``topic`` option, whose topic wins), so that a
+    DataFrame the sink takes is one Spark's Kafka sink takes too: e.g. a ``bigint`` partition or string
+    header values (which the Arrow record batches could carry) are refused, not converted. Other columns,
+    and ``timestamp`` (which the sink also takes as a long of milliseconds), are not checked here.
+
+    Raises:
+        SchemaError: one line naming the column, the type found and the types expected.
+    """
+    for column in schema.fields:
+        expected = KAFKA_SINK_TYPES.get(column.name)
+        if expected is None or (column.name == "topic" and topic is not None):
+            continue
+        found = column.dataType.simpleString()
+        if found not in expected:
+            cast = f" (cast it: col('{column.name}').cast('int'))" if column.name == "partition" else ""
+            raise SchemaError(
+                f"column '{column.name}': found type {found}, expected {' or '.join(expected)}, as Spark's "
+                f"Kafka sink takes it{cast}"
+            )
 
 
 def _no_layout(topic: str) -> TopicLayout:

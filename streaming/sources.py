@@ -101,7 +101,7 @@ def file_events(
     """
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
-    from pyspark.sql.types import ArrayType, BinaryType, StringType, StructField, TimestampType
+    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, TimestampType
 
     if file_format not in FILE_FORMATS:
         raise ConfigError(f"file format must be one of {FILE_FORMATS}, got {file_format!r}")
@@ -148,6 +148,10 @@ def file_events(
         # JSON has no timestamp type (Spark writes one as an ISO-8601 string, and infers a string back):
         # read it as the timestamp Spark's Kafka sink takes; a string that is none is a malformed line.
         schema = _with_type(schema, "timestamp", TimestampType())
+    if "value" in names and "partition" in names and file_format != "parquet":
+        # JSON has no int type (Spark infers a bigint) and CSV no types at all, while Spark's Kafka sink takes
+        # an int partition: read it as one (a number past an int, or no number, is a malformed line).
+        schema = _with_type(schema, "partition", IntegerType())
     header_pairs = "value" in names and "headers" in names and _holds_header_pairs(schema["headers"].dataType)
     if header_pairs:
         # seglog read's headers, [[key, value], ...] (the format seglog append takes): Spark infers them as

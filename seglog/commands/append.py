@@ -56,7 +56,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pa_json
 from numba import njit
 
-from indexer.errors import InvalidTimestampError, RecordTooLargeError, SchemaError, SeglogError
+from indexer.errors import InvalidTimestampError, RecordTooLargeError, SchemaError, SeglogError, check_input_file
 from indexer.file_names import PARTITION_LOCK_FILE, TopicPartition, partition_dir_name
 from indexer.limits import INT32_MAX
 from indexer.lock import FileLock, left_by_writer
@@ -109,6 +109,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Parse everything, append, flush, advance the high watermark, write the checkpoints."""
+    if args.input != "-":
+        check_input_file(args.input, "JSON-lines input", "seglog append FILE")
     settings = settings_from_args(args)
     log_dir = log_dir_from_args(args, must_exist=False)
     with LogManager(log_dir, settings, read_only=True) as reader:  # a partition that cannot be written: say so first

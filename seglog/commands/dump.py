@@ -46,7 +46,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from indexer.errors import CorruptIndexError, InvalidRecordError
+from indexer.errors import CorruptIndexError, InvalidRecordError, check_input_file
 from indexer.file_names import (
     INDEX_FILE_SUFFIX,
     LOG_FILE_SUFFIX,
@@ -226,12 +226,9 @@ def run(args: argparse.Namespace) -> int:
 def dump_files(files: Iterable[str], options: DumpOptions, out: TextIO, err: TextIO) -> DumpProblems:
     """Dump ``files`` to ``out`` (unknown ones noted on ``err``), then the summary on ``err``."""
     problems = DumpProblems()
-    folders = [name for name in files if Path(name).is_dir()]
-    if folders:
-        raise IsADirectoryError(f"{folders[0]} is a directory: name the files to dump, e.g. {folders[0]}/*.log")
-    missing = [name for name in files if not Path(name).is_file()]
-    if missing:
-        raise FileNotFoundError(f"no such file: {', '.join(missing)}")
+    files = list(files)
+    for name in files:  # all of them before anything is printed
+        check_input_file(name, "file to dump", "seglog dump FILE")
     for name in files:
         path = Path(name)
         out.write(f"Dumping {name}\n")

@@ -33,7 +33,6 @@ from typing import Any
 
 from indexer.config import load_settings
 from indexer.errors import (
-    ConfigError,
     GroupIdNotFoundError,
     GroupNotEmptyError,
     GroupSubscribedToTopicError,
@@ -41,7 +40,7 @@ from indexer.errors import (
 )
 from indexer.file_names import TopicPartition
 from indexer.lock import holder_fields
-from seglog.cli import add_action, existing_directory, log_dir_from_args, partition_number
+from seglog.cli import add_action, existing_directory, log_dir_from_args, option_needs, partition_number
 from seglog.output import Output, format_table
 from seglog.serve.catalog import Catalog
 from seglog.serve.group_offsets import CommittedOffset, GroupOffsets
@@ -108,6 +107,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="P",
         help="only this partition of --topic (repeatable)",
     )
+    option_needs(delete, "--partition", "--topic", "a partition number names a partition of one topic")
     delete.add_argument("--dry-run", action="store_true", help="say what would be deleted; write nothing")
 
 
@@ -176,8 +176,6 @@ def _delete(args: argparse.Namespace, where: Path, offsets: GroupOffsets) -> Non
         from seglog.serve import protocol
         from seglog.serve.groups import offset_delete_errors
 
-    if args.partition and args.topic is None:
-        raise ConfigError("--partition needs --topic")
     committed = offsets.get(args.group)
     if args.topic is None:
         chosen = sorted(committed)

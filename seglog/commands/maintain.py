@@ -12,7 +12,7 @@ cleanly, 1 when a partition failed (one line per partition on stderr) or the log
 written (a read-only file system: one line; the daemon says that once and skips its passes until
 the directory is writable again); it prints the job's summary and one line per finding (each
 deleted segment with the limit it breached: ``retention.ms``, ``retention.bytes`` or the log start
-offset).
+offset); ``--json`` prints that report as JSON, and so needs ``--once`` (the daemon prints no report).
 ``--config`` takes the ``[maintenance]`` keys as well as the topic keys. See docs/maintenance.md.
 
 examples:
@@ -32,7 +32,7 @@ import sys
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog maintain``."""
     from maintenance.jobs import JOBS
-    from seglog.cli import add_log_config_arguments
+    from seglog.cli import add_log_config_arguments, option_needs
 
     parser.add_argument("--log-dir", required=True, metavar="DIR", help="the log directory to maintain")
     parser.add_argument(
@@ -42,6 +42,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"run one job and exit instead of running the daemon ({', '.join(JOBS)})",
     )
     parser.add_argument("--json", action="store_true", help="with --once: print the job report as JSON")
+    option_needs(
+        parser,
+        "--json",
+        "--once",
+        "it prints the report of the one job --once runs; the daemon prints no report (its findings are "
+        "log lines on stderr)",
+    )
     add_log_config_arguments(parser, sections=("maintenance",))
 
 

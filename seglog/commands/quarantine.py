@@ -27,7 +27,7 @@ from typing import Any
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of ``seglog quarantine``."""
-    from seglog.cli import add_action, non_negative_int, partition_number
+    from seglog.cli import add_action, non_negative_int, option_needs, partition_number
 
     actions = parser.add_subparsers(dest="action", required=True, metavar="ACTION")
     listing = add_action(
@@ -60,6 +60,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         sub.add_argument("--topic", metavar="T", help="only this topic's partitions")
         sub.add_argument("--partition", type=partition_number, metavar="P", help="only this partition (with --topic)")
         sub.add_argument("--json", action="store_true", help="print one JSON document")
+        option_needs(sub, "--partition", "--topic", "a partition number names a partition of one topic")
     which = purge.add_mutually_exclusive_group(required=True)
     which.add_argument("--all", action="store_true", help="delete every quarantine file selected")
     which.add_argument(
@@ -78,8 +79,6 @@ def _selected(args: argparse.Namespace) -> list[tuple[str, Path]]:
     from indexer.file_names import partition_dirs
     from maintenance.access import partition_name
 
-    if args.partition is not None and args.topic is None:
-        raise ValueError("--partition needs --topic")
     every = partition_dirs(args.log_dir)
     selected = [
         (partition_name(tp), path)

@@ -26,7 +26,7 @@ import argparse
 from typing import Any
 
 from indexer.errors import UnknownTopicOrPartitionError
-from indexer.log_manager import LogManager, check_topic_request
+from indexer.log_manager import LogManager, check_new_partitions, check_topic_request
 from seglog.cli import (
     add_action,
     add_log_config_arguments,
@@ -99,6 +99,8 @@ def run(args: argparse.Namespace) -> int:
         return 0
     log_dir = log_dir_from_args(args, must_exist=args.action == "alter")
     check_topic_request(args.topic, args.partitions)  # before the writer creates the log directory
+    if args.action == "create":  # (alter's exists: add_partitions checks its growth against the count)
+        check_new_partitions(args.topic, 0, args.partitions)
     with LogManager(log_dir, settings) as manager:
         if args.action == "create":
             manager.create_topic(args.topic, args.partitions)

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from indexer.config import LogConfig, load_settings, parse_overrides, topic_config_keys
-from indexer.errors import ConfigError
+from indexer.errors import ConfigError, InputFileError
 from indexer.limits import INT64_MAX
 
 
@@ -77,9 +77,9 @@ def test_parse_overrides_rejects_missing_equals() -> None:
 
 
 def test_missing_explicit_file_is_an_error(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match="does not exist"):
+    with pytest.raises(InputFileError, match=r"^configuration file .*nope.toml \(--conf\) does not exist$"):
         load_settings(tmp_path / "nope.toml")
-    with pytest.raises(ConfigError, match=rf"^configuration file {tmp_path} \(--conf\) is a directory, not a file$"):
+    with pytest.raises(InputFileError, match=rf"^configuration file {tmp_path} \(--conf\) is a directory, not a file$"):
         load_settings(tmp_path)
 
 

@@ -195,6 +195,23 @@ def test_a_partition_beyond_int32_is_refused_and_the_checkpoints_stay_readable(t
     assert manager(tmp_path).topics() == {"t": 1}
 
 
+def test_at_most_kafkas_partitions_per_request_are_created_by_any_writer(tmp_path: Path) -> None:
+    """Kafka's controller refuses a CreateTopics or CreatePartitions request making more than 10,000
+    partitions; every writer that creates or grows a topic (topic create/alter, the sink, seglog run,
+    which asks ``partition_count`` first) is held to it, before anything is recorded."""
+    mgr = manager(tmp_path)
+    for ask in (lambda: mgr.partition_count("t", 10_001), lambda: mgr.create_topic("t", 10_001)):
+        with pytest.raises(InvalidPartitionsError, match="would get 10001 new partitions at once, more than 10000"):
+            ask()
+    assert mgr.create_topic("t", 3) == 3
+    with pytest.raises(InvalidPartitionsError, match="would get 10001 new partitions at once"):
+        mgr.add_partitions("t", 10_004)
+    assert mgr.topics() == {"t": 3}
+    assert mgr.add_partitions("t", 10_003) == 3  # 10,000 new ones: allowed
+    assert mgr.partition_count("t", 10_003) == 10_003  # an existing topic's count: nothing to create
+    mgr.close()
+
+
 def test_concurrent_get_or_create_returns_one_log(tmp_path: Path) -> None:
     mgr = manager(tmp_path)
     logs: list[object] = []

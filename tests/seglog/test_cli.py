@@ -404,3 +404,24 @@ def test_output_renders_text_or_json_and_raw_bytes() -> None:
         "  longer  120",
         "  y",
     ]
+
+
+def test_an_option_another_one_needs_is_a_usage_error_naming_both(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`seglog maintain --json` without `--once` started the daemon, which never prints a report: the
+    --json was ignored in silence. It is a usage error naming both options, before anything starts."""
+    logs = tmp_path / "logs"
+    assert main(["maintain", "--log-dir", str(logs), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert "usage: seglog maintain" in err
+    assert "seglog maintain: error: --json needs --once JOB" in err, err
+    assert not logs.exists()
+    logs.mkdir()
+    assert main(["maintain", "--log-dir", str(logs), "--once", "flush", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["job"] == "flush"
+    for action in ("list", "purge"):  # was a ValueError (exit 1) once the command ran
+        extra = ["--all", "--dry-run"] if action == "purge" else []
+        assert main(["quarantine", action, "--log-dir", str(logs), "--partition", "0", *extra]) == 2
+        err = capsys.readouterr().err
+        assert f"seglog quarantine {action}: error: --partition needs --topic T" in err, err

@@ -196,6 +196,44 @@ def test_a_refused_topic_name_or_count_creates_no_log_directory(
     assert not (tmp_path / "new").exists()
 
 
+@pytest.mark.parametrize("count", ["2147483647", "10001"])
+def test_a_topic_creation_makes_at_most_kafkas_partitions_per_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], count: str
+) -> None:
+    """`topic create --partitions 2147483647` went on to make two billion partition directories (after
+    checking each path first). Kafka's controller creates at most 10,000 partitions per request; so
+    does seglog, creation and growth alike, and says so before the log directory is created."""
+    logs = tmp_path / "logs"
+    assert main(["topic", "create", "--log-dir", str(logs), "--topic", "t", "--partitions", count]) == 1
+    line = _one_error_line(capsys.readouterr().err, "InvalidPartitionsError")
+    assert f"topic 't' would get {int(count)} new partitions at once, more than 10000" in line, line
+    assert "seglog topic alter" in line
+    assert not logs.exists()
+
+
+def test_a_topic_grows_by_at_most_kafkas_partitions_per_request(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    logs = tmp_path / "logs"
+    assert main(["topic", "create", "--log-dir", str(logs), "--topic", "t", "--partitions", "2"]) == 0
+    before = {name: (size, digest) for name, (size, _, digest) in _snapshot(logs).items()}
+    capsys.readouterr()
+    assert main(["topic", "alter", "--log-dir", str(logs), "--topic", "t", "--partitions", "10003"]) == 1
+    line = _one_error_line(capsys.readouterr().err, "InvalidPartitionsError")
+    assert "topic 't' would get 10001 new partitions at once, more than 10000" in line, line
+    assert {name: (size, digest) for name, (size, _, digest) in _snapshot(logs).items()} == before
+
+
+@pytest.mark.parametrize("count", ["0", "-1"])
+def test_a_partition_count_below_one_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], count: str
+) -> None:
+    logs = tmp_path / "logs"
+    assert main(["topic", "create", "--log-dir", str(logs), "--topic", "t", "--partitions", count]) == 2
+    assert "argument --partitions: expected a partition count 1..2147483647" in capsys.readouterr().err
+    assert not logs.exists()
+
+
 def test_an_append_creates_a_new_topic_with_kafkas_default_of_one_partition(tmp_path: Path) -> None:
     logs = tmp_path / "logs"
     assert _append(tmp_path, logs, _records(3), 0) == 0
@@ -520,9 +558,9 @@ def test_append_refuses_negative_timestamps(tmp_path: Path, capsys: pytest.Captu
 
 def test_dump_exit_status_and_bounded_output(log_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["dump", str(tmp_path / "nope.log")]) == 1
-    assert "no such file" in _one_error_line(capsys.readouterr().err, "FileNotFoundError")
+    assert "does not exist" in _one_error_line(capsys.readouterr().err, "InputFileError")
     assert main(["dump", str(log_dir)]) == 1  # a directory exists: say what it is, not "no such file"
-    assert "is a directory: name the files to dump" in _one_error_line(capsys.readouterr().err, "IsADirectoryError")
+    assert "is a directory, not a file" in _one_error_line(capsys.readouterr().err, "InputFileError")
     data = log_dir / "events-0" / "00000000000000000000.log"
     assert main(["dump", str(data)]) == 0
     capsys.readouterr()
@@ -615,7 +653,7 @@ def test_settings_files_layer_and_verbose_names_them(log_dir: Path, tmp_path: Pa
     [line] = [line for line in verbose.stderr.splitlines() if "settings:" in line]
     assert line.endswith(f"{REPO / 'conf' / 'seglog.toml'} then {env_conf} then {cli_conf}")
     missing = _cli("describe", "--log-dir", str(log_dir), env={"SEGLOG_CONF": str(tmp_path / "nope.toml")})
-    assert missing.returncode == 1 and "$SEGLOG_CONF" in _one_error_line(missing.stderr, "ConfigError")
+    assert missing.returncode == 1 and "$SEGLOG_CONF" in _one_error_line(missing.stderr, "InputFileError")
 
 
 def _run_without_spark(monkeypatch: pytest.MonkeyPatch, log_dir: Path, tmp_path: Path, *extra: str) -> int:
@@ -893,3 +931,70 @@ def test_an_empty_conf_is_refused_not_ignored(log_dir: Path, capsys: pytest.Capt
     assert main(["describe", "--log-dir", str(log_dir), "--conf", ""]) == 1
     line = _one_error_line(capsys.readouterr().err, "ConfigError")
     assert "--conf is an empty path" in line, line
+
+
+def _input_problems(tmp_path: Path) -> dict[str, tuple[Path, str]]:
+    """Paths that cannot be read as an input file, and how seglog says so."""
+    (tmp_path / "a-directory").mkdir()
+    (tmp_path / "a-file").write_text("")
+    loop = tmp_path / "a-loop"
+    loop.symlink_to(loop)
+    return {
+        "missing": (tmp_path / "missing.in", "does not exist"),
+        "in a file": (tmp_path / "a-file" / "x.in", "does not exist"),
+        "directory": (tmp_path / "a-directory", "is a directory, not a file"),
+        "loop": (loop, "cannot be read: too many levels of symbolic links"),
+    }
+
+
+@pytest.mark.parametrize("problem", ["missing", "in a file", "directory", "loop"])
+@pytest.mark.parametrize(
+    "command, names",
+    [
+        (("append", "--topic", "t", "--partition", "0", "{path}"), "JSON-lines input {path} (seglog append FILE)"),
+        (("dump", "{path}"), "file to dump {path} (seglog dump FILE)"),
+        (("dump", "--files", "{path}"), "file to dump {path} (seglog dump FILE)"),
+        (("describe", "--conf", "{path}"), "configuration file {path} (--conf)"),
+        (("maintain", "--once", "flush", "--conf", "{path}"), "configuration file {path} (--conf)"),
+        (("topic", "describe", "--conf", "{path}"), "configuration file {path} (--conf)"),
+        (("SEGLOG_CONF", "describe"), "configuration file {path} ($SEGLOG_CONF)"),
+    ],
+)
+def test_an_input_file_that_cannot_be_read_is_one_line_naming_the_option_and_the_path(
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    command: tuple[str, ...],
+    names: str,
+    problem: str,
+) -> None:
+    """`seglog append --partition 0 x` said `FileNotFoundError: [Errno 2] No such file or directory:
+    'x'` (Python's words, naming neither the option nor what the file was for), `IsADirectoryError:
+    [Errno 21] Is a directory` for a directory; `dump` and `--conf` said it their own ways. One rule
+    now (``indexer.errors.check_input_file``), before anything is read or written."""
+    path, says = _input_problems(tmp_path)[problem]
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    if command[0] == "SEGLOG_CONF":
+        monkeypatch.setenv("SEGLOG_CONF", str(path))
+        command = command[1:]
+    argv = [part.format(path=path) for part in command]
+    if argv[0] != "dump":
+        name = argv[:2] if argv[0] == "topic" else argv[:1]
+        argv = [*name, "--log-dir", str(logs), *argv[len(name) :]]
+    before = _snapshot(logs)
+    assert main(argv) == 1
+    line = _one_error_line(capsys.readouterr().err, "InputFileError")
+    assert line == f"seglog: InputFileError: {names.format(path=path)} {says}", line
+    assert _snapshot(logs) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root reads any file")
+def test_an_input_file_without_read_permission_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    secret = tmp_path / "secret.jsonl"
+    secret.write_text(_records(1))
+    secret.chmod(0)
+    assert main(["append", "--log-dir", str(tmp_path / "logs"), "--topic", "t", "--partition", "0", str(secret)]) == 1
+    line = _one_error_line(capsys.readouterr().err, "InputFileError")
+    assert line.endswith(f"{secret} (seglog append FILE) cannot be read: permission denied"), line
+    assert not (tmp_path / "logs").exists()

@@ -249,7 +249,7 @@ def test_seglog_run_reports_bad_input_in_one_line(tmp_path: Path) -> None:
     # (values that are numbers, the input here before, are refused before Spark starts now)
     last = (
         "seglog: SchemaError: column 'headers': found type string, "
-        "expected list<item: struct<key: string, value: binary>>"
+        "expected array<struct<key:string,value:binary>>, as Spark's Kafka sink takes it"
     )
     assert done.stderr.splitlines()[-1] == last
     assert "Traceback" not in done.stderr and "SchemaError" not in done.stderr.replace(last, ""), done.stderr
@@ -448,3 +448,10 @@ def test_a_checkpoint_resumed_on_a_log_without_its_batches_warns_that_they_are_e
         assert f"query {query} committed batches up to {last} in checkpoint {tmp_path / 'cp'}" in message
         assert f"events in {tmp_path / log_dir} has none of them" in message
     assert read_topic(tmp_path / "logs", "events") == []
+
+
+def test_a_job_may_name_a_topic_of_more_partitions_than_one_creation_makes(tmp_path: Path) -> None:
+    """A topic grown past 10,000 partitions in steps (`seglog topic alter`) is one a job may write: the
+    bound is on what one creation makes (``LogManager.create_topic``), not on a job's count."""
+    spec = JobSpec(log_dir=tmp_path / "logs", checkpoint_location=str(tmp_path / "cp"), num_partitions=15_000)
+    assert spec.num_partitions == 15_000

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
@@ -200,7 +201,12 @@ def test_a_sink_given_another_querys_checkpoint_fails_and_writes_nothing(spark: 
     "shape, error, message, attributes",
     [
         (lambda df: df.select(F.col("key")), SchemaError, "no 'value' column", {}),
-        (lambda df: df.select(F.length("value").alias("value")), SchemaError, "column 'value': found type int32", {}),
+        (
+            lambda df: df.select(F.length("value").alias("value")),
+            SchemaError,
+            "column 'value': found type int, expected string or binary",
+            {},
+        ),
         (  # Spark's Kafka sink refuses it from the schema too ("partition must be a(n) int")
             lambda df: df.select("value", F.lit("0").alias("partition")),
             SchemaError,
@@ -260,10 +266,69 @@ def test_bad_input_fails_the_query_with_the_sink_error(
 
 
 @pytest.mark.parametrize(
+    "columns, message",
+    [
+        (  # Spark: "partition attribute type must be an int"
+            ["value", "cast(0 as bigint) as partition"],
+            "column 'partition': found type bigint, expected int, as Spark's Kafka sink takes it",
+        ),
+        (["value", "null as partition"], "column 'partition': found type void, expected int"),
+        (  # Spark: "headers attribute type must be array<struct<key:string,value:binary>>"
+            ["value", "array(named_struct('key', 'k', 'value', 'v')) as headers"],
+            "column 'headers': found type array<struct<key:string,value:string>>, expected "
+            "array<struct<key:string,value:binary>>, as Spark's Kafka sink takes it",
+        ),
+        (["value", "array(named_struct('name', 'k', 'value', cast('v' as binary))) as headers"], "column 'headers'"),
+        (["value", "array(1) as headers"], "column 'headers': found type array<int>"),
+        (["cast(id as int) as value"], "column 'value': found type int, expected string or binary"),
+        (["value", "cast(null as string) as key", "cast(1 as string) as topic", "null as headers"], "found type void"),
+    ],
+)
+@pytest.mark.parametrize("writes", ["driver", "executors"])
+def test_column_types_spark_kafka_sink_refuses_are_refused_before_any_spark_job(
+    spark: SparkSession, tmp_path: Path, columns: list[str], message: str, writes: str
+) -> None:
+    """A ``bigint`` partition and string header values went through (Arrow takes them), where Spark's
+    Kafka sink refuses them from the query's schema (``KafkaWriter.validateQuery``): the same
+    DataFrame written to Kafka would fail. Refused on the driver from the schema, before any Spark job
+    of the micro-batch, in one line; an empty micro-batch too."""
+    sink = SegmentLogSink(tmp_path / "logs", topic="ev", query_id="q", settings=SETTINGS, writes=writes)
+    for rows in (3, 0):
+        df = spark.range(rows).selectExpr("id", "cast(id as string) as value").selectExpr(*columns)
+        group = f"types-{tmp_path.name}-{rows}"
+        spark.sparkContext.setJobGroup(group, "the sink's micro-batch")
+        try:
+            with pytest.raises(SchemaError, match=re.escape(message)) as info:
+                sink(df, 0)
+        finally:
+            spark.sparkContext.setLocalProperty("spark.jobGroup.id", None)  # type: ignore[arg-type]
+        assert "\n" not in str(info.value)
+        assert spark.sparkContext.statusTracker().getJobIdsForGroup(group) == []
+    sink.close()
+    assert sink.committed().batch_id == -1
+    assert snapshot(tmp_path / "logs") == {}
+
+
+def test_the_column_types_spark_kafka_sink_takes_are_taken(spark: SparkSession, tmp_path: Path) -> None:
+    """``int`` partitions, string or binary keys and values, binary header values (nullability aside)."""
+    sink = SegmentLogSink(tmp_path / "logs", topic="ev", num_partitions=2, query_id="q", settings=SETTINGS)
+    df = spark.range(2).selectExpr(
+        "cast(id as string) as key",
+        "cast(cast(id as string) as binary) as value",
+        "cast(id as int) as partition",
+        "array(named_struct('key', 'h', 'value', cast(null as binary))) as headers",
+        "'ignored' as topic",
+    )
+    sink(df, 0)
+    sink.close()
+    assert sink.committed().end_offsets == {("ev", 0): 1, ("ev", 1): 1}
+
+
+@pytest.mark.parametrize(
     "columns, error, message",
     [
         (["value"], InvalidTopicError, "no 'topic' column and the sink has no default topic"),
-        (["value", "1 as topic"], SchemaError, "column 'topic': found type int32, expected string"),
+        (["value", "1 as topic"], SchemaError, "column 'topic': found type int, expected string"),
     ],
 )
 @pytest.mark.parametrize("rows", [0, 3])

@@ -153,6 +153,25 @@ def test_seglog_read_output_passes_through_with_its_headers(spark: SparkSession,
         _drain(sources.file_events(spark, str(tmp_path / "in"), "json"), tmp_path / "3")
 
 
+@pytest.mark.parametrize("file_format", ["json", "csv"])
+def test_a_partition_column_of_json_or_csv_files_is_read_as_the_int_the_sink_takes(
+    spark: SparkSession, tmp_path: Path, file_format: str
+) -> None:
+    """Spark infers a bigint from JSON's numbers, which the sink refuses as Spark's Kafka sink does
+    ("partition attribute type must be an int"): the files source reads the column as an int, and a
+    number past an int is a malformed line naming its file, not a wrapped partition."""
+    (tmp_path / "in").mkdir()
+    rows = {"json": '{"value": "a", "partition": 1}\n', "csv": "value,partition\na,1\n"}
+    (tmp_path / "in" / f"a.{file_format}").write_text(rows[file_format])
+    table = _drain(sources.file_events(spark, str(tmp_path / "in"), file_format), tmp_path / "1")
+    assert table.schema.field("partition").type == pa.int32()
+    assert table.column("partition").to_pylist() == [1]
+    past = {"json": '{"value": "b", "partition": 2147483648}\n', "csv": "value,partition\nb,2147483648\n"}
+    (tmp_path / "in" / f"b.{file_format}").write_text(past[file_format])
+    with pytest.raises(Exception, match=rf"{sources.MALFORMED_MARK}{file_format} record in .*b\.{file_format}"):
+        _drain(sources.file_events(spark, str(tmp_path / "in"), file_format), tmp_path / "2")
+
+
 def test_a_failure_that_is_no_malformed_line_is_not_reported_as_one(spark: SparkSession, tmp_path: Path) -> None:
     """Spark's query failure ends with the query's plan, which holds the files source's error message as a
     literal: any other failure of a files query (a file deleted once listed, a directory of which no line
