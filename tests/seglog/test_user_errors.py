@@ -24,6 +24,7 @@ from indexer.log_manager import LogManager
 from seglog.cli import main
 from tests.cli import append_file, maintain_once, read_records
 from tests.filesystems import TinyFs, read_only_view
+from tests.maintenance.conftest import lines_of, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
 TS = 1_700_000_000_000
@@ -845,18 +846,28 @@ def test_v_shows_the_daemons_info_lines_without_apschedulers(
     """``seglog -v maintain`` printed two APScheduler INFO lines per job run ("Running job ...", "Job ...
     executed successfully"), drowning seglog's own. They are now kept at WARNING unless ``-vv``."""
     conf = tmp_path / "seglog.toml"
-    conf.write_text('[maintenance]\n"log.initial.task.delay.ms" = 0\n"log.retention.check.interval.ms" = 100\n')
+    conf.write_text(
+        '[topic]\n"retention.ms" = 1\n'  # the first retention run has work: it says so at INFO
+        '[maintenance]\n"log.initial.task.delay.ms" = 0\n"log.retention.check.interval.ms" = 100\n'
+    )
     command = [sys.executable, "-c", "import sys; from seglog.cli import main; sys.exit(main())"]
     proc = subprocess.Popen(
         [*command, verbose, "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
         stderr=subprocess.PIPE,
         text=True,
     )
-    time.sleep(3)  # start-up, then runs of the retention job every 100 ms
-    proc.terminate()
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    assert "INFO maintenance.daemon: seglog maintain on" in err, err
+    try:
+        lines = lines_of(proc.stderr)  # type: ignore[arg-type]
+        seen = wait_for(lines, "INFO maintenance.daemon: seglog maintain on")  # it handles SIGTERM from now on
+        seen += wait_for(lines, "retention: 2 partitions checked")  # a whole run of the retention job
+        proc.terminate()
+        assert proc.wait(timeout=30) == 0, seen
+        seen += wait_for(lines, "stopped")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    err = "".join(seen)
     assert ("apscheduler" in err) is apscheduler, err
 
 
