@@ -25,6 +25,7 @@ from indexer.file_names import (
     RECOVERY_POINT_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
 )
+from indexer.lock import FileLock
 from indexer.log import Log
 from indexer.log_manager import LogManager
 from maintenance.recovery import EXIT_COMMITTED_DATA_LOST
@@ -274,17 +275,19 @@ def test_in_process_maintenance_says_an_unreadable_checkpoint_once_as_the_daemon
         try:
             wait_until(lambda: OffsetCheckpointFile(path).read() == {("t", 0): 3})
             caplog.clear()
-            path.write_text(DAMAGED)
+            # Under the directory's lock, as a process writing it would: a pass's read-merge-write
+            # holds it, so none writes back the file it read just before.
+            lock = FileLock(log_dir / ".lock", what=f"log directory {log_dir}")
+            lock.acquire(timeout=10)
+            try:
+                path.write_text(DAMAGED)
+            finally:
+                lock.release()
 
             def errors() -> list[str]:
                 return [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
 
-            def said() -> bool:
-                if path.read_text() != DAMAGED:  # a pass that had read it just before wrote it back
-                    path.write_text(DAMAGED)
-                return bool(errors())
-
-            wait_until(said)
+            wait_until(lambda: bool(errors()))
             first = errors()
             assert str(path) in first[-1] and f"seglog recover --log-dir {log_dir}" in first[-1], first
             time.sleep(1)  # dozens of passes of both jobs
