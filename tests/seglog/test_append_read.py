@@ -767,9 +767,11 @@ def test_recover_interrupted_by_ctrl_c_says_which_partitions_it_recovered(tmp_pa
     assert "Traceback" not in err, err
     rows = [line.split()[:2] for line in out.decode().splitlines() if line.startswith("  t-") and ":" not in line]
     statuses = [status for _, status in rows]
-    recovered = statuses.count("recovered")
-    assert statuses[0] == "recovered" and "interrupted" in statuses, out.decode()
-    assert statuses == ["recovered"] * recovered + ["interrupted"] + ["not"] * (15 - recovered), out.decode()
+    recovered, cut = statuses.count("recovered"), statuses.count("interrupted")  # none: between two partitions
+    assert statuses[0] == "recovered" and cut <= 1, out.decode()
+    assert statuses == ["recovered"] * recovered + ["interrupted"] * cut + ["not"] * (16 - recovered - cut), (
+        out.decode()
+    )
     names = ", ".join(name for name, _ in rows[:recovered])
     assert f"INTERRUPTED: recovered before the interrupt: {names}; not recovered: " in out.decode(), out.decode()
     assert not (log_dir / ".kafka_cleanshutdown").exists()
