@@ -13,9 +13,32 @@ import numpy as np
 
 from indexer.abstract_index import AbstractIndex
 from indexer.errors import IndexFullError, IndexOffsetOverflowError, InvalidOffsetError
+from indexer.records.columns import to_append_table
+from indexer.records.encoder import encode_batches
 from indexer.records.file_records import FileRecords
 
 IndexT = TypeVar("IndexT", bound=AbstractIndex)
+
+
+def producer_batch(first: int, count: int, producer: int) -> bytes:
+    """One data batch of ``count`` records from offset ``first`` (values ``v<offset>``, timestamps
+    1000 + offset): transactional of ``producer``, or without a producer when ``producer`` < 0."""
+    table = to_append_table(
+        {
+            "value": [f"v{first + i}".encode() for i in range(count)],
+            "timestamp": [1000 + first + i for i in range(count)],
+        },
+        now_ms=0,
+    )
+    encoded = encode_batches(
+        table,
+        first,
+        producer_id=producer,
+        producer_epoch=0 if producer >= 0 else -1,
+        base_sequence=0 if producer >= 0 else -1,
+        is_transactional=producer >= 0,
+    )
+    return bytes(encoded.buffer.tobytes())
 
 
 def index_error(action: Callable[[], Any]) -> type[Exception] | None:

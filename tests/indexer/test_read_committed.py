@@ -15,11 +15,10 @@ from indexer.config import LogConfig
 from indexer.file_names import log_file, transaction_index_file
 from indexer.log import Log
 from indexer.records.batch_header import TRANSACTIONAL_FLAG_MASK
-from indexer.records.columns import to_append_table
 from indexer.records.control import encode_end_txn_marker_batch
-from indexer.records.encoder import encode_batches
 from indexer.records.isolation import IsolationLevel, aborted_batch_mask
 from indexer.transaction_index import AbortedTxn, TransactionIndex
+from tests.indexer.helpers import producer_batch
 
 # (first offset, records or marker, producer id, transactional): the partition a broker would write for
 # producer 7 aborting a transaction while producer 8's transaction stays open, then both committing.
@@ -57,22 +56,7 @@ def write_transactional_partition(directory: Path, bases: tuple[int, ...] = (0,)
                 )
             )
             continue
-        table = to_append_table(
-            {
-                "value": [f"v{first + i}".encode() for i in range(what)],
-                "timestamp": [1000 + first + i for i in range(what)],
-            },
-            now_ms=0,
-        )
-        encoded = encode_batches(
-            table,
-            first,
-            producer_id=producer,
-            producer_epoch=0 if producer >= 0 else -1,
-            base_sequence=0 if producer >= 0 else -1,
-            is_transactional=producer >= 0,
-        )
-        pieces[segment].append(encoded.buffer.tobytes())
+        pieces[segment].append(producer_batch(first, what, producer))
     for base, data in pieces.items():
         log_file(directory, base).write_bytes(b"".join(data))
     for txn in ABORTED:

@@ -281,6 +281,15 @@ def test_a_missing_middle_segment_stops_reads_naming_the_offsets(tmp_path: Path)
         assert _raw_poll(log, following) == (list(range(following, RECORDS)), None)
 
 
+def _flip_base_offset_low_bit(batch: Batch) -> None:
+    """Damage ``batch``'s base offset in place (its lowest bit; the CRC does not cover it): +1 for an even one."""
+    with open(batch.path, "r+b") as f:
+        f.seek(batch.position + 7)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x01]))
+
+
 def test_a_batch_whose_base_offset_was_damaged_is_not_served(tmp_path: Path) -> None:
     """The base offset is not covered by the CRC: +1 on a batch's base offset (bit 0 of byte 7) made
     it hold offsets first+1..last+1, overlapping the next batch. Reads served its records under those
@@ -298,11 +307,7 @@ def test_a_batch_whose_base_offset_was_damaged_is_not_served(tmp_path: Path) -> 
         and batches[i + 1].path == b.path
         and batches[i - 1].path == b.path
     )
-    with open(victim.path, "r+b") as f:
-        f.seek(victim.position + 7)
-        byte = f.read(1)[0]
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([byte ^ 0x01]))
+    _flip_base_offset_low_bit(victim)
     with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
         for start in (0, victim.base_offset - 1):
             offsets, error = _poll(log, start, 1000)
@@ -324,11 +329,7 @@ def test_a_damaged_base_offset_of_a_segments_last_batch_is_not_served(tmp_path: 
     victim = next(b for i, b in enumerate(batches) if b.sealed and batches[i + 1].path != b.path)
     following = _next_base(batches, victim)
     assert victim.last_offset + 1 == following
-    with open(victim.path, "r+b") as f:
-        f.seek(victim.position + 7)
-        byte = f.read(1)[0]
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([byte ^ 0x01]))
+    _flip_base_offset_low_bit(victim)
     with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
         for start in (0, victim.base_offset - 1, victim.base_offset, victim.base_offset + 2):
             for offsets, error in (_poll(log, start, 1000), _raw_poll(log, start)):

@@ -16,10 +16,9 @@ from indexer.config import LogConfig
 from indexer.file_names import log_file, transaction_index_file
 from indexer.index_check import segment_index_problems
 from indexer.log import Log
-from indexer.records.columns import to_append_table
 from indexer.records.control import encode_end_txn_marker_batch
-from indexer.records.encoder import encode_batches
 from indexer.transaction_index import AbortedTxn, TransactionIndex
+from tests.indexer.helpers import producer_batch
 
 # One step: (producer 0..3 or -1 for a plain batch, 0 = data, 1 = ABORT, 2 = COMMIT).
 STEPS = st.lists(st.tuples(st.integers(-1, 3), st.integers(0, 2)), min_size=1, max_size=40)
@@ -54,16 +53,7 @@ def batch_bytes(offset: int, producer: int, action: int) -> bytes:
             commit=action == 2,
             timestamp_ms=1000 + offset,
         )
-    table = to_append_table({"value": [b"v%d" % offset], "timestamp": [1000 + offset]}, now_ms=0)
-    encoded = encode_batches(
-        table,
-        offset,
-        producer_id=producer,
-        producer_epoch=0 if producer >= 0 else -1,
-        base_sequence=0 if producer >= 0 else -1,
-        is_transactional=producer >= 0,
-    )
-    return bytes(encoded.buffer.tobytes())
+    return producer_batch(offset, 1, producer)
 
 
 @settings(max_examples=60, deadline=None)

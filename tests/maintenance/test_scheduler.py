@@ -116,7 +116,11 @@ def test_runs_of_one_job_never_overlap(log_dir: Path, monkeypatch: pytest.Monkey
     assert overlaps[0] == 1
 
 
-def test_start_maintenance_runs_jobs_on_the_managers_logs(log_dir: Path) -> None:
+@pytest.mark.parametrize("paused", [False, True])
+def test_start_maintenance_runs_jobs_on_the_managers_logs(log_dir: Path, paused: bool) -> None:
+    """Jobs run on the manager's logs. Started ``paused`` (the daemon, whose first line
+    'seglog maintain on ...: jobs' came after a job's lines with log.initial.task.delay.ms=0), none
+    runs until :meth:`MaintenanceHandle.resume`."""
     clock = MockClock()
     settings = settings_for(
         small_config(retention_ms=5_000),
@@ -128,8 +132,12 @@ def test_start_maintenance_runs_jobs_on_the_managers_logs(log_dir: Path) -> None
         append_batches(log, clock, 12)
         log.update_high_watermark(log.log_end_offset)
         segments = log.num_segments
-        handle = start_maintenance(manager, settings, jobs=["retention"])
+        handle = start_maintenance(manager, settings, jobs=["retention"], paused=paused)
         try:
+            if paused:
+                time.sleep(0.5)  # ten intervals: none ran
+                assert log.num_segments == segments
+                handle.resume()
             deadline = time.monotonic() + 10
             while log.num_segments == segments and time.monotonic() < deadline:
                 time.sleep(0.02)
@@ -139,36 +147,6 @@ def test_start_maintenance_runs_jobs_on_the_managers_logs(log_dir: Path) -> None
             handle.stop()
             handle.stop()
         assert handle.stopped and not handle.scheduler.running
-    finally:
-        manager.close()
-
-
-def test_a_maintenance_started_paused_runs_no_job_until_resumed(log_dir: Path) -> None:
-    """The daemon's first line ('seglog maintain on ...: jobs') came after the scheduler had started
-    the jobs, so with log.initial.task.delay.ms=0 a job's lines (an unreadable checkpoint's ERROR)
-    could come before it. The daemon starts its scheduler paused, says it is on, then resumes it."""
-    clock = MockClock()
-    settings = settings_for(
-        small_config(retention_ms=5_000),
-        {"log.initial.task.delay.ms": 0, "log.retention.check.interval.ms": 50},
-    )
-    manager = LogManager(log_dir, settings, clock=clock)
-    try:
-        log = manager.get_or_create_log("t", 0)
-        append_batches(log, clock, 12)
-        log.update_high_watermark(log.log_end_offset)
-        segments = log.num_segments
-        handle = start_maintenance(manager, settings, jobs=["retention"], paused=True)
-        try:
-            time.sleep(0.5)  # ten intervals: none ran
-            assert log.num_segments == segments
-            handle.resume()
-            deadline = time.monotonic() + 10
-            while log.num_segments == segments and time.monotonic() < deadline:
-                time.sleep(0.02)
-            assert log.num_segments < segments
-        finally:
-            handle.stop()
     finally:
         manager.close()
 

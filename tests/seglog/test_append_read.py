@@ -606,11 +606,8 @@ def _seglog(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120)
 
 
-def test_a_missing_middle_segment_is_an_error_until_its_loss_is_accepted(tmp_path: Path) -> None:
-    """A middle segment's ``.log`` deleted by hand: ``seglog read --from-beginning`` printed the records
-    before and after the hole as if contiguous and exited 0. It now prints those before it and fails
-    with one line naming the partition, the missing offsets and ``seglog recover``; once the loss is
-    accepted (``seglog recover --accept-data-loss``) it reads on past the gap."""
+def _four_segments_of_three(tmp_path: Path) -> Path:
+    """A log directory whose t-0 holds 4 segments (bases 0, 3, 6, 9) of one 3-record batch each, committed."""
     log_dir = tmp_path / "logs"
     with LogManager(log_dir, load_settings(overrides={"segment.bytes": "2000"})) as manager:
         log = manager.get_or_create_log("t", 0)
@@ -618,6 +615,15 @@ def test_a_missing_middle_segment_is_an_error_until_its_loss_is_accepted(tmp_pat
             log.append({"value": [f"v{i}-{j}".encode() * 40 for j in range(3)]})
             log.roll()
         log.update_high_watermark(log.log_end_offset)
+    return log_dir
+
+
+def test_a_missing_middle_segment_is_an_error_until_its_loss_is_accepted(tmp_path: Path) -> None:
+    """A middle segment's ``.log`` deleted by hand: ``seglog read --from-beginning`` printed the records
+    before and after the hole as if contiguous and exited 0. It now prints those before it and fails
+    with one line naming the partition, the missing offsets and ``seglog recover``; once the loss is
+    accepted (``seglog recover --accept-data-loss``) it reads on past the gap."""
+    log_dir = _four_segments_of_three(tmp_path)
     (log_dir / "t-0" / "00000000000000000003.log").unlink()
     read = ["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--from-beginning"]
     before = _seglog(*read)
@@ -639,13 +645,7 @@ def test_read_stops_at_a_damaged_base_offset_of_a_segments_last_batch(tmp_path: 
     of 0..2, then offset 3 again from segment 3) and exited 0, though ``seglog recover`` removes that
     batch. It now prints nothing before it and fails with one line naming offset 0, the file and the
     batch's position."""
-    log_dir = tmp_path / "logs"
-    with LogManager(log_dir, load_settings(overrides={"segment.bytes": "2000"})) as manager:
-        log = manager.get_or_create_log("t", 0)
-        for i in range(4):
-            log.append({"value": [f"v{i}-{j}".encode() * 40 for j in range(3)]})
-            log.roll()
-        log.update_high_watermark(log.log_end_offset)
+    log_dir = _four_segments_of_three(tmp_path)
     segment = log_dir / "t-0" / "00000000000000000000.log"
     raw = bytearray(segment.read_bytes())
     position = 0

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 import struct
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -35,12 +36,19 @@ def _batches(path: Path) -> list[tuple[int, int, int]]:
     return out
 
 
+def _appended(tmp_path: Path, lines: Iterable[str], config: list[str]) -> Path:
+    """A log directory whose partition ``t-0`` holds ``lines`` (JSON records) as ``seglog append`` with
+    ``config`` (``--config`` options) writes them."""
+    source = tmp_path / "in.jsonl"
+    source.write_text("".join(f"{line}\n" for line in lines))
+    log_dir = tmp_path / "logs"
+    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", *config, str(source)]) == 0
+    return log_dir
+
+
 def _one_batch(tmp_path: Path) -> tuple[Path, Path]:
     """A log directory whose partition ``t-0`` holds one batch of two records: (log dir, its .log)."""
-    source = tmp_path / "in.jsonl"
-    source.write_text('{"value": "a"}\n{"value": "b"}\n')
-    log_dir = tmp_path / "logs"
-    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source)]) == 0
+    log_dir = _appended(tmp_path, ['{"value": "a"}', '{"value": "b"}'], [])
     return log_dir, log_dir / "t-0" / "00000000000000000000.log"
 
 
@@ -230,11 +238,8 @@ def test_an_open_offset_range_reads_as_recover_prints_it() -> None:
 def test_a_segment_missing_in_the_middle_is_reported(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """describe listed a partition whose middle segment's files were gone as sound (``--verify`` exit
     0), while ``seglog recover`` reports its offsets lost: both now name them."""
-    source = tmp_path / "in.jsonl"
-    source.write_text("".join(f'{{"value": "v{i}"}}\n' for i in range(50)))
-    log_dir = tmp_path / "logs"
     small = ["--config", "segment.bytes=300", "--config", "max.message.bytes=120"]
-    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", *small, str(source)]) == 0
+    log_dir = _appended(tmp_path, (f'{{"value": "v{i}"}}' for i in range(50)), small)
     partition = log_dir / "t-0"
     bases = sorted(int(p.name.split(".")[0]) for p in partition.glob("*.log"))
     gone, following = bases[1], bases[2]
@@ -290,11 +295,10 @@ def test_verify_reports_every_index_file_the_loader_rejects_with_recovers_plan(
     """An ``.index`` cut to 7 bytes showed as "0 index entries" and ``describe --verify`` exited 0, while
     ``recover --dry-run`` warned with Kafka's message and planned a rebuild. Every index file the
     engine's check rejects (offset, time, transaction index) is now named, with recover's plan, exit 1."""
-    source = tmp_path / "in.jsonl"
-    source.write_text("".join(f'{{"value": "{i:060d}", "timestamp": {1_700_000_000_000 + i}}}\n' for i in range(24)))
-    log_dir = tmp_path / "logs"
     small = ["--config", "segment.bytes=600", "--config", "max.message.bytes=200", "--config", "index.interval.bytes=1"]
-    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", *small, str(source)]) == 0
+    log_dir = _appended(
+        tmp_path, (f'{{"value": "{i:060d}", "timestamp": {1_700_000_000_000 + i}}}' for i in range(24)), small
+    )
     capsys.readouterr()
     assert main(["describe", "--log-dir", str(log_dir), "--verify", *small]) == 0  # sound: no false alarm
     partition = log_dir / "t-0"
@@ -357,11 +361,8 @@ def test_verify_names_leftover_swap_cleaned_and_deleted_files_with_what_opening_
     loading does with it (the loader's own decisions); ``.cleaned`` and ``.swap`` are findings (exit
     1), ``.deleted`` files, which any run ending before ``file.delete.delay.ms`` leaves, are named
     only; a partition a live process holds has no leftovers but its own work in progress."""
-    source = tmp_path / "in.jsonl"
-    source.write_text("".join(f'{{"value": "{i:060d}"}}\n' for i in range(24)))
-    log_dir = tmp_path / "logs"
     small = ["--config", "segment.bytes=600", "--config", "max.message.bytes=200"]
-    assert main(["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", *small, str(source)]) == 0
+    log_dir = _appended(tmp_path, (f'{{"value": "{i:060d}"}}' for i in range(24)), small)
     partition = log_dir / "t-0"
     logs = sorted(partition.glob("*.log"))
     assert len(logs) >= 3
