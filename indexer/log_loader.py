@@ -620,9 +620,13 @@ class LogLoader:
         then set aside (the ``.log`` ones quarantined whole, the index ones deleted) and the segments
         recovered as they are, which redoes the interrupted salvage or split. Only when no segment
         file is there to replace is such a swap renamed into place (the only copy: recovery salvages it).
+        Nor does a swap that lacks a CRC-valid batch of a segment file it replaces (or is renamed over):
+        completing it would destroy records no other file holds (:meth:`_batches_not_swapped_in`).
         """
         min_swap_offset, max_swap_offset = INT64_MAX, -INT64_MAX - 1
         damaged = False
+        swapped_in: set[tuple[int, int]] = set()  # (first, last offset) of the swap files' batches
+        targets = set()
         for name in swap_files:
             unswapped = name[: -len(file_names.SWAP_FILE_SUFFIX)]
             offset = _offset_or_none(name)
@@ -630,6 +634,8 @@ class LogLoader:
                 continue
             inspection = self._inspect(self._path(name), offset)
             damaged = damaged or inspection.scan.valid_bytes < inspection.size
+            swapped_in.update(_batch_ranges(inspection.scan))
+            targets.add(unswapped)
             next_offset = inspection.valid_next_offset
             min_swap_offset = min(min_swap_offset, offset)
             max_swap_offset = max(max_swap_offset, offset if next_offset is None else next_offset)
@@ -640,10 +646,20 @@ class LogLoader:
             for name in sorted(self._names)
             if name.endswith(file_names.LOG_FILE_SUFFIX)
             and (offset := _offset_or_none(name)) is not None
-            and min_swap_offset <= offset < max_swap_offset
+            and (min_swap_offset <= offset < max_swap_offset or name in targets)  # renamed over: replaced too
         ]
         if damaged and replaced:
-            self._set_swaps_aside(swap_files, replaced)
+            self._set_swaps_aside(
+                swap_files,
+                f"a swap file is not whole CRC-valid batches (damaged): {', '.join(replaced)} kept, not replaced",
+            )
+            return
+        if lost := self._batches_not_swapped_in(replaced, swapped_in):
+            self._set_swaps_aside(
+                swap_files,
+                f"the swap files do not hold every valid batch of {', '.join(replaced)} (offsets {lost} would be "
+                "lost): kept, not replaced",
+            )
             return
         for name in sorted(self._names):
             if name.endswith(file_names.SWAP_FILE_SUFFIX) or file_names.is_quarantine_file(Path(name)):
@@ -665,10 +681,25 @@ class LogLoader:
             else:
                 self._renamed[target] = name
 
-    def _set_swaps_aside(self, swap_files: list[str], replaced: list[str]) -> None:
-        """Quarantine the ``.log`` swap files whole and delete the index ones: one of them is damaged,
-        and the segment files they would replace (``replaced``) stay."""
-        why = f"a swap file is not whole CRC-valid batches (damaged): {', '.join(replaced)} kept, not replaced"
+    def _batches_not_swapped_in(self, replaced: list[str], swapped_in: set[tuple[int, int]]) -> str | None:
+        """The offsets of the CRC-valid batches of the ``replaced`` segment files that no swap file holds
+        (``swapped_in``: their batches' first and last offsets), as ``"a..b, c..d"``; None when every
+        one is there. A swap written by a split or a salvage holds every valid batch of what it replaces
+        (a salvage quarantines only damaged bytes); one that does not (an empty or cut swap file, an
+        interrupted compaction of a broker) would destroy records no other file holds."""
+        missing = [
+            (first, last)
+            for name in replaced
+            for first, last in _batch_ranges(self._inspect(self._path(name), int(_offset_or_none(name) or 0)).scan)
+            if (first, last) not in swapped_in
+        ]
+        return (
+            ", ".join(f"{first}..{last}" for first, last in missing[:3]) + (" ..." if len(missing) > 3 else "") or None
+        )
+
+    def _set_swaps_aside(self, swap_files: list[str], why: str) -> None:
+        """Quarantine the ``.log`` swap files whole and delete the index ones: they may not replace the
+        segment files beside them (``why``), which stay and are recovered as they are."""
         for name in sorted(swap_files):
             offset = _offset_or_none(name)
             if offset is None or not name.endswith(file_names.LOG_FILE_SUFFIX + file_names.SWAP_FILE_SUFFIX):
@@ -1200,6 +1231,11 @@ _LOSSY_KINDS = frozenset(
         StepKind.OFFSETS_IN_NO_SEGMENT,
     }
 )
+
+
+def _batch_ranges(scan: BatchScan) -> list[tuple[int, int]]:
+    """(first offset, last offset) of each batch of ``scan``."""
+    return list(zip(scan.base_offsets.tolist(), scan.last_offsets.tolist(), strict=True))
 
 
 def _inspect_records(

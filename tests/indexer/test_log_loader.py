@@ -289,6 +289,31 @@ def test_temp_and_swap_files(tmp_path: Path) -> None:
     close(loaded)
 
 
+@pytest.mark.parametrize("swap", ["empty", "first half", "one batch short"])
+def test_a_swap_that_lacks_valid_batches_of_what_it_replaces_is_set_aside(tmp_path: Path, swap: str) -> None:
+    """An empty ``.swap`` beside segment 0 was renamed over it (Kafka's step 4 renames every swap
+    file): its committed records were gone for good, no copy in quarantine. A swap file short of the
+    segment's valid batches (cut, empty: no split or salvage of seglog writes one) would destroy
+    records no other file holds; it is quarantined whole and the segment stays. A swap holding
+    every batch still replaces it (test_temp_and_swap_files)."""
+    directory = tmp_path / "t-0"
+    end = write_log(directory)
+    first = segment_logs(directory)[0]
+    before = snapshot(directory)
+    with FileRecords.open(first, mutable=False) as records:
+        positions = records.scan().positions.tolist()
+    cut = {"empty": 0, "first half": positions[len(positions) // 2], "one batch short": positions[-1]}[swap]
+    Path(f"{first}.swap").write_bytes(first.read_bytes()[:cut])
+    loaded = load(directory, had_clean_shutdown=True)
+    kinds = [s.kind for s in loaded.report.steps]
+    assert StepKind.COMPLETE_SWAP not in kinds and StepKind.DELETE_SWAPPED_OUT not in kinds, kinds
+    assert kinds.count(StepKind.QUARANTINE_DAMAGED_SWAP) == 1, kinds
+    assert loaded.next_offset == end and not loaded.report.data_lost
+    close(loaded)
+    assert first.read_bytes() == before[first.name]
+    assert not any(directory.glob("*.swap")) and len(list(directory.glob("*.quarantine"))) == 1
+
+
 def test_orphaned_index_and_missing_time_index(tmp_path: Path) -> None:
     directory = tmp_path / "t-0"
     write_log(directory)
