@@ -526,18 +526,13 @@ def _quiet_spark_logs(spark: SparkSession) -> None:
     scheduler's logs of a failed task (the same error with a Java stack trace). And the ``DAGScheduler``
     warning "Failed to cancel job group ... Cannot find active jobs for it" that every stop between
     micro-batches printed (twice): ``query.stop()`` cancels the query's job group whether a job runs or
-    not. And the warning at the query's start that adaptive query execution does not apply to streaming
-    (the session's setting is Spark's default, the job changes nothing a warning could tell the user
-    about)."""
+    not."""
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
     log4j.core.config.Configurator.setLevel(
         "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution", log4j.Level.FATAL
     )
     log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", log4j.Level.ERROR)
-    log4j.core.config.Configurator.setLevel(
-        "org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream", log4j.Level.ERROR
-    )
     if re.fullmatch(r"local(\[[^],]*\])?", spark.sparkContext.master or ""):
         # Tasks run in this JVM, and with local[N]'s single attempt a task's failure fails the query, whose
         # error the job raises: the executor's and the task scheduler's logs of it repeated the error with

@@ -93,6 +93,13 @@ def build_spark_session(
         # it back to the caller that set its own, e.g. `seglog run`, which stops after the running batch.
         signal.signal(signal.SIGINT, handler)
     spark.sparkContext.setLogLevel("WARN")
+    # Each streaming query's start warned that adaptive query execution does not apply to streaming:
+    # the session's setting is Spark's default, nothing a warning could tell the user about (`seglog
+    # run`, the benchmarks' queries).
+    log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
+    log4j.core.config.Configurator.setLevel(
+        "org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream", log4j.Level.ERROR
+    )
     logger.info("Spark %s session %r on %s", spark.version, app_name, master)
     return spark
 
