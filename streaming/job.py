@@ -169,6 +169,18 @@ class JobSpec:
             if not Path(self.input_path).is_dir():
                 raise ConfigError(f"{what} is a file; give the directory that holds the input files")
 
+    def check_partition_count(self, settings: Settings) -> None:
+        """Check the topic's partition count as the job would create or find it, creating nothing: a
+        refused count (another than the topic's, more new partitions than Kafka allows at once) writes
+        neither the log directory nor the checkpoint.
+
+        Raises:
+            InvalidPartitionsError: the count the topic cannot have.
+            InvalidTopicError: a topic name Kafka refuses.
+        """
+        with LogManager(self.log_dir, settings, read_only=True) as manager:
+            manager.partition_count(self.topic, self.num_partitions)
+
     def source_identity(self) -> dict[str, str | None]:
         """What Spark cannot change under a checkpoint: the source, and the directory of a files or
         delta source (absolute, for local paths)."""
@@ -361,13 +373,9 @@ def run_job(
     started = time.monotonic()
     deadline = None if duration_s is None else started + duration_s
     spec.check_paths()
+    spec.check_partition_count(settings)
     record_source = spec.check_checkpoint_source()
     fresh_checkpoint = record_source is not None and not _checkpoint_started(spec.checkpoint_location)
-    if record_source is not None and fresh_checkpoint:
-        record_source()
-        _warn_of_a_second_query(spec)
-    else:
-        _warn_of_batches_elsewhere(spec)
     on_executors = writes_on_executors(spec.writes, spark.sparkContext.master if spark else spec.master)
     # Before Spark starts (it takes seconds): the topic's partition count and, when the driver writes,
     # every partition's writer lock, held by the job (another `seglog run` on the same log directory
@@ -386,6 +394,13 @@ def run_job(
                 count = log_manager.create_topic(spec.topic, spec.num_partitions, exist_ok=True)
                 for partition in range(count):
                     log_manager.get_or_create_log(spec.topic, partition)
+            # Only now, the topic and the locks being the job's, is anything written to the checkpoint: a
+            # refused run leaves the checkpoint location as it found it.
+            if record_source is not None and fresh_checkpoint:
+                record_source()
+                _warn_of_a_second_query(spec)
+            else:
+                _warn_of_batches_elsewhere(spec)
             if spark is None:
                 spark = build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
                 _quiet_spark_logs(spark)

@@ -9,9 +9,9 @@ micro-batch, the committed end offset and the segment count of each partition. -
 from the command's start (Spark's start-up included); at the deadline no new micro-batch starts.
 Options, paths, the topic's partition count, the partitions' writer locks and the checkpoint's source
 (Spark cannot resume a checkpoint under another source) are checked before Spark starts: a mistake
-is one line, exit 1. Ctrl-C or SIGTERM stops cleanly (query stopped, logs flushed and
-closed, checkpoints written); a second Ctrl-C aborts. Restarting with the same checkpoint resumes
-exactly where the last committed micro-batch ended.
+is one line, exit 1, and nothing is written to the checkpoint. Ctrl-C or SIGTERM stops cleanly
+(query stopped, logs flushed and closed, checkpoints written); a second Ctrl-C aborts. Restarting
+with the same checkpoint resumes exactly where the last committed micro-batch ended.
 
 The kafka source needs Spark's Kafka package (spark-sql-kafka-0-10) and the delta source
 delta-spark's jars on Spark's classpath; they are not installed by default.

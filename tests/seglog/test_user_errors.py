@@ -723,6 +723,20 @@ def test_run_checks_options_before_spark_starts(
 ) -> None:
     assert _run_without_spark(monkeypatch, log_dir, tmp_path, *extra) == 1
     assert fragment in _one_error_line(capsys.readouterr().err, error)
+    assert not (tmp_path / "ckpt").exists()  # a refused run records nothing in its checkpoint
+
+
+def test_a_run_refused_for_its_partition_count_creates_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """More new partitions than Kafka creates at once were refused only after the run had written its
+    checkpoint's source record and created the log directory."""
+    new_dir = tmp_path / "new-logs"
+    assert _run_without_spark(monkeypatch, new_dir, tmp_path, "--partitions", "10001") == 1
+    line = _one_error_line(capsys.readouterr().err, "InvalidPartitionsError")
+    assert "would get 10001 new partitions at once" in line, line
+    assert not new_dir.exists()
+    assert not (tmp_path / "ckpt").exists()
 
 
 def test_run_on_a_locked_log_dir_fails_before_spark_starts(
@@ -732,6 +746,7 @@ def test_run_on_a_locked_log_dir_fails_before_spark_starts(
         writer.get_log("events", 1)
         assert _run_without_spark(monkeypatch, log_dir, tmp_path) == 1
     assert "events-1 is locked by pid" in _one_error_line(capsys.readouterr().err, "LogLockedError")
+    assert not (tmp_path / "ckpt").exists()
 
 
 def test_other_files_do_not_make_a_log_directory_a_partition(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
