@@ -63,7 +63,14 @@ from indexer.lock import FileLock
 from indexer.log_manager import LogManager, check_log_dir
 from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, empty_arrow_table, micro_batch_plan
 from streaming.executor_writes import WritePlan, checkpoint_partition, open_partition, run_write_job
-from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout, split_record_batch
+from streaming.micro_batch import (
+    SINK_COLUMNS,
+    MicroBatchEncoder,
+    PartitionBatches,
+    TopicLayout,
+    check_sink_columns_once,
+    split_record_batch,
+)
 from streaming.session import local_log_dir, read_checkpoint_query_id, runs_on_one_machine
 
 if TYPE_CHECKING:
@@ -723,10 +730,12 @@ def _sink_columns(batch_df: DataFrame, topic: str | None) -> DataFrame:
     ``topic`` option.
 
     Raises:
-        SchemaError: there is no ``value`` column, or a column has a type the sink cannot take
-            (:func:`check_kafka_sink_types`).
+        SchemaError: there is no ``value`` column, a column the sink reads appears twice
+            (:func:`~streaming.micro_batch.check_sink_columns_once`), or a column has a type the sink cannot
+            take (:func:`check_kafka_sink_types`).
         InvalidTopicError: no ``topic`` column and no ``topic`` option.
     """
+    check_sink_columns_once(batch_df.columns)
     names = [name for name in batch_df.columns if name in SINK_COLUMNS]
     if "value" not in names:
         raise SchemaError(f"the micro-batch has no 'value' column (columns: {batch_df.columns})")
@@ -749,21 +758,37 @@ KAFKA_SINK_TYPES = {
 Spark's ``simpleString`` spells them (which leaves out nullability, as its ``sameType`` does)."""
 
 
+SINK_TIMESTAMP_TYPES = ("timestamp", "tinyint", "smallint", "int", "bigint", "void")
+"""The Spark types the sink takes for ``timestamp``: Spark's ``timestamp`` (an instant), or an integer of
+milliseconds since the epoch (null, or ``void``: now). Not ``timestamp_ntz``, a wall-clock time without a
+zone, which Spark turns into an instant only through the session's time zone (its Arrow form, a timestamp
+without a zone, would otherwise be read as UTC: hours off), nor ``double``, ``date`` or ``string``."""
+
+
 def check_kafka_sink_types(schema: StructType, topic: str | None) -> None:
     """Refuse the column types Spark's Kafka sink refuses from a query's schema (``KafkaWriter.validateQuery``:
     :data:`KAFKA_SINK_TYPES`; ``topic``'s only without the ``topic`` option, whose topic wins), so that a
     DataFrame the sink takes is one Spark's Kafka sink takes too: e.g. a ``bigint`` partition or string
-    header values (which the Arrow record batches could carry) are refused, not converted. Other columns,
-    and ``timestamp`` (which the sink also takes as a long of milliseconds), are not checked here.
+    header values (which the Arrow record batches could carry) are refused, not converted. ``timestamp``,
+    which the sink also takes as an integer of milliseconds, is checked against :data:`SINK_TIMESTAMP_TYPES`.
+    Other columns are not checked here.
 
     Raises:
         SchemaError: one line naming the column, the type found and the types expected.
     """
     for column in schema.fields:
+        found = column.dataType.simpleString()
+        if column.name == "timestamp":
+            if found not in SINK_TIMESTAMP_TYPES:
+                cast = " (cast it: col('timestamp').cast('timestamp'))" if found == "timestamp_ntz" else ""
+                raise SchemaError(
+                    f"column 'timestamp': found type {found}, expected timestamp or an integer type "
+                    f"(milliseconds since the epoch){cast}"
+                )
+            continue
         expected = KAFKA_SINK_TYPES.get(column.name)
         if expected is None or (column.name == "topic" and topic is not None):
             continue
-        found = column.dataType.simpleString()
         if found not in expected:
             cast = f" (cast it: col('{column.name}').cast('int'))" if column.name == "partition" else ""
             raise SchemaError(

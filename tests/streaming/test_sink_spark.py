@@ -282,6 +282,17 @@ def test_bad_input_fails_the_query_with_the_sink_error(
         (["value", "array(1) as headers"], "column 'headers': found type array<int>"),
         (["cast(id as int) as value"], "column 'value': found type int, expected string or binary"),
         (["value", "cast(null as string) as key", "cast(1 as string) as topic", "null as headers"], "found type void"),
+        (  # Spark's Kafka sink takes the first of them; a join's leftover is refused, not guessed at
+            ["value", "value as key", "'k' as key", "id"],
+            "column 'key' appears 2 times in the micro-batch (columns: ['value', 'key', 'key', 'id'])",
+        ),
+        (["value", "value"], "column 'value' appears 2 times"),
+        (  # a wall-clock time without a zone: Spark reads it in the session's time zone, never as UTC
+            ["value", "cast(timestamp_millis(id) as timestamp_ntz) as timestamp"],
+            "column 'timestamp': found type timestamp_ntz, expected timestamp or an integer type (milliseconds "
+            "since the epoch) (cast it: col('timestamp').cast('timestamp'))",
+        ),
+        (["value", "cast(id as double) as timestamp"], "column 'timestamp': found type double, expected timestamp"),
     ],
 )
 @pytest.mark.parametrize("writes", ["driver", "executors"])
