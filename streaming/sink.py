@@ -61,7 +61,13 @@ from indexer.errors import ConfigError, SchemaError, StorageError, storage_error
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, validate_topic
 from indexer.lock import FileLock
 from indexer.log_manager import LogManager, check_log_dir
-from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, empty_arrow_table, micro_batch_plan
+from streaming.arrow_collect import (
+    SPARK_QUERY_ID_PROPERTY,
+    collect_arrow,
+    empty_arrow_table,
+    micro_batch_plan,
+    temporary_checkpoint,
+)
 from streaming.executor_writes import WritePlan, checkpoint_partition, open_partition, run_write_job
 from streaming.micro_batch import (
     SINK_COLUMNS,
@@ -189,6 +195,7 @@ class SegmentLogSink:
         )
         self._query_id = query_id
         self._checkpoint_location = checkpoint_location
+        self._checked_query: str | None = None  # the running query whose checkpoint check_query_checkpoint passed
         self._log_manager = log_manager
         self._owns_log_manager = log_manager is None
         self._max_workers = max_workers or os.cpu_count() or 1
@@ -233,9 +240,13 @@ class SegmentLogSink:
 
         A ``checkpoint_location`` naming another query's checkpoint than the running query's is a
         :class:`ConfigError`: the sink would take this query's batch ids for the other query's and
-        skip them as already committed, while Spark commits them (rows silently never written).
+        skip them as already committed, while Spark commits them (rows silently never written). So is a
+        running query without a checkpoint of its own (:func:`check_query_checkpoint`).
         """
         running = batch_df.sparkSession.sparkContext.getLocalProperty(SPARK_QUERY_ID_PROPERTY)
+        if running and running != self._checked_query:
+            check_query_checkpoint(batch_df, running)
+            self._checked_query = running
         if self._query_id is None and self._checkpoint_location is not None:
             recorded = read_checkpoint_query_id(self._checkpoint_location)
             if running and recorded != running:
@@ -250,9 +261,10 @@ class SegmentLogSink:
         if self._query_id is not None:
             return self._query_id
         if not running:
-            raise ValueError(
+            raise ConfigError(
                 "cannot tell which Spark checkpoint this micro-batch belongs to: run the sink inside "
-                "writeStream.foreachBatch, or pass query_id= or checkpoint_location="
+                "writeStream.foreachBatch, or, for a batch DataFrame, pass query_id= (a name for this write: "
+                "calling the sink again with it and the same batch id is skipped)"
             )
         return str(running)
 
@@ -686,6 +698,25 @@ class SegmentLogSink:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_query_checkpoint(batch_df: DataFrame, query_id: str) -> None:
+    """Refuse a micro-batch of streaming query ``query_id`` that runs on a temporary checkpoint, the one Spark
+    makes up for a ``foreachBatch`` query without ``checkpointLocation`` and deletes when the query stops
+    (:func:`~streaming.arrow_collect.temporary_checkpoint`): a restart would be a new query, re-reading its
+    source, whose rows the sink would write again (or, under a fixed ``query_id``, skip as committed). Spark's
+    Kafka sink refuses to start without a checkpoint location.
+
+    Raises:
+        ConfigError: one line naming the query and its temporary checkpoint.
+    """
+    temporary = temporary_checkpoint(batch_df)
+    if temporary is not None:
+        raise ConfigError(
+            f"query {query_id} has no checkpointLocation: Spark runs it on a temporary checkpoint ({temporary}) "
+            "that it deletes when the query stops, so a restart would be a new query and its rows would be "
+            "written again; start it with .option('checkpointLocation', ...), as Spark's Kafka sink requires"
+        )
 
 
 def check_writes(writes: str) -> None:

@@ -33,7 +33,14 @@ from streaming.arrow_collect import micro_batch_plan
 from streaming.job import JobSpec, JobSummary, run_job
 from streaming.partitioner import partition_for_keys
 from streaming.sink import SegmentLogSink, _to_collect
-from tests.streaming.helpers import json_input_stream, read_topic, snapshot, start_foreach_batch, write_json_inputs
+from tests.streaming.helpers import (
+    await_end,
+    json_input_stream,
+    read_topic,
+    snapshot,
+    start_foreach_batch,
+    write_json_inputs,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -171,6 +178,37 @@ def test_sink_takes_its_identity_from_the_running_query(spark: SparkSession, tmp
     sink.close()
     assert sink.committed().query_id == query.id
     assert len(read_topic(tmp_path / "logs", "ev")) == 10
+
+
+def test_a_batch_dataframe_without_a_name_for_its_write_is_refused(spark: SparkSession, tmp_path: Path) -> None:
+    """``df.write.format("seglog")`` is not offered (docs/streaming.md); a batch DataFrame is written by
+    calling the sink with ``query_id=``, a name for the write. Without one the sink has no identity to make
+    a rerun harmless: a ``ConfigError`` (one of seglog's own errors) saying so, before anything is written."""
+    sink = SegmentLogSink(tmp_path / "logs", topic="ev", settings=SETTINGS)
+    with pytest.raises(ConfigError, match=r"pass query_id= \(a name for this write:"):
+        sink(spark.range(3).selectExpr("cast(id as string) as value"), 0)
+    sink.close()
+    assert snapshot(tmp_path / "logs") == {}
+
+
+@pytest.mark.parametrize("query_id", [None, "named"])
+def test_a_query_without_a_checkpoint_location_fails_before_writing(
+    spark: SparkSession, tmp_path: Path, query_id: str | None
+) -> None:
+    """Without ``checkpointLocation`` Spark runs a ``foreachBatch`` query on a temporary checkpoint it deletes
+    when the query stops: a restart is a new query, whose rows the sink would write again (or, under a
+    fixed ``query_id``, skip as committed: lost). Spark's Kafka sink refuses to start without one; the
+    sink fails the first micro-batch, before touching the log directory."""
+    write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
+    sink = SegmentLogSink(tmp_path / "logs", topic="ev", settings=SETTINGS, query_id=query_id)
+    query = json_input_stream(spark, tmp_path / "in").writeStream.foreachBatch(sink).trigger(availableNow=True).start()
+    with pytest.raises(StreamingQueryException, match="has no checkpointLocation"):
+        await_end(query)
+    sink.close()
+    assert isinstance(sink.last_error, ConfigError)
+    message = str(sink.last_error)
+    assert "\n" not in message and "temporary checkpoint" in message and "option('checkpointLocation'" in message
+    assert not (tmp_path / "logs").exists() or snapshot(tmp_path / "logs") == {}
 
 
 def test_a_sink_given_another_querys_checkpoint_fails_and_writes_nothing(spark: SparkSession, tmp_path: Path) -> None:
