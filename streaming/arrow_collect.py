@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SPARK_QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY: a local property of the batch
+TEMPORARY_CHECKPOINT = re.compile(r"temporary-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""The name of the checkpoint directory Spark makes up for a query without one (see :func:`temporary_checkpoint`)."""
 
 
 def empty_arrow_table(df: DataFrame) -> pa.Table | None:
@@ -103,9 +105,6 @@ def temporary_checkpoint(batch_df: DataFrame) -> str | None:
         return None
     path = Path(urlparse(root).path)
     return root if path.parent == tmp and TEMPORARY_CHECKPOINT.fullmatch(path.name) else None
-
-
-TEMPORARY_CHECKPOINT = re.compile(r"temporary-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def _running_query(batch_df: DataFrame) -> Any:

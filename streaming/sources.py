@@ -101,14 +101,7 @@ def file_events(
     """
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
-    from pyspark.sql.types import (
-        ArrayType,
-        BinaryType,
-        IntegerType,
-        StringType,
-        StructField,
-        TimestampType,
-    )
+    from pyspark.sql.types import ArrayType, BinaryType, IntegerType, StringType, StructField, TimestampType
 
     if file_format not in FILE_FORMATS:
         raise ConfigError(f"file format must be one of {FILE_FORMATS}, got {file_format!r}")
