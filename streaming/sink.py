@@ -55,7 +55,7 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from indexer.commit_log import SinkCommit, SinkCommitLog, commit_file, sink_commits, sink_lock_file
-from indexer.config import Settings, load_settings
+from indexer.config import LogConfig, Settings, load_settings
 from indexer.data_loss import missing_committed_records
 from indexer.errors import ConfigError, SchemaError, StorageError, storage_errors
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, validate_topic
@@ -185,6 +185,7 @@ class SegmentLogSink:
         self.num_partitions = num_partitions
         self.writes = writes
         base = settings if settings is not None else load_settings()
+        LogConfig().with_overrides(config or {}, source="the sink's config=")  # blame this option, not --config
         self.settings = dataclasses.replace(base, overrides={**base.overrides, **(config or {})})
         for name in {topic, *self.settings.topics} - {None}:
             self.settings.log_config(name)  # fail on a bad override now, not at the first batch
