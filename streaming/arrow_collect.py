@@ -12,7 +12,7 @@ copies every row once more before the Arrow conversion copies it again. :func:`m
 finds the plan the rows come from (the query's ``lastExecution``), so the sink collects from it.
 
 This uses PySpark internals (a py4j method of the Dataset, the socket helper and the serializer
-behind ``toArrow``, the streaming query's ``lastExecution``), all in this one module; written
+behind ``toArrow``, the streaming query's ``lastExecution`` and checkpoint), all in this one module; written
 against pyspark 4.2. If a pyspark release moves the collect's internals, the sink fails with a
 :class:`~indexer.errors.ConfigError` saying so; if it moves ``lastExecution``, the sink collects
 the ``LogicalRDD`` as handed over (and logs why at debug level).
@@ -21,8 +21,11 @@ the ``LogicalRDD`` as handed over (and logs why at debug level).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 import pyarrow as pa
 
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
 logger = logging.getLogger(__name__)
 
 SPARK_QUERY_ID_PROPERTY = "sql.streaming.queryId"  # StreamExecution.QUERY_ID_KEY: a local property of the batch
+TEMPORARY_CHECKPOINT = re.compile(r"temporary-[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
+"""The name of the checkpoint directory Spark makes up for a query without one (see :func:`temporary_checkpoint`)."""
 
 
 def empty_arrow_table(df: DataFrame) -> pa.Table | None:
@@ -58,8 +63,7 @@ def micro_batch_plan(batch_df: DataFrame) -> DataFrame | None:
     row into a new ``UnsafeRow``. A DataFrame over ``lastExecution`` itself skips that copy (in
     ``seglog bench sink``'s micro-batches ~8% less JVM CPU per collect). It is used only when
     ``batch_df`` is provably that micro-batch unchanged: a ``LogicalRDD`` over the very RDD of
-    ``lastExecution`` (same RDD id). The query is found through the default session, the one that
-    started it (``foreachBatch`` gets a clone of that session, whose query manager does not know it).
+    ``lastExecution`` (same RDD id), of the query :func:`_running_query` finds.
     """
     from py4j.protocol import Py4JError
     from pyspark.sql import DataFrame
@@ -67,20 +71,58 @@ def micro_batch_plan(batch_df: DataFrame) -> DataFrame | None:
     try:
         jdf = batch_df._jdf
         logical = jdf.queryExecution().logical()
-        query_id = batch_df.sparkSession.sparkContext.getLocalProperty(SPARK_QUERY_ID_PROPERTY)
-        if logical.getClass().getSimpleName() != "LogicalRDD" or not query_id:
+        if logical.getClass().getSimpleName() != "LogicalRDD":
+            return None
+        query = _running_query(batch_df)
+        execution = query.lastExecution() if query is not None else None
+        if execution is None or logical.rdd().id() != execution.toRdd().id():
             return None
         jvm = batch_df.sparkSession._jvm
         assert jvm is not None
-        default = jvm.org.apache.spark.sql.SparkSession.getDefaultSession()
-        query = default.get().streams().get(query_id) if default.isDefined() else None
-        execution = query.streamingQuery().lastExecution() if query is not None else None
-        if execution is None or logical.rdd().id() != execution.toRdd().id():
-            return None
         return DataFrame(jvm.org.apache.spark.sql.classic.Dataset(execution, jdf.encoder()), batch_df.sparkSession)
     except (Py4JError, AttributeError) as e:
         logger.debug("collecting the micro-batch as foreachBatch handed it over: %s", e)
         return None
+
+
+def temporary_checkpoint(batch_df: DataFrame) -> str | None:
+    """The checkpoint of the streaming query running ``batch_df`` when Spark made it up because the query has
+    no ``checkpointLocation`` (``StreamingQueryManager.createQuery``: ``Utils.createTempDir(namePrefix =
+    "temporary")``, a ``temporary-<uuid>`` directory of the JVM's ``java.io.tmpdir``, deleted when the query
+    stops); None for any other checkpoint, or when the query cannot be found (then nothing is refused)."""
+    from py4j.protocol import Py4JError
+
+    try:
+        query = _running_query(batch_df)
+        if query is None:
+            return None
+        root = str(query.resolvedCheckpointRoot())
+        jvm = batch_df.sparkSession._jvm
+        assert jvm is not None
+        tmp = Path(str(jvm.java.lang.System.getProperty("java.io.tmpdir"))).resolve()
+    except (Py4JError, AttributeError) as e:
+        logger.debug("cannot tell the checkpoint of the micro-batch's query: %s", e)
+        return None
+    path = Path(urlparse(root).path)
+    return root if path.parent == tmp and TEMPORARY_CHECKPOINT.fullmatch(path.name) else None
+
+
+def _running_query(batch_df: DataFrame) -> Any:
+    """The JVM ``StreamExecution`` running the micro-batch ``batch_df``, or None (not in a streaming query).
+    The query is found through the default session, the one that started it (``foreachBatch`` gets a clone
+    of that session, whose query manager does not know it).
+
+    Raises:
+        Py4JError, AttributeError: the installed pyspark lacks what this relies on.
+    """
+    query_id = batch_df.sparkSession.sparkContext.getLocalProperty(SPARK_QUERY_ID_PROPERTY)
+    if not query_id:
+        return None
+    jvm = batch_df.sparkSession._jvm
+    assert jvm is not None
+    default = jvm.org.apache.spark.sql.SparkSession.getDefaultSession()
+    query = default.get().streams().get(query_id) if default.isDefined() else None
+    return query.streamingQuery() if query is not None else None
 
 
 def collect_arrow(df: DataFrame) -> Iterator[pa.RecordBatch | list[int]]:

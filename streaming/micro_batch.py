@@ -36,7 +36,7 @@ import logging
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Executor, Future
 from dataclasses import dataclass
 
@@ -61,6 +61,23 @@ from streaming.partitioner import partition_for_keys
 logger = logging.getLogger(__name__)
 
 SINK_COLUMNS = ("key", "value", "topic", "partition", "headers", "timestamp")
+
+
+def check_sink_columns_once(names: Sequence[str]) -> None:
+    """Each of :data:`SINK_COLUMNS` at most once among a micro-batch's column ``names`` (a join's leftover
+    ``key``, say). Spark's Kafka sink silently takes the first of them; seglog refuses rather than guess
+    which one was meant.
+
+    Raises:
+        SchemaError: one line naming the column, how often it appears and the micro-batch's columns.
+    """
+    for name in SINK_COLUMNS:
+        count = names.count(name)
+        if count > 1:
+            raise SchemaError(
+                f"column {name!r} appears {count} times in the micro-batch (columns: {list(names)}): drop or "
+                "rename all but one (Spark's Kafka sink would silently take the first)"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,7 +246,7 @@ def split_record_batch(
         The batch's partitions (ordered by topic then partition), each with one piece.
 
     Raises:
-        SchemaError: no ``value`` column, or a column of the wrong type.
+        SchemaError: no ``value`` column, a column of the wrong type, or a sink column twice.
         InvalidTimestampError: a negative timestamp (Kafka's producer refuses them).
         InvalidTopicError: no topic for a row, or an illegal topic name.
         UnknownTopicOrPartitionError: a partition outside the topic's partitions.
@@ -237,6 +254,7 @@ def split_record_batch(
         RecordBatchTooLargeError: a record whose batch would exceed ``segment.bytes``.
     """
     table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    check_sink_columns_once(table.column_names)
     if "value" not in table.column_names:
         raise SchemaError(f"the micro-batch has no 'value' column (columns: {table.column_names})")
     ignored = [name for name in table.column_names if name not in SINK_COLUMNS]

@@ -55,15 +55,28 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from indexer.commit_log import SinkCommit, SinkCommitLog, commit_file, sink_commits, sink_lock_file
-from indexer.config import Settings, load_settings
+from indexer.config import LogConfig, Settings, load_settings
 from indexer.data_loss import missing_committed_records
 from indexer.errors import ConfigError, SchemaError, StorageError, storage_errors
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, validate_topic
 from indexer.lock import FileLock
 from indexer.log_manager import LogManager, check_log_dir
-from streaming.arrow_collect import SPARK_QUERY_ID_PROPERTY, collect_arrow, empty_arrow_table, micro_batch_plan
+from streaming.arrow_collect import (
+    SPARK_QUERY_ID_PROPERTY,
+    collect_arrow,
+    empty_arrow_table,
+    micro_batch_plan,
+    temporary_checkpoint,
+)
 from streaming.executor_writes import WritePlan, checkpoint_partition, open_partition, run_write_job
-from streaming.micro_batch import SINK_COLUMNS, MicroBatchEncoder, PartitionBatches, TopicLayout, split_record_batch
+from streaming.micro_batch import (
+    SINK_COLUMNS,
+    MicroBatchEncoder,
+    PartitionBatches,
+    TopicLayout,
+    check_sink_columns_once,
+    split_record_batch,
+)
 from streaming.session import local_log_dir, read_checkpoint_query_id, runs_on_one_machine
 
 if TYPE_CHECKING:
@@ -172,6 +185,7 @@ class SegmentLogSink:
         self.num_partitions = num_partitions
         self.writes = writes
         base = settings if settings is not None else load_settings()
+        LogConfig().with_overrides(config or {}, source="the sink's config=")  # blame this option, not --config
         self.settings = dataclasses.replace(base, overrides={**base.overrides, **(config or {})})
         for name in {topic, *self.settings.topics} - {None}:
             self.settings.log_config(name)  # fail on a bad override now, not at the first batch
@@ -182,6 +196,7 @@ class SegmentLogSink:
         )
         self._query_id = query_id
         self._checkpoint_location = checkpoint_location
+        self._checked_query: str | None = None  # the running query whose checkpoint check_query_checkpoint passed
         self._log_manager = log_manager
         self._owns_log_manager = log_manager is None
         self._max_workers = max_workers or os.cpu_count() or 1
@@ -226,9 +241,13 @@ class SegmentLogSink:
 
         A ``checkpoint_location`` naming another query's checkpoint than the running query's is a
         :class:`ConfigError`: the sink would take this query's batch ids for the other query's and
-        skip them as already committed, while Spark commits them (rows silently never written).
+        skip them as already committed, while Spark commits them (rows silently never written). So is a
+        running query without a checkpoint of its own (:func:`check_query_checkpoint`).
         """
         running = batch_df.sparkSession.sparkContext.getLocalProperty(SPARK_QUERY_ID_PROPERTY)
+        if running and running != self._checked_query:
+            check_query_checkpoint(batch_df, running)
+            self._checked_query = running
         if self._query_id is None and self._checkpoint_location is not None:
             recorded = read_checkpoint_query_id(self._checkpoint_location)
             if running and recorded != running:
@@ -243,9 +262,10 @@ class SegmentLogSink:
         if self._query_id is not None:
             return self._query_id
         if not running:
-            raise ValueError(
+            raise ConfigError(
                 "cannot tell which Spark checkpoint this micro-batch belongs to: run the sink inside "
-                "writeStream.foreachBatch, or pass query_id= or checkpoint_location="
+                "writeStream.foreachBatch, or, for a batch DataFrame, pass query_id= (a name for this write: "
+                "calling the sink again with it and the same batch id is skipped)"
             )
         return str(running)
 
@@ -681,6 +701,25 @@ class SegmentLogSink:
         self.close()
 
 
+def check_query_checkpoint(batch_df: DataFrame, query_id: str) -> None:
+    """Refuse a micro-batch of streaming query ``query_id`` that runs on a temporary checkpoint, the one Spark
+    makes up for a ``foreachBatch`` query without ``checkpointLocation`` and deletes when the query stops
+    (:func:`~streaming.arrow_collect.temporary_checkpoint`): a restart would be a new query, re-reading its
+    source, whose rows the sink would write again (or, under a fixed ``query_id``, skip as committed). Spark's
+    Kafka sink refuses to start without a checkpoint location.
+
+    Raises:
+        ConfigError: one line naming the query and its temporary checkpoint.
+    """
+    temporary = temporary_checkpoint(batch_df)
+    if temporary is not None:
+        raise ConfigError(
+            f"query {query_id} has no checkpointLocation: Spark runs it on a temporary checkpoint ({temporary}) "
+            "that it deletes when the query stops, so a restart would be a new query and its rows would be "
+            "written again; start it with .option('checkpointLocation', ...), as Spark's Kafka sink requires"
+        )
+
+
 def check_writes(writes: str) -> None:
     """Raises :class:`ConfigError` unless ``writes`` is one of :data:`WRITES`."""
     if writes not in WRITES:
@@ -723,10 +762,12 @@ def _sink_columns(batch_df: DataFrame, topic: str | None) -> DataFrame:
     ``topic`` option.
 
     Raises:
-        SchemaError: there is no ``value`` column, or a column has a type the sink cannot take
-            (:func:`check_kafka_sink_types`).
+        SchemaError: there is no ``value`` column, a column the sink reads appears twice
+            (:func:`~streaming.micro_batch.check_sink_columns_once`), or a column has a type the sink cannot
+            take (:func:`check_kafka_sink_types`).
         InvalidTopicError: no ``topic`` column and no ``topic`` option.
     """
+    check_sink_columns_once(batch_df.columns)
     names = [name for name in batch_df.columns if name in SINK_COLUMNS]
     if "value" not in names:
         raise SchemaError(f"the micro-batch has no 'value' column (columns: {batch_df.columns})")
@@ -749,21 +790,37 @@ KAFKA_SINK_TYPES = {
 Spark's ``simpleString`` spells them (which leaves out nullability, as its ``sameType`` does)."""
 
 
+SINK_TIMESTAMP_TYPES = ("timestamp", "tinyint", "smallint", "int", "bigint", "void")
+"""The Spark types the sink takes for ``timestamp``: Spark's ``timestamp`` (an instant), or an integer of
+milliseconds since the epoch (null, or ``void``: now). Not ``timestamp_ntz``, a wall-clock time without a
+zone, which Spark turns into an instant only through the session's time zone (its Arrow form, a timestamp
+without a zone, would otherwise be read as UTC: hours off), nor ``double``, ``date`` or ``string``."""
+
+
 def check_kafka_sink_types(schema: StructType, topic: str | None) -> None:
     """Refuse the column types Spark's Kafka sink refuses from a query's schema (``KafkaWriter.validateQuery``:
     :data:`KAFKA_SINK_TYPES`; ``topic``'s only without the ``topic`` option, whose topic wins), so that a
     DataFrame the sink takes is one Spark's Kafka sink takes too: e.g. a ``bigint`` partition or string
-    header values (which the Arrow record batches could carry) are refused, not converted. Other columns,
-    and ``timestamp`` (which the sink also takes as a long of milliseconds), are not checked here.
+    header values (which the Arrow record batches could carry) are refused, not converted. ``timestamp``,
+    which the sink also takes as an integer of milliseconds, is checked against :data:`SINK_TIMESTAMP_TYPES`.
+    Other columns are not checked here.
 
     Raises:
         SchemaError: one line naming the column, the type found and the types expected.
     """
     for column in schema.fields:
+        found = column.dataType.simpleString()
+        if column.name == "timestamp":
+            if found not in SINK_TIMESTAMP_TYPES:
+                cast = " (cast it: col('timestamp').cast('timestamp'))" if found == "timestamp_ntz" else ""
+                raise SchemaError(
+                    f"column 'timestamp': found type {found}, expected timestamp or an integer type "
+                    f"(milliseconds since the epoch){cast}"
+                )
+            continue
         expected = KAFKA_SINK_TYPES.get(column.name)
         if expected is None or (column.name == "topic" and topic is not None):
             continue
-        found = column.dataType.simpleString()
         if found not in expected:
             cast = f" (cast it: col('{column.name}').cast('int'))" if column.name == "partition" else ""
             raise SchemaError(

@@ -185,7 +185,19 @@ def file_events(
         )
         value = F.when(F.col(corrupt).isNotNull(), F.raise_error(message)).otherwise(value)
     shaped["value"] = value
-    return df.select(*[column.alias(name) for name, column in shaped.items()])
+    return _zoned_timestamp(df.select(*[column.alias(name) for name, column in shaped.items()]))
+
+
+def _zoned_timestamp(df: DataFrame) -> DataFrame:
+    """``df`` with a ``timestamp`` column of Spark's ``timestamp_ntz`` (a wall-clock time without a zone, as
+    Parquet files of pandas' naive datetimes hold it) cast to ``timestamp``, in the session's time zone as
+    Spark casts it: the sink refuses ``timestamp_ntz`` (:data:`streaming.sink.SINK_TIMESTAMP_TYPES`)."""
+    from pyspark.sql import functions as F
+    from pyspark.sql.types import TimestampNTZType
+
+    if "timestamp" not in df.columns or not isinstance(df.schema["timestamp"].dataType, TimestampNTZType):
+        return df
+    return df.withColumn("timestamp", F.col("timestamp").cast("timestamp"))
 
 
 def _with_type(schema: StructType, name: str, data_type: DataType) -> StructType:
@@ -257,7 +269,7 @@ def delta_events(spark: SparkSession, path: str, *, key_column: str | None = Non
 
     df = _load_or_explain("delta", spark.readStream.format("delta"), path)
     if "value" in df.columns:
-        return df.select(*[c for c in df.columns if c in SINK_COLUMNS])
+        return _zoned_timestamp(df.select(*[c for c in df.columns if c in SINK_COLUMNS]))
     key = F.col(key_column).cast("string") if key_column else F.lit(None).cast("string")
     return df.select(key.alias("key"), F.to_json(F.struct(*[F.col(c) for c in df.columns])).alias("value"))
 

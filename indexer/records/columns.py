@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Mapping, Sequence, Sized
 from collections.abc import Set as AbstractSet
-from typing import Any, TypeAlias
+from typing import Any, NoReturn, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -78,7 +78,7 @@ def to_append_table(data: AppendInput, *, now_ms: int, first_row: int = 0) -> pa
         SchemaError: an unknown column, a column of the wrong type (the message names the column,
             the type found and the type expected), a column that is not a sequence of values (a
             string, bytes, a mapping, a set, a scalar), an Arrow timestamp whose milliseconds do not fit
-            int64, a header with a null key, or input of a kind this function does not take.
+            int64, a null header or one with a null key, or input of a kind this function does not take.
         InvalidTimestampError: a negative timestamp (the first one).
     """
     columns = _columns_of(data)
@@ -100,7 +100,7 @@ def to_append_table(data: AppendInput, *, now_ms: int, first_row: int = 0) -> pa
             array = _normalise_timestamps(array, now_ms, first_row)
             check_timestamps(array, first_row=first_row)
         elif field.name == "headers":
-            array = _normalise_headers(array)
+            array = _normalise_headers(array, first_row)
         else:
             array = _normalise_binary(field.name, array)
         arrays.append(array)
@@ -237,8 +237,9 @@ def check_timestamps(timestamps: pa.Array, *, first_row: int = 0) -> None:
         )
 
 
-def _normalise_headers(array: pa.Array) -> pa.Array:
-    """``list<struct<key: string, value: binary>>``; a header with a null key is rejected."""
+def _normalise_headers(array: pa.Array, first_row: int) -> pa.Array:
+    """``list<struct<key: string, value: binary>>``; a null header, or one with a null key, is rejected (its
+    row counted from ``first_row``)."""
     kind = array.type
     if pa.types.is_null(kind):
         return pa.nulls(len(array), HEADERS_TYPE)
@@ -260,5 +261,20 @@ def _normalise_headers(array: pa.Array) -> pa.Array:
         array = array.cast(HEADERS_TYPE)
     headers = array.flatten()
     if headers.null_count or headers.field("key").null_count:
-        raise SchemaError("column 'headers': a header has a null key (Kafka header keys are non-null strings)")
+        _raise_null_header(array, headers, first_row)
     return array
+
+
+def _raise_null_header(array: pa.Array, headers: pa.StructArray, first_row: int) -> NoReturn:
+    """Raise for the first header of ``array`` (a headers column; ``headers`` its headers, flattened) that is
+    null or has a null key, naming its row (counted from ``first_row``) and its place in the row."""
+    broken = pc.or_(headers.is_null(), headers.field("key").is_null()).to_numpy(zero_copy_only=False)
+    first = int(np.flatnonzero(broken)[0])
+    rows = pc.list_parent_indices(array).to_numpy(zero_copy_only=False)
+    row = int(rows[first])
+    place = first - int(np.searchsorted(rows, row))
+    what = "is null" if headers[first].as_py() is None else "has a null key"
+    raise SchemaError(
+        f"column 'headers': row {first_row + row}: header {place} {what} (a Kafka header is a non-null string key "
+        "and a value)"
+    )

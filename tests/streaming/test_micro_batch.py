@@ -150,6 +150,12 @@ def test_empty_batch_gives_no_parts_but_is_still_validated() -> None:
             "row 1: partition 4 of topic 't' is outside the topic's partitions 0..3",
         ),
         (pa.table({"value": [b"v"], "partition": [-1]}), "t", UnknownTopicOrPartitionError, "partition -1"),
+        (
+            pa.Table.from_arrays([pa.array([b"v"]), pa.array([b"k"]), pa.array(["j"])], ["value", "key", "key"]),
+            "t",
+            SchemaError,
+            r"column 'key' appears 2 times in the micro-batch \(columns: \['value', 'key', 'key'\]\)",
+        ),
     ],
 )
 def test_bad_input_is_rejected_with_a_clear_message(

@@ -33,7 +33,14 @@ from streaming.arrow_collect import micro_batch_plan
 from streaming.job import JobSpec, JobSummary, run_job
 from streaming.partitioner import partition_for_keys
 from streaming.sink import SegmentLogSink, _to_collect
-from tests.streaming.helpers import json_input_stream, read_topic, snapshot, start_foreach_batch, write_json_inputs
+from tests.streaming.helpers import (
+    await_end,
+    json_input_stream,
+    read_topic,
+    snapshot,
+    start_foreach_batch,
+    write_json_inputs,
+)
 
 pytestmark = pytest.mark.spark
 
@@ -173,6 +180,37 @@ def test_sink_takes_its_identity_from_the_running_query(spark: SparkSession, tmp
     assert len(read_topic(tmp_path / "logs", "ev")) == 10
 
 
+def test_a_batch_dataframe_without_a_name_for_its_write_is_refused(spark: SparkSession, tmp_path: Path) -> None:
+    """``df.write.format("seglog")`` is not offered (docs/streaming.md); a batch DataFrame is written by
+    calling the sink with ``query_id=``, a name for the write. Without one the sink has no identity to make
+    a rerun harmless: a ``ConfigError`` (one of seglog's own errors) saying so, before anything is written."""
+    sink = SegmentLogSink(tmp_path / "logs", topic="ev", settings=SETTINGS)
+    with pytest.raises(ConfigError, match=r"pass query_id= \(a name for this write:"):
+        sink(spark.range(3).selectExpr("cast(id as string) as value"), 0)
+    sink.close()
+    assert snapshot(tmp_path / "logs") == {}
+
+
+@pytest.mark.parametrize("query_id", [None, "named"])
+def test_a_query_without_a_checkpoint_location_fails_before_writing(
+    spark: SparkSession, tmp_path: Path, query_id: str | None
+) -> None:
+    """Without ``checkpointLocation`` Spark runs a ``foreachBatch`` query on a temporary checkpoint it deletes
+    when the query stops: a restart is a new query, whose rows the sink would write again (or, under a
+    fixed ``query_id``, skip as committed: lost). Spark's Kafka sink refuses to start without one; the
+    sink fails the first micro-batch, before touching the log directory."""
+    write_json_inputs(tmp_path / "in", files=1, rows_per_file=10, keys=3)
+    sink = SegmentLogSink(tmp_path / "logs", topic="ev", settings=SETTINGS, query_id=query_id)
+    query = json_input_stream(spark, tmp_path / "in").writeStream.foreachBatch(sink).trigger(availableNow=True).start()
+    with pytest.raises(StreamingQueryException, match="has no checkpointLocation"):
+        await_end(query)
+    sink.close()
+    assert isinstance(sink.last_error, ConfigError)
+    message = str(sink.last_error)
+    assert "\n" not in message and "temporary checkpoint" in message and "option('checkpointLocation'" in message
+    assert not (tmp_path / "logs").exists() or snapshot(tmp_path / "logs") == {}
+
+
 def test_a_sink_given_another_querys_checkpoint_fails_and_writes_nothing(spark: SparkSession, tmp_path: Path) -> None:
     """A copy-pasted ``checkpoint_location`` would make the sink skip this query's batches as the other
     query's committed ones while Spark commits them: the query fails instead, before any write."""
@@ -282,6 +320,17 @@ def test_bad_input_fails_the_query_with_the_sink_error(
         (["value", "array(1) as headers"], "column 'headers': found type array<int>"),
         (["cast(id as int) as value"], "column 'value': found type int, expected string or binary"),
         (["value", "cast(null as string) as key", "cast(1 as string) as topic", "null as headers"], "found type void"),
+        (  # Spark's Kafka sink takes the first of them; a join's leftover is refused, not guessed at
+            ["value", "value as key", "'k' as key", "id"],
+            "column 'key' appears 2 times in the micro-batch (columns: ['value', 'key', 'key', 'id'])",
+        ),
+        (["value", "value"], "column 'value' appears 2 times"),
+        (  # a wall-clock time without a zone: Spark reads it in the session's time zone, never as UTC
+            ["value", "cast(timestamp_millis(id) as timestamp_ntz) as timestamp"],
+            "column 'timestamp': found type timestamp_ntz, expected timestamp or an integer type (milliseconds "
+            "since the epoch) (cast it: col('timestamp').cast('timestamp'))",
+        ),
+        (["value", "cast(id as double) as timestamp"], "column 'timestamp': found type double, expected timestamp"),
     ],
 )
 @pytest.mark.parametrize("writes", ["driver", "executors"])

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -56,16 +58,28 @@ def test_rate_events_are_keyed_json_with_headers(spark: SparkSession) -> None:
 
 
 def test_files_with_a_value_column_pass_through(spark: SparkSession, tmp_path: Path) -> None:
+    """A Parquet timestamp without a zone (pandas' naive datetimes), which Spark reads as ``timestamp_ntz``
+    and the sink refuses, is read as Spark's ``timestamp``, in the session's time zone as Spark casts it."""
     (tmp_path / "in").mkdir()
     pq.write_table(
         pa.table(
-            {"key": ["a", "b"], "value": [b"1", b"2"], "partition": pa.array([0, 1], pa.int32()), "other": [1, 2]}
+            {
+                "key": ["a", "b"],
+                "value": [b"1", b"2"],
+                "partition": pa.array([0, 1], pa.int32()),
+                "other": [1, 2],
+                "timestamp": pa.array([1_700_000_000_000, None], pa.timestamp("ms")),
+            }
         ),
         tmp_path / "in" / "x.parquet",
     )
-    table = _drain(sources.file_events(spark, str(tmp_path / "in"), "parquet"), tmp_path)
-    assert table.column_names == ["key", "value", "partition"]
-    assert table.sort_by("key").column("value").to_pylist() == [b"1", b"2"]
+    df = sources.file_events(spark, str(tmp_path / "in"), "parquet")
+    assert df.schema["timestamp"].dataType.simpleString() == "timestamp"
+    table = _drain(df, tmp_path).sort_by("key")
+    assert table.column_names == ["key", "value", "partition", "timestamp"]
+    assert table.column("value").to_pylist() == [b"1", b"2"]
+    wall = datetime(2023, 11, 14, 22, 13, 20, tzinfo=ZoneInfo(spark.conf.get("spark.sql.session.timeZone")))
+    assert table.column("timestamp").cast(pa.int64()).to_pylist() == [int(wall.timestamp()) * 1_000_000, None]
 
 
 def test_other_files_become_json_values_keyed_by_a_column(spark: SparkSession, tmp_path: Path) -> None:

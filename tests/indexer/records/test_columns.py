@@ -136,7 +136,11 @@ def test_sliced_input_keeps_its_rows() -> None:
         ({"timestamp": ["yesterday"]}, ["'timestamp'", "string", "expected int64"]),
         ({"headers": pa.array([["a"]])}, ["'headers'", "list<item: string>", "expected list<item: struct"]),
         ({"headers": pa.array([[{"key": 1, "value": b"x"}]])}, ["'headers'", "key: int64"]),
-        ({"headers": [[("k", b"v")], [(None, b"v")]]}, ["'headers'", "null key"]),
+        ({"headers": [[("k", b"v")], [("a", b"v"), (None, b"v")]]}, ["'headers': row 1: header 1 has a null key"]),
+        (  # a null header (Spark: an array holding a null struct), not a header with a null key
+            {"headers": pa.array([None, [{"key": "k", "value": b"v"}, None]], HEADERS_TYPE)},
+            ["'headers': row 1: header 1 is null"],
+        ),
         ({"key": [b"a"], "value": [b"a", b"b"]}, ["different lengths"]),
         ({"key": [b"a", 3]}, ["'key'", "cannot convert"]),
         ([{"key": b"a"}, "b"], ["only mappings"]),
