@@ -341,6 +341,7 @@ def data_loss(
         )
     else:
         if first is None:
+            check_still_there(log_dir)
             what = f"partition {name} is gone"
         else:
             what = f"offsets {start}..{first - 1} of {name} were deleted (the log now starts at {first})"
@@ -353,6 +354,32 @@ def data_loss(
             path=Path(log_dir),
         )
     logger.warning("%s; skipped (failOnDataLoss=false)", message)
+
+
+def check_still_there(log_dir: str) -> None:
+    """Before a partition counts as gone (data loss by ``failOnDataLoss``): the log directory that held
+    it must still be one. Gone (moved, deleted) or empty (a filesystem not mounted leaves its empty
+    mount point; a topic deleted leaves the directory's checkpoint files), it lists no partition, and
+    as data loss ``failOnDataLoss=false`` would drop them all from the offsets, to read them again from
+    offset 0 once the directory is back, and a task would skip its range. Kafka's source does not take
+    a broker it cannot reach for deleted topics either.
+
+    Raises:
+        LogDirectoryNotFoundError: ``log_dir`` does not exist or is empty.
+    """
+    try:
+        empty = not any(Path(log_dir).iterdir())
+    except FileNotFoundError:
+        what = "does not exist (moved, deleted, or not mounted)"
+    else:
+        if not empty:
+            return
+        what = "is empty (its filesystem not mounted, or not the directory the query read)"
+    raise LogDirectoryNotFoundError(
+        f"log directory {log_dir} {what}: the query cannot read its partitions; failOnDataLoss does not apply "
+        "(nothing says they were deleted)",
+        path=log_dir,
+    )
 
 
 def missing_committed(options: SourceOptions, tp: TopicPartition, state: PartitionState) -> None:
