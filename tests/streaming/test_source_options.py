@@ -105,8 +105,8 @@ def test_patterns_skip_internal_topics_as_kafkas_listing_does() -> None:
         ({"subscribe": "a", "kafka.isolation.level": "serializable"}, "read_uncommitted or read_committed"),
         ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "set the source option 'startingOffsets'"),
         ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "closest"}, "must be error or latest"),
-        # Kafka's consumer refuses negative target times ("The target time cannot be negative"); past
-        # Java's long, Spark's toLong/toInt refuse the number
+        # Negative timestamps would be ListOffsets sentinels (-1 latest, -2 earliest) in Spark 4's Kafka
+        # source, undocumented: refused (docs/reader.md); past Java's long, Spark's toLong/toInt refuse it
         (
             {"subscribe": "a", "startingTimestamp": "-5"},
             r"startingTimestamp must be an integer in 0\.\.9223372036854775807, got '-5'",
