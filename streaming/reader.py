@@ -134,7 +134,9 @@ class PartitionState:
 
 @dataclass(frozen=True)
 class RangeToRead(InputPartition):
-    """One Spark task: a partition's offsets ``[start, end)`` and how to read them (pickled to executors)."""
+    """One Spark task: a partition's offsets ``[start, end)`` and how to read them (pickled to executors).
+    ``start`` EARLIEST and ``end`` LATEST are the partition's start and committed end when the task reads
+    (a batch query's earliest and latest, see :func:`plan_tasks`)."""
 
     log_dir: str
     topic: str
@@ -411,24 +413,53 @@ def from_json(doc: Mapping[str, Mapping[str, int]]) -> Offsets:
     return {(topic, int(p)): int(o) for topic, parts in doc.items() for p, o in parts.items()}
 
 
-def plan_tasks(options: SourceOptions, ranges: list[OffsetRange]) -> list[RangeToRead]:
-    """The ranges split by ``minPartitions``/``maxRecordsPerPartition``, as Spark tasks."""
+def plan_tasks(
+    options: SourceOptions,
+    ranges: list[OffsetRange],
+    *,
+    open_start: frozenset[TopicPartition] = frozenset(),
+    open_end: frozenset[TopicPartition] = frozenset(),
+) -> list[RangeToRead]:
+    """The ranges split by ``minPartitions``/``maxRecordsPerPartition``, as Spark tasks.
+
+    A partition in ``open_start`` (``open_end``) starts (ends) where its log starts (its committed
+    records end) when its first (last) task reads, not where it did when the query planned: Kafka's
+    late binding of a batch query's earliest and latest (``KafkaBatchPartitionReader.resolveRange``), so
+    a DataFrame read again sees the records committed since; one whose range was empty then gets a task
+    when its end is open. The split is planned on the sizes of the ranges now.
+    """
     pieces = split_ranges(
         ranges, min_partitions=options.min_partitions, max_records_per_partition=options.max_records_per_partition
     )
-    return [
-        RangeToRead(
-            options.log_dir,
-            r.topic,
-            r.partition,
-            r.start,
-            r.end,
-            options.include_headers,
-            options.isolation_level,
-            options.fail_on_data_loss,
-        )
-        for r in pieces
-    ]
+    tasks = []
+    for r in ranges:
+        tp = (r.topic, r.partition)
+        mine = [p for p in pieces if (p.topic, p.partition) == tp] or ([r] if tp in open_end else [])
+        for i, piece in enumerate(mine):
+            start = EARLIEST if i == 0 and tp in open_start else piece.start
+            end = LATEST if i == len(mine) - 1 and tp in open_end else piece.end
+            tasks.append(
+                RangeToRead(
+                    options.log_dir,
+                    r.topic,
+                    r.partition,
+                    start,
+                    end,
+                    options.include_headers,
+                    options.isolation_level,
+                    options.fail_on_data_loss,
+                )
+            )
+    return tasks
+
+
+def binds_when_read(spec: OffsetSpec, tp: TopicPartition) -> bool:
+    """Whether ``spec`` gives ``tp`` its log's start or end as such (``earliest``, ``latest``, or -2/-1 in
+    JSON offsets), which a batch task takes when it reads (:func:`plan_tasks`). Timestamps are resolved
+    when the query plans, as in Kafka's source."""
+    if spec.kind in (SpecKind.EARLIEST, SpecKind.LATEST):
+        return True
+    return spec.kind is SpecKind.OFFSETS and spec.per_partition[tp] in (EARLIEST, LATEST)
 
 
 def read_range(piece: RangeToRead) -> Iterator[pa.RecordBatch]:
@@ -441,27 +472,29 @@ def read_range(piece: RangeToRead) -> Iterator[pa.RecordBatch]:
         if log is None:
             data_loss(piece.fail_on_data_loss, piece.log_dir, tp, piece.start, None)
             return
-        start = piece.start
+        start = log.log_start_offset if piece.start == EARLIEST else piece.start
         if start < log.log_start_offset:
             data_loss(piece.fail_on_data_loss, piece.log_dir, tp, start, log.log_start_offset)
             start = log.log_start_offset
         end = min(log.high_watermark, log.log_end_offset)
-        if end < piece.end:  # planned on the driver up to piece.end; the log ends before it now
+        stop = end if piece.end == LATEST else piece.end
+        reach = max(stop, start)  # planned on the driver up to piece.end (or from an explicit start)
+        if end < reach:  # the log ends before it now
             if committed is not None and committed > end:
                 data_loss(piece.fail_on_data_loss, piece.log_dir, tp, end, None, committed=committed)
             else:
-                data_loss(piece.fail_on_data_loss, piece.log_dir, tp, piece.end, None, last=end)
-        while start < min(piece.end, end):
+                data_loss(piece.fail_on_data_loss, piece.log_dir, tp, reach, None, last=end)
+        while start < min(stop, end):
             try:
                 table = log.read_records(
-                    start, READ_STEP_RECORDS, max_offset=piece.end, isolation_level=piece.isolation_level
+                    start, READ_STEP_RECORDS, max_offset=stop, isolation_level=piece.isolation_level
                 )
             except CorruptRecordError as e:
                 unreadable = log.unreadable_offsets(e)
                 if unreadable is None:  # nothing to skip to: only `seglog recover` can go on
                     raise
                 lost = unreadable.offsets
-                resume = piece.end if lost.end is None else min(lost.end, piece.end)
+                resume = stop if lost.end is None else min(lost.end, stop)
                 first = start if e.offset is None else max(start, e.offset)
                 data_loss(
                     piece.fail_on_data_loss, piece.log_dir, tp, first, resume, unreadable=e, kept=not unreadable.lost
@@ -621,10 +654,12 @@ class _BatchReader(DataSourceReader):
         options = self.options
         with LogDirView(options) as view:
             check_subscription(view)
-            starts = resolve(view, options.starting or OffsetSpec(SpecKind.EARLIEST, "startingOffsets"), starting=True)
-            ends = resolve(view, options.ending or OffsetSpec(SpecKind.LATEST, "endingOffsets"), starting=False)
-            check_in_range(view, starts, options.starting.option if options.starting else "startingOffsets")
-            check_in_range(view, ends, options.ending.option if options.ending else "endingOffsets")
+            starting = options.starting or OffsetSpec(SpecKind.EARLIEST, "startingOffsets")
+            ending = options.ending or OffsetSpec(SpecKind.LATEST, "endingOffsets")
+            starts = resolve(view, starting, starting=True)
+            ends = resolve(view, ending, starting=False)
+            check_in_range(view, starts, starting.option)
+            check_in_range(view, ends, ending.option)
             ranges = []
             for tp, end in sorted(ends.items()):
                 missing_committed(options, tp, view.states[tp])
@@ -635,7 +670,14 @@ class _BatchReader(DataSourceReader):
                     data_loss(options.fail_on_data_loss, options.log_dir, tp, start, first)
                     start = min(first, end)
                 ranges.append(OffsetRange(tp[0], tp[1], start, end))
-        return list(plan_tasks(options, ranges))
+        return list(
+            plan_tasks(
+                options,
+                ranges,
+                open_start=frozenset(tp for tp in starts if binds_when_read(starting, tp)),
+                open_end=frozenset(tp for tp in ends if binds_when_read(ending, tp)),
+            )
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)

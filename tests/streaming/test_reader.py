@@ -182,6 +182,41 @@ def test_offsets_json_naming_other_partitions_says_which(log_dir: Path) -> None:
     )
 
 
+def _commit(log_dir: Path, topic: str, values_by_partition: dict[int, list[str]]) -> None:
+    """Append and commit ``values_by_partition`` to ``topic`` (created with as many partitions)."""
+    with LogManager(log_dir, Settings()) as manager:
+        for partition, values in values_by_partition.items():
+            log = manager.get_or_create_log(topic, partition)
+            if values:
+                log.append({"value": [v.encode() for v in values]})
+            log.update_high_watermark(log.log_end_offset)
+
+
+def test_earliest_and_latest_bind_when_a_reused_dataframe_reads(spark: SparkSession, tmp_path: Path) -> None:
+    """As Kafka's batch source (KafkaRelationSuite: "latest should late bind to the current (latest)
+    offset in the df"): earliest and latest, by default or as -2/-1 in JSON, are a partition's start and
+    end when a task reads, so a DataFrame read again sees the records committed since, also in a
+    partition that was empty and with minPartitions; explicit offsets stay where they are. The offsets
+    were fixed when the DataFrame was first planned: it read the same records again, in silence."""
+    _commit(tmp_path, "lb", {0: ["a0", "a1"], 1: ["b0"], 2: []})
+    default = seglog(spark, subscribe="lb").load(str(tmp_path))
+    split = seglog(spark, subscribe="lb", minPartitions="4").load(str(tmp_path))
+    pinned = seglog(
+        spark,
+        subscribe="lb",
+        startingOffsets='{"lb": {"0": -2, "1": 0, "2": -2}}',
+        endingOffsets='{"lb": {"0": 2, "1": -1, "2": 0}}',
+    ).load(str(tmp_path))
+
+    def values(df: DataFrame) -> list[bytes]:
+        return sorted(r.value for r in df.collect())
+
+    assert values(default) == values(split) == [b"a0", b"a1", b"b0"] == values(pinned)
+    _commit(tmp_path, "lb", {0: ["a2"], 1: ["b1"], 2: ["c0"]})
+    assert values(default) == values(split) == [b"a0", b"a1", b"a2", b"b0", b"b1", b"c0"]
+    assert values(pinned) == [b"a0", b"a1", b"b0", b"b1"]  # ends at lb-0's offset 2 and lb-2's 0
+
+
 def test_min_partitions_and_max_records_per_partition_split_tasks(spark: SparkSession, log_dir: Path) -> None:
     expected = oracle(log_dir, "ev")
     sizes = [sum(1 for r in expected if r[1] == p) for p in (0, 1)]
