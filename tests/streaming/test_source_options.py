@@ -173,6 +173,18 @@ def test_rate_limit_never_exceeds_the_limit_and_always_advances(
         assert abs((ends[tp] - start[tp]) - min(n, limit * n / backlog if backlog else 0)) < 1 + 1e-9
 
 
+def test_rate_limit_never_starves_a_partition_with_a_small_share() -> None:
+    """Kafka's rateLimit rounds a share below one offset up ("don't completely starve small
+    topicpartitions"). The offsets left over after the floors went to the largest fractions only, so a
+    quiet partition beside a large backlog got nothing at every trigger until that backlog drained."""
+    busy, quiet = ("t", 0), ("t", 1)
+    start = {busy: 0, quiet: 0}
+    assert rate_limit(start, {busy: 1_000_000, quiet: 1}, 10) == {busy: 9, quiet: 1}  # as Kafka's
+    many = {("t", p): 0 for p in range(4)}
+    latest = {("t", 0): 1_000_000, ("t", 1): 1_000_000, ("t", 2): 3, ("t", 3): 0}
+    assert rate_limit(many, latest, 3) == {("t", 0): 1, ("t", 1): 1, ("t", 2): 1, ("t", 3): 0}
+
+
 @given(
     st.lists(st.integers(0, 10_000), min_size=1, max_size=6),
     st.none() | st.integers(1, 20),
