@@ -67,11 +67,13 @@ from indexer.data_loss import missing_committed_records
 from indexer.errors import (
     ConfigError,
     CorruptRecordError,
+    InvalidTimestampError,
     LogDirectoryNotFoundError,
     NotALogDirectoryError,
     OffsetOutOfRangeError,
 )
 from indexer.file_names import TopicPartition, is_listed_to_patterns, partition_dir_name
+from indexer.limits import INT64_MAX
 from indexer.log_manager import LogManager, check_log_dir
 from indexer.records.isolation import IsolationLevel
 from streaming.offset_ranges import OffsetRange, rate_limit, split_ranges
@@ -531,7 +533,7 @@ def _within_bytes(table: pa.Table, limit: int) -> Iterator[pa.Table]:
 def _spark_batch(table: pa.Table, piece: RangeToRead) -> pa.RecordBatch:
     """A decoded READ_SCHEMA table as the Kafka source's columns (vectorised, no per-record work)."""
     n = table.num_rows
-    micros = pc.multiply(table.column("timestamp").combine_chunks(), 1000)
+    micros = spark_micros(table, piece)
     columns = [
         table.column("key").combine_chunks(),
         table.column("value").combine_chunks(),
@@ -546,6 +548,28 @@ def _spark_batch(table: pa.Table, piece: RangeToRead) -> pa.RecordBatch:
         columns.append(table.column("headers").combine_chunks())
         names = [*_NAMES, "headers"]
     return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def spark_micros(table: pa.Table, piece: RangeToRead) -> pa.Array:
+    """The records' timestamps (ms) as the microseconds of Spark's timestamp column.
+
+    Raises:
+        InvalidTimestampError: a timestamp past what a long of microseconds holds (one written in
+            nanoseconds, say), which Spark's Kafka source fails on too (``Math.multiplyExact``); it
+            would otherwise wrap around into another instant.
+    """
+    millis = table.column("timestamp").combine_chunks()
+    try:
+        return pc.multiply_checked(millis, 1000)
+    except pa.ArrowInvalid:
+        bad = pc.index(pc.greater(pc.abs(millis), INT64_MAX // 1000), True).as_py()
+        offset, timestamp = table.column("offset")[bad].as_py(), millis[bad].as_py()
+        raise InvalidTimestampError(
+            f"the record at offset {offset} of {piece.topic}-{piece.partition} has timestamp {timestamp} ms, past "
+            f"what Spark's timestamp column holds (+-{INT64_MAX // 1000} ms, microseconds in a long): written in "
+            "micro- or nanoseconds? Spark's Kafka source fails on it too",
+            timestamp=timestamp,
+        ) from None
 
 
 def _repeated_string(text: str, n: int) -> pa.Array:

@@ -17,7 +17,7 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 from indexer.config import LogConfig, Settings
-from indexer.errors import ConfigError, OffsetOutOfRangeError
+from indexer.errors import ConfigError, InvalidTimestampError, OffsetOutOfRangeError
 from indexer.file_names import is_listed_to_patterns, is_log_file, parse_topic_partition_name
 from indexer.log import Log
 from indexer.log_manager import LogManager
@@ -341,6 +341,26 @@ def test_a_task_reads_more_than_2_gib_of_values(tmp_path: Path) -> None:
     batches = read_range(piece)
     offsets = [batch.column("offset").to_numpy() for batch in batches]
     assert len(offsets) > 1 and (pa.chunked_array(offsets).to_numpy() == range(4200)).all()
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_timestamp_past_sparks_range_is_an_error_not_a_wrapped_value(tmp_path: Path, fail_on_data_loss: bool) -> None:
+    """Spark's timestamp column holds microseconds in a long: a record timestamp past 2^63 / 1000 ms (one
+    written in nanoseconds, say) fails Spark's Kafka source (``Math.multiplyExact``: long overflow). It
+    wrapped around here, in silence, into another instant; it is an error naming the partition, the
+    offset and the timestamp, whatever failOnDataLoss says (the record is there, it cannot be shown)."""
+    with LogManager(tmp_path, Settings()) as manager:
+        log = manager.get_or_create_log("ns", 0)
+        log.append({"value": [b"ms", b"ns"], "timestamp": [1_700_000_000_000, 1_700_000_000_000_000_000]})
+        log.update_high_watermark(log.log_end_offset)
+    piece = RangeToRead(str(tmp_path), "ns", 0, 0, 2, False, IsolationLevel.READ_UNCOMMITTED, fail_on_data_loss)
+    with pytest.raises(
+        InvalidTimestampError, match=r"offset 1 of ns-0 has timestamp 1700000000000000000 ms, past what Spark"
+    ):
+        list(read_range(piece))
+    first = RangeToRead(str(tmp_path), "ns", 0, 0, 1, False, IsolationLevel.READ_UNCOMMITTED, fail_on_data_loss)
+    (batch,) = read_range(first)
+    assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_000_000]
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])
