@@ -684,24 +684,21 @@ class _BatchReader(DataSourceReader):
             ends = resolve(view, ending, starting=False)
             check_in_range(view, starts, starting.option)
             check_in_range(view, ends, ending.option)
+            open_start = frozenset(tp for tp in starts if binds_when_read(starting, tp))
+            open_end = frozenset(tp for tp in ends if binds_when_read(ending, tp))
             ranges = []
             for tp, end in sorted(ends.items()):
                 missing_committed(options, tp, view.states[tp])
                 start, first = starts[tp], view.states[tp].first
-                if start > end:
+                if tp in open_start:  # earliest: the log start now, maybe past an ending offset (nothing left)
+                    start = min(start, end)
+                elif start > end:
                     raise ConfigError(f"{tp[0]}-{tp[1]}: the starting offset {start} is after the ending offset {end}")
-                if start < first:
+                elif start < first:
                     data_loss(options.fail_on_data_loss, options.log_dir, tp, start, first)
                     start = min(first, end)
                 ranges.append(OffsetRange(tp[0], tp[1], start, end))
-        return list(
-            plan_tasks(
-                options,
-                ranges,
-                open_start=frozenset(tp for tp in starts if binds_when_read(starting, tp)),
-                open_end=frozenset(tp for tp in ends if binds_when_read(ending, tp)),
-            )
-        )
+        return list(plan_tasks(options, ranges, open_start=open_start, open_end=open_end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)

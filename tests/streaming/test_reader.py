@@ -217,6 +217,31 @@ def test_earliest_and_latest_bind_when_a_reused_dataframe_reads(spark: SparkSess
     assert values(pinned) == [b"a0", b"a1", b"b0", b"b1"]  # ends at lb-0's offset 2 and lb-2's 0
 
 
+def test_earliest_after_an_explicit_ending_offset_reads_nothing_there(tmp_path: Path) -> None:
+    """From earliest (the default) to an explicit ending offset that the log start has passed since
+    (retention, deleted records): nothing of that partition is left to read, and Kafka's batch source
+    reads nothing there. The query failed instead, blaming a starting offset the user never gave ("the
+    starting offset 5 is after the ending offset 3"). Explicit offsets in that order are still refused."""
+    _commit(tmp_path, "rs", {0: [f"r{i}" for i in range(8)], 1: ["s0", "s1"]})
+    with LogManager(tmp_path, Settings()) as manager:
+        log = manager.get_log("rs", 0)
+        assert log is not None and log.maybe_increment_log_start_offset(5)
+    ending = '{"rs": {"0": 3, "1": -1}}'
+    source = SeglogDataSource({"subscribe": "rs", "path": str(tmp_path), "endingOffsets": ending})
+    tasks = [p for p in source.reader(source.schema()).partitions() if isinstance(p, RangeToRead)]
+    assert [(t.partition, sum(b.num_rows for b in read_range(t))) for t in tasks] == [(1, 2)]
+    explicit = SeglogDataSource(
+        {
+            "subscribe": "rs",
+            "path": str(tmp_path),
+            "endingOffsets": ending,
+            "startingOffsets": '{"rs": {"0": 6, "1": 0}}',
+        }
+    )
+    with pytest.raises(ConfigError, match="rs-0: the starting offset 6 is after the ending offset 3"):
+        explicit.reader(explicit.schema()).partitions()
+
+
 def test_min_partitions_and_max_records_per_partition_split_tasks(spark: SparkSession, log_dir: Path) -> None:
     expected = oracle(log_dir, "ev")
     sizes = [sum(1 for r in expected if r[1] == p) for p in (0, 1)]
