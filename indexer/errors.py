@@ -202,7 +202,8 @@ class RecordBatchTooLargeError(SeglogError):
 
 
 class InvalidTimestampError(SeglogError, ValueError):
-    """A negative record timestamp, which Kafka's producer refuses (``ProducerRecord``); ``index`` is its
+    """A record timestamp that cannot be taken: a negative one, which Kafka's producer refuses
+    (``ProducerRecord``), or one a reader cannot show (past Spark's timestamp column); ``index`` is its
     row in the input, ``timestamp`` its value."""
 
     def __init__(self, message: str, *, index: int | None = None, timestamp: int | None = None):

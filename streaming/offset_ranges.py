@@ -32,8 +32,10 @@ def rate_limit(
 ) -> dict[TopicPartition, int]:
     """End offsets reading at most ``limit`` offsets in all, shared in proportion to each partition's
     backlog (as the Kafka source does), but never more than ``limit``: each partition gets the floor of
-    its share, and the offsets left over go to the largest remainders (ties: partition order). A
-    partition with a backlog always ends at or after its start; with ``limit`` >= 1 the sum advances.
+    its share, and the offsets left over go first to partitions whose share is below one offset (Kafka
+    rounds those up, so that a quiet partition beside a large backlog is not starved), then to the
+    largest remainders (ties: partition order). A partition with a backlog always ends at or after its
+    start; with ``limit`` >= 1 the sum advances.
     """
     backlog = {tp: max(0, latest[tp] - start[tp]) for tp in latest}
     total = sum(backlog.values())
@@ -42,7 +44,7 @@ def rate_limit(
     shares = {tp: limit * size / total for tp, size in backlog.items()}
     ends = {tp: start[tp] + math.floor(share) for tp, share in shares.items()}
     left = limit - sum(ends[tp] - start[tp] for tp in ends)
-    by_remainder = sorted(shares, key=lambda tp: (-(shares[tp] - math.floor(shares[tp])), tp))
+    by_remainder = sorted(shares, key=lambda tp: (not 0 < shares[tp] < 1, -(shares[tp] - math.floor(shares[tp])), tp))
     for tp in by_remainder[:left]:
         ends[tp] += 1
     return ends

@@ -67,11 +67,13 @@ from indexer.data_loss import missing_committed_records
 from indexer.errors import (
     ConfigError,
     CorruptRecordError,
+    InvalidTimestampError,
     LogDirectoryNotFoundError,
     NotALogDirectoryError,
     OffsetOutOfRangeError,
 )
 from indexer.file_names import TopicPartition, is_listed_to_patterns, partition_dir_name
+from indexer.limits import INT64_MAX
 from indexer.log_manager import LogManager, check_log_dir
 from indexer.records.isolation import IsolationLevel
 from streaming.offset_ranges import OffsetRange, rate_limit, split_ranges
@@ -134,7 +136,9 @@ class PartitionState:
 
 @dataclass(frozen=True)
 class RangeToRead(InputPartition):
-    """One Spark task: a partition's offsets ``[start, end)`` and how to read them (pickled to executors)."""
+    """One Spark task: a partition's offsets ``[start, end)`` and how to read them (pickled to executors).
+    ``start`` EARLIEST and ``end`` LATEST are the partition's start and committed end when the task reads
+    (a batch query's earliest and latest, see :func:`plan_tasks`)."""
 
     log_dir: str
     topic: str
@@ -341,6 +345,7 @@ def data_loss(
         )
     else:
         if first is None:
+            check_still_there(log_dir)
             what = f"partition {name} is gone"
         else:
             what = f"offsets {start}..{first - 1} of {name} were deleted (the log now starts at {first})"
@@ -353,6 +358,32 @@ def data_loss(
             path=Path(log_dir),
         )
     logger.warning("%s; skipped (failOnDataLoss=false)", message)
+
+
+def check_still_there(log_dir: str) -> None:
+    """Before a partition counts as gone (data loss by ``failOnDataLoss``): the log directory that held
+    it must still be one. Gone (moved, deleted) or empty (a filesystem not mounted leaves its empty
+    mount point; a topic deleted leaves the directory's checkpoint files), it lists no partition, and
+    as data loss ``failOnDataLoss=false`` would drop them all from the offsets, to read them again from
+    offset 0 once the directory is back, and a task would skip its range. Kafka's source does not take
+    a broker it cannot reach for deleted topics either.
+
+    Raises:
+        LogDirectoryNotFoundError: ``log_dir`` does not exist or is empty.
+    """
+    try:
+        empty = not any(Path(log_dir).iterdir())
+    except FileNotFoundError:
+        what = "does not exist (moved, deleted, or not mounted)"
+    else:
+        if not empty:
+            return
+        what = "is empty (its filesystem not mounted, or not the directory the query read)"
+    raise LogDirectoryNotFoundError(
+        f"log directory {log_dir} {what}: the query cannot read its partitions; failOnDataLoss does not apply "
+        "(nothing says they were deleted)",
+        path=log_dir,
+    )
 
 
 def missing_committed(options: SourceOptions, tp: TopicPartition, state: PartitionState) -> None:
@@ -384,24 +415,53 @@ def from_json(doc: Mapping[str, Mapping[str, int]]) -> Offsets:
     return {(topic, int(p)): int(o) for topic, parts in doc.items() for p, o in parts.items()}
 
 
-def plan_tasks(options: SourceOptions, ranges: list[OffsetRange]) -> list[RangeToRead]:
-    """The ranges split by ``minPartitions``/``maxRecordsPerPartition``, as Spark tasks."""
+def plan_tasks(
+    options: SourceOptions,
+    ranges: list[OffsetRange],
+    *,
+    open_start: frozenset[TopicPartition] = frozenset(),
+    open_end: frozenset[TopicPartition] = frozenset(),
+) -> list[RangeToRead]:
+    """The ranges split by ``minPartitions``/``maxRecordsPerPartition``, as Spark tasks.
+
+    A partition in ``open_start`` (``open_end``) starts (ends) where its log starts (its committed
+    records end) when its first (last) task reads, not where it did when the query planned: Kafka's
+    late binding of a batch query's earliest and latest (``KafkaBatchPartitionReader.resolveRange``), so
+    a DataFrame read again sees the records committed since; one whose range was empty then gets a task
+    when its end is open. The split is planned on the sizes of the ranges now.
+    """
     pieces = split_ranges(
         ranges, min_partitions=options.min_partitions, max_records_per_partition=options.max_records_per_partition
     )
-    return [
-        RangeToRead(
-            options.log_dir,
-            r.topic,
-            r.partition,
-            r.start,
-            r.end,
-            options.include_headers,
-            options.isolation_level,
-            options.fail_on_data_loss,
-        )
-        for r in pieces
-    ]
+    tasks = []
+    for r in ranges:
+        tp = (r.topic, r.partition)
+        mine = [p for p in pieces if (p.topic, p.partition) == tp] or ([r] if tp in open_end else [])
+        for i, piece in enumerate(mine):
+            start = EARLIEST if i == 0 and tp in open_start else piece.start
+            end = LATEST if i == len(mine) - 1 and tp in open_end else piece.end
+            tasks.append(
+                RangeToRead(
+                    options.log_dir,
+                    r.topic,
+                    r.partition,
+                    start,
+                    end,
+                    options.include_headers,
+                    options.isolation_level,
+                    options.fail_on_data_loss,
+                )
+            )
+    return tasks
+
+
+def binds_when_read(spec: OffsetSpec, tp: TopicPartition) -> bool:
+    """Whether ``spec`` gives ``tp`` its log's start or end as such (``earliest``, ``latest``, or -2/-1 in
+    JSON offsets), which a batch task takes when it reads (:func:`plan_tasks`). Timestamps are resolved
+    when the query plans, as in Kafka's source."""
+    if spec.kind in (SpecKind.EARLIEST, SpecKind.LATEST):
+        return True
+    return spec.kind is SpecKind.OFFSETS and spec.per_partition[tp] in (EARLIEST, LATEST)
 
 
 def read_range(piece: RangeToRead) -> Iterator[pa.RecordBatch]:
@@ -414,27 +474,29 @@ def read_range(piece: RangeToRead) -> Iterator[pa.RecordBatch]:
         if log is None:
             data_loss(piece.fail_on_data_loss, piece.log_dir, tp, piece.start, None)
             return
-        start = piece.start
+        start = log.log_start_offset if piece.start == EARLIEST else piece.start
         if start < log.log_start_offset:
             data_loss(piece.fail_on_data_loss, piece.log_dir, tp, start, log.log_start_offset)
             start = log.log_start_offset
         end = min(log.high_watermark, log.log_end_offset)
-        if end < piece.end:  # planned on the driver up to piece.end; the log ends before it now
+        stop = end if piece.end == LATEST else piece.end
+        reach = max(stop, start)  # planned on the driver up to piece.end (or from an explicit start)
+        if end < reach:  # the log ends before it now
             if committed is not None and committed > end:
                 data_loss(piece.fail_on_data_loss, piece.log_dir, tp, end, None, committed=committed)
             else:
-                data_loss(piece.fail_on_data_loss, piece.log_dir, tp, piece.end, None, last=end)
-        while start < min(piece.end, end):
+                data_loss(piece.fail_on_data_loss, piece.log_dir, tp, reach, None, last=end)
+        while start < min(stop, end):
             try:
                 table = log.read_records(
-                    start, READ_STEP_RECORDS, max_offset=piece.end, isolation_level=piece.isolation_level
+                    start, READ_STEP_RECORDS, max_offset=stop, isolation_level=piece.isolation_level
                 )
             except CorruptRecordError as e:
                 unreadable = log.unreadable_offsets(e)
                 if unreadable is None:  # nothing to skip to: only `seglog recover` can go on
                     raise
                 lost = unreadable.offsets
-                resume = piece.end if lost.end is None else min(lost.end, piece.end)
+                resume = stop if lost.end is None else min(lost.end, stop)
                 first = start if e.offset is None else max(start, e.offset)
                 data_loss(
                     piece.fail_on_data_loss, piece.log_dir, tp, first, resume, unreadable=e, kept=not unreadable.lost
@@ -471,7 +533,7 @@ def _within_bytes(table: pa.Table, limit: int) -> Iterator[pa.Table]:
 def _spark_batch(table: pa.Table, piece: RangeToRead) -> pa.RecordBatch:
     """A decoded READ_SCHEMA table as the Kafka source's columns (vectorised, no per-record work)."""
     n = table.num_rows
-    micros = pc.multiply(table.column("timestamp").combine_chunks(), 1000)
+    micros = spark_micros(table, piece)
     columns = [
         table.column("key").combine_chunks(),
         table.column("value").combine_chunks(),
@@ -486,6 +548,28 @@ def _spark_batch(table: pa.Table, piece: RangeToRead) -> pa.RecordBatch:
         columns.append(table.column("headers").combine_chunks())
         names = [*_NAMES, "headers"]
     return pa.RecordBatch.from_arrays(columns, names=names)
+
+
+def spark_micros(table: pa.Table, piece: RangeToRead) -> pa.Array:
+    """The records' timestamps (ms) as the microseconds of Spark's timestamp column.
+
+    Raises:
+        InvalidTimestampError: a timestamp past what a long of microseconds holds (one written in
+            nanoseconds, say), which Spark's Kafka source fails on too (``Math.multiplyExact``); it
+            would otherwise wrap around into another instant.
+    """
+    millis = table.column("timestamp").combine_chunks()
+    try:
+        return pc.multiply_checked(millis, 1000)
+    except pa.ArrowInvalid:
+        bad = pc.index(pc.greater(pc.abs(millis), INT64_MAX // 1000), True).as_py()
+        offset, timestamp = table.column("offset")[bad].as_py(), millis[bad].as_py()
+        raise InvalidTimestampError(
+            f"the record at offset {offset} of {piece.topic}-{piece.partition} has timestamp {timestamp} ms, past "
+            f"what Spark's timestamp column holds (+-{INT64_MAX // 1000} ms, microseconds in a long): written in "
+            "micro- or nanoseconds? Spark's Kafka source fails on it too",
+            timestamp=timestamp,
+        ) from None
 
 
 def _repeated_string(text: str, n: int) -> pa.Array:
@@ -594,21 +678,27 @@ class _BatchReader(DataSourceReader):
         options = self.options
         with LogDirView(options) as view:
             check_subscription(view)
-            starts = resolve(view, options.starting or OffsetSpec(SpecKind.EARLIEST, "startingOffsets"), starting=True)
-            ends = resolve(view, options.ending or OffsetSpec(SpecKind.LATEST, "endingOffsets"), starting=False)
-            check_in_range(view, starts, options.starting.option if options.starting else "startingOffsets")
-            check_in_range(view, ends, options.ending.option if options.ending else "endingOffsets")
+            starting = options.starting or OffsetSpec(SpecKind.EARLIEST, "startingOffsets")
+            ending = options.ending or OffsetSpec(SpecKind.LATEST, "endingOffsets")
+            starts = resolve(view, starting, starting=True)
+            ends = resolve(view, ending, starting=False)
+            check_in_range(view, starts, starting.option)
+            check_in_range(view, ends, ending.option)
+            open_start = frozenset(tp for tp in starts if binds_when_read(starting, tp))
+            open_end = frozenset(tp for tp in ends if binds_when_read(ending, tp))
             ranges = []
             for tp, end in sorted(ends.items()):
                 missing_committed(options, tp, view.states[tp])
                 start, first = starts[tp], view.states[tp].first
-                if start > end:
+                if tp in open_start:  # earliest: the log start now, maybe past an ending offset (nothing left)
+                    start = min(start, end)
+                elif start > end:
                     raise ConfigError(f"{tp[0]}-{tp[1]}: the starting offset {start} is after the ending offset {end}")
-                if start < first:
+                elif start < first:
                     data_loss(options.fail_on_data_loss, options.log_dir, tp, start, first)
                     start = min(first, end)
                 ranges.append(OffsetRange(tp[0], tp[1], start, end))
-        return list(plan_tasks(options, ranges))
+        return list(plan_tasks(options, ranges, open_start=open_start, open_end=open_end))
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return _read(partition)

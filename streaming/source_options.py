@@ -313,8 +313,10 @@ def _integer(name: str, value: str, low: int, high: int = INT64_MAX) -> int:
 
 
 def _timestamps(name: str, spec: Mapping[TopicPartition, int]) -> dict[TopicPartition, int]:
-    """Per-partition timestamps of option ``name``: each in ``0..INT64_MAX`` (Kafka's consumer refuses a
-    negative target time: there ``-1`` and ``-2`` are not the latest and earliest they are in offsets).
+    """Per-partition timestamps of option ``name``: each in ``0..INT64_MAX``. Spark 4's Kafka source passes
+    a negative one to the broker's ListOffsets, where ``-1`` and ``-2`` happen to be its latest and
+    earliest sentinels, undocumented by Spark; here they are that only in the offsets options
+    (docs/reader.md).
 
     Raises:
         ConfigError: a timestamp outside that range, naming its partition.

@@ -17,7 +17,7 @@ from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, DataFrameReader, SparkSession
 
 from indexer.config import LogConfig, Settings
-from indexer.errors import ConfigError, OffsetOutOfRangeError
+from indexer.errors import ConfigError, InvalidTimestampError, OffsetOutOfRangeError
 from indexer.file_names import is_listed_to_patterns, is_log_file, parse_topic_partition_name
 from indexer.log import Log
 from indexer.log_manager import LogManager
@@ -182,6 +182,66 @@ def test_offsets_json_naming_other_partitions_says_which(log_dir: Path) -> None:
     )
 
 
+def _commit(log_dir: Path, topic: str, values_by_partition: dict[int, list[str]]) -> None:
+    """Append and commit ``values_by_partition`` to ``topic`` (created with as many partitions)."""
+    with LogManager(log_dir, Settings()) as manager:
+        for partition, values in values_by_partition.items():
+            log = manager.get_or_create_log(topic, partition)
+            if values:
+                log.append({"value": [v.encode() for v in values]})
+            log.update_high_watermark(log.log_end_offset)
+
+
+def test_earliest_and_latest_bind_when_a_reused_dataframe_reads(spark: SparkSession, tmp_path: Path) -> None:
+    """As Kafka's batch source (KafkaRelationSuite: "latest should late bind to the current (latest)
+    offset in the df"): earliest and latest, by default or as -2/-1 in JSON, are a partition's start and
+    end when a task reads, so a DataFrame read again sees the records committed since, also in a
+    partition that was empty and with minPartitions; explicit offsets stay where they are. The offsets
+    were fixed when the DataFrame was first planned: it read the same records again, in silence."""
+    _commit(tmp_path, "lb", {0: ["a0", "a1"], 1: ["b0"], 2: []})
+    default = seglog(spark, subscribe="lb").load(str(tmp_path))
+    split = seglog(spark, subscribe="lb", minPartitions="4").load(str(tmp_path))
+    pinned = seglog(
+        spark,
+        subscribe="lb",
+        startingOffsets='{"lb": {"0": -2, "1": 0, "2": -2}}',
+        endingOffsets='{"lb": {"0": 2, "1": -1, "2": 0}}',
+    ).load(str(tmp_path))
+
+    def values(df: DataFrame) -> list[bytes]:
+        return sorted(r.value for r in df.collect())
+
+    assert values(default) == values(split) == [b"a0", b"a1", b"b0"] == values(pinned)
+    _commit(tmp_path, "lb", {0: ["a2"], 1: ["b1"], 2: ["c0"]})
+    assert values(default) == values(split) == [b"a0", b"a1", b"a2", b"b0", b"b1", b"c0"]
+    assert values(pinned) == [b"a0", b"a1", b"b0", b"b1"]  # ends at lb-0's offset 2 and lb-2's 0
+
+
+def test_earliest_after_an_explicit_ending_offset_reads_nothing_there(tmp_path: Path) -> None:
+    """From earliest (the default) to an explicit ending offset that the log start has passed since
+    (retention, deleted records): nothing of that partition is left to read, and Kafka's batch source
+    reads nothing there. The query failed instead, blaming a starting offset the user never gave ("the
+    starting offset 5 is after the ending offset 3"). Explicit offsets in that order are still refused."""
+    _commit(tmp_path, "rs", {0: [f"r{i}" for i in range(8)], 1: ["s0", "s1"]})
+    with LogManager(tmp_path, Settings()) as manager:
+        log = manager.get_log("rs", 0)
+        assert log is not None and log.maybe_increment_log_start_offset(5)
+    ending = '{"rs": {"0": 3, "1": -1}}'
+    source = SeglogDataSource({"subscribe": "rs", "path": str(tmp_path), "endingOffsets": ending})
+    tasks = [p for p in source.reader(source.schema()).partitions() if isinstance(p, RangeToRead)]
+    assert [(t.partition, sum(b.num_rows for b in read_range(t))) for t in tasks] == [(1, 2)]
+    explicit = SeglogDataSource(
+        {
+            "subscribe": "rs",
+            "path": str(tmp_path),
+            "endingOffsets": ending,
+            "startingOffsets": '{"rs": {"0": 6, "1": 0}}',
+        }
+    )
+    with pytest.raises(ConfigError, match="rs-0: the starting offset 6 is after the ending offset 3"):
+        explicit.reader(explicit.schema()).partitions()
+
+
 def test_min_partitions_and_max_records_per_partition_split_tasks(spark: SparkSession, log_dir: Path) -> None:
     expected = oracle(log_dir, "ev")
     sizes = [sum(1 for r in expected if r[1] == p) for p in (0, 1)]
@@ -306,6 +366,26 @@ def test_a_task_reads_more_than_2_gib_of_values(tmp_path: Path) -> None:
     batches = read_range(piece)
     offsets = [batch.column("offset").to_numpy() for batch in batches]
     assert len(offsets) > 1 and (pa.chunked_array(offsets).to_numpy() == range(4200)).all()
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+def test_a_timestamp_past_sparks_range_is_an_error_not_a_wrapped_value(tmp_path: Path, fail_on_data_loss: bool) -> None:
+    """Spark's timestamp column holds microseconds in a long: a record timestamp past 2^63 / 1000 ms (one
+    written in nanoseconds, say) fails Spark's Kafka source (``Math.multiplyExact``: long overflow). It
+    wrapped around here, in silence, into another instant; it is an error naming the partition, the
+    offset and the timestamp, whatever failOnDataLoss says (the record is there, it cannot be shown)."""
+    with LogManager(tmp_path, Settings()) as manager:
+        log = manager.get_or_create_log("ns", 0)
+        log.append({"value": [b"ms", b"ns"], "timestamp": [1_700_000_000_000, 1_700_000_000_000_000_000]})
+        log.update_high_watermark(log.log_end_offset)
+    piece = RangeToRead(str(tmp_path), "ns", 0, 0, 2, False, IsolationLevel.READ_UNCOMMITTED, fail_on_data_loss)
+    with pytest.raises(
+        InvalidTimestampError, match=r"offset 1 of ns-0 has timestamp 1700000000000000000 ms, past what Spark"
+    ):
+        list(read_range(piece))
+    first = RangeToRead(str(tmp_path), "ns", 0, 0, 1, False, IsolationLevel.READ_UNCOMMITTED, fail_on_data_loss)
+    (batch,) = read_range(first)
+    assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [1_700_000_000_000_000]
 
 
 @pytest.mark.parametrize("fail_on_data_loss", [True, False])

@@ -19,13 +19,14 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import ReadAllAvailable
 
 from indexer.config import Settings
+from indexer.errors import LogDirectoryNotFoundError
 from indexer.file_names import (
     LOG_START_OFFSET_CHECKPOINT_FILE,
     RECOVERY_POINT_CHECKPOINT_FILE,
     REPLICATION_OFFSET_CHECKPOINT_FILE,
 )
 from indexer.log_manager import LogManager
-from streaming.reader import SeglogDataSource, offsets_behind_latest
+from streaming.reader import RangeToRead, SeglogDataSource, offsets_behind_latest, read_range
 from streaming.sink import SegmentLogSink
 from tests.streaming.helpers import await_end, committed_then_damaged, read_topic, start_foreach_batch, wait_until
 
@@ -434,3 +435,38 @@ def test_a_query_restarted_after_one_of_its_topics_was_deleted_is_data_loss(
             run()
         return
     assert run().values() == [b"k2"]
+
+
+@pytest.mark.parametrize("fail_on_data_loss", [True, False])
+@pytest.mark.parametrize("away", ["moved", "unmounted"])
+def test_a_log_directory_gone_under_a_query_is_an_error_not_data_loss(
+    tmp_path: Path, fail_on_data_loss: bool, away: str
+) -> None:
+    """Kafka's source never takes a broker it cannot reach for deleted topics. The log directory gone
+    under a running query (moved or deleted; or its filesystem not mounted, which leaves an empty mount
+    point) was data loss of every partition ("partition t-0 is gone"): with ``failOnDataLoss=false`` the
+    driver dropped them all from the offsets, to read everything again from offset 0 once the directory
+    was back, and a task skipped its range in silence. It is an error naming the directory, whatever
+    failOnDataLoss says (a deleted topic leaves the log directory's checkpoint files: data loss)."""
+    log_dir = tmp_path / "logs"
+    append(log_dir, "t", ["a", "b", "c", "d"], 0)
+    options = {"subscribe": "t", "path": str(log_dir), "failOnDataLoss": str(fail_on_data_loss).lower()}
+    source = SeglogDataSource({**options, "startingOffsets": "earliest"})
+    reader = source.streamReader(source.schema())
+    start = reader.initialOffset()
+    latest = reader.latestOffset(start, ReadAllAvailable())
+    (piece,) = [p for p in reader.partitions(start, latest) if isinstance(p, RangeToRead) and p.partition == 0]
+    moved = tmp_path / "elsewhere"
+    log_dir.rename(moved)
+    if away == "unmounted":
+        log_dir.mkdir()
+    gone = rf"log directory {log_dir} (does not exist|is empty) .*; failOnDataLoss does not apply"
+    with pytest.raises(LogDirectoryNotFoundError, match=gone):
+        reader.latestOffset(start, ReadAllAvailable())
+    with pytest.raises(LogDirectoryNotFoundError, match=gone):
+        list(read_range(piece))  # on an executor
+    if away == "unmounted":
+        log_dir.rmdir()
+    moved.rename(log_dir)  # back: the query goes on where it was
+    assert reader.latestOffset(start, ReadAllAvailable()) == latest
+    assert sum(batch.num_rows for batch in read_range(piece)) == piece.end - piece.start > 0

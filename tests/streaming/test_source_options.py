@@ -105,8 +105,8 @@ def test_patterns_skip_internal_topics_as_kafkas_listing_does() -> None:
         ({"subscribe": "a", "kafka.isolation.level": "serializable"}, "read_uncommitted or read_committed"),
         ({"subscribe": "a", "kafka.auto.offset.reset": "earliest"}, "set the source option 'startingOffsets'"),
         ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "closest"}, "must be error or latest"),
-        # Kafka's consumer refuses negative target times ("The target time cannot be negative"); past
-        # Java's long, Spark's toLong/toInt refuse the number
+        # Negative timestamps would be ListOffsets sentinels (-1 latest, -2 earliest) in Spark 4's Kafka
+        # source, undocumented: refused (docs/reader.md); past Java's long, Spark's toLong/toInt refuse it
         (
             {"subscribe": "a", "startingTimestamp": "-5"},
             r"startingTimestamp must be an integer in 0\.\.9223372036854775807, got '-5'",
@@ -171,6 +171,18 @@ def test_rate_limit_never_exceeds_the_limit_and_always_advances(
     assert read == min(limit, backlog)  # exactly the limit when there is more, everything otherwise
     for tp, (_, n) in parts.items():  # proportional: within one offset of the exact share
         assert abs((ends[tp] - start[tp]) - min(n, limit * n / backlog if backlog else 0)) < 1 + 1e-9
+
+
+def test_rate_limit_never_starves_a_partition_with_a_small_share() -> None:
+    """Kafka's rateLimit rounds a share below one offset up ("don't completely starve small
+    topicpartitions"). The offsets left over after the floors went to the largest fractions only, so a
+    quiet partition beside a large backlog got nothing at every trigger until that backlog drained."""
+    busy, quiet = ("t", 0), ("t", 1)
+    start = {busy: 0, quiet: 0}
+    assert rate_limit(start, {busy: 1_000_000, quiet: 1}, 10) == {busy: 9, quiet: 1}  # as Kafka's
+    many = {("t", p): 0 for p in range(4)}
+    latest = {("t", 0): 1_000_000, ("t", 1): 1_000_000, ("t", 2): 3, ("t", 3): 0}
+    assert rate_limit(many, latest, 3) == {("t", 0): 1, ("t", 1): 1, ("t", 2): 1, ("t", 3): 0}
 
 
 @given(
