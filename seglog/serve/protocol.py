@@ -22,10 +22,14 @@ from typing import Any, BinaryIO
 
 import kafka.errors as kafka_errors
 from kafka.protocol.admin import (
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
@@ -141,6 +145,8 @@ APIS: dict[int, Api] = dict(
         _api("Produce", ProduceRequest, ProduceResponse),
         _api("CreateTopics", CreateTopicsRequest, CreateTopicsResponse),
         _api("DeleteTopics", DeleteTopicsRequest, DeleteTopicsResponse),
+        _api("CreatePartitions", CreatePartitionsRequest, CreatePartitionsResponse),
+        _api("DeleteRecords", DeleteRecordsRequest, DeleteRecordsResponse),
         _api("InitProducerId", InitProducerIdRequest, InitProducerIdResponse),
     ]
 )

@@ -32,8 +32,10 @@ from typing import Any
 
 from kafka.admin import ConfigResourceType, ConfigSourceType, ConfigType
 from kafka.protocol.admin import (
+    CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteGroupsResponse,
+    DeleteRecordsResponse,
     DeleteTopicsResponse,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
@@ -846,6 +848,45 @@ class Server:
                     name=name, error_code=protocol.TOPIC_AUTHORIZATION_FAILED, error_message=protocol.READ_ONLY_MESSAGE
                 )
                 for name in names
+            ],
+        )
+
+    def _CreatePartitions(self, request: protocol.Request) -> Any:
+        self._refused(request)
+        result = CreatePartitionsResponse.CreatePartitionsTopicResult
+        return CreatePartitionsResponse(
+            version=request.version,
+            throttle_time_ms=0,
+            results=[
+                result(
+                    name=t.name,
+                    error_code=protocol.TOPIC_AUTHORIZATION_FAILED,
+                    error_message=protocol.READ_ONLY_MESSAGE,
+                )
+                for t in request.body.topics
+            ],
+        )
+
+    def _DeleteRecords(self, request: protocol.Request) -> Any:
+        """Refused for every partition, its low watermark -1 (Kafka's ``INVALID_LOW_WATERMARK``)."""
+        self._refused(request)
+        result = DeleteRecordsResponse.DeleteRecordsTopicResult
+        return DeleteRecordsResponse(
+            version=request.version,
+            throttle_time_ms=0,
+            topics=[
+                result(
+                    name=t.name,
+                    partitions=[
+                        result.DeleteRecordsPartitionResult(
+                            partition_index=p.partition_index,
+                            low_watermark=-1,
+                            error_code=protocol.TOPIC_AUTHORIZATION_FAILED,
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in request.body.topics
             ],
         )
 
