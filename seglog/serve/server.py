@@ -163,6 +163,7 @@ class Server:
         Raises:
             OSError: a port cannot be bound (nothing is left listening).
         """
+        fetch.compile_kernels()  # not at the first Fetch, with every client waiting
         try:
             for node in range(self.options.brokers):
                 port = self.options.port + node if self.options.port else 0
