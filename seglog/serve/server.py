@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka.admin import ConfigResourceType, ConfigSourceType, ConfigType
+from kafka.admin import ACLOperation, ConfigResourceType, ConfigSourceType, ConfigType
 from kafka.protocol.admin import (
     CreatePartitionsResponse,
     CreateTopicsResponse,
@@ -96,6 +96,19 @@ class ServeOptions:
             raise ValueError(
                 f"{self.brokers} brokers from port {self.port} need ports up to {last} (the last is 65535)"
             )
+
+
+# What a client may do here (Kafka's authorized operations, KIP-430), answered when a Metadata or
+# DescribeGroups request asks, as a broker always does: a topic is read and described, its configs
+# too (every write is refused); a group is read (joined, committed to), described and deleted.
+TOPIC_OPERATIONS = frozenset({ACLOperation.READ, ACLOperation.DESCRIBE, ACLOperation.DESCRIBE_CONFIGS})
+GROUP_OPERATIONS = frozenset({ACLOperation.READ, ACLOperation.DESCRIBE, ACLOperation.DELETE})
+
+
+def _authorized_operations(asked: bool | None, operations: frozenset[ACLOperation]) -> set[int] | None:
+    """The response's bit field of ``operations`` when the request ``asked`` for it, else None (the
+    field's default: not asked)."""
+    return {op.value for op in operations} if asked else None
 
 
 def _group_response(
@@ -419,6 +432,9 @@ class Server:
                     topic_id=self.catalog.topic_id(name),
                     is_internal=name in INTERNAL_TOPICS,
                     partitions=parts,
+                    authorized_operations=_authorized_operations(
+                        version >= 8 and body.include_topic_authorized_operations, TOPIC_OPERATIONS
+                    ),
                 )
             )
         brokers = [
@@ -664,6 +680,9 @@ class Server:
         version = request.version
         known = {g.group_id: g for g in self.groups.listed()}
         described = DescribeGroupsResponse.DescribedGroup
+        operations = _authorized_operations(
+            version >= 3 and request.body.include_authorized_operations, GROUP_OPERATIONS
+        )
         answers = []
         for group_id in request.body.groups:
             group = known.get(group_id)
@@ -679,6 +698,7 @@ class Server:
                         protocol_type="",
                         protocol_data="",
                         members=[],
+                        authorized_operations=operations,
                     )
                 )
                 continue
@@ -705,6 +725,7 @@ class Server:
                     protocol_type=group.protocol_type or "",
                     protocol_data=(group.protocol_name or "") if stable else "",
                     members=members,
+                    authorized_operations=operations,
                 )
             )
         return DescribeGroupsResponse(version=version, throttle_time_ms=0, groups=answers)
