@@ -22,6 +22,8 @@ from typing import Any, BinaryIO
 
 import kafka.errors as kafka_errors
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
     CreatePartitionsRequest,
     CreatePartitionsResponse,
     CreateTopicsRequest,
@@ -36,6 +38,8 @@ from kafka.protocol.admin import (
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
 )
@@ -92,6 +96,7 @@ INVALID_SESSION_TIMEOUT: int = kafka_errors.InvalidSessionTimeoutError.errno
 REBALANCE_IN_PROGRESS: int = kafka_errors.RebalanceInProgressError.errno
 TOPIC_AUTHORIZATION_FAILED: int = kafka_errors.TopicAuthorizationFailedError.errno
 CLUSTER_AUTHORIZATION_FAILED: int = kafka_errors.ClusterAuthorizationFailedError.errno
+GROUP_AUTHORIZATION_FAILED: int = kafka_errors.GroupAuthorizationFailedError.errno
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: int = kafka_errors.TransactionalIdAuthorizationFailedError.errno
 UNSUPPORTED_VERSION: int = kafka_errors.UnsupportedVersionError.errno
 INVALID_REQUEST: int = kafka_errors.InvalidRequestError.errno
@@ -147,6 +152,8 @@ APIS: dict[int, Api] = dict(
         _api("DeleteTopics", DeleteTopicsRequest, DeleteTopicsResponse),
         _api("CreatePartitions", CreatePartitionsRequest, CreatePartitionsResponse),
         _api("DeleteRecords", DeleteRecordsRequest, DeleteRecordsResponse),
+        _api("AlterConfigs", AlterConfigsRequest, AlterConfigsResponse),
+        _api("IncrementalAlterConfigs", IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
         _api("InitProducerId", InitProducerIdRequest, InitProducerIdResponse),
     ]
 )

@@ -32,6 +32,7 @@ from typing import Any
 
 from kafka.admin import ACLOperation, ConfigResourceType, ConfigSourceType, ConfigType
 from kafka.protocol.admin import (
+    AlterConfigsResponse,
     CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteGroupsResponse,
@@ -39,6 +40,7 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
+    IncrementalAlterConfigsResponse,
     ListGroupsResponse,
 )
 from kafka.protocol.consumer import (
@@ -909,6 +911,35 @@ class Server:
                     ],
                 )
                 for t in request.body.topics
+            ],
+        )
+
+    def _AlterConfigs(self, request: protocol.Request) -> Any:
+        return self._config_changes_refused(request, AlterConfigsResponse)
+
+    def _IncrementalAlterConfigs(self, request: protocol.Request) -> Any:
+        return self._config_changes_refused(request, IncrementalAlterConfigsResponse)
+
+    def _config_changes_refused(self, request: protocol.Request, response: type[Any]) -> Any:
+        """Each resource refused with Kafka's error for a client without ALTER_CONFIGS on it: a topic
+        TOPIC_AUTHORIZATION_FAILED, a group GROUP_AUTHORIZATION_FAILED, the cluster's resources
+        (brokers, loggers, client metrics) CLUSTER_AUTHORIZATION_FAILED."""
+        self._refused(request)
+        errors = {
+            ConfigResourceType.TOPIC: protocol.TOPIC_AUTHORIZATION_FAILED,
+            ConfigResourceType.GROUP: protocol.GROUP_AUTHORIZATION_FAILED,
+        }
+        return response(
+            version=request.version,
+            throttle_time_ms=0,
+            responses=[
+                response.AlterConfigsResourceResponse(
+                    error_code=errors.get(r.resource_type, protocol.CLUSTER_AUTHORIZATION_FAILED),
+                    error_message=protocol.READ_ONLY_MESSAGE,
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                )
+                for r in request.body.resources
             ],
         )
 

@@ -10,7 +10,15 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewPartitions, OffsetSpec
+from confluent_kafka.admin import (
+    AdminClient,
+    AlterConfigOpType,
+    ConfigEntry,
+    ConfigResource,
+    NewPartitions,
+    OffsetSpec,
+    ResourceType,
+)
 
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
@@ -74,5 +82,44 @@ def test_create_partitions_and_delete_records_are_refused_with_authorization_err
         f"refused CreatePartitions from client 'kafka-python-{kafka.__version__}' at /127.0.0.1: "
         f"{protocol.READ_ONLY_MESSAGE}",
         f"refused DeleteRecords from client 'kafka-python-{kafka.__version__}' at /127.0.0.1: "
+        f"{protocol.READ_ONLY_MESSAGE}",
+    ]
+
+
+def test_config_changes_are_refused_with_authorization_errors(
+    serve: Callable[..., ServeProcess], log_dir: Path
+) -> None:
+    """IncrementalAlterConfigs (``kafka-configs.sh --alter``, confluent-kafka's
+    ``incremental_alter_configs``) and AlterConfigs (kafka-python's ``alter_configs(...,
+    incremental=False)``) answer each
+    resource with the error a broker gives a client without ALTER_CONFIGS on it: a topic
+    TOPIC_AUTHORIZATION_FAILED, a broker CLUSTER_AUTHORIZATION_FAILED. They were not advertised:
+    confluent-kafka failed with _UNSUPPORTED_FEATURE, "IncrementalAlterConfigs (KIP-339) not supported
+    by broker, requires broker version >= 2.3.0", kafka-python with IncompatibleBrokerVersion."""
+    server = serve(log_dir)
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    change = [ConfigEntry("retention.ms", "1", incremental_operation=AlterConfigOpType.SET)]
+    resources = [
+        ConfigResource(ResourceType.TOPIC, "t", incremental_configs=change),
+        ConfigResource(ResourceType.BROKER, "0", incremental_configs=change),
+    ]
+    codes = []
+    for future in admin.incremental_alter_configs(resources, request_timeout=20).values():
+        with pytest.raises(KafkaException) as error:
+            future.result(30)
+        codes.append(error.value.args[0].code())
+    assert codes == [KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.CLUSTER_AUTHORIZATION_FAILED]
+
+    other = kafka.KafkaAdminClient(bootstrap_servers=server.bootstrap, request_timeout_ms=20_000)
+    try:
+        topic = kafka.admin.ConfigResource("TOPIC", "t", {"retention.ms": "1"})
+        answer = other.alter_configs([topic], raise_on_unknown=False, incremental=False)  # every config is read-only
+        assert answer["topic"]["t"].startswith("[Error 29] TopicAuthorizationFailedError: seglog serve is read-only")
+    finally:
+        other.close()
+    said = [line.split(": ", 1)[1] for line in server.log_text().splitlines() if "WARNING" in line]
+    assert said == [
+        f"refused IncrementalAlterConfigs from client 'rdkafka' at /127.0.0.1: {protocol.READ_ONLY_MESSAGE}",
+        f"refused AlterConfigs from client 'kafka-python-{kafka.__version__}' at /127.0.0.1: "
         f"{protocol.READ_ONLY_MESSAGE}",
     ]
