@@ -12,6 +12,8 @@ transactions of the range from the ``.txnindex`` files). A fetch that found fewe
 waits up to ``max.wait.ms`` for the catalog to report a change (a commit, a roll, retention) and
 looks again. Fetch sessions (KIP-227) are not kept: every response has session id 0, which tells the
 client to send full fetches (the protocol's way for a broker to decline a session).
+:func:`compile_kernels` runs both once over a log of its own before the server listens, so that no
+client waits while numba compiles the engine's kernels.
 """
 
 from __future__ import annotations
