@@ -181,11 +181,6 @@ async def fetch(catalog: Catalog, request: Any, version: int) -> Any:
         await catalog.wait_for_change(remaining)
 
 
-def _timestamp_of(log: Log, offset: int) -> int:
-    table = log.read_records(offset, 1)
-    return int(table.column("timestamp")[0].as_py()) if table.num_rows else -1
-
-
 def _list_offset(log: Log, timestamp: int, committed: bool) -> tuple[int, int]:
     """(timestamp, offset) answering a ListOffsets partition query; (-1, -1) when nothing matches."""
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
@@ -197,8 +192,8 @@ def _list_offset(log: Log, timestamp: int, committed: bool) -> tuple[int, int]:
         return (-1, -1) if found is None else (found.timestamp, found.offset)
     if timestamp < 0:
         return -1, -1
-    offset = log.offset_for_timestamp(timestamp)
-    return (-1, -1) if offset is None else (_timestamp_of(log, offset), offset)
+    found = log.fetch_offset_by_timestamp(timestamp)
+    return (-1, -1) if found is None else (found.timestamp, found.offset)
 
 
 def list_offsets(catalog: Catalog, request: Any, version: int) -> Any:
