@@ -1227,7 +1227,20 @@ class Log:
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The earliest offset (from the log start offset, below the high watermark) whose record has
-        a timestamp ``>= timestamp``, or None (Kafka's ListOffsets by timestamp).
+        a timestamp ``>= timestamp``, or None: :meth:`fetch_offset_by_timestamp`'s offset.
+
+        Raises:
+            InvalidArgumentError: ``timestamp`` is not an integer of Kafka's int64 range.
+            ValueError: the log is closed (also when :meth:`close` overtakes the search).
+        """
+        found = self.fetch_offset_by_timestamp(timestamp)
+        return None if found is None else found.offset
+
+    def fetch_offset_by_timestamp(self, timestamp: int) -> TimestampAndOffset | None:
+        """The earliest record (from the log start offset, below the high watermark) whose timestamp is
+        ``>= timestamp``, a transaction marker included, with its timestamp and its batch's leader
+        epoch, or None (Kafka's ``UnifiedLog.fetchOffsetByTimestamp``, what ListOffsets by timestamp
+        answers).
 
         Thread-safe: never an offset below the log start offset, even when retention moves it while
         the segments are searched (the search then starts again from the new one).
@@ -1241,7 +1254,7 @@ class Log:
         while True:
             start = self._log_start_offset
             found = self._offset_for_timestamp_from(timestamp, start, self.high_watermark)
-            if found is None or found >= self._log_start_offset:
+            if found is None or found.offset >= self._log_start_offset:
                 return found
 
     def max_timestamp_and_offset(self) -> TimestampAndOffset | None:
@@ -1281,7 +1294,7 @@ class Log:
         offset = int(records.column("offset")[int(found[0])].as_py())
         return TimestampAndOffset(best.timestamp, offset, epoch if epoch >= 0 else None)
 
-    def _offset_for_timestamp_from(self, timestamp: int, start: int, hw: int) -> int | None:
+    def _offset_for_timestamp_from(self, timestamp: int, start: int, hw: int) -> TimestampAndOffset | None:
         def search(segment: LogSegment) -> TimestampAndOffset | None:
             if segment.largest_timestamp < timestamp:
                 return None
@@ -1293,7 +1306,7 @@ class Log:
             # A segment deleted meanwhile gives None: its offsets are below the new log start offset.
             found = self._read_segment(segment, search)
             if found is not None:
-                return found.offset if found.offset < hw else None
+                return found if found.offset < hw else None
         return None
 
     @property

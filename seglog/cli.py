@@ -381,12 +381,21 @@ QUIET_LIBRARIES = ("apscheduler",)
 ``-v``: kept at WARNING unless ``-vv``."""
 
 
+SILENT_LIBRARIES = ("numba",)
+"""Loggers of libraries whose DEBUG lines are their own internals: numba's compiler dumps its bytecode
+analysis, tens of thousands of lines whenever a kernel is compiled (a new install or checkout), which
+drown seglog's own with ``-vv``. Kept at WARNING at every verbosity."""
+
+
 def configure_logging(verbosity: int) -> None:
     """WARNING by default, INFO with ``-v``, DEBUG with ``-vv``; messages go to stderr. The
-    :data:`QUIET_LIBRARIES` say only their warnings below ``-vv``."""
+    :data:`QUIET_LIBRARIES` say only their warnings below ``-vv``, the :data:`SILENT_LIBRARIES` at
+    every verbosity."""
     level = logging.WARNING if verbosity <= 0 else logging.INFO if verbosity == 1 else logging.DEBUG
     for name in QUIET_LIBRARIES:
         logging.getLogger(name).setLevel(max(level, logging.WARNING) if verbosity < 2 else logging.NOTSET)
+    for name in SILENT_LIBRARIES:
+        logging.getLogger(name).setLevel(logging.WARNING)
     root = logging.getLogger()
     if not any(getattr(h, "_seglog", False) for h in root.handlers):
         handler = _StderrHandler()

@@ -12,21 +12,28 @@ transactions of the range from the ``.txnindex`` files). A fetch that found fewe
 waits up to ``max.wait.ms`` for the catalog to report a change (a commit, a roll, retention) and
 looks again. Fetch sessions (KIP-227) are not kept: every response has session id 0, which tells the
 client to send full fetches (the protocol's way for a broker to decline a session).
+:func:`compile_kernels` runs both once over a log of its own before the server listens, so that no
+client waits while numba compiles the engine's kernels.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
+import tempfile
+import time
 import uuid
 from typing import Any
 
-from kafka.protocol.consumer import FetchResponse, ListOffsetsResponse
+from kafka.protocol.consumer import FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse
 
+from indexer.config import Settings
 from indexer.errors import CorruptRecordError, OffsetOutOfRangeError, SeglogError
 from indexer.limits import INT32_MAX
 from indexer.log import Log
+from indexer.log_manager import LogManager
 from indexer.records.file_records import FileSlice
 from seglog.serve import protocol
 from seglog.serve.catalog import Catalog
@@ -174,11 +181,6 @@ async def fetch(catalog: Catalog, request: Any, version: int) -> Any:
         await catalog.wait_for_change(remaining)
 
 
-def _timestamp_of(log: Log, offset: int) -> int:
-    table = log.read_records(offset, 1)
-    return int(table.column("timestamp")[0].as_py()) if table.num_rows else -1
-
-
 def _list_offset(log: Log, timestamp: int, committed: bool) -> tuple[int, int]:
     """(timestamp, offset) answering a ListOffsets partition query; (-1, -1) when nothing matches."""
     if timestamp in (EARLIEST_TIMESTAMP, EARLIEST_LOCAL_TIMESTAMP):
@@ -190,8 +192,8 @@ def _list_offset(log: Log, timestamp: int, committed: bool) -> tuple[int, int]:
         return (-1, -1) if found is None else (found.timestamp, found.offset)
     if timestamp < 0:
         return -1, -1
-    offset = log.offset_for_timestamp(timestamp)
-    return (-1, -1) if offset is None else (_timestamp_of(log, offset), offset)
+    found = log.fetch_offset_by_timestamp(timestamp)
+    return (-1, -1) if found is None else (found.timestamp, found.offset)
 
 
 def list_offsets(catalog: Catalog, request: Any, version: int) -> Any:
@@ -223,3 +225,78 @@ def list_offsets(catalog: Catalog, request: Any, version: int) -> Any:
             )
         topics.append(ListOffsetsResponse.ListOffsetsTopicResponse(name=topic.name, partitions=partitions))
     return ListOffsetsResponse(version=version, throttle_time_ms=0, topics=topics)
+
+
+_WARM_UP_TOPIC = "warm-up"
+_WARM_UP_TIMESTAMPS = (1_000, 3_000, 2_000)
+
+
+def _warm_up_log(log_dir: str) -> None:
+    """Two segments of ``warm-up-0`` in ``log_dir``: an uncompressed and a gzip batch of records with keys
+    and headers, each over ``index.interval.bytes`` (offset and time index entries), all committed."""
+    with LogManager(log_dir, Settings()) as manager:
+        log = manager.get_or_create_log(_WARM_UP_TOPIC, 0)
+        for codec in ("none", "gzip"):
+            rows = [
+                {"key": b"k", "value": bytes(5_000), "headers": [{"key": "h", "value": b"v"}], "timestamp": ts}
+                for ts in _WARM_UP_TIMESTAMPS
+            ]
+            log.append(rows, compression=codec)
+            log.roll()
+        log.update_high_watermark(log.log_end_offset)
+
+
+def _warm_up_reads(catalog: Catalog) -> None:
+    """A Fetch and a ListOffsets of every kind of :func:`_warm_up_log`'s partition, at both isolation levels."""
+    part = FetchRequest.FetchTopic.FetchPartition(partition=0, fetch_offset=0, partition_max_bytes=1)
+    asked = [
+        ListOffsetsRequest.ListOffsetsTopic.ListOffsetsPartition(
+            partition_index=0, current_leader_epoch=-1, timestamp=ts
+        )
+        for ts in (EARLIEST_TIMESTAMP, LATEST_TIMESTAMP, MAX_TIMESTAMP, _WARM_UP_TIMESTAMPS[1])
+    ]
+    for isolation in (0, READ_COMMITTED):
+        topics = [FetchRequest.FetchTopic(topic=_WARM_UP_TOPIC, partitions=[part])]
+        _fetch_once(
+            catalog,
+            FetchRequest(
+                version=12, max_wait_ms=0, min_bytes=0, max_bytes=INT32_MAX, isolation_level=isolation, topics=topics
+            ),
+            12,
+        )
+        offsets = [ListOffsetsRequest.ListOffsetsTopic(name=_WARM_UP_TOPIC, partitions=asked)]
+        list_offsets(
+            catalog, ListOffsetsRequest(version=7, replica_id=-1, isolation_level=isolation, topics=offsets), 7
+        )
+
+
+@functools.cache
+def compile_kernels() -> None:
+    """Answer a Fetch at both isolation levels and a ListOffsets of every kind once, over a small log
+    written to a temporary directory, so that the engine's numba kernels these reads call are compiled
+    (or loaded from numba's cache) now. Once per process.
+
+    numba compiles a kernel at its first call: with no compiled copy on disk (a new install or
+    checkout) that takes seconds, and on the server's one event loop every client waited meanwhile
+    (8.6 s for a Metadata request on 2 cores) and group members lost their sessions. The server calls
+    this before it listens (:meth:`~seglog.serve.server.Server.start`). The engine's own log lines
+    about the temporary log are not shown; a failure (no room in the temporary directory) is said and
+    the server starts all the same, compiling at the first reads.
+    """
+    started = time.monotonic()
+    logging.disable(logging.INFO)  # the temporary log's opening and closing are not the served directory's
+    try:
+        with tempfile.TemporaryDirectory(prefix="seglog-serve-") as log_dir:
+            _warm_up_log(log_dir)
+            catalog = Catalog(log_dir, Settings())
+            try:
+                _warm_up_reads(catalog)
+            finally:
+                catalog.close()
+    except (OSError, SeglogError) as e:
+        logger.warning("cannot compile the engine's read kernels ahead (the first reads will): %s", e)
+        return
+    finally:
+        logging.disable(logging.NOTSET)
+    took = time.monotonic() - started
+    logger.log(logging.INFO if took >= 1 else logging.DEBUG, "compiled the engine's read kernels in %.1f s", took)

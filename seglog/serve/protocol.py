@@ -22,16 +22,24 @@ from typing import Any, BinaryIO
 
 import kafka.errors as kafka_errors
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
+    AlterConfigsResponse,
+    CreatePartitionsRequest,
+    CreatePartitionsResponse,
     CreateTopicsRequest,
     CreateTopicsResponse,
     DeleteGroupsRequest,
     DeleteGroupsResponse,
+    DeleteRecordsRequest,
+    DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
     ListGroupsRequest,
     ListGroupsResponse,
 )
@@ -88,6 +96,7 @@ INVALID_SESSION_TIMEOUT: int = kafka_errors.InvalidSessionTimeoutError.errno
 REBALANCE_IN_PROGRESS: int = kafka_errors.RebalanceInProgressError.errno
 TOPIC_AUTHORIZATION_FAILED: int = kafka_errors.TopicAuthorizationFailedError.errno
 CLUSTER_AUTHORIZATION_FAILED: int = kafka_errors.ClusterAuthorizationFailedError.errno
+GROUP_AUTHORIZATION_FAILED: int = kafka_errors.GroupAuthorizationFailedError.errno
 TRANSACTIONAL_ID_AUTHORIZATION_FAILED: int = kafka_errors.TransactionalIdAuthorizationFailedError.errno
 UNSUPPORTED_VERSION: int = kafka_errors.UnsupportedVersionError.errno
 INVALID_REQUEST: int = kafka_errors.InvalidRequestError.errno
@@ -141,6 +150,10 @@ APIS: dict[int, Api] = dict(
         _api("Produce", ProduceRequest, ProduceResponse),
         _api("CreateTopics", CreateTopicsRequest, CreateTopicsResponse),
         _api("DeleteTopics", DeleteTopicsRequest, DeleteTopicsResponse),
+        _api("CreatePartitions", CreatePartitionsRequest, CreatePartitionsResponse),
+        _api("DeleteRecords", DeleteRecordsRequest, DeleteRecordsResponse),
+        _api("AlterConfigs", AlterConfigsRequest, AlterConfigsResponse),
+        _api("IncrementalAlterConfigs", IncrementalAlterConfigsRequest, IncrementalAlterConfigsResponse),
         _api("InitProducerId", InitProducerIdRequest, InitProducerIdResponse),
     ]
 )

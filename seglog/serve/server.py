@@ -30,13 +30,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kafka.admin import ConfigResourceType, ConfigSourceType, ConfigType
+from kafka.admin import ACLOperation, ConfigResourceType, ConfigSourceType, ConfigType
 from kafka.protocol.admin import (
+    AlterConfigsResponse,
+    CreatePartitionsResponse,
     CreateTopicsResponse,
     DeleteGroupsResponse,
+    DeleteRecordsResponse,
     DeleteTopicsResponse,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
+    IncrementalAlterConfigsResponse,
     ListGroupsResponse,
 )
 from kafka.protocol.consumer import (
@@ -94,6 +98,19 @@ class ServeOptions:
             raise ValueError(
                 f"{self.brokers} brokers from port {self.port} need ports up to {last} (the last is 65535)"
             )
+
+
+# What a client may do here (Kafka's authorized operations, KIP-430), answered when a Metadata or
+# DescribeGroups request asks, as a broker always does: a topic is read and described, its configs
+# too (every write is refused); a group is read (joined, committed to), described and deleted.
+TOPIC_OPERATIONS = frozenset({ACLOperation.READ, ACLOperation.DESCRIBE, ACLOperation.DESCRIBE_CONFIGS})
+GROUP_OPERATIONS = frozenset({ACLOperation.READ, ACLOperation.DESCRIBE, ACLOperation.DELETE})
+
+
+def _authorized_operations(asked: bool | None, operations: frozenset[ACLOperation]) -> set[int] | None:
+    """The response's bit field of ``operations`` when the request ``asked`` for it, else None (the
+    field's default: not asked)."""
+    return {op.value for op in operations} if asked else None
 
 
 def _group_response(
@@ -161,6 +178,7 @@ class Server:
         Raises:
             OSError: a port cannot be bound (nothing is left listening).
         """
+        fetch.compile_kernels()  # not at the first Fetch, with every client waiting
         try:
             for node in range(self.options.brokers):
                 port = self.options.port + node if self.options.port else 0
@@ -416,6 +434,9 @@ class Server:
                     topic_id=self.catalog.topic_id(name),
                     is_internal=name in INTERNAL_TOPICS,
                     partitions=parts,
+                    authorized_operations=_authorized_operations(
+                        version >= 8 and body.include_topic_authorized_operations, TOPIC_OPERATIONS
+                    ),
                 )
             )
         brokers = [
@@ -661,6 +682,9 @@ class Server:
         version = request.version
         known = {g.group_id: g for g in self.groups.listed()}
         described = DescribeGroupsResponse.DescribedGroup
+        operations = _authorized_operations(
+            version >= 3 and request.body.include_authorized_operations, GROUP_OPERATIONS
+        )
         answers = []
         for group_id in request.body.groups:
             group = known.get(group_id)
@@ -676,6 +700,7 @@ class Server:
                         protocol_type="",
                         protocol_data="",
                         members=[],
+                        authorized_operations=operations,
                     )
                 )
                 continue
@@ -702,6 +727,7 @@ class Server:
                     protocol_type=group.protocol_type or "",
                     protocol_data=(group.protocol_name or "") if stable else "",
                     members=members,
+                    authorized_operations=operations,
                 )
             )
         return DescribeGroupsResponse(version=version, throttle_time_ms=0, groups=answers)
@@ -846,6 +872,74 @@ class Server:
                     name=name, error_code=protocol.TOPIC_AUTHORIZATION_FAILED, error_message=protocol.READ_ONLY_MESSAGE
                 )
                 for name in names
+            ],
+        )
+
+    def _CreatePartitions(self, request: protocol.Request) -> Any:
+        self._refused(request)
+        result = CreatePartitionsResponse.CreatePartitionsTopicResult
+        return CreatePartitionsResponse(
+            version=request.version,
+            throttle_time_ms=0,
+            results=[
+                result(
+                    name=t.name,
+                    error_code=protocol.TOPIC_AUTHORIZATION_FAILED,
+                    error_message=protocol.READ_ONLY_MESSAGE,
+                )
+                for t in request.body.topics
+            ],
+        )
+
+    def _DeleteRecords(self, request: protocol.Request) -> Any:
+        """Refused for every partition, its low watermark -1 (Kafka's ``INVALID_LOW_WATERMARK``)."""
+        self._refused(request)
+        result = DeleteRecordsResponse.DeleteRecordsTopicResult
+        return DeleteRecordsResponse(
+            version=request.version,
+            throttle_time_ms=0,
+            topics=[
+                result(
+                    name=t.name,
+                    partitions=[
+                        result.DeleteRecordsPartitionResult(
+                            partition_index=p.partition_index,
+                            low_watermark=-1,
+                            error_code=protocol.TOPIC_AUTHORIZATION_FAILED,
+                        )
+                        for p in t.partitions
+                    ],
+                )
+                for t in request.body.topics
+            ],
+        )
+
+    def _AlterConfigs(self, request: protocol.Request) -> Any:
+        return self._config_changes_refused(request, AlterConfigsResponse)
+
+    def _IncrementalAlterConfigs(self, request: protocol.Request) -> Any:
+        return self._config_changes_refused(request, IncrementalAlterConfigsResponse)
+
+    def _config_changes_refused(self, request: protocol.Request, response: type[Any]) -> Any:
+        """Each resource refused with Kafka's error for a client without ALTER_CONFIGS on it: a topic
+        TOPIC_AUTHORIZATION_FAILED, a group GROUP_AUTHORIZATION_FAILED, the cluster's resources
+        (brokers, loggers, client metrics) CLUSTER_AUTHORIZATION_FAILED."""
+        self._refused(request)
+        errors = {
+            ConfigResourceType.TOPIC: protocol.TOPIC_AUTHORIZATION_FAILED,
+            ConfigResourceType.GROUP: protocol.GROUP_AUTHORIZATION_FAILED,
+        }
+        return response(
+            version=request.version,
+            throttle_time_ms=0,
+            responses=[
+                response.AlterConfigsResourceResponse(
+                    error_code=errors.get(r.resource_type, protocol.CLUSTER_AUTHORIZATION_FAILED),
+                    error_message=protocol.READ_ONLY_MESSAGE,
+                    resource_type=r.resource_type,
+                    resource_name=r.resource_name,
+                )
+                for r in request.body.resources
             ],
         )
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 import signal
 import subprocess
@@ -22,9 +23,9 @@ _SERVING = re.compile(r"serving .* on 127\.0\.0\.1:(\d+) ")
 
 
 class ServeProcess:
-    """``seglog serve`` in a subprocess; ``bootstrap`` is its ``host:port``."""
+    """``seglog serve`` in a subprocess; ``bootstrap`` is its ``host:port``; ``env`` adds to its environment."""
 
-    def __init__(self, log_dir: Path, stderr_path: Path, *extra: str) -> None:
+    def __init__(self, log_dir: Path, stderr_path: Path, *extra: str, env: Mapping[str, str] | None = None) -> None:
         self.log_dir = log_dir
         self.stderr_path = stderr_path
         self._stderr = open(stderr_path, "w")  # noqa: SIM115 - closed in stop()
@@ -43,8 +44,9 @@ class ServeProcess:
             ],
             stdout=subprocess.DEVNULL,
             stderr=self._stderr,
+            env={**os.environ, **env} if env else None,
         )
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 120  # a new checkout: numba compiles the read kernels first
         while time.monotonic() < deadline:
             found = _SERVING.search(stderr_path.read_text())
             if found:
@@ -93,11 +95,11 @@ def fetch_request(
 
 @pytest.fixture
 def serve(tmp_path: Path) -> Iterator[Callable[..., ServeProcess]]:
-    """Start servers with ``serve(log_dir, *extra_args)``; all are stopped at the end."""
+    """Start servers with ``serve(log_dir, *extra_args, env=None)``; all are stopped at the end."""
     started: list[ServeProcess] = []
 
-    def start(log_dir: Path, *extra: str) -> ServeProcess:
-        server = ServeProcess(log_dir, tmp_path / f"serve-{len(started)}.stderr", *extra)
+    def start(log_dir: Path, *extra: str, env: Mapping[str, str] | None = None) -> ServeProcess:
+        server = ServeProcess(log_dir, tmp_path / f"serve-{len(started)}.stderr", *extra, env=env)
         started.append(server)
         return server
 

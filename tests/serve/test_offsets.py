@@ -99,3 +99,46 @@ def test_lag_monitors_see_what_a_group_committed_against_the_end_offsets(
     kafka_ends = kafka_consumer.end_offsets(list(offsets))
     kafka_consumer.close()
     assert {tp.partition: (o.offset, kafka_ends[tp]) for tp, o in offsets.items()} == expected
+
+
+# transactions-commit's ksql command topic: a transactional record at each even offset, its COMMIT
+# marker at the odd offset after it (offset 1 at 1692287577963, 6 a record at 1692288696143, 7 a marker
+# at 1692288696154); what ListOffsets by timestamp answers, target -> (offset, its record's timestamp).
+COMMAND_TOPIC = "_confluent-ksql-default__command_topic"
+BY_TIMESTAMP = {
+    1692287577900: (1, 1692287577963),
+    1692288696143: (6, 1692288696143),
+    1692288696150: (7, 1692288696154),
+}
+
+
+def test_by_timestamp_the_timestamp_is_the_found_records_also_for_a_transaction_marker(
+    serve: Callable[..., ServeProcess], vectors_dir: Path, tmp_path: Path
+) -> None:
+    """ListOffsets by timestamp answers the first record at or after the time, a transaction's COMMIT
+    marker included, with that record's timestamp, as Kafka's ``findOffsetByTimestamp``. For a marker
+    the server gave the next data record's timestamp (offset 1 with 1692288399917, offset 2's) or -1
+    (offset 7, the last): confluent-kafka's ``list_offsets`` and kafka-python's ``offsets_for_times``
+    paired an offset with a time it does not have."""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import kafka
+
+    server = serve(vectors_dir / "transactions-commit", "--group-offsets-dir", str(tmp_path))
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    answers = {}
+    for target in BY_TIMESTAMP:
+        asked = {TopicPartition(COMMAND_TOPIC, 0): OffsetSpec.for_timestamp(target)}
+        (found,) = [f.result(20) for f in admin.list_offsets(asked, request_timeout=20).values()]
+        answers[target] = (found.offset, found.timestamp)
+    assert answers == BY_TIMESTAMP
+
+    consumer = kafka.KafkaConsumer(bootstrap_servers=server.bootstrap)
+    try:
+        tp = kafka.TopicPartition(COMMAND_TOPIC, 0)
+        found_by = {target: consumer.offsets_for_times({tp: target})[tp] for target in BY_TIMESTAMP}
+    finally:
+        consumer.close()
+    assert {target: (f.offset, f.timestamp) for target, f in found_by.items()} == BY_TIMESTAMP
