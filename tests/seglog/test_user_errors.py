@@ -8,8 +8,10 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -1025,3 +1027,44 @@ def test_an_input_file_without_read_permission_is_one_line(tmp_path: Path, capsy
     line = _one_error_line(capsys.readouterr().err, "InputFileError")
     assert line.endswith(f"{secret} (seglog append FILE) cannot be read: permission denied"), line
     assert not (tmp_path / "logs").exists()
+
+
+def _as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
+    """``seglog ARGS`` run as user 65534 (nobody) with no home, as a service account runs it: it can
+    write neither the source tree (root's) nor a cache directory of its own."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SEGLOG_CONF", "XDG_CACHE_HOME", "NUMBA_CACHE_DIR")}
+    env.update({"PYTHONPATH": str(REPO), "HOME": "/nonexistent"})
+    code = "import sys; from seglog.cli import main; sys.exit(main(sys.argv[1:]))"
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    return subprocess.run([*nobody, sys.executable, "-c", code, *args], env=env, capture_output=True, text=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="runs a command as another user")
+def test_a_user_who_can_write_neither_the_source_tree_nor_a_home_runs_the_commands(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A user who may write neither seglog's source tree (installed by root) nor a home directory (a
+    service account, HOME=/nonexistent) got a traceback from every command that touches the engine,
+    `RuntimeError: cannot cache function 'get_be': no locator available for file .../indexer/_bytes.py`:
+    numba caches compiled kernels beside their source or under ~/.cache and found neither writable.
+    The commands now run, their kernels cached in a directory of that user's own."""
+    place = Path(tempfile.mkdtemp(prefix="seglog-nobody-"))  # tmp_path's parents are root's alone
+    try:
+        place.chmod(0o755)
+        logs = place / "logs"
+        source = place / "in.jsonl"
+        source.write_text(_records(10))
+        assert main(["append", "--log-dir", str(logs), "--topic", "events", "--partition", "0", str(source)]) == 0
+        capsys.readouterr()
+        for path in [logs, *logs.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        if _as_nobody("--version").returncode != 0:
+            pytest.skip("this Python cannot be run by user 65534")
+        read = _as_nobody("read", "--log-dir", str(logs), "--topic", "events", "--partition", "0", "--from-beginning")
+        assert (read.returncode, read.stderr) == (0, ""), read.stderr
+        assert len(read.stdout.splitlines()) == 10
+        append = _as_nobody("append", "--log-dir", str(logs), "--topic", "events", "--partition", "0", str(source))
+        assert append.returncode == 1
+        _one_error_line(append.stderr, "ReadOnlyLogDirectoryError")
+    finally:
+        shutil.rmtree(place)
