@@ -151,33 +151,39 @@ def missing_log_dir_note(log_dir: Path, once_there: str) -> str | None:
     return f"log directory {log_dir} does not exist yet: {once_there} once it appears"
 
 
-def check_log_dir_writable(log_dir: str | os.PathLike[str], refused: str) -> None:
+def check_log_dir_writable(log_dir: str | os.PathLike[str], refused: str, *, creating: bool = False) -> None:
     """Raise :class:`ReadOnlyLogDirectoryError` when this process cannot write in ``log_dir`` (a
     read-only file system, or no write permission): the one test a command that changes a log
     directory asks before it touches a partition, so a read-only place is one line naming the
     directory and what is ``refused`` there, not an error per partition. A missing directory passes
-    (:func:`check_log_dir` decides about it).
+    (:func:`check_log_dir` decides about it), but for a writer ``creating`` it: then the nearest
+    existing directory above it, where it would be created, is tested.
 
     Raises:
-        ReadOnlyLogDirectoryError: the directory cannot be written.
+        ReadOnlyLogDirectoryError: the directory cannot be written (or, ``creating``, created).
         StorageError: its file system cannot be asked.
     """
     path = Path(log_dir)
+    place = path
+    if creating:
+        place = next((p for p in (path, *path.absolute().parents) if p.exists()), path)
+        if not place.is_dir():  # a file in the way: creating the directory says so
+            return
     try:
-        read_only_fs = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        read_only_fs = bool(os.statvfs(place).f_flag & os.ST_RDONLY)
     except FileNotFoundError:
         return
     except OSError as e:
-        raise StorageError(f"cannot stat the file system of {path}: {e.strerror}", path=path, errno=e.errno) from e
+        raise StorageError(f"cannot stat the file system of {place}: {e.strerror}", path=place, errno=e.errno) from e
     if read_only_fs:
         why = "on a read-only file system"
-    elif not os.access(path, os.W_OK | os.X_OK):
+    elif not os.access(place, os.W_OK | os.X_OK):
         why = "not writable by this process"
     else:
         return
+    what = f"log directory {path} is" if place == path else f"log directory {path} cannot be created: {place} is"
     raise ReadOnlyLogDirectoryError(
-        f"log directory {path} is {why}: {refused} (only readers work here: seglog read, describe, dump, "
-        "recover --dry-run)",
+        f"{what} {why}: {refused} (only readers work here: seglog read, describe, dump, recover --dry-run)",
         path=path,
         errno=errno.EROFS if read_only_fs else errno.EACCES,
     )
@@ -284,7 +290,9 @@ class LogManager:
         if read_only:
             self.had_clean_shutdown = marker.exists()
         else:
-            check_log_dir_writable(self.log_dir, "a writer can append, create or checkpoint nothing there")
+            check_log_dir_writable(
+                self.log_dir, "a writer can append, create or checkpoint nothing there", creating=True
+            )
             with storage_errors(self.log_dir, "create the log directory"):
                 self.log_dir.mkdir(parents=True, exist_ok=True)
             self.had_clean_shutdown = self._delete_clean_shutdown_marker(marker)

@@ -408,6 +408,26 @@ def test_read_only_file_system_writers_say_so_in_one_line(read_only: Path, tmp_p
     assert _snapshot(read_only) == before
 
 
+def test_a_log_directory_to_create_on_a_read_only_file_system_is_said_so_in_one_line(
+    read_only: Path, tmp_path: Path
+) -> None:
+    """A writer creating its log directory under a read-only place said `StorageError: Failed to create
+    the log directory ...: Read-only file system`, where an existing directory there is a
+    `ReadOnlyLogDirectoryError` naming what works instead; it is that error now, naming the place."""
+    source = tmp_path / "in.jsonl"
+    source.write_text(_records(2))
+    new_dir = read_only / "new" / "logs"
+    for command in (
+        ("append", "--log-dir", str(new_dir), "--topic", "events", "--partition", "0", str(source)),
+        ("topic", "create", "--log-dir", str(new_dir), "--topic", "more", "--partitions", "2"),
+    ):
+        result = _cli(*command)
+        assert result.returncode == 1, result.stderr
+        line = _one_error_line(result.stderr, "ReadOnlyLogDirectoryError")
+        assert f"log directory {new_dir} cannot be created: {read_only} is on a read-only file system" in line, line
+    assert not (read_only / "new").exists()
+
+
 def test_read_only_file_system_quarantine_purge_says_so_once(read_only: Path) -> None:
     """A purge failed on the first quarantine file it could not delete (or said it deleted none)."""
     result = _cli("quarantine", "purge", "--log-dir", str(read_only), "--all")
