@@ -38,7 +38,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -431,7 +431,7 @@ class LogManager:
         if holder and self.had_clean_shutdown:
             logger.warning("[LogManager dir=%s] %s-%d: lock file names %r: not clean", self.log_dir, *tp, holder)
         clean = self.had_clean_shutdown and not holder
-        return Log.open(
+        log = Log.open(
             directory,
             config,
             recovery_point=self._recovery_points.get(tp, 0),
@@ -441,6 +441,9 @@ class LogManager:
             high_watermark=high_watermark,
             recovery_reason=died_holding_reason(holder),
         )
+        if high_watermark is None and log.log_end_offset == 0:
+            self._start_high_watermarks([tp])
+        return log
 
     # -- topics --------------------------------------------------------------------------------
 
@@ -632,6 +635,7 @@ class LogManager:
                     with storage_errors(self.log_dir, "fsync the new partition directories"):
                         list(pool.map(fsync_directory, chunk))
                         fsync_directory(self.log_dir)
+                    self._start_high_watermarks(file_names.parse_topic_partition_name(d.name) for d in chunk)
                     created += len(chunk)
                     if time.monotonic() - last_said >= _PROGRESS_S:
                         last_said = time.monotonic()
@@ -689,11 +693,29 @@ class LogManager:
         with self._lock:
             return {tp: log for tp, log in self._logs.items() if not log.read_only and not log.closed}
 
-    def _update(self, name: str, updates: dict[TopicPartition, int], remove: list[TopicPartition]) -> None:
+    def _update(
+        self,
+        name: str,
+        updates: dict[TopicPartition, int],
+        remove: list[TopicPartition],
+        expected: dict[TopicPartition, int | None] | None = None,
+    ) -> None:
         if self.read_only:
             raise ValueError(f"cannot write checkpoints of read-only log directory {self.log_dir}")
         if updates or remove:
-            update_checkpoint(self.log_dir / name, updates, lock_path=self._lock_path, remove=remove)
+            update_checkpoint(self.log_dir / name, updates, lock_path=self._lock_path, remove=remove, expected=expected)
+
+    def _start_high_watermarks(self, partitions: Iterable[TopicPartition]) -> None:
+        """Give new, empty ``partitions`` their high watermark 0 in ``replication-offset-checkpoint``
+        (an entry another process wrote meanwhile is kept). A partition without an entry is read to
+        its log end (a finished broker directory, whose checkpoint was not copied): without one, the
+        records of a first append whose writer died before its commit would be shown to every reader.
+
+        Raises:
+            StorageError: the checkpoint cannot be read or written.
+        """
+        start = dict.fromkeys(partitions, 0)
+        self._update(file_names.REPLICATION_OFFSET_CHECKPOINT_FILE, start, [], dict.fromkeys(start))
 
     def checkpoint_recovery_points(self) -> None:
         """Write this manager's logs' recovery points to ``recovery-point-offset-checkpoint``.
