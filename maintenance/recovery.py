@@ -246,11 +246,14 @@ def _segments_with_changed_indexes(before: dict[str, bytes], after: dict[str, by
 
 
 def _dry_run_index_problems(path: Path, settings: Settings, topic: str) -> int:
-    """Segments whose indexes the engine's validator rejects (every entry checked against the log)."""
+    """Segments whose indexes the engine's validator rejects (every entry checked against the log),
+    each logged, and those missing an index file, which recovery creates (counted, not logged: a
+    broker creates index files lazily, so a missing one is no damage)."""
     meta = scan_partition(path, settings.log_config(topic), log_start_offset=0, high_watermark=0)
     problems = index_problems(meta, include_last=True)
     for base, problem in sorted(problems.items()):
-        logger.warning("%s: segment %d: %s", path.name, base, problem)
+        if not problem.missing:
+            logger.warning("%s: segment %d: %s", path.name, base, problem)
     return len(problems)
 
 
