@@ -101,6 +101,13 @@ def _is_partition_file(name: str) -> bool:
     )
 
 
+def holds_partition_files(names: Iterable[str]) -> bool:
+    """Whether a directory holding the files ``names`` holds a segment, index or partition file (a
+    partition directory's): ``--log-dir`` is refused when it does; ``seglog recover`` leaves a
+    ``<name>-<number>`` directory alone when it does not (and no checkpoint names it)."""
+    return any(_is_partition_file(n) for n in names)
+
+
 def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -> Path:
     """``log_dir`` as a :class:`Path` if it can be a log directory; the one test every layer uses.
 
@@ -126,7 +133,7 @@ def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -
         names = os.listdir(path)
     except OSError as e:
         raise StorageError(f"cannot list log directory {path}: {e.strerror}", path=path, errno=e.errno) from e
-    if any(_is_partition_file(n) for n in names):
+    if holds_partition_files(names):
         parent = path.absolute().parent
         try:
             topic, partition = file_names.parse_topic_partition_name(path.absolute().name)

@@ -386,6 +386,33 @@ def test_recover_dry_run_counts_a_missing_index_without_calling_it_damage(log_di
     assert counts == {"events-0": 1, "events-1": 0}
 
 
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_recover_leaves_a_directory_that_holds_no_partition_file_alone(
+    log_dir: Path, capsys: pytest.CaptureFixture[str], dry_run: bool
+) -> None:
+    """`seglog recover --log-dir` of a directory that also holds another program's directories named
+    like partitions (`cache-2`, or `/tmp` and its `<name>-<pid>` directories, given by mistake)
+    made each a partition: an empty segment, index files and a lock file written into it, reported as
+    recovered. A directory that holds files but no segment or other partition file, and that no
+    checkpoint or sink commit names, is no partition: recover skips it, says why, changes nothing
+    there and exits 1 (the dry run says the same). (An empty one is a partition without a segment
+    yet: test_dry_run_changes_nothing_and_predicts_the_recovery.)"""
+    foreign = log_dir / "cache-2"
+    foreign.mkdir()
+    (foreign / "readme").write_text("not a partition")
+    before = _snapshot(foreign)
+    argv = ["recover", "--log-dir", str(log_dir), "--no-progress", *(["--dry-run"] if dry_run else [])]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert _snapshot(foreign) == before
+    assert f"cache-2: {foreign} holds other files but no segment or other partition file, and no" in out, out
+    statuses = {line.split()[0]: line.split()[1] for line in out.splitlines()[2:5]}
+    assert statuses == {
+        "cache-2": "skipped",
+        **dict.fromkeys(("events-0", "events-1"), "checked" if dry_run else "recovered"),
+    }
+
+
 @pytest.fixture
 def read_only(log_dir: Path, tmp_path: Path) -> Iterator[Path]:
     """``log_dir`` seen through a read-only bind mount."""
