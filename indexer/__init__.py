@@ -5,8 +5,12 @@ The package itself re-exports only the light names (errors, configuration, file 
 ``indexer.log.Log``, ``indexer.log_manager.LogManager``, ``indexer.segment.LogSegment``,
 ``indexer.offset_index.OffsetIndex``, ``indexer.time_index.TimeIndex``,
 ``indexer.transaction_index.TransactionIndex``; the record format in :mod:`indexer.records`.
+
+Importing it first makes sure numba has a directory to cache the compiled kernels in
+(:mod:`indexer._kernel_cache`), also for a user who can write neither the source tree nor a home.
 """
 
+import indexer._kernel_cache  # noqa: F401  (first: numba's cache directory, before any module defines a kernel)
 from indexer.config import LogConfig as LogConfig
 from indexer.config import Settings as Settings
 from indexer.config import load_settings as load_settings

@@ -45,7 +45,7 @@ _TOPIC_KEYS: dict[str, tuple[str, type, Any, int | None, str]] = {
     "flush.messages": ("flush_messages", int, INT64_MAX, 1, "fsync after this many unflushed records"),
     "flush.ms": ("flush_ms", int, INT64_MAX, 0, "fsync when the last flush is older than this (ms)"),
     "preallocate": ("preallocate", bool, False, None, "size new .log files to segment.bytes up front"),
-    "compression.type": ("compression_type", str, "producer", None, "producer|none|gzip|snappy|lz4|zstd"),
+    "compression.type": ("compression_type", str, "producer", None, "producer|none|uncompressed|gzip|snappy|lz4|zstd"),
     "recovery.strategy": (
         "recovery_strategy",
         str,

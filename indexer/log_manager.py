@@ -38,7 +38,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import TracebackType
@@ -101,6 +101,13 @@ def _is_partition_file(name: str) -> bool:
     )
 
 
+def holds_partition_files(names: Iterable[str]) -> bool:
+    """Whether a directory holding the files ``names`` holds a segment, index or partition file (a
+    partition directory's): ``--log-dir`` is refused when it does; ``seglog recover`` leaves a
+    ``<name>-<number>`` directory alone when it does not (and no checkpoint names it)."""
+    return any(_is_partition_file(n) for n in names)
+
+
 def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -> Path:
     """``log_dir`` as a :class:`Path` if it can be a log directory; the one test every layer uses.
 
@@ -126,7 +133,7 @@ def check_log_dir(log_dir: str | os.PathLike[str], *, must_exist: bool = True) -
         names = os.listdir(path)
     except OSError as e:
         raise StorageError(f"cannot list log directory {path}: {e.strerror}", path=path, errno=e.errno) from e
-    if any(_is_partition_file(n) for n in names):
+    if holds_partition_files(names):
         parent = path.absolute().parent
         try:
             topic, partition = file_names.parse_topic_partition_name(path.absolute().name)
@@ -151,33 +158,39 @@ def missing_log_dir_note(log_dir: Path, once_there: str) -> str | None:
     return f"log directory {log_dir} does not exist yet: {once_there} once it appears"
 
 
-def check_log_dir_writable(log_dir: str | os.PathLike[str], refused: str) -> None:
+def check_log_dir_writable(log_dir: str | os.PathLike[str], refused: str, *, creating: bool = False) -> None:
     """Raise :class:`ReadOnlyLogDirectoryError` when this process cannot write in ``log_dir`` (a
     read-only file system, or no write permission): the one test a command that changes a log
     directory asks before it touches a partition, so a read-only place is one line naming the
     directory and what is ``refused`` there, not an error per partition. A missing directory passes
-    (:func:`check_log_dir` decides about it).
+    (:func:`check_log_dir` decides about it), but for a writer ``creating`` it: then the nearest
+    existing directory above it, where it would be created, is tested.
 
     Raises:
-        ReadOnlyLogDirectoryError: the directory cannot be written.
+        ReadOnlyLogDirectoryError: the directory cannot be written (or, ``creating``, created).
         StorageError: its file system cannot be asked.
     """
     path = Path(log_dir)
+    place = path
+    if creating:
+        place = next((p for p in (path, *path.absolute().parents) if p.exists()), path)
+        if not place.is_dir():  # a file in the way: creating the directory says so
+            return
     try:
-        read_only_fs = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        read_only_fs = bool(os.statvfs(place).f_flag & os.ST_RDONLY)
     except FileNotFoundError:
         return
     except OSError as e:
-        raise StorageError(f"cannot stat the file system of {path}: {e.strerror}", path=path, errno=e.errno) from e
+        raise StorageError(f"cannot stat the file system of {place}: {e.strerror}", path=place, errno=e.errno) from e
     if read_only_fs:
         why = "on a read-only file system"
-    elif not os.access(path, os.W_OK | os.X_OK):
+    elif not os.access(place, os.W_OK | os.X_OK):
         why = "not writable by this process"
     else:
         return
+    what = f"log directory {path} is" if place == path else f"log directory {path} cannot be created: {place} is"
     raise ReadOnlyLogDirectoryError(
-        f"log directory {path} is {why}: {refused} (only readers work here: seglog read, describe, dump, "
-        "recover --dry-run)",
+        f"{what} {why}: {refused} (only readers work here: seglog read, describe, dump, recover --dry-run)",
         path=path,
         errno=errno.EROFS if read_only_fs else errno.EACCES,
     )
@@ -284,7 +297,9 @@ class LogManager:
         if read_only:
             self.had_clean_shutdown = marker.exists()
         else:
-            check_log_dir_writable(self.log_dir, "a writer can append, create or checkpoint nothing there")
+            check_log_dir_writable(
+                self.log_dir, "a writer can append, create or checkpoint nothing there", creating=True
+            )
             with storage_errors(self.log_dir, "create the log directory"):
                 self.log_dir.mkdir(parents=True, exist_ok=True)
             self.had_clean_shutdown = self._delete_clean_shutdown_marker(marker)
@@ -423,7 +438,7 @@ class LogManager:
         if holder and self.had_clean_shutdown:
             logger.warning("[LogManager dir=%s] %s-%d: lock file names %r: not clean", self.log_dir, *tp, holder)
         clean = self.had_clean_shutdown and not holder
-        return Log.open(
+        log = Log.open(
             directory,
             config,
             recovery_point=self._recovery_points.get(tp, 0),
@@ -433,6 +448,9 @@ class LogManager:
             high_watermark=high_watermark,
             recovery_reason=died_holding_reason(holder),
         )
+        if high_watermark is None and log.log_end_offset == 0:
+            self._start_high_watermarks([tp])
+        return log
 
     # -- topics --------------------------------------------------------------------------------
 
@@ -624,6 +642,7 @@ class LogManager:
                     with storage_errors(self.log_dir, "fsync the new partition directories"):
                         list(pool.map(fsync_directory, chunk))
                         fsync_directory(self.log_dir)
+                    self._start_high_watermarks(file_names.parse_topic_partition_name(d.name) for d in chunk)
                     created += len(chunk)
                     if time.monotonic() - last_said >= _PROGRESS_S:
                         last_said = time.monotonic()
@@ -681,11 +700,29 @@ class LogManager:
         with self._lock:
             return {tp: log for tp, log in self._logs.items() if not log.read_only and not log.closed}
 
-    def _update(self, name: str, updates: dict[TopicPartition, int], remove: list[TopicPartition]) -> None:
+    def _update(
+        self,
+        name: str,
+        updates: dict[TopicPartition, int],
+        remove: list[TopicPartition],
+        expected: dict[TopicPartition, int | None] | None = None,
+    ) -> None:
         if self.read_only:
             raise ValueError(f"cannot write checkpoints of read-only log directory {self.log_dir}")
         if updates or remove:
-            update_checkpoint(self.log_dir / name, updates, lock_path=self._lock_path, remove=remove)
+            update_checkpoint(self.log_dir / name, updates, lock_path=self._lock_path, remove=remove, expected=expected)
+
+    def _start_high_watermarks(self, partitions: Iterable[TopicPartition]) -> None:
+        """Give new, empty ``partitions`` their high watermark 0 in ``replication-offset-checkpoint``
+        (an entry another process wrote meanwhile is kept). A partition without an entry is read to
+        its log end (a finished broker directory, whose checkpoint was not copied): without one, the
+        records of a first append whose writer died before its commit would be shown to every reader.
+
+        Raises:
+            StorageError: the checkpoint cannot be read or written.
+        """
+        start = dict.fromkeys(partitions, 0)
+        self._update(file_names.REPLICATION_OFFSET_CHECKPOINT_FILE, start, [], dict.fromkeys(start))
 
     def checkpoint_recovery_points(self) -> None:
         """Write this manager's logs' recovery points to ``recovery-point-offset-checkpoint``.

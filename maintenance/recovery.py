@@ -62,7 +62,7 @@ from indexer.file_names import (
 from indexer.lock import RECOVERY_ROLE, FileLock
 from indexer.log import Log
 from indexer.log_loader import LogLoader, RecoveryReport, StepKind
-from indexer.log_manager import check_log_dir_writable, write_clean_shutdown_marker
+from indexer.log_manager import check_log_dir_writable, holds_partition_files, write_clean_shutdown_marker
 from indexer.salvage import LostRange, merge_lost_ranges
 from maintenance.access import (
     CHECKPOINT_FILES,
@@ -246,11 +246,14 @@ def _segments_with_changed_indexes(before: dict[str, bytes], after: dict[str, by
 
 
 def _dry_run_index_problems(path: Path, settings: Settings, topic: str) -> int:
-    """Segments whose indexes the engine's validator rejects (every entry checked against the log)."""
+    """Segments whose indexes the engine's validator rejects (every entry checked against the log),
+    each logged, and those missing an index file, which recovery creates (counted, not logged: a
+    broker creates index files lazily, so a missing one is no damage)."""
     meta = scan_partition(path, settings.log_config(topic), log_start_offset=0, high_watermark=0)
     problems = index_problems(meta, include_last=True)
     for base, problem in sorted(problems.items()):
-        logger.warning("%s: segment %d: %s", path.name, base, problem)
+        if not problem.missing:
+            logger.warning("%s: segment %d: %s", path.name, base, problem)
     return len(problems)
 
 
@@ -370,6 +373,19 @@ def recover_partition(
         raise
     finally:
         lock.release()
+
+
+def _foreign_directory(path: Path) -> bool:
+    """Whether the ``<name>-<number>`` directory ``path`` holds files, none of them a segment, index
+    or partition file: another program's directory named like a partition (``--log-dir`` given by
+    mistake), which a recovery would turn into a partition by writing a segment and a lock file into
+    it. An empty one is a partition without a segment yet (recovery starts one at 0, as Kafka does);
+    one that cannot be listed is left to the recovery, which names the error."""
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return False
+    return bool(names) and not holds_partition_files(names)
 
 
 def _refuse_removal_below_log_start(
@@ -499,6 +515,15 @@ def recover_log_dir(
                 ]
                 committed = committed_offsets[tp] = max(known) if known else None
                 in_progress, done = name, None
+                if not known and tp not in start_offsets and _foreign_directory(path):
+                    message = (
+                        f"{path} holds other files but no segment or other partition file, and no checkpoint "
+                        "names it: not a partition directory; left as it is"
+                    )
+                    logger.warning("%s: skipped, %s", name, message)
+                    record(tp, PartitionRecovery(name, "skipped", sizes[tp], message=message), {})
+                    in_progress = None
+                    continue
                 try:
                     done = (
                         tp,

@@ -531,8 +531,20 @@ def _report_error(exc: BaseException, debug: bool) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run ``seglog`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
-    argv = list(sys.argv[1:] if argv is None else argv)
+    """Run ``seglog`` with ``argv`` (default ``sys.argv[1:]``); returns the exit code.
+
+    Ctrl-C is one line and exit 130 from the start on: loading a command's module (the engine,
+    pyarrow, numba) takes most of a second, so an early Ctrl-C lands there more often than not.
+    """
+    try:
+        return _main(list(sys.argv[1:] if argv is None else argv))
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+
+
+def _main(argv: list[str]) -> int:
+    """:func:`main` but for Ctrl-C."""
     debug = "--debug" in argv
     try:
         parser, module = build_parser(argv)
@@ -552,9 +564,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         except Exception as e:
             raise_if_interrupted(e)  # Ctrl-C inside a compiled kernel
             raise
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
     except BrokenPipeError:
         # The reader of our stdout went away (`seglog read ... | head`): not an error of ours.
         _silence_stdout()

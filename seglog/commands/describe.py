@@ -319,7 +319,9 @@ def _salvage(records: Any, base_offset: int, next_base: int | None, scan: Any, d
     return {
         "kept_batches_after_damage": int(np.count_nonzero(after)),
         "kept_offsets_after_damage": (
-            [int(plan.kept.base_offsets[after][0]), int(plan.kept.last_offsets[after][-1])] if after.any() else None
+            {"first": int(plan.kept.base_offsets[after][0]), "last": int(plan.kept.last_offsets[after][-1])}
+            if after.any()
+            else None
         ),
         "removed": [{"position": position, "bytes": length} for position, length in plan.removed],
         "lost": [lost.to_dict() for lost in plan.lost],
@@ -347,7 +349,7 @@ def _salvage_text(plan: dict[str, Any]) -> str:
     kept = plan["kept_offsets_after_damage"]
     after = (
         f"keep {plan['kept_batches_after_damage']} intact batch{'' if plan['kept_batches_after_damage'] == 1 else 'es'}"
-        f" after the damage (offsets {kept[0]}..{kept[1]})"
+        f" after the damage (offsets {offset_range_text(kept)})"
         if kept
         else "keep no batch after the damage"
     )

@@ -130,6 +130,18 @@ def test_every_key_has_a_description() -> None:
     assert all(topic_config_keys().values())
 
 
+def test_the_values_of_compression_type_are_all_named_where_a_user_looks() -> None:
+    """compression.type takes `uncompressed` (Kafka's name for none), but neither the packaged
+    conf/seglog.toml's comment nor the key's description (shown by --help) named it."""
+    from indexer.config import _COMPRESSION_TYPES
+
+    conf = (Path(__file__).resolve().parents[2] / "conf" / "seglog.toml").read_text()
+    (comment,) = [line.split("#", 1)[1] for line in conf.splitlines() if line.startswith('"compression.type"')]
+    for value in _COMPRESSION_TYPES:
+        assert f" {value} " in f" {comment} ", (value, comment)
+        assert value in topic_config_keys()["compression.type"].split("|"), value
+
+
 @pytest.mark.parametrize(
     ("compression_type", "asked", "stored"),
     [

@@ -470,6 +470,44 @@ def test_an_append_interrupted_by_ctrl_c_leaves_nothing_a_later_append_commits(
     assert [r["value"] for r in read_records(capsys, log_dir, "t", "--from-beginning")] == ["kept", "next"]
 
 
+# `seglog append` killed outright (SIGKILL) after its records were written and flushed, before its high
+# watermark moved: the moment a crash leaves uncommitted records on disk.
+_KILLED_BEFORE_COMMIT = """
+import os, signal, sys
+from indexer.log import Log
+Log.update_high_watermark = lambda self, offset: os.kill(os.getpid(), signal.SIGKILL)
+from seglog.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("created_by", ["topic create", "the append"])
+def test_the_first_append_to_a_partition_killed_before_its_commit_shows_readers_nothing(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], created_by: str
+) -> None:
+    """The first append to a new partition, killed before its commit, left its records visible to
+    every reader (`seglog read`, `describe`, `seglog serve`) and kept by the daemon: no
+    `replication-offset-checkpoint` entry existed yet, and a partition without one is read to its log
+    end (a finished broker directory). A new partition now has its entry (0) from its creation, so
+    the records stay above the high watermark until the daemon's `index` job cuts them, as after any
+    later append killed so."""
+    log_dir = tmp_path / "logs"
+    if created_by == "topic create":
+        assert main(["topic", "create", "--log-dir", str(log_dir), "--topic", "t", "--partitions", "2"]) == 0
+    source = tmp_path / "in.jsonl"
+    source.write_text(_jsonl([{"value": "never committed"}] * 3))
+    append = ["append", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", str(source)]
+    proc = subprocess.run([sys.executable, "-c", _KILLED_BEFORE_COMMIT, *append], capture_output=True, timeout=120)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr
+    capsys.readouterr()
+    assert read_records(capsys, log_dir, "t", "--from-beginning") == []
+    assert main(["maintain", "--log-dir", str(log_dir), "--once", "index"]) == 0
+    assert "t-0: truncated 3 uncommitted offsets above 0 left by a dead writer" in capsys.readouterr().err
+    assert _append(tmp_path, log_dir, [{"value": "next"}]) == 0
+    assert capsys.readouterr().out == "t-0 0..0\n"
+    assert [r["value"] for r in read_records(capsys, log_dir, "t", "--from-beginning")] == ["next"]
+
+
 def test_stdin_and_base64(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
     blobs = [bytes(range(256)), b"\x00", b""]
     lines = _jsonl([{"key": base64.b64encode(b).decode(), "value": base64.b64encode(b[::-1]).decode()} for b in blobs])

@@ -442,3 +442,36 @@ def test_vv_does_not_show_numbas_compiler() -> None:
     lines = done.stderr.splitlines()
     assert not [line for line in lines if " numba" in line], lines[:5]
     assert [line.split(" ", 2)[2] for line in lines] == ["DEBUG seglog.x: own line"]
+
+
+# Sends this process SIGINT when the module named in argv[1] starts being imported, then runs `seglog`
+# with the rest of argv: Ctrl-C at a fixed point of the command's start (loading its module), in a
+# process of its own, with no timing.
+_CTRL_C_DURING_IMPORT = """
+import importlib.abc, os, signal, sys
+
+class CtrlC(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == sys.argv[1]:
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, CtrlC())
+from seglog.cli import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("module", ["seglog.commands.describe", "indexer.records"])
+def test_ctrl_c_while_a_command_loads_is_one_line_and_exit_130(tmp_path: Path, module: str) -> None:
+    """Ctrl-C in the first half second of a command, while its module and the engine were being
+    imported (before the command ran), printed Python's traceback of the import machinery instead of
+    ``seglog: interrupted``: the dispatcher's Ctrl-C handling covered only the command's run."""
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    out = subprocess.run(
+        [PYTHON, "-c", _CTRL_C_DURING_IMPORT, module, "describe", "--log-dir", str(logs)],
+        capture_output=True,
+        text=True,
+    )
+    assert (out.returncode, out.stderr) == (130, "seglog: interrupted\n")

@@ -183,7 +183,7 @@ def test_verify_reports_what_recover_would_salvage(tmp_path: Path, capsys: pytes
     segment = json.loads(capsys.readouterr().out)["partitions"][0]["segments"][0]
     assert segment["salvage"] == {
         "kept_batches_after_damage": 2,
-        "kept_offsets_after_damage": [4, 7],
+        "kept_offsets_after_damage": {"first": 4, "last": 7},  # every offset range in the JSON: {first, last}
         "removed": [{"position": size, "bytes": size}],
         "lost": [{"first": second[0], "last": second[1]}],
     }
@@ -216,7 +216,7 @@ def test_salvage_line_counts_one_batch_in_the_singular() -> None:
 
     plan = {
         "kept_batches_after_damage": 1,
-        "kept_offsets_after_damage": [10148, 10716],
+        "kept_offsets_after_damage": {"first": 10148, "last": 10716},
         "removed": [{"position": 65437, "bytes": 65467}],
         "lost": [{"first": 9575, "last": 10147}],
     }

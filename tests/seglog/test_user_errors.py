@@ -8,8 +8,10 @@ import hashlib
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -368,6 +370,49 @@ def test_recover_dry_run_of_a_clean_directory_logs_no_error(log_dir: Path) -> No
     assert "ERROR" not in result.stderr and "no committed data would be lost" in result.stdout
 
 
+def test_recover_dry_run_counts_a_missing_index_without_calling_it_damage(log_dir: Path) -> None:
+    """A missing index file is no damage (a broker creates them lazily, as in the broker-written
+    vectors; `describe` shows `-`, and recovery creates it without a word), yet `recover --dry-run`
+    logged a WARNING `index file ... is missing` for each one (143 lines for the transactions
+    vector). It still counts the segment in `indexes rebuilt`, as the recovery that creates the file
+    does, and logs nothing."""
+    (log_dir / "events-0" / "00000000000000000000.index").unlink()
+    dry_run = _cli("recover", "--log-dir", str(log_dir), "--dry-run", "--no-progress", "--json")
+    assert dry_run.returncode == 0 and dry_run.stderr == "", dry_run.stderr
+    counts = {p["partition"]: p["indexes_rebuilt"] for p in json.loads(dry_run.stdout)["partitions"]}
+    recovered = _cli("recover", "--log-dir", str(log_dir), "--no-progress", "--json")
+    assert recovered.returncode == 0 and recovered.stderr == "", recovered.stderr
+    assert counts == {p["partition"]: p["indexes_rebuilt"] for p in json.loads(recovered.stdout)["partitions"]}
+    assert counts == {"events-0": 1, "events-1": 0}
+
+
+@pytest.mark.parametrize("dry_run", [False, True])
+def test_recover_leaves_a_directory_that_holds_no_partition_file_alone(
+    log_dir: Path, capsys: pytest.CaptureFixture[str], dry_run: bool
+) -> None:
+    """`seglog recover --log-dir` of a directory that also holds another program's directories named
+    like partitions (`cache-2`, or `/tmp` and its `<name>-<pid>` directories, given by mistake)
+    made each a partition: an empty segment, index files and a lock file written into it, reported as
+    recovered. A directory that holds files but no segment or other partition file, and that no
+    checkpoint or sink commit names, is no partition: recover skips it, says why, changes nothing
+    there and exits 1 (the dry run says the same). (An empty one is a partition without a segment
+    yet: test_dry_run_changes_nothing_and_predicts_the_recovery.)"""
+    foreign = log_dir / "cache-2"
+    foreign.mkdir()
+    (foreign / "readme").write_text("not a partition")
+    before = _snapshot(foreign)
+    argv = ["recover", "--log-dir", str(log_dir), "--no-progress", *(["--dry-run"] if dry_run else [])]
+    assert main(argv) == 1
+    out = capsys.readouterr().out
+    assert _snapshot(foreign) == before
+    assert f"cache-2: {foreign} holds other files but no segment or other partition file, and no" in out, out
+    statuses = {line.split()[0]: line.split()[1] for line in out.splitlines()[2:5]}
+    assert statuses == {
+        "cache-2": "skipped",
+        **dict.fromkeys(("events-0", "events-1"), "checked" if dry_run else "recovered"),
+    }
+
+
 @pytest.fixture
 def read_only(log_dir: Path, tmp_path: Path) -> Iterator[Path]:
     """``log_dir`` seen through a read-only bind mount."""
@@ -404,6 +449,26 @@ def test_read_only_file_system_writers_say_so_in_one_line(read_only: Path, tmp_p
         line = _one_error_line(result.stderr, "ReadOnlyLogDirectoryError")
         assert f"log directory {read_only} is on a read-only file system" in line, line
     assert _snapshot(read_only) == before
+
+
+def test_a_log_directory_to_create_on_a_read_only_file_system_is_said_so_in_one_line(
+    read_only: Path, tmp_path: Path
+) -> None:
+    """A writer creating its log directory under a read-only place said `StorageError: Failed to create
+    the log directory ...: Read-only file system`, where an existing directory there is a
+    `ReadOnlyLogDirectoryError` naming what works instead; it is that error now, naming the place."""
+    source = tmp_path / "in.jsonl"
+    source.write_text(_records(2))
+    new_dir = read_only / "new" / "logs"
+    for command in (
+        ("append", "--log-dir", str(new_dir), "--topic", "events", "--partition", "0", str(source)),
+        ("topic", "create", "--log-dir", str(new_dir), "--topic", "more", "--partitions", "2"),
+    ):
+        result = _cli(*command)
+        assert result.returncode == 1, result.stderr
+        line = _one_error_line(result.stderr, "ReadOnlyLogDirectoryError")
+        assert f"log directory {new_dir} cannot be created: {read_only} is on a read-only file system" in line, line
+    assert not (read_only / "new").exists()
 
 
 def test_read_only_file_system_quarantine_purge_says_so_once(read_only: Path) -> None:
@@ -1025,3 +1090,44 @@ def test_an_input_file_without_read_permission_is_one_line(tmp_path: Path, capsy
     line = _one_error_line(capsys.readouterr().err, "InputFileError")
     assert line.endswith(f"{secret} (seglog append FILE) cannot be read: permission denied"), line
     assert not (tmp_path / "logs").exists()
+
+
+def _as_nobody(*args: str) -> subprocess.CompletedProcess[str]:
+    """``seglog ARGS`` run as user 65534 (nobody) with no home, as a service account runs it: it can
+    write neither the source tree (root's) nor a cache directory of its own."""
+    env = {k: v for k, v in os.environ.items() if k not in ("SEGLOG_CONF", "XDG_CACHE_HOME", "NUMBA_CACHE_DIR")}
+    env.update({"PYTHONPATH": str(REPO), "HOME": "/nonexistent"})
+    code = "import sys; from seglog.cli import main; sys.exit(main(sys.argv[1:]))"
+    nobody = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"]
+    return subprocess.run([*nobody, sys.executable, "-c", code, *args], env=env, capture_output=True, text=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or shutil.which("setpriv") is None, reason="runs a command as another user")
+def test_a_user_who_can_write_neither_the_source_tree_nor_a_home_runs_the_commands(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A user who may write neither seglog's source tree (installed by root) nor a home directory (a
+    service account, HOME=/nonexistent) got a traceback from every command that touches the engine,
+    `RuntimeError: cannot cache function 'get_be': no locator available for file .../indexer/_bytes.py`:
+    numba caches compiled kernels beside their source or under ~/.cache and found neither writable.
+    The commands now run, their kernels cached in a directory of that user's own."""
+    place = Path(tempfile.mkdtemp(prefix="seglog-nobody-"))  # tmp_path's parents are root's alone
+    try:
+        place.chmod(0o755)
+        logs = place / "logs"
+        source = place / "in.jsonl"
+        source.write_text(_records(10))
+        assert main(["append", "--log-dir", str(logs), "--topic", "events", "--partition", "0", str(source)]) == 0
+        capsys.readouterr()
+        for path in [logs, *logs.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
+        if _as_nobody("--version").returncode != 0:
+            pytest.skip("this Python cannot be run by user 65534")
+        read = _as_nobody("read", "--log-dir", str(logs), "--topic", "events", "--partition", "0", "--from-beginning")
+        assert (read.returncode, read.stderr) == (0, ""), read.stderr
+        assert len(read.stdout.splitlines()) == 10
+        append = _as_nobody("append", "--log-dir", str(logs), "--topic", "events", "--partition", "0", str(source))
+        assert append.returncode == 1
+        _one_error_line(append.stderr, "ReadOnlyLogDirectoryError")
+    finally:
+        shutil.rmtree(place)
