@@ -575,8 +575,14 @@ class Server:
                     valid,
                     body.group_instance_id if version >= 7 else None,
                 )
-            except StorageError as e:
-                logger.error("cannot store offsets of group %s: %s", body.group_id, e)
+            except StorageError as e:  # said once per client, group and reason: consumers commit again and again
+                message = (
+                    f"cannot store offsets of group {body.group_id}: {e}: answered KAFKA_STORAGE_ERROR "
+                    "(--group-offsets-dir names a writable directory for group offsets)"
+                )
+                self._say_once(
+                    request.client_host, request.client_id, f"store offsets of {body.group_id}: {e}", message
+                )
                 error = protocol.KAFKA_STORAGE_ERROR
             codes.update({tp: error for tp in valid})
         answer = OffsetCommitResponse.OffsetCommitResponseTopic

@@ -142,3 +142,25 @@ def test_by_timestamp_the_timestamp_is_the_found_records_also_for_a_transaction_
     finally:
         consumer.close()
     assert {target: (f.offset, f.timestamp) for target, f in found_by.items()} == BY_TIMESTAMP
+
+
+def test_offsets_that_cannot_be_stored_are_refused_and_said_once(
+    serve: Callable[..., ServeProcess], log_dir: Path
+) -> None:
+    """Group offsets the server cannot store (a read-only log directory without ``--group-offsets-dir``;
+    here its lock file cannot be opened) are refused with KAFKA_STORAGE_ERROR, as a broker whose log
+    directory failed; the server said so at ERROR for every commit (10 lines a second with kcat's
+    consumers), now once per client and reason, at WARNING, naming ``--group-offsets-dir``."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    (log_dir / "group-offsets-checkpoint.lock").mkdir()
+    server = serve(log_dir)
+    admin = AdminClient({"bootstrap.servers": server.bootstrap})
+    for offset in range(5):
+        asked = [ConsumerGroupTopicPartitions("g", [TopicPartition(TOPIC, 0, offset)])]
+        [future] = admin.alter_consumer_group_offsets(asked, request_timeout=20).values()
+        [answer] = future.result(20).topic_partitions
+        assert answer.error is not None and answer.error.name() == "KAFKA_STORAGE_ERROR", answer.error
+    said = [line for line in server.log_text().splitlines() if "cannot store offsets of group g" in line]
+    assert len(said) == 1, server.log_text()
+    assert " WARNING " in said[0] and "--group-offsets-dir" in said[0], said[0]
