@@ -59,11 +59,26 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--rows-per-second", type=positive_int, metavar="N", help="rate source speed [rows.per.second]")
     source.add_argument("--input", metavar="DIR", help="files or delta source directory [input.path]")
     source.add_argument("--format", choices=("json", "csv", "parquet"), help="file format [input.format]")
-    source.add_argument("--max-files-per-trigger", type=positive_int, metavar="N", help="[max.files.per.trigger]")
+    source.add_argument(
+        "--max-files-per-trigger",
+        type=positive_int,
+        metavar="N",
+        help="files source: files per micro-batch [max.files.per.trigger]",
+    )
     source.add_argument("--key-column", metavar="COL", help="record key for rows without a value column [key.column]")
-    source.add_argument("--kafka-bootstrap-servers", metavar="HOSTS", help="[kafka.bootstrap.servers]")
-    source.add_argument("--kafka-subscribe", metavar="TOPICS", help="[kafka.subscribe]")
-    source.add_argument("--starting-offsets", metavar="SPEC", help="kafka startingOffsets [starting.offsets]")
+    source.add_argument(
+        "--kafka-bootstrap-servers",
+        metavar="HOSTS",
+        help="kafka source: the brokers, host:port[,host:port...] [kafka.bootstrap.servers]",
+    )
+    source.add_argument(
+        "--kafka-subscribe", metavar="TOPICS", help="kafka source: the topics, comma-separated [kafka.subscribe]"
+    )
+    source.add_argument(
+        "--starting-offsets",
+        metavar="SPEC",
+        help="kafka source: Spark's startingOffsets (earliest, latest or JSON) [starting.offsets]",
+    )
     run = parser.add_argument_group("run")
     run.add_argument("--trigger", metavar="INTERVAL", help="micro-batch interval, e.g. '2 seconds' [trigger.interval]")
     run.add_argument("--available-now", action="store_true", help="process what the source has now, then stop")
