@@ -847,55 +847,51 @@ class Server:
         )
 
     def _CreateTopics(self, request: protocol.Request) -> Any:
-        self._refused(request)
-        result = CreateTopicsResponse.CreatableTopicResult
-        return CreateTopicsResponse(
-            version=request.version,
-            throttle_time_ms=0,
-            topics=[
-                result(
-                    name=t.name,
-                    error_code=protocol.TOPIC_AUTHORIZATION_FAILED,
-                    error_message=protocol.READ_ONLY_MESSAGE,
-                    num_partitions=-1,
-                    replication_factor=-1,
-                    configs=None,
-                )
-                for t in request.body.topics
-            ],
+        names = [t.name for t in request.body.topics]
+        return self._topics_refused(
+            request,
+            CreateTopicsResponse,
+            ("topics", CreateTopicsResponse.CreatableTopicResult),
+            names,
+            num_partitions=-1,
+            replication_factor=-1,
+            configs=None,
         )
 
     def _DeleteTopics(self, request: protocol.Request) -> Any:
-        self._refused(request)
-        body, version = request.body, request.version
-        names = list(body.topic_names) if version < 6 else [t.name for t in body.topics]
-        result = DeleteTopicsResponse.DeletableTopicResult
-        return DeleteTopicsResponse(
-            version=version,
-            throttle_time_ms=0,
-            responses=[
-                result(
-                    name=name, error_code=protocol.TOPIC_AUTHORIZATION_FAILED, error_message=protocol.READ_ONLY_MESSAGE
-                )
-                for name in names
-            ],
+        body = request.body
+        names = list(body.topic_names) if request.version < 6 else [t.name for t in body.topics]
+        return self._topics_refused(
+            request, DeleteTopicsResponse, ("responses", DeleteTopicsResponse.DeletableTopicResult), names
         )
 
     def _CreatePartitions(self, request: protocol.Request) -> Any:
+        results = ("results", CreatePartitionsResponse.CreatePartitionsTopicResult)
+        return self._topics_refused(request, CreatePartitionsResponse, results, [t.name for t in request.body.topics])
+
+    def _topics_refused(
+        self,
+        request: protocol.Request,
+        response: type[Any],
+        results: tuple[str, type[Any]],
+        names: list[str],
+        **extra: Any,
+    ) -> Any:
+        """A topic admin request refused for each of its topics ``names``: the response's list field
+        ``results[0]`` holds one ``results[1]`` per topic, with ``extra`` fields, each refused with
+        TOPIC_AUTHORIZATION_FAILED, Kafka's answer to a client without CREATE/DELETE/ALTER on it."""
         self._refused(request)
-        result = CreatePartitionsResponse.CreatePartitionsTopicResult
-        return CreatePartitionsResponse(
-            version=request.version,
-            throttle_time_ms=0,
-            results=[
-                result(
-                    name=t.name,
-                    error_code=protocol.TOPIC_AUTHORIZATION_FAILED,
-                    error_message=protocol.READ_ONLY_MESSAGE,
-                )
-                for t in request.body.topics
-            ],
-        )
+        field, result = results
+        refusals = [
+            result(
+                name=name,
+                error_code=protocol.TOPIC_AUTHORIZATION_FAILED,
+                error_message=protocol.READ_ONLY_MESSAGE,
+                **extra,
+            )
+            for name in names
+        ]
+        return response(version=request.version, throttle_time_ms=0, **{field: refusals})
 
     def _DeleteRecords(self, request: protocol.Request) -> Any:
         """Refused for every partition, its low watermark -1 (Kafka's ``INVALID_LOW_WATERMARK``)."""
