@@ -113,3 +113,25 @@ def test_sizes_follow_the_writer(serve: Callable[..., ServeProcess], tmp_path: P
     finally:
         admin.close()
     assert after == {0: {where: (0, {("events", 0): (size, 0, False)})}}
+
+
+def test_a_log_dir_not_created_yet_is_described_empty(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """Started before the writer creates its log directory, the server describes it without partitions
+    and with its volume's sizes unknown (-1), not as a failed directory."""
+    log_dir = tmp_path / "logs"
+    server = serve(log_dir)
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap)
+    try:
+        (answer,) = admin.describe_log_dirs()
+    finally:
+        admin.close()
+    assert answer["log_dirs"] == [
+        {
+            "error_code": 0,
+            "log_dir": str(log_dir.absolute()),
+            "topics": [],
+            "total_bytes": -1,
+            "usable_bytes": -1,
+            "is_cordoned": False,
+        }
+    ]
