@@ -65,6 +65,24 @@ _TOPIC_KEYS: dict[str, tuple[str, type, Any, int | None, str]] = {
 _INT32_KEYS = frozenset(
     {"segment.bytes", "segment.index.bytes", "index.interval.bytes", "max.message.bytes", "batch.size"}
 )
+# The broker config each topic config falls back to, by Kafka's names (its ServerTopicConfigSynonyms,
+# the first synonym: log.roll.ms before log.roll.hours); seglog's own keys have none.
+_BROKER_CONFIG_NAMES = {
+    "segment.bytes": "log.segment.bytes",
+    "segment.ms": "log.roll.ms",
+    "segment.jitter.ms": "log.roll.jitter.ms",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "index.interval.bytes": "log.index.interval.bytes",
+    "max.message.bytes": "message.max.bytes",
+    "message.timestamp.type": "log.message.timestamp.type",
+    "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes",
+    "file.delete.delay.ms": "log.segment.delete.delay.ms",
+    "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms",
+    "preallocate": "log.preallocate",
+    "compression.type": "compression.type",
+}
 _TIMESTAMP_TYPES = ("CreateTime", "LogAppendTime")
 _CODECS = ("none", "gzip", "snappy", "lz4", "zstd")
 _COMPRESSION_TYPES = ("producer", "uncompressed", *_CODECS)
@@ -227,6 +245,13 @@ def topic_config_type(key: str) -> str:
     return "STRING"
 
 
+def broker_config_name(key: str) -> str | None:
+    """The name of the broker config that topic config ``key`` falls back to in Kafka (``log.roll.ms``
+    for ``segment.ms``: what a broker's DescribeConfigs names the value every topic gets unless it
+    sets its own), or None for seglog's own keys, which no broker has. Same type as the topic's."""
+    return _BROKER_CONFIG_NAMES.get(key)
+
+
 def parse_overrides(pairs: Iterable[str]) -> dict[str, str]:
     """``["segment.bytes=1024", ...]`` -> ``{"segment.bytes": "1024"}`` (the CLI's ``--config``)."""
     out: dict[str, str] = {}
@@ -257,14 +282,15 @@ class Settings:
             config = config.with_overrides(self.topics[topic], source=f'{self.source} [topics."{topic}"]')
         return config.with_overrides(self.overrides, source="--config")
 
-    def topic_config_origins(self, topic: str) -> dict[str, str]:
+    def topic_config_origins(self, topic: str | None) -> dict[str, str]:
         """Where each key of :meth:`log_config` for ``topic`` gets its value (what Kafka's
         DescribeConfigs calls its source): ``"topic"``, the topic's ``[topics."<name>"]`` table;
         ``"default"``, Kafka's default (the packaged file spells the defaults out, so a value equal to
         the built-in one counts as the default); ``"settings"``, a ``[topic]`` table or ``--config``,
-        which apply to every topic."""
+        which apply to every topic. ``topic`` None: those of the values every topic falls back to
+        (a broker's ``log.*`` configs)."""
         config, defaults = self.log_config(topic).to_dict(), LogConfig().to_dict()
-        own = self.topics.get(topic, {})
+        own = self.topics.get(topic, {}) if topic is not None else {}
         origins = {}
         for key, value in config.items():
             if key in own and key not in self.overrides:

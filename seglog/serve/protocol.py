@@ -34,10 +34,14 @@ from kafka.protocol.admin import (
     DeleteRecordsResponse,
     DeleteTopicsRequest,
     DeleteTopicsResponse,
+    DescribeClusterRequest,
+    DescribeClusterResponse,
     DescribeConfigsRequest,
     DescribeConfigsResponse,
     DescribeGroupsRequest,
     DescribeGroupsResponse,
+    DescribeLogDirsRequest,
+    DescribeLogDirsResponse,
     IncrementalAlterConfigsRequest,
     IncrementalAlterConfigsResponse,
     ListGroupsRequest,
@@ -105,6 +109,8 @@ GROUP_ID_NOT_FOUND: int = kafka_errors.GroupIdNotFoundError.errno
 NON_EMPTY_GROUP: int = kafka_errors.NonEmptyGroupError.errno
 GROUP_SUBSCRIBED_TO_TOPIC: int = kafka_errors.GroupSubscribedToTopicError.errno
 OFFSET_METADATA_TOO_LARGE: int = kafka_errors.OffsetMetadataTooLargeError.errno
+MISMATCHED_ENDPOINT_TYPE: int = kafka_errors.MismatchedEndpointTypeError.errno
+UNSUPPORTED_ENDPOINT_TYPE: int = kafka_errors.UnsupportedEndpointTypeError.errno
 
 READ_ONLY_MESSAGE = "seglog serve is read-only: writes and topic changes are refused"
 
@@ -133,6 +139,8 @@ APIS: dict[int, Api] = dict(
     [
         _api("ApiVersions", ApiVersionsRequest, ApiVersionsResponse),
         _api("Metadata", MetadataRequest, MetadataResponse),
+        _api("DescribeCluster", DescribeClusterRequest, DescribeClusterResponse),
+        _api("DescribeLogDirs", DescribeLogDirsRequest, DescribeLogDirsResponse),
         _api("ListOffsets", ListOffsetsRequest, ListOffsetsResponse),
         _api("Fetch", FetchRequest, FetchResponse),
         _api("FindCoordinator", FindCoordinatorRequest, FindCoordinatorResponse),

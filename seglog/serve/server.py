@@ -25,6 +25,7 @@ import dataclasses
 import errno
 import functools
 import logging
+import os
 import socket
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,8 +39,10 @@ from kafka.protocol.admin import (
     DeleteGroupsResponse,
     DeleteRecordsResponse,
     DeleteTopicsResponse,
+    DescribeClusterResponse,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
+    DescribeLogDirsResponse,
     IncrementalAlterConfigsResponse,
     ListGroupsResponse,
 )
@@ -55,7 +58,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse, MetadataResponse
 from kafka.protocol.producer import InitProducerIdResponse, ProduceResponse
 
-from indexer.config import Settings, topic_config_type
+from indexer.config import Settings, broker_config_name, topic_config_type
 from indexer.errors import StorageError
 from indexer.file_names import INTERNAL_TOPICS
 from indexer.log_manager import missing_log_dir_note
@@ -100,11 +103,14 @@ class ServeOptions:
             )
 
 
-# What a client may do here (Kafka's authorized operations, KIP-430), answered when a Metadata or
-# DescribeGroups request asks, as a broker always does: a topic is read and described, its configs
-# too (every write is refused); a group is read (joined, committed to), described and deleted.
+# What a client may do here (Kafka's authorized operations, KIP-430), answered when a Metadata,
+# DescribeCluster or DescribeGroups request asks, as a broker always does: a topic is read and
+# described, its configs too (every write is refused); a group is read (joined, committed to),
+# described and deleted; the cluster is described (its brokers, log directories, groups) and so are
+# its brokers' configs (creating topics, altering configs and idempotent writes are refused).
 TOPIC_OPERATIONS = frozenset({ACLOperation.READ, ACLOperation.DESCRIBE, ACLOperation.DESCRIBE_CONFIGS})
 GROUP_OPERATIONS = frozenset({ACLOperation.READ, ACLOperation.DESCRIBE, ACLOperation.DELETE})
+CLUSTER_OPERATIONS = frozenset({ACLOperation.DESCRIBE, ACLOperation.DESCRIBE_CONFIGS})
 
 
 def _authorized_operations(asked: bool | None, operations: frozenset[ACLOperation]) -> set[int] | None:
@@ -122,6 +128,10 @@ def _group_response(
     return response(version=request.version, throttle_time_ms=0, **{**carried, **fields})
 
 
+# DescribeCluster's endpoint types: this server is a broker (it has no controller endpoint).
+_BROKERS_ENDPOINT = 1
+_CONTROLLERS_ENDPOINT = 2
+
 # Settings.topic_config_origins' answers as Kafka's DescribeConfigs sources.
 _CONFIG_SOURCES = {
     "topic": ConfigSourceType.DYNAMIC_TOPIC_CONFIG,
@@ -130,22 +140,30 @@ _CONFIG_SOURCES = {
 }
 
 
-def _config_entry(entry: type[Any], key: str, value: object, origin: str) -> Any:
-    """One config of a DescribeConfigs answer, read-only, its value as Kafka writes it (``true``) and
-    with the type Kafka's LogConfig declares (:func:`~indexer.config.topic_config_type`)."""
-    kind = ConfigType[topic_config_type(key)]
-    text = str(value).lower() if isinstance(value, bool) else str(value)
-    return entry(
-        name=key,
-        value=text,
-        read_only=True,
-        config_source=_CONFIG_SOURCES[origin],
-        is_default=origin == "default",
-        is_sensitive=False,
-        synonyms=[],
-        config_type=kind,
-        documentation=None,
-    )
+@dataclass(frozen=True, slots=True)
+class _Config:
+    """One config a DescribeConfigs answer carries: its Kafka name and value, where the value comes from
+    (a :meth:`Settings.topic_config_origins` answer) and the type Kafka declares (``ConfigType``'s name)."""
+
+    name: str
+    value: object
+    origin: str
+    kind: str
+
+    def entry(self, entry: type[Any]) -> Any:
+        """As the response's ``entry``: read-only, its value as Kafka writes it (``true``)."""
+        text = str(self.value).lower() if isinstance(self.value, bool) else str(self.value)
+        return entry(
+            name=self.name,
+            value=text,
+            read_only=True,
+            config_source=_CONFIG_SOURCES[self.origin],
+            is_default=self.origin == "default",
+            is_sensitive=False,
+            synonyms=[],
+            config_type=ConfigType[self.kind],
+            documentation=None,
+        )
 
 
 class Server:
@@ -409,10 +427,10 @@ class Server:
                 partition(
                     error_code=protocol.NONE,
                     partition_index=p,
-                    leader_id=p % len(self.ports),
+                    leader_id=self._leader(p),
                     leader_epoch=-1,
-                    replica_nodes=[p % len(self.ports)],
-                    isr_nodes=[p % len(self.ports)],
+                    replica_nodes=[self._leader(p)],
+                    isr_nodes=[self._leader(p)],
                     offline_replicas=[],
                 )
                 if p in online
@@ -451,7 +469,105 @@ class Server:
             controller_id=NODE_ID,
             topics=answers,
             error_code=protocol.NONE,
+            # v8-10 only (librdkafka's describe_cluster asks at v10); later versions ask DescribeCluster
+            authorized_operations=_authorized_operations(
+                8 <= version <= 10 and body.include_cluster_authorized_operations, CLUSTER_OPERATIONS
+            ),
         )
+
+    def _leader(self, partition: int) -> int:
+        """The broker node that leads ``partition`` and holds its replica (see :meth:`_Metadata`)."""
+        return partition % len(self.ports)
+
+    def _DescribeCluster(self, request: protocol.Request) -> Any:
+        """The broker nodes, as Metadata names them, for admin clients' ``describe_cluster`` (kafka-python,
+        Kafka's Admin), with the cluster's authorized operations when asked. A request for the
+        controllers' endpoints is refused as a broker refuses it (MISMATCHED_ENDPOINT_TYPE)."""
+        body, version = request.body, request.version
+        endpoint = body.endpoint_type if version >= 1 else _BROKERS_ENDPOINT
+        if endpoint != _BROKERS_ENDPOINT:
+            known = endpoint == _CONTROLLERS_ENDPOINT
+            return DescribeClusterResponse(
+                version=version,
+                throttle_time_ms=0,
+                error_code=protocol.MISMATCHED_ENDPOINT_TYPE if known else protocol.UNSUPPORTED_ENDPOINT_TYPE,
+                error_message="The request was sent to an endpoint of type BROKER, but we wanted an endpoint of "
+                "type CONTROLLER"
+                if known
+                else f"Unsupported endpoint type {endpoint}",
+                endpoint_type=endpoint,
+                cluster_id="",
+                controller_id=-1,
+                brokers=[],
+            )
+        brokers = [
+            DescribeClusterResponse.DescribeClusterBroker(
+                broker_id=node, host=self.advertised_host, port=port, rack=None, is_fenced=False
+            )
+            for node, port in enumerate(self.ports)
+        ]
+        return DescribeClusterResponse(
+            version=version,
+            throttle_time_ms=0,
+            error_code=protocol.NONE,
+            error_message=None,
+            endpoint_type=endpoint,
+            cluster_id=CLUSTER_ID,
+            controller_id=NODE_ID,
+            brokers=brokers,
+            authorized_operations=_authorized_operations(
+                body.include_cluster_authorized_operations, CLUSTER_OPERATIONS
+            ),
+        )
+
+    def _DescribeLogDirs(self, request: protocol.Request) -> Any:
+        """The log directory as a broker describes its storage (``kafka-log-dirs.sh --describe``,
+        kafka-python's ``describe_log_dirs``): its absolute path, the volume's total and usable bytes,
+        and each partition this node holds (the ones it leads, as a broker of a cluster: a tool that
+        adds the nodes' answers counts each once), or of those asked the ones it holds, with the
+        engine's size of its log (``Log.size_in_bytes``), its offset lag (Kafka's: how far its end is
+        below the high watermark, 0 for a leader) and no future log, as Kafka's
+        ``ReplicaManager.describeLogDirs``. A partition that cannot be opened is left out, as a broker
+        leaves out an offline log. A log directory that does not exist yet is empty, its volume's sizes
+        unknown (-1); one whose volume cannot be read is KAFKA_STORAGE_ERROR."""
+        body, version = request.body, request.version
+        result = DescribeLogDirsResponse.DescribeLogDirsResult
+        asked = None if body.topics is None else {(t.topic, p) for t in body.topics for p in t.partitions}
+        try:
+            volume: os.statvfs_result | None = os.statvfs(self.catalog.log_dir)
+        except FileNotFoundError:  # not created yet (the writer creates it): nothing in it, its volume unknown
+            volume = None
+        except OSError as e:
+            logger.warning("cannot describe log directory %s: %s", self.catalog.log_dir, e)
+            failed = result(error_code=protocol.KAFKA_STORAGE_ERROR, log_dir=self._log_dir_name(), topics=[])
+            return DescribeLogDirsResponse(
+                version=version, throttle_time_ms=0, error_code=protocol.NONE, results=[failed]
+            )
+        described: dict[str, list[Any]] = {}
+        for topic, partitions in self.catalog.topics().items():
+            for p in partitions:
+                if self._leader(p) != request.node or asked is not None and (topic, p) not in asked:
+                    continue
+                log = self.catalog.log(topic, p)
+                if log is None:
+                    continue
+                described.setdefault(topic, []).append(
+                    result.DescribeLogDirsTopic.DescribeLogDirsPartition(
+                        partition_index=p,
+                        partition_size=log.size_in_bytes,
+                        offset_lag=max(log.high_watermark - log.log_end_offset, 0),
+                        is_future_key=False,
+                    )
+                )
+        answer = result(
+            error_code=protocol.NONE,
+            log_dir=self._log_dir_name(),
+            topics=[result.DescribeLogDirsTopic(name=name, partitions=rows) for name, rows in described.items()],
+            total_bytes=volume.f_blocks * volume.f_frsize if volume else -1,
+            usable_bytes=volume.f_bavail * volume.f_frsize if volume else -1,
+            is_cordoned=False,
+        )
+        return DescribeLogDirsResponse(version=version, throttle_time_ms=0, error_code=protocol.NONE, results=[answer])
 
     def _FindCoordinator(self, request: protocol.Request) -> Any:
         body, version = request.body, request.version
@@ -779,30 +895,21 @@ class Server:
     # -- configs ---------------------------------------------------------------------------------
 
     def _DescribeConfigs(self, request: protocol.Request) -> Any:
-        """A topic's configs as this server's settings give them (``Settings.log_config``: the settings
-        files and ``--config``, the files the writers and the maintenance daemon read), read-only, with
-        the source Kafka would name (``Settings.topic_config_origins``); no synonyms or documentation.
-        Other resources (brokers, groups, ...) have no configs here: INVALID_REQUEST, as Kafka answers
-        a resource type it does not describe."""
+        """The configs of each topic or broker asked for (:meth:`_resource_configs`), read-only, with the
+        source Kafka would name; no synonyms or documentation. Other resources (groups, broker
+        loggers, ...) have no configs here: INVALID_REQUEST, as Kafka answers a resource type it does
+        not describe."""
         version = request.version
         result = DescribeConfigsResponse.DescribeConfigsResult
         entry = result.DescribeConfigsResourceResult
         answers = []
         for resource in request.body.resources:
-            error, message, configs = protocol.NONE, None, []
-            if resource.resource_type != ConfigResourceType.TOPIC:
-                error, message = protocol.INVALID_REQUEST, "seglog serve describes the configs of topics only"
-            elif resource.resource_name not in self.catalog.partition_counts():
-                error = protocol.UNKNOWN_TOPIC_OR_PARTITION
-                message = f"The topic '{resource.resource_name}' does not exist."
-            else:
-                values = self.catalog.settings.log_config(resource.resource_name).to_dict()
-                origins = self.catalog.settings.topic_config_origins(resource.resource_name)
-                configs = [
-                    _config_entry(entry, key, value, origins[key])
-                    for key, value in values.items()
-                    if resource.configuration_keys is None or key in resource.configuration_keys
-                ]
+            error, message, found = self._resource_configs(resource.resource_type, resource.resource_name, request.node)
+            configs = [
+                config.entry(entry)
+                for config in found
+                if resource.configuration_keys is None or config.name in resource.configuration_keys
+            ]
             answers.append(
                 result(
                     error_code=error,
@@ -813,6 +920,48 @@ class Server:
                 )
             )
         return DescribeConfigsResponse(version=version, throttle_time_ms=0, results=answers)
+
+    def _resource_configs(self, kind: int, name: str, node: int) -> tuple[int, str | None, list[_Config]]:
+        """The error, message and configs of resource ``name`` of type ``kind`` asked at broker ``node``.
+
+        A topic's configs are the ones this server's settings give it (``Settings.log_config``: the
+        settings files and ``--config``, the files the writers and the maintenance daemon read). The
+        broker ``node`` (a broker describes itself only) has its id, ``log.dirs`` and, by Kafka's
+        names (:func:`~indexer.config.broker_config_name`), the values every topic falls back to
+        (``log_config()`` without a topic), with the same sources; the broker ``""`` (the cluster's
+        dynamic defaults) has none."""
+        settings = self.catalog.settings
+        if kind == ConfigResourceType.TOPIC:
+            if name not in self.catalog.partition_counts():
+                return protocol.UNKNOWN_TOPIC_OR_PARTITION, f"The topic '{name}' does not exist.", []
+            origins = settings.topic_config_origins(name)
+            values = settings.log_config(name).to_dict()
+            return protocol.NONE, None, [_Config(k, v, origins[k], topic_config_type(k)) for k, v in values.items()]
+        if kind != ConfigResourceType.BROKER:
+            return protocol.INVALID_REQUEST, "seglog serve describes the configs of topics and brokers only", []
+        if name == "":
+            return protocol.NONE, None, []
+        if name != str(node):
+            return (
+                protocol.INVALID_REQUEST,
+                f"Unexpected broker id, expected {node} or empty string, but received {name}",
+                [],
+            )
+        origins = settings.topic_config_origins(None)
+        configs = [
+            _Config("node.id", node, "settings", "INT"),
+            _Config("broker.id", node, "settings", "INT"),
+            _Config("log.dirs", self._log_dir_name(), "settings", "STRING"),
+        ]
+        for key, value in settings.log_config().to_dict().items():
+            broker_name = broker_config_name(key)
+            if broker_name is not None:
+                configs.append(_Config(broker_name, value, origins[key], topic_config_type(key)))
+        return protocol.NONE, None, configs
+
+    def _log_dir_name(self) -> str:
+        """The log directory as a broker names it (DescribeLogDirs, ``log.dirs``): its absolute path."""
+        return str(self.catalog.log_dir.absolute())
 
     # -- refused writes --------------------------------------------------------------------------
 

@@ -19,7 +19,12 @@ from tests.serve.conftest import ServeProcess, fetch_request
 
 with warnings.catch_warnings():  # kafka-python 3 imports its protocol JSON with a deprecated API
     warnings.simplefilter("ignore", DeprecationWarning)
-    from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+    from kafka.protocol.admin import (
+        CreateTopicsRequest,
+        CreateTopicsResponse,
+        DescribeClusterRequest,
+        DescribeClusterResponse,
+    )
     from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse, MetadataRequest, MetadataResponse
     from kafka.protocol.producer import ProduceRequest, ProduceResponse
 
@@ -307,3 +312,24 @@ def test_an_old_client_retrying_an_unsupported_version_is_logged_once(server: Se
     said = [line for line in server.log_text().splitlines() if "WARNING" in line]
     assert len(said) == 1, said
     assert "ListOffsets version 0 is not supported (versions 1-11): closing" in said[0]
+
+
+@pytest.mark.parametrize(
+    ("endpoint_type", "error"),
+    [(2, protocol.MISMATCHED_ENDPOINT_TYPE), (7, protocol.UNSUPPORTED_ENDPOINT_TYPE)],
+    ids=["controllers", "unknown"],
+)
+def test_describe_cluster_of_another_endpoint_type_is_refused_as_by_a_broker(
+    server: ServeProcess, endpoint_type: int, error: int
+) -> None:
+    """The server is a broker: DescribeCluster for the controllers' endpoints (Kafka's Admin with
+    ``bootstrap.controllers``) gets MISMATCHED_ENDPOINT_TYPE, an unknown type UNSUPPORTED_ENDPOINT_TYPE,
+    each without brokers, as Kafka's ``computeDescribeClusterResponse`` answers them."""
+    request = DescribeClusterRequest(
+        version=2, include_cluster_authorized_operations=True, endpoint_type=endpoint_type, include_fenced_brokers=False
+    )
+    with _connect(server) as sock:
+        sock.sendall(_request(request, 2))
+        response = DescribeClusterResponse.decode(_read_frame(sock), version=2, header=True)
+    assert (response.error_code, response.brokers) == (error, [])
+    assert response.error_message
