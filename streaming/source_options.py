@@ -40,6 +40,10 @@ _REJECTED_KAFKA = {
     "enable.auto.commit": "offsets are tracked in Spark's checkpoint, not committed to Kafka",
     "interceptor.classes": "consumer interceptors are not supported",
 }
+# Options of Spark's Kafka sink that a reader may set by mistake, with what to use instead.
+_SINK_OPTIONS = {
+    "topic": " (topic is the Kafka sink's option; read a topic with subscribe, subscribePattern or assign)",
+}
 _KNOWN = (
     "path",
     "subscribe",
@@ -192,6 +196,7 @@ def _check_names(lower: Mapping[str, str]) -> IsolationLevel:
         elif key not in known:
             close = difflib.get_close_matches(key, list(known), n=1)
             hint = f" (did you mean {known[close[0]]}?)" if close else ""
+            hint = _SINK_OPTIONS.get(key, hint)
             raise ConfigError(f"unknown option {key!r} of the seglog source{hint}")
     return isolation
 

@@ -77,6 +77,11 @@ def test_patterns_skip_internal_topics_as_kafkas_listing_does() -> None:
             {"subscribe": "a", "startingOffset": "earliest"},
             "unknown option 'startingoffset'.*did you mean startingOffsets",
         ),
+        (  # the Kafka sink's option, set on the source to name what to read
+            {"topic": "a"},
+            "unknown option 'topic' of the seglog source .topic is the Kafka sink's option; read a topic with "
+            "subscribe, subscribePattern or assign.",
+        ),
         ({"subscribe": "a", "startingOffsets": "soon"}, "startingOffsets is not valid JSON"),
         ({"subscribe": "a", "startingOffsets": "earliestt"}, "'earliestt'; it must be earliest, latest or JSON like"),
         ({"subscribe": "a", "startingOffsets": '{"a": [1]}'}, "startingOffsets must be earliest, latest or JSON"),
