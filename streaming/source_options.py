@@ -227,7 +227,7 @@ def _subscription(lower: Mapping[str, str]) -> Subscription:
     try:
         assigned = sorted(
             {
-                (topic, _partition(option, topic, p))
+                (topic, _partition(option, topic, _json_int(p)))
                 for t, parts in doc.items()
                 for topic in [_valid_topic(option, t)]
                 for p in _list(parts)

@@ -89,6 +89,7 @@ def test_patterns_skip_internal_topics_as_kafkas_listing_does() -> None:
         ({"assign": '{"a": "01"}'}, "assign must be JSON like"),  # not partitions 0 and 1
         ({"assign": '{"a": [0.5]}'}, "assign must be JSON like"),
         # a partition past Kafka's (an int, >= 0) was "a--1 not found"; int("1_0") read partition 10
+        ({"assign": '{"a": ["0"]}'}, "assign must be JSON like"),  # JSON integers, as for offsets
         ({"assign": '{"a": [-1]}'}, r"option assign: partition -1 of a must be an integer in 0\.\.2147483647"),
         ({"assign": '{"a": [2147483648]}'}, r"option assign: partition 2147483648 of a must be"),
         (
