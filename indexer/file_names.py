@@ -239,6 +239,26 @@ def partition_dirs(log_dir: Path) -> list[tuple[TopicPartition, Path]]:
     return sorted(found)
 
 
+def log_dirs_below(path: Path, limit: int = 3) -> list[Path]:
+    """The directories directly below ``path`` that hold partition directories (:func:`partition_dirs`),
+    sorted, at most ``limit``: what a user who named the parent of a log directory (``data`` for
+    ``data/logs``) meant, for an error to name. Unlistable entries are skipped."""
+    try:
+        children = sorted(e.path for e in os.scandir(path) if e.is_dir(follow_symlinks=False))
+    except OSError:
+        return []
+    found = []
+    for child in children:
+        try:
+            if partition_dirs(Path(child)):
+                found.append(Path(child))
+        except StorageError:
+            continue
+        if len(found) == limit:
+            break
+    return found
+
+
 def misnamed_partition_dirs(log_dir: Path) -> list[tuple[Path, StorageError]]:
     """Directories of ``log_dir`` that hold ``.log`` files yet are not live partition directories
     (:func:`partition_dirs`) nor Kafka's ``-delete``/``-future``/``-stray`` ones (a partition renamed

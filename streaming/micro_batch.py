@@ -124,21 +124,27 @@ class SplitBatch:
     parts: tuple[PartitionBatches, ...]
 
 
+_GIVE_TOPIC = "give SegmentLogSink a topic= or the micro-batch a 'topic' column"
+"""What to do when a row has no topic, as Spark's Kafka sink says it ("Use the topic option for setting a topic")."""
+
+
 def _topic_codes(table: pa.Table, default_topic: str | None, first_row: int) -> tuple[list[str], np.ndarray]:
     """Distinct topics of the batch and each row's index into them."""
     n = table.num_rows
     if default_topic is not None:
         return [validate_topic(default_topic)], np.zeros(n, dtype=np.int64)
     if "topic" not in table.column_names:
-        raise InvalidTopicError("the micro-batch has no 'topic' column and the sink has no default topic")
+        raise InvalidTopicError(
+            f"the micro-batch has no 'topic' column and the sink has no default topic: {_GIVE_TOPIC}"
+        )
     column = table.column("topic")
     if pa.types.is_null(column.type) or (n and column.null_count == n):
-        raise InvalidTopicError("every row has a null topic and the sink has no default topic")
+        raise InvalidTopicError(f"every row has a null topic and the sink has no default topic: {_GIVE_TOPIC}")
     if not (pa.types.is_string(column.type) or pa.types.is_large_string(column.type)):
         raise SchemaError(f"column 'topic': found type {column.type}, expected string")
     if column.null_count:
         row = first_row + int(np.flatnonzero(column.is_null().to_numpy(zero_copy_only=False))[0])
-        raise InvalidTopicError(f"row {row} has a null topic and the sink has no default topic")
+        raise InvalidTopicError(f"row {row} has a null topic and the sink has no default topic: {_GIVE_TOPIC}")
     encoded = column.combine_chunks().dictionary_encode()
     topics = [validate_topic(t) for t in encoded.dictionary.to_pylist()]
     return topics, encoded.indices.to_numpy(zero_copy_only=False).astype(np.int64)

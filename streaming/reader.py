@@ -72,7 +72,7 @@ from indexer.errors import (
     NotALogDirectoryError,
     OffsetOutOfRangeError,
 )
-from indexer.file_names import TopicPartition, is_listed_to_patterns, partition_dir_name
+from indexer.file_names import TopicPartition, is_listed_to_patterns, log_dirs_below, partition_dir_name
 from indexer.limits import INT64_MAX
 from indexer.log_manager import LogManager, check_log_dir
 from indexer.records.isolation import IsolationLevel
@@ -231,7 +231,12 @@ def check_subscription(view: LogDirView) -> None:
     path = view.options.log_dir
     present = view.manager.partitions()
     if not present:
-        raise ConfigError(f"{path} holds no topic partition (no <topic>-<partition> directory)")
+        below = log_dirs_below(Path(path))
+        hint = ""
+        if below:
+            which = "load that" if len(below) == 1 else "load one of them"
+            hint = f"; {', '.join(map(str, below))} below it {'does' if len(below) == 1 else 'do'}: {which}"
+        raise ConfigError(f"{path} holds no topic partition (no <topic>-<partition> directory){hint}")
     topics = sorted({t for t, _ in present})
     sub = view.options.subscription
     missing = [t for t in sub.topics if t not in topics]

@@ -812,21 +812,37 @@ def check_kafka_sink_types(schema: StructType, topic: str | None) -> None:
         found = column.dataType.simpleString()
         if column.name == "timestamp":
             if found not in SINK_TIMESTAMP_TYPES:
-                cast = " (cast it: col('timestamp').cast('timestamp'))" if found == "timestamp_ntz" else ""
                 raise SchemaError(
                     f"column 'timestamp': found type {found}, expected timestamp or an integer type "
-                    f"(milliseconds since the epoch){cast}"
+                    f"(milliseconds since the epoch){_sink_type_hint(column.name, found)}"
                 )
             continue
         expected = KAFKA_SINK_TYPES.get(column.name)
         if expected is None or (column.name == "topic" and topic is not None):
             continue
         if found not in expected:
-            cast = f" (cast it: col('{column.name}').cast('int'))" if column.name == "partition" else ""
             raise SchemaError(
                 f"column '{column.name}': found type {found}, expected {' or '.join(expected)}, as Spark's "
-                f"Kafka sink takes it{cast}"
+                f"Kafka sink takes it{_sink_type_hint(column.name, found)}"
             )
+
+
+def _sink_type_hint(column: str, found: str) -> str:
+    """What to do about a sink column of a refused type, as the error's last words: a cast where Spark's
+    cast means what the user wants (a number or text to ``string``, a ``bigint`` to ``int``, a zoneless
+    or text time to ``timestamp``, read in the session's time zone), ``to_json`` for a nested key or
+    value; nothing where a cast would change the meaning (a ``double`` timestamp, which Spark's cast reads
+    as seconds, not milliseconds) or none applies."""
+    nested = found.startswith(("struct<", "array<", "map<"))
+    if column == "partition":
+        return " (cast it: col('partition').cast('int'))"
+    if column in ("key", "value") and nested:
+        return f" (serialize it, e.g. F.to_json(col('{column}')))"
+    if column in ("key", "value", "topic") and not nested:
+        return f" (cast it: col('{column}').cast('string'))"
+    if column == "timestamp" and found in ("timestamp_ntz", "string"):
+        return " (cast it: col('timestamp').cast('timestamp'))"
+    return ""
 
 
 def _no_layout(topic: str) -> TopicLayout:

@@ -40,6 +40,10 @@ _REJECTED_KAFKA = {
     "enable.auto.commit": "offsets are tracked in Spark's checkpoint, not committed to Kafka",
     "interceptor.classes": "consumer interceptors are not supported",
 }
+# Options of Spark's Kafka sink that a reader may set by mistake, with what to use instead.
+_SINK_OPTIONS = {
+    "topic": " (topic is the Kafka sink's option; read a topic with subscribe, subscribePattern or assign)",
+}
 _KNOWN = (
     "path",
     "subscribe",
@@ -192,6 +196,7 @@ def _check_names(lower: Mapping[str, str]) -> IsolationLevel:
         elif key not in known:
             close = difflib.get_close_matches(key, list(known), n=1)
             hint = f" (did you mean {known[close[0]]}?)" if close else ""
+            hint = _SINK_OPTIONS.get(key, hint)
             raise ConfigError(f"unknown option {key!r} of the seglog source{hint}")
     return isolation
 
@@ -220,7 +225,16 @@ def _subscription(lower: Mapping[str, str]) -> Subscription:
         return Subscription(option, pattern=value)
     doc = _json(option, value, '{"events": [0, 1]}')
     try:
-        assigned = sorted({(_valid_topic(option, t), _json_int(p)) for t, parts in doc.items() for p in _list(parts)})
+        assigned = sorted(
+            {
+                (topic, _partition(option, topic, _json_int(p)))
+                for t, parts in doc.items()
+                for topic in [_valid_topic(option, t)]
+                for p in _list(parts)
+            }
+        )
+    except ConfigError:
+        raise
     except (AttributeError, TypeError, ValueError):
         raise ConfigError(f'option assign must be JSON like {{"events": [0, 1]}}, got {value!r}') from None
     if not assigned:
@@ -257,7 +271,14 @@ def _per_partition(name: str, value: str, example: str, keywords: str = "") -> d
     """``{"<topic>": {"<partition>": <integer>}}``; ``keywords`` names the other values ``name`` takes."""
     doc = _json(name, value, example, keywords)
     try:
-        spec = {(_valid_topic(name, t), int(p)): _json_int(o) for t, parts in doc.items() for p, o in parts.items()}
+        spec = {
+            (topic, _partition(name, topic, p)): _json_int(o)
+            for t, parts in doc.items()
+            for topic in [_valid_topic(name, t)]
+            for p, o in parts.items()
+        }
+    except ConfigError:
+        raise
     except (AttributeError, TypeError, ValueError):
         raise ConfigError(f"option {name} must be {keywords}JSON like {example}, got {value!r}") from None
     if not spec:
@@ -285,6 +306,23 @@ def _json_int(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise TypeError(f"not a JSON integer: {value!r}")
     return value
+
+
+def _partition(option: str, topic: str, value: object) -> int:
+    """A partition of ``topic`` in option ``option``: a JSON integer (``assign``) or an object key
+    (the offsets options) as Java's ``Integer.parseInt`` reads it, in ``0..INT32_MAX`` (``int()`` would
+    take ``"1_0"`` as 10, and a negative one was only "not found" later).
+
+    Raises:
+        ConfigError: anything else, naming the option, the topic and the value.
+    """
+    if isinstance(value, str):
+        number = int(value) if re.fullmatch(r"[+-]?[0-9]+", value) else -1
+    else:
+        number = _json_int(value)
+    if not 0 <= number <= INT32_MAX:
+        raise ConfigError(f"option {option}: partition {value!r} of {topic} must be an integer in 0..{INT32_MAX}")
+    return number
 
 
 def _list(value: object) -> list[object]:

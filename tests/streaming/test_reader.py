@@ -303,6 +303,19 @@ def test_a_subscription_naming_what_is_not_there_fails_when_the_query_plans(
     )
 
 
+def test_the_parent_of_a_log_directory_names_the_log_directory(spark: SparkSession, tmp_path: Path) -> None:
+    """``load("data")`` for ``data/logs`` said only "data holds no topic partition"; it names the
+    directory below that holds partitions, as a partition directory names its parent."""
+    with Log.open(tmp_path / "logs" / "ev-0", LogConfig()) as log:
+        log.append({"value": [b"v"]})
+    (tmp_path / "checkpoints").mkdir()
+    message = (
+        f"{tmp_path} holds no topic partition .no <topic>-<partition> directory.; {tmp_path / 'logs'} below it does"
+    )
+    with pytest.raises(AnalysisException, match=message):
+        seglog(spark, subscribe="ev").load(str(tmp_path)).collect()
+
+
 def test_a_schema_set_by_the_user_is_refused_on_the_driver_unless_it_is_the_sources(
     spark: SparkSession, log_dir: Path
 ) -> None:

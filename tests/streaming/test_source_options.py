@@ -77,12 +77,27 @@ def test_patterns_skip_internal_topics_as_kafkas_listing_does() -> None:
             {"subscribe": "a", "startingOffset": "earliest"},
             "unknown option 'startingoffset'.*did you mean startingOffsets",
         ),
+        (  # the Kafka sink's option, set on the source to name what to read
+            {"topic": "a"},
+            "unknown option 'topic' of the seglog source .topic is the Kafka sink's option; read a topic with "
+            "subscribe, subscribePattern or assign.",
+        ),
         ({"subscribe": "a", "startingOffsets": "soon"}, "startingOffsets is not valid JSON"),
         ({"subscribe": "a", "startingOffsets": "earliestt"}, "'earliestt'; it must be earliest, latest or JSON like"),
         ({"subscribe": "a", "startingOffsets": '{"a": [1]}'}, "startingOffsets must be earliest, latest or JSON"),
         ({"assign": "{bad"}, "assign is not valid JSON"),
         ({"assign": '{"a": "01"}'}, "assign must be JSON like"),  # not partitions 0 and 1
         ({"assign": '{"a": [0.5]}'}, "assign must be JSON like"),
+        # a partition past Kafka's (an int, >= 0) was "a--1 not found"; int("1_0") read partition 10
+        ({"assign": '{"a": ["0"]}'}, "assign must be JSON like"),  # JSON integers, as for offsets
+        ({"assign": '{"a": [-1]}'}, r"option assign: partition -1 of a must be an integer in 0\.\.2147483647"),
+        ({"assign": '{"a": [2147483648]}'}, r"option assign: partition 2147483648 of a must be"),
+        (
+            {"subscribe": "a", "startingOffsets": '{"a": {"1_0": 5}}'},
+            r"option startingOffsets: partition '1_0' of a must be an integer in 0\.\.2147483647",
+        ),
+        ({"subscribe": "a", "endingOffsets": '{"a": {"-1": 5}}'}, r"option endingOffsets: partition '-1' of a must"),
+        ({"subscribe": "a", "startingOffsetsByTimestamp": '{"a": {" 0": 5}}'}, r"partition ' 0' of a must be"),
         ({"subscribe": "a", "startingOffsets": '{"a": {"0": 1.7}}'}, "startingOffsets must be earliest, latest or"),
         ({"subscribe": "a", "startingOffsets": '{"a": {"0": true}}'}, "startingOffsets must be earliest, latest or"),
         ({"subscribe": "a", "endingOffsets": '{"a": {"0": "12"}}'}, "endingOffsets must be earliest, latest or"),
