@@ -538,16 +538,13 @@ def _quiet_spark_logs(spark: SparkSession) -> None:
     whole tracebacks, py4j's (the ``foreachBatch`` function's Python traceback) and Spark's
     ``MicroBatchExecution`` (the same inside a Java stack trace): the job raises that error itself,
     once (``_wait``), its traceback chained; on ``local`` masters also the executor's and the task
-    scheduler's logs of a failed task (the same error with a Java stack trace). And the ``DAGScheduler``
-    warning "Failed to cancel job group ... Cannot find active jobs for it" that every stop between
-    micro-batches printed (twice): ``query.stop()`` cancels the query's job group whether a job runs or
-    not."""
+    scheduler's logs of a failed task (the same error with a Java stack trace). Spark's warnings are
+    off in every session seglog builds (:data:`~streaming.session.LOG4J_CONF`)."""
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
     log4j.core.config.Configurator.setLevel(
         "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution", log4j.Level.FATAL
     )
-    log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", log4j.Level.ERROR)
     if re.fullmatch(r"local(\[[^],]*\])?", spark.sparkContext.master or ""):
         # Tasks run in this JVM, and with local[N]'s single attempt a task's failure fails the query, whose
         # error the job raises: the executor's and the task scheduler's logs of it repeated the error with
