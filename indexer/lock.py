@@ -5,7 +5,9 @@ The lock is ``fcntl.flock(LOCK_EX | LOCK_NB)`` on a file descriptor opened for t
 ``flock`` locks belong to the open file description, so two ``FileLock`` objects on the same path
 conflict within one process as well as across processes, and the kernel drops the lock when the
 holder dies, even by SIGKILL: a crash never leaves a stale lock behind. The descriptor is
-close-on-exec, so child processes do not inherit the lock.
+close-on-exec, so child processes do not inherit the lock. A holder may delete the file it holds
+(``release(remove=True)``): whoever locks a file checks that the path still names it, else opens the
+path again, so a removed file is never held beside its successor.
 
 File content, rewritten by each new holder and emptied on release (read to name the holder in
 :class:`~indexer.errors.LogLockedError`, and, left in a free lock, to tell that its holder died)::
@@ -117,28 +119,36 @@ class FileLock:
         with self._mutex:
             if self._fd is not None:
                 raise RuntimeError(f"lock {self.path} is already held by this FileLock")
-            fd = self._open()
-            try:
-                self._lock(fd, fcntl.LOCK_EX, timeout)
-                self._write_holder(fd)
-            except BaseException:
-                os.close(fd)
-                raise
+            while True:
+                fd = self._open()
+                try:
+                    self._lock(fd, fcntl.LOCK_EX, timeout)
+                    if self._names(fd):
+                        self._write_holder(fd)
+                        break
+                except BaseException:
+                    os.close(fd)
+                    raise
+                os.close(fd)  # its holder removed the file meanwhile: the lock is the new file's
             self._fd = fd
         logger.debug("acquired lock %s", self.path)
 
-    def release(self, *, clear_holder: bool = True) -> None:
-        """Give the lock up (no-op if not held). The file stays; its holder line is cleared unless
-        ``clear_holder`` is false (a writer letting go as a crash would: the next holder must recover)."""
+    def release(self, *, clear_holder: bool = True, remove: bool = False) -> None:
+        """Give the lock up (no-op if not held). The file stays, its holder line cleared unless
+        ``clear_holder`` is false (a writer letting go as a crash would: the next holder must recover),
+        or, with ``remove``, is deleted while still held (a holder that leaves nothing to guard behind:
+        a waiter that opened it before then finds it gone and takes the lock of a new file)."""
         with self._mutex:
             fd, self._fd = self._fd, None
             if fd is None:
                 return
             try:
-                if clear_holder:
+                if remove:
+                    self.path.unlink()
+                elif clear_holder:
                     os.ftruncate(fd, 0)
-            except OSError as e:  # the lock is still released below; the stale line is only informational
-                logger.warning("could not clear lock file %s: %s", self.path, e)
+            except OSError as e:  # the lock is still released below; the file left is only informational
+                logger.warning("could not %s lock file %s: %s", "remove" if remove else "clear", self.path, e)
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
                 os.close(fd)
@@ -222,6 +232,17 @@ class FileLock:
                     )
                     waiting_for_borrower = True
             time.sleep(_POLL_INTERVAL_S)
+
+    def _names(self, fd: int) -> bool:
+        """Whether :attr:`path` still names the file open on ``fd`` (not removed or replaced since)."""
+        try:
+            current = os.stat(self.path)
+        except FileNotFoundError:
+            return False
+        except OSError as e:
+            raise StorageError(f"cannot stat lock file {self.path}: {e.strerror}", path=self.path, errno=e.errno) from e
+        opened = os.fstat(fd)
+        return (current.st_dev, current.st_ino) == (opened.st_dev, opened.st_ino)
 
     def _write_holder(self, fd: int) -> None:
         role = f" role={self.role}" if self.role else ""

@@ -1,7 +1,7 @@
 """``seglog maintain``: the maintenance daemon for one log directory.
 
 The daemon runs every job of :data:`maintenance.jobs.JOBS` on its period (see
-:mod:`maintenance.scheduler`) until SIGTERM or SIGINT (Ctrl-C), then lets the running jobs finish,
+:mod:`maintenance.scheduler`) until SIGTERM, SIGHUP or SIGINT (Ctrl-C), then lets the running jobs finish,
 closes the partitions it borrowed and exits 0. ``--once JOB`` runs one job over the directory and
 exits, for cron and tests.
 
@@ -47,10 +47,17 @@ def run_once(log_dir: Path, settings: Settings, job: str) -> JobReport | None:
 
 @contextmanager
 def handling_stop_signals(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
-    """``handler`` handles SIGTERM and SIGINT while inside; the previous handlers are restored afterwards.
+    """``handler`` handles SIGTERM, SIGINT and SIGHUP while inside; the previous handlers are restored
+    afterwards.
 
-    For the long-running commands, which stop cleanly on either (this daemon, ``seglog run``)."""
-    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGTERM, signal.SIGINT)}
+    For the long-running commands, which stop cleanly on any of them (this daemon, ``seglog run``), as a
+    Kafka broker's JVM runs its shutdown hooks on each: SIGHUP comes when the terminal or ssh session that
+    started the command closes. SIGHUP ignored at the start (``nohup``) stays ignored, as the JVM leaves it.
+    """
+    stop_signals = [signal.SIGTERM, signal.SIGINT]
+    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
+        stop_signals.append(signal.SIGHUP)
+    previous = {sig: signal.signal(sig, handler) for sig in stop_signals}
     try:
         yield
     finally:
@@ -60,7 +67,7 @@ def handling_stop_signals(handler: Callable[[int, FrameType | None], None]) -> I
 
 @contextmanager
 def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """Set ``stop`` on SIGTERM/SIGINT while inside; restore the previous handlers afterwards."""
+    """Set ``stop`` on SIGTERM/SIGINT/SIGHUP while inside; restore the previous handlers afterwards."""
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         logger.info("received %s, stopping after the running jobs", signal.Signals(signum).name)

@@ -30,7 +30,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -39,6 +39,7 @@ from indexer.commit_log import SinkCommitLog
 from indexer.config import Settings
 from indexer.errors import ConfigError, InvalidPartitionsError, InvalidTopicError, SeglogError, storage_errors
 from indexer.file_names import is_log_file, partition_dir_name
+from indexer.lock import FileLock
 from indexer.log_manager import LogManager, check_log_dir, check_topic_request
 from streaming import sources
 from streaming.session import build_spark_session, local_log_dir, local_path, read_checkpoint_query_id
@@ -51,6 +52,7 @@ logger = logging.getLogger(__name__)
 
 STOP_WAIT_S = 60.0  # longest wait for a running micro-batch before stopping the query anyway
 SOURCE_RECORD = "seglog-run.json"  # in the checkpoint: the source the query reads (JobSpec.check_checkpoint_source)
+RUN_LOCK = "seglog-run.lock"  # in the checkpoint: held by the run using it (JobSpec.checkpoint_lock)
 
 # [streaming] key -> JobSpec attribute
 _KEYS: dict[str, str] = {
@@ -231,6 +233,17 @@ class JobSpec:
 
         return write
 
+    def checkpoint_lock(self) -> FileLock | None:
+        """The lock a run holds on its checkpoint, ``<checkpoint>/seglog-run.lock`` (None for a checkpoint
+        that is no local path). Spark refuses a second query on a checkpoint in its own JVM only: two
+        runs in two processes both advanced one checkpoint, each writing the batches it ran to its own
+        log directory only. The file stays in the checkpoint, empty, between runs."""
+        try:
+            checkpoint = local_path(self.checkpoint_location)
+        except ValueError:
+            return None
+        return FileLock(checkpoint / RUN_LOCK, what=f"checkpoint {checkpoint}")
+
     @classmethod
     def from_settings(cls, settings: Settings, **overrides: Any) -> JobSpec:
         """The ``[streaming]`` section of ``settings``, then ``overrides`` that are not None."""
@@ -376,79 +389,84 @@ def run_job(
     spec.check_partition_count(settings)
     record_source = spec.check_checkpoint_source()
     fresh_checkpoint = record_source is not None and not _checkpoint_started(spec.checkpoint_location)
-    on_executors = writes_on_executors(spec.writes, spark.sparkContext.master if spark else spec.master)
-    # Before Spark starts (it takes seconds): the topic's partition count and, when the driver writes,
-    # every partition's writer lock, held by the job (another `seglog run` on the same log directory
-    # fails here, in one line). Executor writes take each partition's lock in its task instead.
-    if on_executors:
-        with LogManager(spec.log_dir, settings) as manager:
-            manager.create_topic(spec.topic, spec.num_partitions, exist_ok=True)
-    log_manager = None if on_executors else LogManager(spec.log_dir, settings)
-    # closed last; if the query failed and the close fails too (a full disk), the query's error is raised
-    with log_manager if log_manager is not None else contextlib.nullcontext():
-        scheduler = None
-        sink = None
-        query = None
-        try:
-            if log_manager is not None:
-                count = log_manager.create_topic(spec.topic, spec.num_partitions, exist_ok=True)
-                for partition in range(count):
-                    log_manager.get_or_create_log(spec.topic, partition)
-            # Only now, the topic and the locks being the job's, is anything written to the checkpoint: a
-            # refused run leaves the checkpoint location as it found it.
-            if record_source is not None and fresh_checkpoint:
-                record_source()
-                _warn_of_a_second_query(spec)
-            else:
-                _warn_of_batches_elsewhere(spec)
-            if spark is None:
-                spark = build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
-                _quiet_spark_logs(spark)
-            if maintenance is not None:
-                scheduler = maintenance(spec.log_dir if log_manager is None else log_manager, settings)
-            sink = SegmentLogSink(
-                spec.log_dir,
-                topic=spec.topic,
-                num_partitions=spec.num_partitions,
-                settings=settings,
-                checkpoint_location=spec.checkpoint_location,
-                log_manager=log_manager,
-                writes="executors" if on_executors else "driver",
-            )
-            writer = (
-                build_source(spark, spec)
-                .writeStream.foreachBatch(sink)
-                .option("checkpointLocation", spec.checkpoint_location)
-                .queryName(f"seglog-{spec.topic}")
-            )
-            writer = (
-                writer.trigger(availableNow=True)
-                if spec.available_now
-                else writer.trigger(processingTime=spec.trigger_interval)
-            )
-            query = writer.start()
-            logger.info(
-                "query %s (run %s) started: %s source -> %s in %s, written on the %s, checkpoint %s",
-                query.id,
-                query.runId,
-                spec.source,
-                spec.topic,
-                spec.log_dir,
-                "executors" if on_executors else "driver",
-                spec.checkpoint_location,
-            )
-            # The duration counts from the command's start: Spark's start-up is part of it.
-            _wait(query, sink, spec, stop, deadline)
-        finally:
-            if query is not None and query.isActive:
-                _stop_between_batches(query)
-            if sink is not None:
-                sink.close()
-            if scheduler is not None:
-                scheduler.stop()
-    assert sink is not None
-    if record_source is not None and not fresh_checkpoint:
-        record_source()  # a checkpoint from before the record: its source is the one that just ran
+    checkpoint_lock = spec.checkpoint_lock()
+    # A checkpoint another run uses is refused before anything is written; a new one is locked once the
+    # source record has created its directory.
+    with _holding(checkpoint_lock):
+        on_executors = writes_on_executors(spec.writes, spark.sparkContext.master if spark else spec.master)
+        # Before Spark starts (it takes seconds): the topic's partition count and, when the driver writes,
+        # every partition's writer lock, held by the job (another `seglog run` on the same log directory
+        # fails here, in one line). Executor writes take each partition's lock in its task instead.
+        if on_executors:
+            with LogManager(spec.log_dir, settings) as manager:
+                manager.create_topic(spec.topic, spec.num_partitions, exist_ok=True)
+        log_manager = None if on_executors else LogManager(spec.log_dir, settings)
+        # closed last; if the query failed and the close fails too (a full disk), the query's error is raised
+        with log_manager if log_manager is not None else contextlib.nullcontext():
+            scheduler = None
+            sink = None
+            query = None
+            try:
+                if log_manager is not None:
+                    count = log_manager.create_topic(spec.topic, spec.num_partitions, exist_ok=True)
+                    for partition in range(count):
+                        log_manager.get_or_create_log(spec.topic, partition)
+                # Only now, the topic and the locks being the job's, is anything written to the checkpoint: a
+                # refused run leaves the checkpoint location as it found it.
+                if record_source is not None and fresh_checkpoint:
+                    record_source()  # creates the checkpoint directory: the lock can be taken now
+                    _hold(checkpoint_lock)
+                    _warn_of_a_second_query(spec)
+                else:
+                    _warn_of_batches_elsewhere(spec)
+                if spark is None:
+                    spark = build_spark_session(spec.master, f"seglog-run-{spec.topic}", spec.spark_conf)
+                    _quiet_spark_logs(spark)
+                if maintenance is not None:
+                    scheduler = maintenance(spec.log_dir if log_manager is None else log_manager, settings)
+                sink = SegmentLogSink(
+                    spec.log_dir,
+                    topic=spec.topic,
+                    num_partitions=spec.num_partitions,
+                    settings=settings,
+                    checkpoint_location=spec.checkpoint_location,
+                    log_manager=log_manager,
+                    writes="executors" if on_executors else "driver",
+                )
+                writer = (
+                    build_source(spark, spec)
+                    .writeStream.foreachBatch(sink)
+                    .option("checkpointLocation", spec.checkpoint_location)
+                    .queryName(f"seglog-{spec.topic}")
+                )
+                writer = (
+                    writer.trigger(availableNow=True)
+                    if spec.available_now
+                    else writer.trigger(processingTime=spec.trigger_interval)
+                )
+                query = writer.start()
+                logger.info(
+                    "query %s (run %s) started: %s source -> %s in %s, written on the %s, checkpoint %s",
+                    query.id,
+                    query.runId,
+                    spec.source,
+                    spec.topic,
+                    spec.log_dir,
+                    "executors" if on_executors else "driver",
+                    spec.checkpoint_location,
+                )
+                # The duration counts from the command's start: Spark's start-up is part of it.
+                _wait(query, sink, spec, stop, deadline)
+            finally:
+                if query is not None and query.isActive:
+                    _stop_between_batches(query)
+                if sink is not None:
+                    sink.close()
+                if scheduler is not None:
+                    scheduler.stop()
+        assert sink is not None
+        if record_source is not None and not fresh_checkpoint:
+            record_source()  # a checkpoint from before the record: its source is the one that just ran
     history = list(sink.history)
     summary = JobSummary(
         batches=sum(1 for b in history if not b.skipped),
@@ -465,6 +483,26 @@ def run_job(
         summary.skipped_batches,
     )
     return summary
+
+
+@contextlib.contextmanager
+def _holding(lock: FileLock | None) -> Iterator[None]:
+    """Hold the checkpoint's ``lock`` inside, taken now if the checkpoint exists (else by :func:`_hold`
+    once the source record has created it). Its file stays beside the source record; a run that never
+    wrote the record (refused) removes it, leaving the checkpoint as it found it."""
+    if lock is not None and lock.path.parent.is_dir():
+        lock.acquire()
+    try:
+        yield
+    finally:
+        if lock is not None:
+            lock.release(remove=not (lock.path.parent / SOURCE_RECORD).exists())
+
+
+def _hold(lock: FileLock | None) -> None:
+    """Take ``lock`` if :func:`_holding` could not yet (its directory did not exist then)."""
+    if lock is not None and not lock.locked:
+        lock.acquire()
 
 
 def _warn_of_a_second_query(spec: JobSpec) -> None:
@@ -538,16 +576,13 @@ def _quiet_spark_logs(spark: SparkSession) -> None:
     whole tracebacks, py4j's (the ``foreachBatch`` function's Python traceback) and Spark's
     ``MicroBatchExecution`` (the same inside a Java stack trace): the job raises that error itself,
     once (``_wait``), its traceback chained; on ``local`` masters also the executor's and the task
-    scheduler's logs of a failed task (the same error with a Java stack trace). And the ``DAGScheduler``
-    warning "Failed to cancel job group ... Cannot find active jobs for it" that every stop between
-    micro-batches printed (twice): ``query.stop()`` cancels the query's job group whether a job runs or
-    not."""
+    scheduler's logs of a failed task (the same error with a Java stack trace). Spark's warnings are
+    off in every session seglog builds (:data:`~streaming.session.LOG4J_CONF`)."""
     logging.getLogger("py4j.clientserver").setLevel(logging.CRITICAL)
     log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
     log4j.core.config.Configurator.setLevel(
         "org.apache.spark.sql.execution.streaming.runtime.MicroBatchExecution", log4j.Level.FATAL
     )
-    log4j.core.config.Configurator.setLevel("org.apache.spark.scheduler.DAGScheduler", log4j.Level.ERROR)
     if re.fullmatch(r"local(\[[^],]*\])?", spark.sparkContext.master or ""):
         # Tasks run in this JVM, and with local[N]'s single attempt a task's failure fails the query, whose
         # error the job raises: the executor's and the task scheduler's logs of it repeated the error with

@@ -51,6 +51,10 @@ LOOPBACK_CONF: dict[str, str] = {"spark.driver.bindAddress": "127.0.0.1", "spark
 # configuration is read: without it Spark warns at start that the hostname resolves to a loopback
 # address and picks another interface's.
 LOOPBACK_ENV: dict[str, str] = {"SPARK_LOCAL_IP": "127.0.0.1"}
+# Spark's logging in the JVMs a new session starts (the driver's, local-cluster's executors): its errors
+# only. Without it Spark printed its start-up lines (its log4j profile and log level, NativeCodeLoader's
+# warning) and every warning between seglog's own output. A user's $LOG4J_CONFIGURATION_FILE is kept.
+LOG4J_CONF: Path = Path(__file__).with_name("log4j2.properties")
 
 
 def runs_on_one_machine(master: str | None) -> bool:
@@ -80,6 +84,7 @@ def build_spark_session(
     # Python workers (the seglog data source's planner and readers) must run this interpreter, which has
     # seglog and pyarrow; Spark's own fallback is whatever "python3" is on the PATH.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("LOG4J_CONFIGURATION_FILE", LOG4J_CONF.as_uri())
     if runs_on_one_machine(master):
         for name, value in LOOPBACK_ENV.items():
             os.environ.setdefault(name, value)
@@ -92,14 +97,6 @@ def build_spark_session(
         # A new SparkContext takes over Ctrl-C (it cancels every job and raises KeyboardInterrupt): give
         # it back to the caller that set its own, e.g. `seglog run`, which stops after the running batch.
         signal.signal(signal.SIGINT, handler)
-    spark.sparkContext.setLogLevel("WARN")
-    # Each streaming query's start warned that adaptive query execution does not apply to streaming:
-    # the session's setting is Spark's default, nothing a warning could tell the user about (`seglog
-    # run`, the benchmarks' queries).
-    log4j = spark.sparkContext._jvm.org.apache.logging.log4j  # type: ignore[union-attr]
-    log4j.core.config.Configurator.setLevel(
-        "org.apache.spark.sql.execution.streaming.runtime.ResolveWriteToStream", log4j.Level.ERROR
-    )
     logger.info("Spark %s session %r on %s", spark.version, app_name, master)
     return spark
 

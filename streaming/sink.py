@@ -204,6 +204,7 @@ class SegmentLogSink:
         self._lock = threading.Lock()
         self._closed = False
         self._recovered = False
+        self._created_log_dir = False  # by this sink's first batch
         self._layouts: dict[str, TopicLayout] = {}
         self._layouts_lock = threading.Lock()  # the pool's threads ask for layouts
         self._created: set[str] = set()  # topics this sink has created (or found), all partitions there
@@ -472,7 +473,9 @@ class SegmentLogSink:
             raise ValueError(f"sink {self.sink_id} on {self.log_dir} is closed")
         if not self._sink_lock.locked:
             with storage_errors(self.log_dir, "create log directory"):
-                self.log_dir.mkdir(parents=True, exist_ok=True)
+                with contextlib.suppress(FileExistsError):
+                    self.log_dir.mkdir(parents=True)
+                    self._created_log_dir = True
             self._sink_lock.acquire()
 
     def _skip_if_committed(self, committed: SinkCommit, batch_id: int, query_id: str) -> BatchStats | None:
@@ -691,8 +694,21 @@ class SegmentLogSink:
                 self._pool.shutdown(wait=True)
             if self._owns_log_manager and self._log_manager is not None:
                 self._log_manager.close()
-            self._sink_lock.release()
+            self._release_sink_lock()
             logger.info("sink %s on %s closed", self.sink_id, self.log_dir)
+
+    def _release_sink_lock(self) -> None:
+        """Give the sink's lock up. A sink that never wrote its commit record (every batch refused) owned
+        nothing: it removes its lock file, and the log directory it created if that is left empty, so a
+        refused sink leaves the log directory as it found it. Once the record exists the lock file stays
+        beside it, as Kafka keeps a log directory's ``.lock``."""
+        if not self._sink_lock.locked:
+            return
+        owned = self.commit_log.path.exists()
+        self._sink_lock.release(remove=not owned)
+        if not owned and self._created_log_dir:
+            with contextlib.suppress(OSError):  # not empty: another writer's files came meanwhile
+                self.log_dir.rmdir()
 
     def __enter__(self) -> SegmentLogSink:
         return self

@@ -1,8 +1,8 @@
 """``seglog maintain --log-dir DIR [--once JOB]``: the maintenance daemon for a log directory.
 
 Runs the retention, roll and index jobs on the periods of the ``[maintenance]`` section of
-``conf/seglog.toml`` (Kafka's key names, e.g. ``log.retention.check.interval.ms``) until SIGTERM or
-Ctrl-C, then lets the running jobs finish and exits 0. Started before its log directory exists
+``conf/seglog.toml`` (Kafka's key names, e.g. ``log.retention.check.interval.ms``) until SIGTERM,
+SIGHUP or Ctrl-C, then lets the running jobs finish and exits 0. Started before its log directory exists
 (before the writer that creates it), it says so once and maintains the partitions when they appear.
 Partitions a live writer holds are only checked read-only; the writer runs its own maintenance
 in-process. While a checkpoint file of the directory cannot be read, no partition is touched and

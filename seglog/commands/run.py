@@ -7,11 +7,12 @@ A progress line is logged every --progress-interval seconds: the rows written in
 second since the previous line (what the sink wrote), Spark's processedRowsPerSecond of its last
 micro-batch, the committed end offset and the segment count of each partition. --duration counts
 from the command's start (Spark's start-up included); at the deadline no new micro-batch starts.
-Options, paths, the topic's partition count, the partitions' writer locks and the checkpoint's source
-(Spark cannot resume a checkpoint under another source) are checked before Spark starts: a mistake
-is one line, exit 1, and nothing is written to the checkpoint. Ctrl-C or SIGTERM stops cleanly
-(query stopped, logs flushed and closed, checkpoints written); a second Ctrl-C aborts. Restarting
-with the same checkpoint resumes exactly where the last committed micro-batch ended.
+Options, paths, the topic's partition count, the partitions' writer locks, the checkpoint's lock (one
+run per checkpoint) and its source (Spark cannot resume a checkpoint under another source) are
+checked before Spark starts: a mistake is one line, exit 1, and nothing is written to the
+checkpoint. Ctrl-C, SIGTERM or SIGHUP stops cleanly (query stopped, logs flushed and closed,
+checkpoints written); a second Ctrl-C aborts. Restarting with the same checkpoint resumes exactly
+where the last committed micro-batch ended.
 
 The kafka source needs Spark's Kafka package (spark-sql-kafka-0-10) and the delta source
 delta-spark's jars on Spark's classpath; they are not installed by default.
@@ -109,7 +110,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 @contextmanager
 def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
-    """SIGINT/SIGTERM set ``stop``; a second SIGINT raises KeyboardInterrupt. Handlers restored after."""
+    """SIGINT/SIGTERM/SIGHUP set ``stop``; a second SIGINT raises KeyboardInterrupt. Handlers restored after."""
     from maintenance.daemon import handling_stop_signals
 
     def handler(signum: int, _frame: FrameType | None) -> None:

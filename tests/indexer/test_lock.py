@@ -60,6 +60,31 @@ def test_waiting_acquire_gets_the_lock_once_released(tmp_path: Path) -> None:
     second.release()
 
 
+def _opened_by_this_process(path: Path) -> int:
+    """How many of this process's file descriptors are open on ``path`` (its current file)."""
+    return sum(1 for fd in Path("/proc/self/fd").iterdir() if os.path.realpath(fd) == str(path))
+
+
+def test_a_lock_file_removed_by_its_holder_is_never_held_twice(tmp_path: Path) -> None:
+    """A waiter that opened the file before its holder removed it (``release(remove=True)``) locked the
+    removed file: a newcomer then created a new file and held it at the same time."""
+    path = tmp_path / "seglog-sink.s.lock"
+    first = FileLock(path, what="sink s")
+    first.acquire()
+    second = FileLock(path, what="sink s")
+    waiter = threading.Thread(target=second.acquire, kwargs={"timeout": 30})
+    waiter.start()
+    while _opened_by_this_process(path) < 2:  # the waiter has the file open and polls its lock
+        time.sleep(0.001)
+    first.release(remove=True)
+    waiter.join()
+    assert second.locked and path.exists()
+    with pytest.raises(LogLockedError, match="^sink s is locked by pid"):
+        FileLock(path, what="sink s").acquire()
+    second.release(remove=True)
+    assert not path.exists()
+
+
 def test_waiting_acquire_times_out_with_custom_name(tmp_path: Path) -> None:
     path = tmp_path / ".lock"
     with FileLock(path):

@@ -117,12 +117,22 @@ def write_conf(path: Path, topic: Mapping[str, object], maintenance: Mapping[str
 
 @contextmanager
 def maintain_daemon(
-    log_dir: Path, conf: Path, *, verbose: bool = True
+    log_dir: Path, conf: Path, *, verbose: bool = True, ignore_hangup: bool = False
 ) -> Iterator[tuple[subprocess.Popen[str], queue.Queue[str]]]:
     """``seglog [-v] maintain`` on ``log_dir`` with ``conf`` as a process of its own, and the lines of its
-    stderr, once it has said it is on; killed on the way out if it is still running."""
+    stderr, once it has said it is on; killed on the way out if it is still running. ``ignore_hangup``
+    starts it with SIGHUP ignored, as ``nohup`` does."""
     proc = subprocess.Popen(
-        [*SEGLOG, *(["-v"] if verbose else []), "maintain", "--log-dir", str(log_dir), "--conf", str(conf)],
+        [
+            *(["nohup"] if ignore_hangup else []),
+            *SEGLOG,
+            *(["-v"] if verbose else []),
+            "maintain",
+            "--log-dir",
+            str(log_dir),
+            "--conf",
+            str(conf),
+        ],
         cwd=REPO,
         stderr=subprocess.PIPE,
         stdout=subprocess.DEVNULL,

@@ -42,8 +42,10 @@ def expired_partition(log_dir: Path, appends: int = 12) -> Path:
     return directory
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_daemon_stops_gracefully_on_signals(tmp_path: Path, log_dir: Path, sig: signal.Signals) -> None:
+    """SIGHUP (the terminal or ssh session that started it closed) killed the daemon mid-pass; a Kafka
+    broker's JVM stops cleanly on it, as on SIGTERM."""
     directory = expired_partition(log_dir)
     conf = write_conf(
         tmp_path / "seglog.toml",
@@ -62,6 +64,20 @@ def test_daemon_stops_gracefully_on_signals(tmp_path: Path, log_dir: Path, sig: 
         wait_for(err, "stopped", timeout=5)
     assert len(list(directory.glob("*.log"))) == 1
     Log.open(directory, small_config()).close()  # the daemon left the partition free
+
+
+def test_a_daemon_started_under_nohup_keeps_running_on_sighup(tmp_path: Path, log_dir: Path) -> None:
+    """SIGHUP ignored when it starts (``nohup``) stays ignored, as the JVM leaves it."""
+    conf = write_conf(tmp_path / "seglog.toml", {}, {"log.initial.task.delay.ms": 0})
+    with maintain_daemon(log_dir, conf, ignore_hangup=True) as (proc, err):
+        proc.send_signal(signal.SIGHUP)
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0
+        assert (
+            wait_for(err, "received", timeout=5)[-1]
+            .rstrip()
+            .endswith("received SIGTERM, stopping after the running jobs")
+        )
 
 
 def test_a_daemon_started_before_its_log_directory_exists_waits_for_it(tmp_path: Path) -> None:

@@ -814,6 +814,21 @@ def test_run_on_a_locked_log_dir_fails_before_spark_starts(
     assert not (tmp_path / "ckpt").exists()
 
 
+def test_a_second_run_on_a_checkpoint_in_use_is_refused_before_it_writes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A second `seglog run` on the checkpoint of a running one, into another log directory, ran: both
+    queries advanced one checkpoint, and the batches each ran went to its own log directory only."""
+    checkpoint = tmp_path / "ckpt"
+    checkpoint.mkdir()
+    with FileLock(checkpoint / "seglog-run.lock", what="checkpoint"):  # the running `seglog run`
+        assert _run_without_spark(monkeypatch, tmp_path / "other-logs", tmp_path) == 1
+    line = _one_error_line(capsys.readouterr().err, "LogLockedError")
+    assert line.startswith(f"seglog: LogLockedError: checkpoint {checkpoint} is locked by pid {os.getpid()}"), line
+    assert not (tmp_path / "other-logs").exists()
+    assert sorted(p.name for p in checkpoint.iterdir()) == ["seglog-run.lock"]
+
+
 def test_other_files_do_not_make_a_log_directory_a_partition(log_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     (log_dir / "app.log").write_text("an application's own log file beside the partitions\n")
     assert main(["describe", "--log-dir", str(log_dir)]) == 0

@@ -79,6 +79,31 @@ def test_the_driver_listens_on_loopback_only_where_every_process_is_local() -> N
     assert session_conf("spark://h:7077", {"spark.driver.host": "10.0.0.5"})["spark.driver.host"] == "10.0.0.5"
 
 
+SPARK_SAYS = """
+from streaming.session import build_spark_session
+spark = build_spark_session("local[1]", "seglog-log-levels")
+log4j = spark.sparkContext._jvm.org.apache.logging.log4j
+log4j.LogManager.getLogger("org.apache.spark.SparkContext").warn("a warning of Spark's")
+log4j.LogManager.getLogger("org.apache.spark.SparkContext").error("an error of Spark's")
+spark.stop()
+"""
+
+
+@pytest.mark.spark
+def test_spark_says_its_errors_only(tmp_path: Path) -> None:
+    """Every session seglog builds (`seglog run`, the benchmarks) printed Spark's start-up lines and its
+    warnings (a micro-batch falling behind, a stop interrupting a checkpoint write with a Java stack
+    trace) between seglog's own; its errors stay."""
+    done = subprocess.run(
+        [sys.executable, "-c", SPARK_SAYS], capture_output=True, text=True, timeout=QUERY_TIMEOUT_S, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stderr
+    assert "an error of Spark's" in done.stderr
+    for spark_line in ("a warning of Spark's", "Using Spark's default log4j profile", "Setting default log level"):
+        assert spark_line not in done.stderr, done.stderr
+    assert " WARN " not in done.stderr, done.stderr
+
+
 @pytest.mark.spark
 def test_seglog_run_stops_cleanly_on_sigterm_and_seglog_read_shows_the_data(
     spark: SparkSession, tmp_path: Path, capsys: pytest.CaptureFixture[str], caplog: pytest.LogCaptureFixture
@@ -227,7 +252,6 @@ def test_ctrl_c_stops_seglog_run_cleanly(tmp_path: Path) -> None:
     assert stored and len(stored) == sum(high_watermarks(logs).values())
 
 
-@pytest.mark.spark
 def _run_files_once(tmp_path: Path, text: str) -> subprocess.CompletedProcess[str]:
     """``seglog run --source files --available-now`` in a subprocess over one JSON file holding ``text``."""
     from seglog.commands.serve import SEGLOG_MAIN
@@ -241,10 +265,14 @@ def _run_files_once(tmp_path: Path, text: str) -> subprocess.CompletedProcess[st
     )
 
 
+@pytest.mark.spark
 def test_seglog_run_reports_bad_input_in_one_line(tmp_path: Path) -> None:
     """The sink's error once, as the last line: not after py4j's Python traceback and Spark's Java stack
-    trace of the same error (both logged before the job raised it); --debug still shows the traceback."""
+    trace of the same error (both logged before the job raised it); --debug still shows the traceback.
+    Nor after Spark's start-up lines (its log4j profile, its log level, NativeCodeLoader's warning)."""
     done = _run_files_once(tmp_path, '{"key": "k", "value": "v", "headers": "h"}\n')
+    for spark_line in ("Using Spark's default log4j profile", "Setting default log level", "WARN NativeCodeLoader"):
+        assert spark_line not in done.stderr, done.stderr
     assert done.returncode == 1
     # (values that are numbers, the input here before, are refused before Spark starts now)
     last = (

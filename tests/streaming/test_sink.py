@@ -228,6 +228,20 @@ def test_the_partition_count_is_fixed_when_the_topic_is_created(tmp_path: Path) 
                 sink.write_batch(_batch(0, 1), 2, query_id="q")
 
 
+def test_a_sink_refused_at_its_first_batch_leaves_nothing_behind(tmp_path: Path) -> None:
+    """The refused sink left its lock file, and the log directory it had created for it: a directory
+    that looked used (a sink's lock beside no commit record). A sink that committed keeps its lock file,
+    as Kafka keeps a log directory's ``.lock``."""
+    log_dir = tmp_path / "logs"
+    with _sink(log_dir) as sink:
+        with pytest.raises(SchemaError, match="no 'value' column"):
+            sink.write_batch(pa.table({"nope": [1]}), 0, query_id="q")
+    assert not log_dir.exists()
+    with _sink(log_dir) as sink:
+        sink.write_batch(_batch(0, 30), 0, query_id="q")
+    assert (log_dir / "seglog-sink.t.lock").exists() and (log_dir / "seglog-sink.t.json").exists()
+
+
 def test_a_second_sink_on_a_topic_is_refused_before_it_writes(tmp_path: Path) -> None:
     """Without the check the second sink wrote, and the first then failed every batch for good ("high
     watermark above the sink's committed end: another writer published to it")."""
@@ -240,6 +254,7 @@ def test_a_second_sink_on_a_topic_is_refused_before_it_writes(tmp_path: Path) ->
         ):
             second.write_batch(_batch(30, 30), 0, query_id="qb")
     assert snapshot(tmp_path) == before and not (tmp_path / "seglog-sink.other.json").exists()
+    assert not (tmp_path / "seglog-sink.other.lock").exists()  # the refused sink never owned the id
     with _sink(tmp_path, topic="u", sink_id="other") as elsewhere:  # another topic: its own partitions
         elsewhere.write_batch(_batch(30, 30), 0, query_id="qb")
     with _sink(tmp_path) as first:
