@@ -24,15 +24,21 @@ with warnings.catch_warnings():
     from kafka.protocol.admin import DescribeConfigsRequest, DescribeConfigsResponse
 
 
-@pytest.fixture
-def server(serve: Callable[..., ServeProcess], tmp_path: Path) -> ServeProcess:
-    """A server whose settings file gives topic ``orders`` its own retention, and whose ``--config``
-    sets every topic's segment size."""
+def _orders_log(tmp_path: Path) -> Path:
+    """A log directory holding topic ``orders``, one committed record."""
     log_dir = tmp_path / "logs"
     with LogManager(log_dir, load_settings()) as manager:
         log = manager.get_or_create_log("orders", 0)
         log.append({"value": [b"v"]})
         log.update_high_watermark(log.log_end_offset)
+    return log_dir
+
+
+@pytest.fixture
+def server(serve: Callable[..., ServeProcess], tmp_path: Path) -> ServeProcess:
+    """A server whose settings file gives topic ``orders`` its own retention, and whose ``--config``
+    sets every topic's segment size."""
+    log_dir = _orders_log(tmp_path)
     conf = tmp_path / "seglog.toml"
     conf.write_text('[topics."orders"]\n"retention.ms" = 3600000\n')
     return serve(log_dir, "--conf", str(conf), "--config", "segment.bytes=1048576")
@@ -129,11 +135,7 @@ def test_a_broker_describes_its_id_log_dir_and_the_defaults_topics_fall_back_to(
     settings the topics' configs come from: ``--config`` and a ``[topic]`` table are the static
     broker config, the rest Kafka's default; a topic's own table changes no broker config. Each node
     describes itself only, as a broker; the empty name (the cluster's dynamic defaults) has none."""
-    log_dir = tmp_path / "logs"
-    with LogManager(log_dir, load_settings()) as manager:
-        log = manager.get_or_create_log("orders", 0)
-        log.append({"value": [b"v"]})
-        log.update_high_watermark(log.log_end_offset)
+    log_dir = _orders_log(tmp_path)
     conf = tmp_path / "seglog.toml"
     conf.write_text('[topic]\n"retention.bytes" = 1000000\n[topics."orders"]\n"retention.ms" = 3600000\n')
     server = serve(log_dir, "--conf", str(conf), "--config", "segment.bytes=1048576", "--brokers", "2")
