@@ -62,7 +62,7 @@ from indexer.file_names import (
 )
 from indexer.limits import integer_argument
 from indexer.lock import FileLock
-from indexer.log_loader import UNCLEAN_SHUTDOWN, LoadedLog, LogLoader
+from indexer.log_loader import UNCLEAN_SHUTDOWN, LoadedLog, LogLoader, empty_segments_inside_others
 from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset
 from indexer.records.append_pipeline import AppendPlan, AppendSummary, Fill, check_stored_as_is, plan_append
 from indexer.records.batch_header import LOG_OVERHEAD, SIZE_OFFSET
@@ -405,8 +405,11 @@ class Log:
             with storage_errors(directory, "list the partition directory"):
                 names = sorted(p.name for p in directory.iterdir() if is_log_file(p) and p.is_file())
             try:
+                strays = empty_segments_inside_others(directory, config, names, clock=clock)
                 for name in names:
                     base = offset_from_file_name(name)
+                    if base in strays:  # holds nothing; the segment before it holds its offsets
+                        continue
                     segments.add(
                         LogSegment.open(directory, base, config, clock=clock, file_already_exists=True, read_only=True)
                     )
