@@ -645,7 +645,35 @@ class LogSegment:
             CorruptRecordError: a size field below 14, or (``whole``) bytes that are not a whole batch.
         """
         entry, batches = self._indexed_batches(offset, starting_file_position, whole=whole)
+        if whole:
+            batches = self._offsets_checked(batches, offset)
         return self.log.search_for_offset_with_size(offset, max(entry.position, starting_file_position), batches)
+
+    def _offsets_checked(self, batches: Iterator[FileBatch], offset: int) -> Iterator[FileBatch]:
+        """``batches`` as the walk to ``offset`` steps through them, raising at a v2 batch from at or
+        below ``offset`` whose last offset lies below its base offset, when the batch after it starts
+        past ``offset`` (or none follows): its lastOffsetDelta (CRC-covered, but the walk reads
+        headers without CRCs, as Kafka's does) is damaged, and it may hold ``offset``, which the walk
+        would step over in silence. A batch after it from at or below ``offset`` shows it does not.
+
+        Raises:
+            CorruptRecordError: such a batch (names the file and its position).
+        """
+        suspect: FileBatch | None = None
+        for batch in batches:
+            if suspect is not None and batch.base_offset > offset:
+                break
+            damaged = batch.magic >= MAGIC_V2 and batch.base_offset <= offset and batch.last_offset < batch.base_offset
+            suspect = batch if damaged else None
+            if suspect is None:
+                yield batch
+        if suspect is not None:
+            raise CorruptRecordError(
+                f"batch at position {suspect.position} of {self.log.path} has last offset {suspect.last_offset} "
+                f"below its base offset {suspect.base_offset} (its lastOffsetDelta damaged)",
+                path=self.log.path,
+                position=suspect.position,
+            )
 
     def read(
         self,

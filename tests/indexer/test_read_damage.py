@@ -11,9 +11,10 @@ watermark is not damage.
 A batch whose base offset (not CRC-covered) was damaged in place is not served under its wrong
 offsets: reads stop where recovery's salvage removes it.
 
-Not covered: a damaged ``lastOffsetDelta`` (bytes 23-26, CRC-covered) can still make the offset
-walk, which reads headers without their CRCs as Kafka's does, step over its batch when a read starts
-inside or after it; reads from before it name it.
+Not covered: a ``lastOffsetDelta`` (bytes 23-26, CRC-covered) damaged to a smaller non-negative value
+can still make the offset walk, which reads headers without their CRCs as Kafka's does, step over the
+rest of its batch when a read starts inside it; reads from before it name it (a negative one, a last
+offset below the base offset, stops the read: see the test of it below).
 """
 
 from __future__ import annotations
@@ -399,3 +400,25 @@ def test_a_damaged_last_batch_under_the_last_index_entry_ends_the_log_after_the_
         assert log.log_end_offset == victim.base_offset
         offsets, error = _poll(log, batches[0].base_offset, 1000)
         assert (offsets, error) == (list(range(batches[0].base_offset, victim.base_offset)), None)
+
+
+def test_a_negative_last_offset_delta_does_not_make_a_read_from_its_batch_step_over_it(tmp_path: Path) -> None:
+    """The sign bit of the log's first batch's lastOffsetDelta flipped (CRC-covered, but the offset walk
+    reads headers without their CRCs, as Kafka's does) gave that batch a last offset below its base
+    offset: a read from its first offset (``seglog read --from-beginning``) stepped over it and returned
+    the records after it with no error. A batch whose last offset lies below its base offset is
+    damage whatever its CRC says, so the read now names it; reads from after it go on."""
+    directory = tmp_path / "events-0"
+    batches = _write_log(directory)
+    victim, following = batches[0], batches[1]
+    with open(victim.path, "r+b") as f:
+        f.seek(victim.position + 23)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x80]))
+    with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
+        for start in range(victim.base_offset, victim.last_offset + 1):
+            offsets, error = _poll(log, start, 1000)
+            assert offsets == [] and error is not None and error.offset == start, (start, offsets[:3], error)
+            assert error.position == victim.position, error
+        assert _poll(log, following.base_offset, 1000) == (list(range(following.base_offset, RECORDS)), None)
