@@ -62,7 +62,13 @@ from indexer.file_names import (
 )
 from indexer.limits import integer_argument
 from indexer.lock import FileLock
-from indexer.log_loader import UNCLEAN_SHUTDOWN, LoadedLog, LogLoader, empty_segments_inside_others
+from indexer.log_loader import (
+    UNCLEAN_SHUTDOWN,
+    LoadedLog,
+    LogLoader,
+    RecoveryReport,
+    empty_segments_inside_others,
+)
 from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset
 from indexer.records.append_pipeline import AppendPlan, AppendSummary, Fill, check_stored_as_is, plan_append
 from indexer.records.batch_header import LOG_OVERHEAD, SIZE_OFFSET
@@ -241,6 +247,9 @@ class Log:
         self.lock = threading.RLock()
         self._segments = segments
         self._file_lock = file_lock
+        # What the loader did when this (writable) log was opened: its lost offsets are a data loss
+        # the opener reports (maintenance, whose jobs open partitions for other reasons).
+        self.recovery_report: RecoveryReport | None = None
         self._log = _PrefixAdapter(logger, {"prefix": f"[Log partition={directory.name}]"})
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
@@ -388,6 +397,7 @@ class Log:
             file_lock=file_lock,
             high_watermark=high_watermark,
         )
+        log.recovery_report = loaded.report
         if loaded.deleted_segments:
             log._delete_segment_files(list(loaded.deleted_segments), "removed by recovery")
         return log

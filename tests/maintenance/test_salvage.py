@@ -932,3 +932,26 @@ def test_a_stray_empty_segment_inside_another_costs_no_record(
     assert [(b.segment, b.raw) for b in log_batches(partition)] == [(b.segment, b.raw) for b in template.batches]
     records = read_records(capsys, log_dir, TOPIC, "--from-beginning", "--encoding", "base64")
     assert [r["offset"] for r in records] == sorted(template.values)
+
+
+def test_committed_records_a_maintenance_open_removes_are_an_error_of_the_job(
+    template: Template, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A middle segment cut inside a batch: ``seglog maintain --once index`` opened the partition to
+    rebuild its index, and the loader salvaged the segment (committed offsets from the cut to the
+    next segment lost, their bytes quarantined), yet the job said `indexes_rebuilt=1, 0 errors` and
+    exited 0; after it, ``seglog read``, ``describe --verify`` and ``recover`` all exited 0 without a
+    word (the gap's quarantine file accounts for it). The job now fails that partition with one line
+    naming the committed offsets lost and the quarantine file, and exits 1."""
+    segment = template.segments[2]
+    batches = [b for b in template.batches if b.segment == segment]
+    victim = batches[1]
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template.log_dir, log_dir)
+    os.truncate(log_dir / PARTITION_DIR / segment, victim.position + victim.size // 2)
+    following = next(b.base_offset for b in template.batches if b.segment > segment)
+    capsys.readouterr()
+    assert maintain_once(log_dir, "index") == 1
+    err = capsys.readouterr().err
+    lost = f"committed offsets {victim.base_offset}..{following - 1}"
+    assert lost in err and f"{segment}.{victim.position}.quarantine" in err, err
