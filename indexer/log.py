@@ -62,7 +62,13 @@ from indexer.file_names import (
 )
 from indexer.limits import integer_argument
 from indexer.lock import FileLock
-from indexer.log_loader import UNCLEAN_SHUTDOWN, LoadedLog, LogLoader
+from indexer.log_loader import (
+    UNCLEAN_SHUTDOWN,
+    LoadedLog,
+    LogLoader,
+    RecoveryReport,
+    empty_segments_inside_others,
+)
 from indexer.log_values import FetchDataInfo, LogAppendInfo, LogOffsetMetadata, TimestampAndOffset
 from indexer.records.append_pipeline import AppendPlan, AppendSummary, Fill, check_stored_as_is, plan_append
 from indexer.records.batch_header import LOG_OVERHEAD, SIZE_OFFSET
@@ -103,19 +109,23 @@ class _PrefixAdapter(logging.LoggerAdapter):  # type: ignore[type-arg]
 
 
 def _misplaced(
-    table: pa.Table, buf: bytes, whole: int, floor: int, after: int, ceiling: int | None
+    table: pa.Table, buf: bytes, whole: int, floor: int, after: int, ordered: bool, ceiling: int | None
 ) -> tuple[pa.Table, int, int, int, int] | None:
     """When the records decoded from ``buf[:whole]`` (whole batches, in file order, the last ending
-    before offset ``after``) do not all come after ``floor`` and each other, or a batch reaches
-    ``ceiling`` (the next segment's base offset), the first such batch (written twice, swapped or
-    moved, or its base offset damaged in place: a log's offsets never go back, and a segment's stop
-    below the next one's): ``(the records before it that are in order and below the first offset
-    it makes unreadable, its position in buf, that offset, its first offset, the largest offset
-    before it)``. One vectorised comparison when the offsets fit; the batch headers are walked
-    only when they do not."""
+    before offset ``after``; ``ordered``: their headers' offsets increase, :func:`whole_entries`) do
+    not all come after ``floor`` and each other, or a batch reaches ``ceiling`` (the next segment's
+    base offset), the first such batch (written twice, swapped or moved, or its base offset damaged
+    in place: a log's offsets never go back, and a segment's stop below the next one's): ``(the
+    records before it that are in order and below the first offset it makes unreadable, its position
+    in buf, that offset, its first offset, the largest offset before it)``. One vectorised comparison
+    when the offsets fit; the batch headers are walked only when they do not. The headers' order
+    counts too: a batch whose base offset was damaged to past the read's bound has no records in
+    ``table``, and the records around it are in order."""
     offsets = table.column("offset").to_numpy()
-    if not offsets.size or (
-        offsets[0] > floor and (offsets[1:] > offsets[:-1]).all() and (ceiling is None or after <= ceiling)
+    if (
+        ordered
+        and (not offsets.size or (offsets[0] > floor and (offsets[1:] > offsets[:-1]).all()))
+        and (ceiling is None or after <= ceiling)
     ):
         return None
     found = misplaced_entry(buf[:whole], floor, ceiling)
@@ -237,6 +247,9 @@ class Log:
         self.lock = threading.RLock()
         self._segments = segments
         self._file_lock = file_lock
+        # What the loader did when this (writable) log was opened: its lost offsets are a data loss
+        # the opener reports (maintenance, whose jobs open partitions for other reasons).
+        self.recovery_report: RecoveryReport | None = None
         self._log = _PrefixAdapter(logger, {"prefix": f"[Log partition={directory.name}]"})
         self._log_start_offset = log_start_offset
         self._recovery_point = recovery_point
@@ -384,6 +397,7 @@ class Log:
             file_lock=file_lock,
             high_watermark=high_watermark,
         )
+        log.recovery_report = loaded.report
         if loaded.deleted_segments:
             log._delete_segment_files(list(loaded.deleted_segments), "removed by recovery")
         return log
@@ -401,8 +415,11 @@ class Log:
             with storage_errors(directory, "list the partition directory"):
                 names = sorted(p.name for p in directory.iterdir() if is_log_file(p) and p.is_file())
             try:
+                strays = empty_segments_inside_others(directory, config, names, clock=clock)
                 for name in names:
                     base = offset_from_file_name(name)
+                    if base in strays:  # holds nothing; the segment before it holds its offsets
+                        continue
                     segments.add(
                         LogSegment.open(directory, base, config, clock=clock, file_already_exists=True, read_only=True)
                     )
@@ -1039,14 +1056,14 @@ class Log:
         while position < end and covered < bound:
             buf = segment.log.read(position, min(end - position, chunk))
             chunk = min(2 * chunk, _READ_CHUNK_BYTES)
-            whole, after = whole_entries(buf)
+            whole, after, ordered = whole_entries(buf)
             if whole == 0:  # one batch larger than the chunk: read exactly that batch
                 size = LOG_OVERHEAD + int.from_bytes(buf[SIZE_OFFSET:LOG_OVERHEAD], "big", signed=True)
                 if len(buf) >= LOG_OVERHEAD and position + size <= end:
                     buf = segment.log.read(position, size)
                 if len(buf) < LOG_OVERHEAD or len(buf) < size:  # cut, or a size field past the end
                     return out, self._unreadable(segment, segment.log.not_whole_error(position, end), covered), covered
-                whole, after = whole_entries(buf)
+                whole, after, ordered = whole_entries(buf)
             good, damage = whole, None
             while True:  # on damage, decode the whole batches before it (error path only)
                 try:
@@ -1062,15 +1079,20 @@ class Log:
                 except CorruptRecordError as e:
                     bad = good if e.position is None else e.position - position
                     good, damage = (bad if 0 <= bad < good else 0), e
-            if damage is None and (misplaced := _misplaced(table, buf, whole, floor, after, ceiling)) is not None:
+            if (
+                damage is None
+                and (misplaced := _misplaced(table, buf, whole, floor, after, ordered, ceiling)) is not None
+            ):
                 table, at, unread, first_offset, before = misplaced
                 unread = max(unread, start_offset)
                 going_back = before if first_offset <= before else None
                 damage = _misplaced_error(segment, position + at, first_offset, going_back)
                 cut = self._salvage_cut(segment, position + at)
-                if cut is not None and table.num_rows and int(pc.max(table.column("offset")).as_py()) >= cut[1]:
-                    # Records recovery removes would be served: an earlier batch is the damage (a base
-                    # offset changed in place, which no CRC covers), its records under wrong offsets.
+                served = int(pc.max(table.column("offset")).as_py()) if table.num_rows else -1
+                if cut is not None and (served >= cut[1] or start_offset <= cut[1] < unread):
+                    # Records recovery removes would be served, or offsets it removes skipped: an earlier
+                    # batch is the damage (a base offset changed in place, which no CRC covers), its
+                    # records under wrong offsets.
                     removed_at, unread = cut
                     table = table.filter(pc.less(table.column("offset"), unread))
                     unread = max(unread, start_offset)

@@ -113,6 +113,7 @@ class StepKind(enum.StrEnum):
     DELETE_SWAPPED_OUT = "delete-file-replaced-by-swap"
     COMPLETE_SWAP = "rename-swap-file"
     DELETE_ORPHANED_INDEX = "delete-orphaned-index"
+    DELETE_EMPTY_SEGMENT_INSIDE = "delete-empty-segment-inside-another"
     CREATE_EMPTY_TIME_INDEX = "create-empty-time-index"
     RECOVER_SEGMENT = "recover-segment"
     SALVAGE_SEGMENT = "salvage-segment"
@@ -474,9 +475,10 @@ class LogLoader:
     def check_leftovers(self) -> list[RecoveryStep]:
         """What loading would do with the files an interrupted operation left (steps 1 to 4: ``.deleted``,
         ``.cleaned`` and ``.swap`` files, unfinished index files, and the segment files a swap
-        replaces), changing nothing and logging nothing: for ``seglog describe``, which must not read
-        the directory as settled while loading would change it. A stray ``<base>.log.deleted`` is
-        deleted, unless a recovery finds its offsets in no segment file (it then quarantines it).
+        replaces) and with a stray empty segment inside another, changing nothing and logging
+        nothing: for ``seglog describe``, which must not read the directory as settled while loading
+        would change it. A stray ``<base>.log.deleted`` is deleted, unless a recovery finds its
+        offsets in no segment file (it then quarantines it).
 
         Raises:
             StorageError: a file cannot be read.
@@ -485,6 +487,7 @@ class LogLoader:
         try:
             self._begin(fix=False)
             self._complete_swaps(self._remove_temp_files_and_collect_swap_files())
+            self._delete_empty_segments_inside_others()
             for name in self._deleted_logs.values():
                 why = (
                     "stray temporary file; quarantined instead by a recovery that finds its offsets in no segment file"
@@ -719,6 +722,7 @@ class LogLoader:
             if isinstance(segment, LogSegment):
                 segment.close_handlers()
         self._segments = {}
+        self._delete_empty_segments_inside_others()
         self._bases = sorted(_log_bases(self._names))
         for name in sorted(self._names):
             path = self._path(name)
@@ -732,6 +736,18 @@ class LogLoader:
                     logger.warning("%signoring %s: its name is not an offset", self._prefix, path)
                     continue
                 self._load_segment(offset)
+
+    def _delete_empty_segments_inside_others(self) -> None:
+        """Delete each stray empty ``.log`` named inside the offsets the segment before it holds
+        (:func:`empty_segments_inside_others`), and so, as orphans, its index files."""
+        names = [n for n in self._names if _offset_or_none(n) not in self._virtual]  # a dry run's split: on paper
+        strays = empty_segments_inside_others(self.directory, self.config, names, clock=self.clock, source=self._source)
+        for base, (previous, last) in strays.items():
+            why = (
+                f"empty segment named inside segment {previous}, whose intact batches hold offsets "
+                f"{previous}..{last} without a gap: a stray file (writers roll at the log end), holding nothing"
+            )
+            self._delete_file(file_names.log_file(self.directory, base).name, StepKind.DELETE_EMPTY_SEGMENT_INSIDE, why)
 
     def _load_segment(self, base_offset: int) -> None:
         log_path = file_names.log_file(self.directory, base_offset)
@@ -1231,6 +1247,68 @@ _LOSSY_KINDS = frozenset(
         StepKind.OFFSETS_IN_NO_SEGMENT,
     }
 )
+
+
+def empty_segments_inside_others(
+    directory: Path,
+    config: LogConfig,
+    names: Iterable[str],
+    *,
+    clock: Clock,
+    source: Callable[[str], Path] | None = None,
+) -> dict[int, tuple[int, int]]:
+    """The empty ``.log`` files among the file ``names`` of partition ``directory`` named inside the
+    offsets the segment before them holds: ``{base: (that segment's base, the last offset of its batch
+    holding base)}``.
+
+    Writers roll only at the log end, so such a file is a stray (copied in, made by hand): it holds no
+    byte, while the segment before it holds its offsets in CRC-valid batches without a gap from that
+    segment's base. Left in the segment list it would cut those batches off: recovery would remove
+    intact committed records as "not fitting" and readers would stop there. The loader deletes it and
+    read-only opens leave it out. Nothing shows the offsets are the other segment's when its batches
+    up to there are damaged or not consecutive (a compacted log): such a file is kept. The usual empty
+    file, the newest segment rolled at the log end, costs one read of the end of the segment before
+    it (from its last index entry). ``source`` maps a file name to the path to read (a dry run's
+    renames).
+    """
+    where = source if source is not None else (lambda name: directory / name)
+    out: dict[int, tuple[int, int]] = {}
+    previous: int | None = None
+    for base in sorted(_log_bases(names)):
+        name = file_names.log_file(directory, base).name
+        with storage_errors(where(name), "inspect the segment"):
+            empty = where(name).stat().st_size == 0
+        if empty and previous is not None:
+            last = _batch_holding(directory, config, clock, where, previous, base)
+            if last is not None:
+                out[base] = (previous, last)
+        elif not empty:
+            previous = base
+    return out
+
+
+def _batch_holding(
+    directory: Path, config: LogConfig, clock: Clock, where: Callable[[str], Path], previous: int, offset: int
+) -> int | None:
+    """The last offset of the batch of segment ``previous`` holding ``offset``, when its batches hold
+    every offset from ``previous`` to there in CRC-valid, consecutive batches; else None."""
+    name = file_names.log_file(directory, previous).name
+    if where(name) == directory / name:  # its end first (cheap): the usual empty newest segment
+        segment = LogSegment.open(directory, previous, config, clock=clock, file_already_exists=True, read_only=True)
+        try:
+            if offset >= segment.read_end().message_offset:
+                return None
+        finally:
+            segment.close_handlers()
+    with FileRecords.open(where(name), mutable=False) as records:
+        scan = records.scan(verify_crc=True)
+    firsts, lasts = np.asarray(scan.base_offsets, np.int64), np.asarray(scan.last_offsets, np.int64)
+    reach = np.flatnonzero(lasts >= offset)
+    if not reach.size:
+        return None
+    n = int(reach[0]) + 1
+    expected = np.concatenate(([previous], lasts[: n - 1] + 1))
+    return int(lasts[n - 1]) if np.array_equal(firsts[:n], expected) else None
 
 
 def _batch_ranges(scan: BatchScan) -> list[tuple[int, int]]:

@@ -645,7 +645,35 @@ class LogSegment:
             CorruptRecordError: a size field below 14, or (``whole``) bytes that are not a whole batch.
         """
         entry, batches = self._indexed_batches(offset, starting_file_position, whole=whole)
+        if whole:
+            batches = self._offsets_checked(batches, offset)
         return self.log.search_for_offset_with_size(offset, max(entry.position, starting_file_position), batches)
+
+    def _offsets_checked(self, batches: Iterator[FileBatch], offset: int) -> Iterator[FileBatch]:
+        """``batches`` as the walk to ``offset`` steps through them, raising at a v2 batch from at or
+        below ``offset`` whose last offset lies below its base offset, when the batch after it starts
+        past ``offset`` (or none follows): its lastOffsetDelta (CRC-covered, but the walk reads
+        headers without CRCs, as Kafka's does) is damaged, and it may hold ``offset``, which the walk
+        would step over in silence. A batch after it from at or below ``offset`` shows it does not.
+
+        Raises:
+            CorruptRecordError: such a batch (names the file and its position).
+        """
+        suspect: FileBatch | None = None
+        for batch in batches:
+            if suspect is not None and batch.base_offset > offset:
+                break
+            damaged = batch.magic >= MAGIC_V2 and batch.base_offset <= offset and batch.last_offset < batch.base_offset
+            suspect = batch if damaged else None
+            if suspect is None:
+                yield batch
+        if suspect is not None:
+            raise CorruptRecordError(
+                f"batch at position {suspect.position} of {self.log.path} has last offset {suspect.last_offset} "
+                f"below its base offset {suspect.base_offset} (its lastOffsetDelta damaged)",
+                path=self.log.path,
+                position=suspect.position,
+            )
 
     def read(
         self,
@@ -701,20 +729,25 @@ class LogSegment:
         index = self._index_for_read(self._lazy_offset_index)
         last_indexed = self.base_offset if index is None else index.last_offset
         # From the (verified) position of the last entry: its offset may be damaged, its batch is not.
-        scan = self.scan(self._lookup_position(last_indexed).position)
-        # Headers are not CRC-checked here: a damaged lastOffsetDelta or base offset shows as an offset
-        # below the segment's base or below an earlier batch's. The end is that of the batches before it
-        # (the damage is the CRC pass's to report), never an offset no batch could have.
-        last = np.asarray(scan.last_offsets, dtype=np.int64)
-        ordered = (
-            (last >= np.maximum.accumulate(np.concatenate(([self.base_offset], last[:-1])))) if last.size else last
-        )
-        whole = int(np.argmin(ordered)) if last.size and not ordered.all() else last.size
-        if whole == 0:
-            end = int(scan.positions[0]) if last.size else scan.valid_bytes
-            return LogOffsetMetadata(self.base_offset, self.base_offset, end)
-        end = scan.valid_bytes if whole == last.size else int(scan.positions[whole])
-        return LogOffsetMetadata(int(last[whole - 1]) + 1, self.base_offset, end)
+        position = self._lookup_position(last_indexed).position
+        while True:
+            scan = self.scan(position)
+            # Headers are not CRC-checked here: a damaged lastOffsetDelta or base offset shows as an offset
+            # below the segment's base or below an earlier batch's. The end is that of the batches before it
+            # (the damage is the CRC pass's to report), never an offset no batch could have.
+            last = np.asarray(scan.last_offsets, dtype=np.int64)
+            ordered = (
+                (last >= np.maximum.accumulate(np.concatenate(([self.base_offset], last[:-1])))) if last.size else last
+            )
+            whole = int(np.argmin(ordered)) if last.size and not ordered.all() else last.size
+            if whole == 0 and position > 0 and last.size:
+                position = 0  # the batch the last entry points at is damaged: the batches before it hold the end
+                continue
+            if whole == 0:
+                end = int(scan.positions[0]) if last.size else scan.valid_bytes
+                return LogOffsetMetadata(self.base_offset, self.base_offset, end)
+            end = scan.valid_bytes if whole == last.size else int(scan.positions[whole])
+            return LogOffsetMetadata(int(last[whole - 1]) + 1, self.base_offset, end)
 
     def find_offset_by_timestamp(self, timestamp: int, starting_offset: int | None = None) -> TimestampAndOffset | None:
         """The first record at or after ``starting_offset`` whose timestamp is ``>= timestamp``.

@@ -402,6 +402,9 @@ class BorrowedLogs(LogAccess):
             return None
         if self._foreign.pop(tp, None) is not None:
             logger.info("%s is free again; maintaining it", name)
+        committed = checkpoints["high-watermark"].get(tp, 0)
+        if (loss := recovery_loss(name, log, committed)) is not None:
+            report.fail(name, loss, directory=path)  # the job goes on with the log: what is left is sound
         if left_by_writer(holder):
             try:
                 # This borrow replaced the dead writer's line in the lock file, and its release empties
@@ -462,3 +465,31 @@ class BorrowedLogs(LogAccess):
             self._released[tp] = _ReleaseState(base, st.st_size, st.st_mtime_ns)
         except Exception as e:
             report.fail(partition_name(tp), e, directory=log.directory)
+
+
+def recovery_loss(name: str, log: Log, committed: int) -> StorageError | None:
+    """The error saying which committed offsets (below ``committed``) the recovery that opened
+    ``log`` removed, and where their bytes are; None when it removed none.
+
+    A borrow opens a partition for a job's own reason, and its loader may salvage damage on the way
+    (first open by this process, or after a crash). That recovery is the only one that reports the
+    loss (a gap inside the log that a quarantine file accounts for is not reported again by
+    ``seglog recover``, ``describe`` or readers), so the job fails the partition with it: one line,
+    and ``--once`` exits 1, rather than a log line under a report of `0 errors`.
+    """
+    report = log.recovery_report
+    if report is None:
+        return None
+    lost = [
+        f"{r.first}..{min(committed, r.end if r.end is not None else committed) - 1}"
+        for r in report.lost_offsets
+        if r.first < committed
+    ]
+    if not lost:
+        return None
+    quarantined = ", ".join(report.quarantined) or "none"
+    return StorageError(
+        f"{name}: recovery on opening it for maintenance removed damaged bytes: committed offsets "
+        f"{', '.join(lost)} are lost (their bytes are in quarantine: {quarantined}; `seglog quarantine list`)",
+        path=log.directory,
+    )

@@ -23,22 +23,27 @@ from indexer.records.batch_header import (
 from indexer.records.encoder import EncodedBatches
 
 
-def whole_entries(buf: bytes) -> tuple[int, int]:
-    """Length of the prefix of ``buf`` made of whole log entries (a per-batch walk of the framing)
-    and the offset after the last of them (-1 when there is none).
+def whole_entries(buf: bytes) -> tuple[int, int, bool]:
+    """Length of the prefix of ``buf`` made of whole log entries (a per-batch walk of the framing),
+    the offset after the last of them (-1 when there is none), and whether their offsets increase
+    from entry to entry (each one's first offset above the last offset of the one before).
 
+    The order is taken from the headers, not from decoded records: an entry whose records a read
+    leaves out (all past its bound, or below its start) still shows a base offset damaged in place.
     An entry whose size field is impossible is included, so the decoder reports it as corrupt.
     """
-    position, n, last = 0, len(buf), -1
+    position, n, before, ordered = 0, len(buf), None, True
     while position + LOG_OVERHEAD <= n:
         size = int.from_bytes(buf[position + SIZE_OFFSET : position + LOG_OVERHEAD], "big", signed=True)
         if size < MIN_LEGACY_RECORD_SIZE:
-            return n, -1
+            return n, -1, ordered
         if position + LOG_OVERHEAD + size > n:
             break
-        last = position
+        first = int.from_bytes(buf[position + OFFSET_OFFSET : position + OFFSET_OFFSET + 8], "big", signed=True)
+        ordered = ordered and (before is None or first > before)
+        before = entry_last_offset(buf, position)
         position += LOG_OVERHEAD + size
-    return position, (-1 if last < 0 else entry_last_offset(buf, last) + 1)
+    return position, (-1 if before is None else before + 1), ordered
 
 
 def misplaced_entry(buf: bytes, floor: int, ceiling: int | None = None) -> tuple[int, int, int] | None:

@@ -88,6 +88,7 @@ LEFTOVER_ACTIONS = {  # what loading does with a leftover file, as describe says
     StepKind.QUARANTINE_DAMAGED_SWAP.value: "moves it to quarantine: the segment it was written for stays",
     StepKind.DELETE_SWAPPED_OUT.value: "deletes it: a swap file replaces it",
     StepKind.COMPLETE_SWAP.value: "completes the swap: renames it over the segment file",
+    StepKind.DELETE_EMPTY_SEGMENT_INSIDE.value: "deletes it: it holds nothing, the segment before it holds its offsets",
 }
 
 

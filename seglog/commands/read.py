@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 
+from indexer.data_loss import missing_committed_records
 from indexer.errors import OffsetOutOfRangeError, SchemaError, UnknownTopicOrPartitionError
 from indexer.log import Log
 from indexer.log_manager import LogManager
@@ -79,7 +80,14 @@ def run(args: argparse.Namespace) -> int:
     log_dir = log_dir_from_args(args)
     manager = LogManager(log_dir, settings_from_args(args), read_only=True)
     try:
+        # Read before the open: a live writer's log never ends below the high watermark it checkpointed.
+        committed = manager.high_watermark(args.topic, args.partition)
         log = open_partition(manager, args.topic, args.partition)
+        if committed is not None and committed > log.log_end_offset:
+            loss = missing_committed_records(
+                log.directory, log.log_end_offset, committed, "its checkpointed high watermark"
+            )
+            logger.warning("%s; reading up to its log end", loss)
         high_watermark = min(log.high_watermark, log.log_end_offset)
         if args.from_timestamp is not None:
             start = log.offset_for_timestamp(args.from_timestamp)

@@ -11,9 +11,10 @@ watermark is not damage.
 A batch whose base offset (not CRC-covered) was damaged in place is not served under its wrong
 offsets: reads stop where recovery's salvage removes it.
 
-Not covered: a damaged ``lastOffsetDelta`` (bytes 23-26, CRC-covered) can still make the offset
-walk, which reads headers without their CRCs as Kafka's does, step over its batch when a read starts
-inside or after it; reads from before it name it.
+Not covered: a ``lastOffsetDelta`` (bytes 23-26, CRC-covered) damaged to a smaller non-negative value
+can still make the offset walk, which reads headers without their CRCs as Kafka's does, step over the
+rest of its batch when a read starts inside it; reads from before it name it (a negative one, a last
+offset below the base offset, stops the read: see the test of it below).
 """
 
 from __future__ import annotations
@@ -343,3 +344,81 @@ def test_a_damaged_base_offset_of_a_segments_last_batch_is_not_served(tmp_path: 
                 assert (unreadable.offsets.first, unreadable.offsets.end) == (victim.base_offset, following)
         assert _poll(log, following, 1000) == (list(range(following, RECORDS)), None)
         assert _raw_poll(log, following) == (list(range(following, RECORDS)), None)
+
+
+@pytest.mark.parametrize("sealed", [True, False], ids=["sealed segment", "active segment"])
+def test_a_base_offset_damaged_past_the_high_watermark_is_not_skipped_quietly(tmp_path: Path, sealed: bool) -> None:
+    """A high bit of a middle batch's base offset flipped in place (+2**25; the CRC does not cover it)
+    put all its records past the high watermark: the decoder left them out as above the read's bound,
+    the records around them were in order, and ``read_records`` (so ``seglog read``) returned the
+    batch before it and then the batch after it, skipping its offsets with no error. Reads now stop
+    before it and name its first offset, as for a batch damaged any other way."""
+    directory = tmp_path / "events-0"
+    batches = _write_log(directory)
+    victim = next(
+        b
+        for i, b in enumerate(batches)
+        if b.sealed == sealed and 0 < i < len(batches) - 1 and batches[i + 1].path == b.path
+    )
+    with open(victim.path, "r+b") as f:
+        f.seek(victim.position + 4)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x02]))
+    with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
+        for start in (0, victim.base_offset - 1, victim.base_offset):
+            offsets, error = _poll(log, start, 1000)
+            assert offsets == list(range(start, victim.base_offset)), (start, offsets[-3:])
+            assert error is not None and error.offset == victim.base_offset, (start, error)
+            assert str(victim.path) in str(error), error
+
+
+def test_a_damaged_last_batch_under_the_last_index_entry_ends_the_log_after_the_batches_before_it(
+    tmp_path: Path,
+) -> None:
+    """A read-only open finds the log end from the batch the last index entry points at. With that
+    batch's lastOffsetDelta damaged (an offset below its segment's base), the end became the segment's
+    base offset: every intact batch of the newest segment before it was hidden from readers (`seglog
+    read` printed the records up to the segment and stopped, exit 0). The end is now that of the
+    batches before the damaged one."""
+    directory = tmp_path / "events-0"
+    config = LogConfig(segment_bytes=2500, index_interval_bytes=1, batch_size=300, file_delete_delay_ms=0)
+    with Log.open(directory, config) as log:
+        for first in range(0, RECORDS, 40):
+            offsets = range(first, first + 40)
+            log.append({"key": [f"k{o}".encode() for o in offsets], "value": [_value(o) for o in offsets]})
+        log.append({"value": [_value(o) for o in range(RECORDS, RECORDS + 3)]})
+    active = sorted(directory.glob("*.log"))[-1]
+    with FileRecords.open(active, mutable=False) as records:
+        batches = list(records.batches())
+    assert len(batches) > 2
+    victim = batches[-1]
+    with open(active, "r+b") as f:
+        f.seek(victim.position + 23)  # lastOffsetDelta
+        f.write((-(2**31)).to_bytes(4, "big", signed=True))
+    with Log.open(directory, config, read_only=True, high_watermark=RECORDS + 3) as log:
+        assert log.log_end_offset == victim.base_offset
+        offsets, error = _poll(log, batches[0].base_offset, 1000)
+        assert (offsets, error) == (list(range(batches[0].base_offset, victim.base_offset)), None)
+
+
+def test_a_negative_last_offset_delta_does_not_make_a_read_from_its_batch_step_over_it(tmp_path: Path) -> None:
+    """The sign bit of the log's first batch's lastOffsetDelta flipped (CRC-covered, but the offset walk
+    reads headers without their CRCs, as Kafka's does) gave that batch a last offset below its base
+    offset: a read from its first offset (``seglog read --from-beginning``) stepped over it and returned
+    the records after it with no error. A batch whose last offset lies below its base offset is
+    damage whatever its CRC says, so the read now names it; reads from after it go on."""
+    directory = tmp_path / "events-0"
+    batches = _write_log(directory)
+    victim, following = batches[0], batches[1]
+    with open(victim.path, "r+b") as f:
+        f.seek(victim.position + 23)
+        byte = f.read(1)[0]
+        f.seek(-1, os.SEEK_CUR)
+        f.write(bytes([byte ^ 0x80]))
+    with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
+        for start in range(victim.base_offset, victim.last_offset + 1):
+            offsets, error = _poll(log, start, 1000)
+            assert offsets == [] and error is not None and error.offset == start, (start, offsets[:3], error)
+            assert error.position == victim.position, error
+        assert _poll(log, following.base_offset, 1000) == (list(range(following.base_offset, RECORDS)), None)

@@ -897,3 +897,61 @@ def test_a_salvage_gap_stays_visible_after_its_quarantine_is_purged(
     assert main(["recover", "--log-dir", str(log_dir), "--dry-run", "--no-progress"]) == 0
     assert main(["quarantine", "purge", "--log-dir", str(log_dir), "--all"]) == 0  # nothing left: nothing more
     assert len(read_accepted_losses(log_dir)) == 1
+
+
+@pytest.mark.parametrize("where", ["middle segment", "last segment"])
+def test_a_stray_empty_segment_inside_another_costs_no_record(
+    template: Template, tmp_path: Path, capsys: pytest.CaptureFixture[str], where: str
+) -> None:
+    """An empty ``.log`` named with an offset inside the offsets of the segment before it (a stray
+    file: no writer rolls there) holds nothing, yet it made that segment's batches reaching its base
+    offset "not fit": ``seglog recover`` quarantined intact committed batches (a whole segment) and
+    exited 3, and ``--accept-data-loss`` would have made the loss final; readers stopped there. The
+    empty segment is now the one set aside (its files deleted: it holds no byte; readers leave it out,
+    ``describe`` names it), and nothing is lost."""
+    segment = template.segments[2 if where == "middle segment" else -1]
+    batches = [b for b in template.batches if b.segment == segment]
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template.log_dir, log_dir)
+    partition = log_dir / PARTITION_DIR
+    assert batches[-1].last_offset > batches[0].base_offset
+    stray = partition / f"{batches[0].base_offset + 1:020d}.log"
+    stray.write_bytes(b"")
+    records = read_records(capsys, log_dir, TOPIC, "--from-beginning", "--encoding", "base64")
+    assert [r["offset"] for r in records] == sorted(template.values)  # readers leave it out too
+    assert main(["describe", "--log-dir", str(log_dir), "--verify"]) == 1
+    assert f"{stray.name}: deletes it: it holds nothing" in capsys.readouterr().out
+    assert main(["recover", "--log-dir", str(log_dir), "--dry-run", "--json", "--no-progress"]) == 0
+    assert json.loads(capsys.readouterr().out)["partitions"][0]["lost_offsets"] == []
+    status, report = _recover(log_dir, capsys)
+    assert status == 0, report
+    [result] = report["partitions"]  # type: ignore[index]
+    assert result["lost_offsets"] == [] and result["quarantined"] == []
+    assert any(s["path"] == str(stray) for s in result["steps"]), result["steps"]
+    assert not stray.exists()
+    assert [(b.segment, b.raw) for b in log_batches(partition)] == [(b.segment, b.raw) for b in template.batches]
+    records = read_records(capsys, log_dir, TOPIC, "--from-beginning", "--encoding", "base64")
+    assert [r["offset"] for r in records] == sorted(template.values)
+
+
+def test_committed_records_a_maintenance_open_removes_are_an_error_of_the_job(
+    template: Template, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A middle segment cut inside a batch: ``seglog maintain --once index`` opened the partition to
+    rebuild its index, and the loader salvaged the segment (committed offsets from the cut to the
+    next segment lost, their bytes quarantined), yet the job said `indexes_rebuilt=1, 0 errors` and
+    exited 0; after it, ``seglog read``, ``describe --verify`` and ``recover`` all exited 0 without a
+    word (the gap's quarantine file accounts for it). The job now fails that partition with one line
+    naming the committed offsets lost and the quarantine file, and exits 1."""
+    segment = template.segments[2]
+    batches = [b for b in template.batches if b.segment == segment]
+    victim = batches[1]
+    log_dir = tmp_path / "logs"
+    shutil.copytree(template.log_dir, log_dir)
+    os.truncate(log_dir / PARTITION_DIR / segment, victim.position + victim.size // 2)
+    following = next(b.base_offset for b in template.batches if b.segment > segment)
+    capsys.readouterr()
+    assert maintain_once(log_dir, "index") == 1
+    err = capsys.readouterr().err
+    lost = f"committed offsets {victim.base_offset}..{following - 1}"
+    assert lost in err and f"{segment}.{victim.position}.quarantine" in err, err

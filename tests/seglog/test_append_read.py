@@ -381,6 +381,26 @@ def test_a_log_start_checkpoint_above_the_log_end_is_an_error_not_an_empty_read(
     assert "log start offset 99999" in capsys.readouterr().out
 
 
+def test_a_log_ending_below_its_committed_offset_is_named_not_read_short_in_silence(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Committed records missing from the end of a log (its last batch cut off: the high watermark
+    checkpoint says 10, the log ends at 6) made ``seglog read`` print the six records left and exit 0
+    without a word, as if the partition held six. It still prints them (as ``seglog serve`` and the
+    Spark source read such a log), and says in one line which committed offsets are missing."""
+    log_dir = tmp_path / "logs"
+    assert _append(tmp_path, log_dir, [{"value": f"v{i}"} for i in range(6)]) == 0
+    assert _append(tmp_path, log_dir, [{"value": f"v{i}"} for i in range(6, 10)]) == 0
+    segment = log_dir / "t-0" / "00000000000000000000.log"
+    os.truncate(segment, 12 + int.from_bytes(segment.read_bytes()[8:12], "big"))  # the first batch only
+    capsys.readouterr()
+    assert main(["read", "--log-dir", str(log_dir), "--topic", "t", "--partition", "0", "--from-beginning"]) == 0
+    out, err = capsys.readouterr()
+    assert [json.loads(line)["value"] for line in out.splitlines()] == [f"v{i}" for i in range(6)]
+    assert len(err.splitlines()) == 1, err
+    assert "committed records (offsets 6..9) are missing" in err and "seglog recover" in err, err
+
+
 def test_read_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log_dir = tmp_path / "logs"
     assert _append(tmp_path, log_dir, [{"value": "x"}]) == 0
