@@ -76,6 +76,11 @@ def _clamped_entries(words: np.ndarray, entries: int, layout: int) -> int:
     return min(entries, words.size // _words_per_entry(layout))
 
 
+# The ``begin`` callers pass for slot 0: an int64, not the literal 0, as numba compiles a kernel called
+# from another one once per literal argument value as well as once for int64.
+_FIRST_SLOT: int = np.int64(0)  # type: ignore[assignment]  # an int to the callers' annotations
+
+
 @njit(cache=True)
 def _binary_search(
     words: np.ndarray,
@@ -130,7 +135,9 @@ def slot_for(
         )
     if _probe(words, 0, layout, base_offset, by_value, trace) > target:
         return 0 if upper_bound else -1
-    return _binary_search(words, entries, layout, base_offset, target, by_value, upper_bound, 0, first_hot, trace)
+    return _binary_search(
+        words, entries, layout, base_offset, target, by_value, upper_bound, _FIRST_SLOT, first_hot, trace
+    )
 
 
 @njit(cache=True)
@@ -150,7 +157,9 @@ def plain_slot_for(
         return -1
     if _probe(words, 0, layout, base_offset, by_value, trace) > target:
         return 0 if upper_bound else -1
-    return _binary_search(words, entries, layout, base_offset, target, by_value, upper_bound, 0, entries - 1, trace)
+    return _binary_search(
+        words, entries, layout, base_offset, target, by_value, upper_bound, _FIRST_SLOT, entries - 1, trace
+    )
 
 
 @njit(cache=True)

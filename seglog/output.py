@@ -126,14 +126,19 @@ _L_HEADERS = np.frombuffer(b',"headers":[', dtype=np.uint8)
 _L_END = np.frombuffer(b"]}\n", dtype=np.uint8)
 
 
-@njit(cache=True)
+# The two smallest helpers are inlined: called with constants, a plain call would be compiled once
+# per distinct constant (numba specialises on literal arguments), a dozen compilations at the first
+# `seglog read`. _put_literal copies element by element: a slice assignment from an array makes numba
+# compile its shape-mismatch message (string formatting, seconds on 2 cores).
+@njit(cache=True, inline="always")
 def _put_literal(out: np.ndarray, pos: int, lit: np.ndarray, write: bool) -> int:
     if write:
-        out[pos : pos + lit.size] = lit
+        for i in range(lit.size):
+            out[pos + i] = lit[i]
     return pos + lit.size
 
 
-@njit(cache=True)
+@njit(cache=True, inline="always")
 def _put_byte(out: np.ndarray, pos: int, b: int, write: bool) -> int:
     if write:
         out[pos] = b

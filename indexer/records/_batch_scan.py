@@ -152,6 +152,18 @@ _register_pread()
 _pread = types.ExternalFunction(_PREAD_SYMBOL, types.intp(types.intc, types.uintp, types.uintp, types.int64))
 
 
+@njit(cache=True, inline="always")
+def _widened(columns: np.ndarray, width: int) -> np.ndarray:
+    """A copy of the ``(8, n)`` ``columns`` with ``width`` columns. Element by element: a slice
+    assignment from an array makes numba compile its shape-mismatch message (string formatting,
+    ~3 s on 2 cores at the first start of every command that reads)."""
+    grown = np.empty((columns.shape[0], width), np.int64)
+    for row in range(columns.shape[0]):
+        for col in range(columns.shape[1]):
+            grown[row, col] = columns[row, col]
+    return grown
+
+
 @njit(cache=True, nogil=True)
 def hop_v2_headers(fd: int, start: int, end: int, min_size: int) -> tuple[np.ndarray, np.int64]:
     """Walk the v2 batches of the file bytes ``[start, end)`` of descriptor ``fd`` header by header.
@@ -174,9 +186,7 @@ def hop_v2_headers(fd: int, start: int, end: int, min_size: int) -> tuple[np.nda
         if head[16] != 2 or total < _V2_BATCH_OVERHEAD or total < min_size or p > end - total:
             break
         if n == columns.shape[1]:
-            grown = np.empty((8, 2 * n), np.int64)
-            grown[:, :n] = columns
-            columns = grown
+            columns = _widened(columns, 2 * n)
         offset = _be_i64(head, np.int64(0))
         columns[0, n] = p
         columns[1, n] = total

@@ -194,7 +194,8 @@ def _add_lengths(tails: np.ndarray, lo: int, m: int, offsets: np.ndarray, nulls:
     """Add to ``tails[:m]`` the bytes of elements ``lo .. lo+m-1`` of a binary column in a record:
     the length varint and the bytes (a null: varint -1, one byte)."""
     if mode == NULLS_ALL:
-        tails[:m] += 1
+        for j in range(m):  # not tails[:m] += 1: see _grown
+            tails[j] += 1
         return
     for j in range(m):
         length = int(offsets[lo + j + 1]) - int(offsets[lo + j])
@@ -208,9 +209,12 @@ def _add_lengths(tails: np.ndarray, lo: int, m: int, offsets: np.ndarray, nulls:
 
 @njit(cache=True, inline="always")
 def _grown(array: np.ndarray, capacity: int) -> np.ndarray:
-    """A copy of ``array`` with ``capacity`` slots."""
+    """A copy of ``array`` with ``capacity`` slots. Element by element: a slice assignment from an
+    array (``a[:n] = b``, and ``a[:n] += 1``, which assigns the sum back) makes numba compile its
+    shape-mismatch message (string formatting, ~2 s on 2 cores at the first append)."""
     grown = np.empty(capacity, array.dtype)
-    grown[: array.shape[0]] = array
+    for i in range(array.shape[0]):
+        grown[i] = array[i]
     return grown
 
 
@@ -268,7 +272,8 @@ def plan_batches(
         _add_lengths(tails, lo, m, key_offsets, key_nulls, key_mode)
         _add_lengths(tails, lo, m, value_offsets, value_nulls, value_mode)
         if header_mode == NULLS_ALL:
-            tails[:m] += 1  # headerCount 0
+            for j in range(m):  # headerCount 0
+                tails[j] += 1
         else:
             for j in range(m):
                 hfirst = int(header_offsets[lo + j])
@@ -558,6 +563,14 @@ def scan_batches(buf: np.ndarray, start: int, end: int) -> tuple[np.ndarray, int
     return entries, reason, pos
 
 
+# What parse_records passes to _read_bytes_field, as int64 values: numba compiles a called kernel once
+# per literal argument value (and once more per literal it meets while inferring types).
+_KEY_START: int = np.int64(REC_KEY_START)  # type: ignore[assignment]
+_KEY_TOO_LONG: int = np.int64(ERR_KEY_LENGTH)  # type: ignore[assignment]
+_VALUE_START: int = np.int64(REC_VALUE_START)  # type: ignore[assignment]
+_VALUE_TOO_LONG: int = np.int64(ERR_VALUE_LENGTH)  # type: ignore[assignment]
+
+
 @njit(cache=True)
 def _read_bytes_field(
     arena: np.ndarray, p: int, end: int, records: np.ndarray, start_row: int, r: int, too_long: int
@@ -600,7 +613,7 @@ def parse_records(
     position, detail_a, detail_b)``: ``status`` 0, or an ``ERR_*`` code with the failing section, the
     arena position where parsing failed and the values involved.
     """
-    r = 0
+    r: int = np.int64(0)  # type: ignore[assignment]  # not a literal 0: see _read_bytes_field
     for s in range(section_counts.shape[0]):
         pos = section_starts[s]
         end = section_ends[s]
@@ -620,10 +633,10 @@ def parse_records(
             status, offset_delta, p = _read_varint(arena, p, record_end, 5)
             if status:
                 return status, s, p, 0, 0
-            status, a, b, p = _read_bytes_field(arena, p, record_end, records, REC_KEY_START, r, ERR_KEY_LENGTH)
+            status, a, b, p = _read_bytes_field(arena, p, record_end, records, _KEY_START, r, _KEY_TOO_LONG)
             if status:
                 return status, s, p, a, b
-            status, a, b, p = _read_bytes_field(arena, p, record_end, records, REC_VALUE_START, r, ERR_VALUE_LENGTH)
+            status, a, b, p = _read_bytes_field(arena, p, record_end, records, _VALUE_START, r, _VALUE_TOO_LONG)
             if status:
                 return status, s, p, a, b
             status, hcount, p = _read_varint(arena, p, record_end, 5)

@@ -89,3 +89,21 @@ def test_the_engine_kernels_are_compiled_before_the_server_listens(
     assert _compiled(cache) == before
     assert revoked == [[0]]  # at close only
     assert "session expired" not in server.log_text()
+
+
+def test_the_server_compiles_each_read_kernel_once_and_none_of_the_writer(
+    serve: Callable[..., ServeProcess], vectors_dir: Path, tmp_path: Path
+) -> None:
+    """With an empty numba cache the server took 20 CPU seconds to start on 2 cores: its warm-up wrote
+    its small log with seglog's encoder, compiling the writer's kernels (plan_batches, write_batches),
+    which a read-only server never calls, and the index search and record parsing kernels were
+    compiled once per literal argument value (``_binary_search`` twice, ``_read_bytes_field`` four
+    times). Now the warm-up log is built by kafka-python and every kernel is compiled once: each has
+    one entry (``.1.nbc``) in the cache once the server listens."""
+    cache = tmp_path / "numba-cache"
+    cache.mkdir()
+    serve(vectors_dir / "mixed-codecs-epochs", env={"NUMBA_CACHE_DIR": str(cache)})
+    compiled = _compiled(cache)
+    assert any("parse_records" in name for name in compiled)
+    assert [name for name in compiled if not name.endswith(".1.nbc")] == []
+    assert [name for name in compiled if "plan_batches" in name or "write_batches" in name] == []
