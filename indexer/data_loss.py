@@ -63,6 +63,52 @@ def missing_committed_records(directory: Path, log_end_offset: int, committed: i
     )
 
 
+@dataclass(frozen=True, slots=True)
+class CheckpointedEnd:
+    """The offset a partition's log must reach by its checkpoints (``offset``), and the checkpoint that
+    says so (``checkpoint``: "high watermark" or "recovery point")."""
+
+    offset: int
+    checkpoint: str
+
+    @property
+    def by(self) -> str:
+        """What recorded it, in the words of :func:`missing_committed_records`."""
+        if self.checkpoint == "high watermark":
+            return "its checkpointed high watermark"
+        return "its checkpointed recovery point"
+
+
+def checkpointed_end(high_watermark: int | None, recovery_point: int | None) -> CheckpointedEnd | None:
+    """The offset below which a partition's log cannot legitimately end, by its checkpoints: its high
+    watermark when ``replication-offset-checkpoint`` has one, else its recovery point (None: neither
+    says anything). The one rule ``seglog read``, ``seglog serve``, the Spark source and ``seglog
+    describe`` ask.
+
+    The high watermark wins when known: seglog's writers cut uncommitted tails above it (a failed
+    append, a dead writer's tail) and checkpoint the recovery point only later, so a recovery point
+    above the log end is then no loss. Without a high watermark nothing truncates a log (a
+    broker-written directory whose checkpoint lacks the partition; :func:`maintenance.committed.kept_offset`
+    keeps everything), and every offset below the recovery point was flushed: a log ending below it
+    lost flushed records (a segment cut or deleted), which ``seglog recover`` reports as lost too.
+    """
+    if high_watermark is not None:
+        return CheckpointedEnd(high_watermark, "high watermark")
+    if recovery_point:
+        return CheckpointedEnd(recovery_point, "recovery point")
+    return None
+
+
+def missing_checkpointed_records(
+    directory: Path, log_end_offset: int, end: CheckpointedEnd | None
+) -> StorageError | None:
+    """The error naming the records missing from the end of partition ``directory`` when its log ends
+    at ``log_end_offset``, below ``end`` (:func:`checkpointed_end`); None when nothing is missing."""
+    if end is None or end.offset <= log_end_offset:
+        return None
+    return missing_committed_records(directory, log_end_offset, end.offset, end.by)
+
+
 def log_start_above(directory: Path, log_start_offset: int, bound: int, what: str) -> StorageError:
     """The error of an open of partition ``directory`` whose checkpointed log start offset is above
     ``bound``, ``what`` that is (e.g. "its log end offset"): no writer leaves that (its log start never

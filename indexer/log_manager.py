@@ -52,6 +52,7 @@ from indexer.checkpoint import (
 )
 from indexer.clock import Clock, SystemClock
 from indexer.config import Settings
+from indexer.data_loss import CheckpointedEnd, checkpointed_end
 from indexer.errors import (
     InvalidPartitionsError,
     LogDirectoryNotFoundError,
@@ -695,6 +696,19 @@ class LogManager:
         """
         partition = file_names.partition_number(partition)
         return self._read_checkpoint(file_names.REPLICATION_OFFSET_CHECKPOINT_FILE).get((topic, partition))
+
+    def checkpointed_end(self, topic: str, partition: int) -> CheckpointedEnd | None:
+        """The offset the partition's log must reach by its checkpoints as last written (its high
+        watermark, else its recovery point: :func:`indexer.data_loss.checkpointed_end`), for readers
+        that say when the log ends below it. Read it before opening the log: checkpoints only grow.
+
+        Raises:
+            InvalidArgumentError: ``partition`` is not an integer in 0..2**31 - 1 (Kafka's int32).
+            StorageError: ``replication-offset-checkpoint`` cannot be read (names it and ``seglog recover``).
+        """
+        high_watermark = self.high_watermark(topic, partition)
+        recovery_point = self._read_checkpoint(file_names.RECOVERY_POINT_CHECKPOINT_FILE).get((topic, partition))
+        return checkpointed_end(high_watermark, recovery_point)
 
     def _writable_logs(self) -> dict[TopicPartition, Log]:
         with self._lock:

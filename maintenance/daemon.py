@@ -17,13 +17,14 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from types import FrameType
 
 from indexer.config import Settings
 from indexer.log_manager import check_log_dir_writable, missing_log_dir_note
+from indexer.stop_signals import handling_stop_signals
 from maintenance.access import READ_ONLY_REFUSED, BorrowedLogs
 from maintenance.jobs import JOBS
 from maintenance.report import JobReport
@@ -43,26 +44,6 @@ def run_once(log_dir: Path, settings: Settings, job: str) -> JobReport | None:
         raise ValueError(f"unknown maintenance job {job!r}; known: {', '.join(JOBS)}")
     check_log_dir_writable(log_dir, READ_ONLY_REFUSED)
     return run_job(job, BorrowedLogs(log_dir, settings))
-
-
-@contextmanager
-def handling_stop_signals(handler: Callable[[int, FrameType | None], None]) -> Iterator[None]:
-    """``handler`` handles SIGTERM, SIGINT and SIGHUP while inside; the previous handlers are restored
-    afterwards.
-
-    For the long-running commands, which stop cleanly on any of them (this daemon, ``seglog run``), as a
-    Kafka broker's JVM runs its shutdown hooks on each: SIGHUP comes when the terminal or ssh session that
-    started the command closes. SIGHUP ignored at the start (``nohup``) stays ignored, as the JVM leaves it.
-    """
-    stop_signals = [signal.SIGTERM, signal.SIGINT]
-    if signal.getsignal(signal.SIGHUP) != signal.SIG_IGN:
-        stop_signals.append(signal.SIGHUP)
-    previous = {sig: signal.signal(sig, handler) for sig in stop_signals}
-    try:
-        yield
-    finally:
-        for sig, old in previous.items():
-            signal.signal(sig, old)
 
 
 @contextmanager

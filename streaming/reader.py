@@ -63,7 +63,7 @@ from pyspark.sql.types import (
 )
 
 from indexer.config import Settings
-from indexer.data_loss import missing_committed_records
+from indexer.data_loss import CheckpointedEnd, missing_committed_records
 from indexer.errors import (
     ConfigError,
     CorruptRecordError,
@@ -124,14 +124,14 @@ Offsets = dict[TopicPartition, int]
 @dataclass(frozen=True)
 class PartitionState:
     """What a partition offers a reader now: ``[first, last)`` = log start offset .. high watermark
-    (``read_committed``: last stable offset). ``missing``: ``(log end offset, high watermark)`` when
-    the checkpointed high watermark is above the log end, i.e. committed records are missing from the
-    log (damage, files copied before the checkpoint), which the engine's writers refuse and readers
-    report as data loss."""
+    (``read_committed``: last stable offset). ``missing``: ``(log end offset, the offset it must
+    reach)`` when its checkpoints (:func:`indexer.data_loss.checkpointed_end`: the high watermark,
+    else the recovery point) are above the log end, i.e. records are missing from the log (damage,
+    files copied before the checkpoint), which readers report as data loss."""
 
     first: int
     last: int
-    missing: tuple[int, int] | None = None
+    missing: tuple[int, CheckpointedEnd] | None = None
 
 
 @dataclass(frozen=True)
@@ -168,14 +168,18 @@ class LogDirView:
             raise
 
     def _state(self, topic: str, partition: int) -> PartitionState | None:
-        committed = self.manager.high_watermark(topic, partition)  # before the open: a commit only adds
+        must_reach = self.manager.checkpointed_end(topic, partition)  # before the open: checkpoints only grow
         log = self.manager.get_log(topic, partition)
         if log is None:
             return None
         last = min(log.high_watermark, log.log_end_offset)
         if self.options.isolation_level is IsolationLevel.READ_COMMITTED:
             last = min(last, log.last_stable_offset)
-        missing = (log.log_end_offset, committed) if committed is not None and committed > log.log_end_offset else None
+        missing = (
+            (log.log_end_offset, must_reach)
+            if must_reach is not None and must_reach.offset > log.log_end_offset
+            else None
+        )
         return PartitionState(log.log_start_offset, max(last, log.log_start_offset), missing)
 
     def offset_for_timestamp(self, tp: TopicPartition, timestamp: int) -> int | None:
@@ -310,7 +314,7 @@ def data_loss(
     first: int | None,
     *,
     last: int | None = None,
-    committed: int | None = None,
+    committed: CheckpointedEnd | None = None,
     not_in: str | None = None,
     unreadable: CorruptRecordError | None = None,
     kept: bool = False,
@@ -330,7 +334,7 @@ def data_loss(
     name = f"{tp[0]}-{tp[1]}"
     if committed is not None:  # the engine's words for it (what its writers refuse)
         directory = Path(log_dir) / partition_dir_name(*tp)
-        message = str(missing_committed_records(directory, start, committed, "its checkpointed high watermark"))
+        message = str(missing_committed_records(directory, start, committed.offset, committed.by))
     elif unreadable is not None:  # the engine's words: the file or partition, the offsets, `seglog recover`
         assert first is not None
         outcome = "keeps them (one copy, the batch in offset order)" if kept else "names them lost"
@@ -392,8 +396,9 @@ def check_still_there(log_dir: str) -> None:
 
 
 def missing_committed(options: SourceOptions, tp: TopicPartition, state: PartitionState) -> None:
-    """Warn that committed records are missing from the end of ``tp``'s log (its checkpointed high
-    watermark is above its log end), in the engine's words; the query reads up to the log end.
+    """Warn that records are missing from the end of ``tp``'s log (its checkpointed high watermark, or
+    without one its recovery point, is above its log end), in the engine's words; the query reads up
+    to the log end.
 
     Not data loss by ``failOnDataLoss``: the query never had those offsets to read (a query that had
     read past the log end is, see :func:`data_loss`), and a broker serves such a log up to its end too
@@ -402,9 +407,9 @@ def missing_committed(options: SourceOptions, tp: TopicPartition, state: Partiti
     ``seglog recover --accept-data-loss``, and ``seglog describe --verify`` reports it.
     """
     if state.missing is not None:
-        end, committed = state.missing
+        end, must_reach = state.missing
         directory = Path(options.log_dir) / partition_dir_name(*tp)
-        loss = missing_committed_records(directory, end, committed, "its checkpointed high watermark")
+        loss = missing_committed_records(directory, end, must_reach.offset, must_reach.by)
         logger.warning("seglog source: %s; reading %s-%d up to its log end", loss, *tp)
 
 
@@ -474,7 +479,7 @@ def read_range(piece: RangeToRead) -> Iterator[pa.RecordBatch]:
     manager = LogManager(piece.log_dir, Settings(), read_only=True)
     try:
         tp = (piece.topic, piece.partition)
-        committed = manager.high_watermark(*tp)  # before the open: a commit only adds records
+        must_reach = manager.checkpointed_end(*tp)  # before the open: checkpoints only grow
         log = manager.get_log(*tp)
         if log is None:
             data_loss(piece.fail_on_data_loss, piece.log_dir, tp, piece.start, None)
@@ -487,8 +492,8 @@ def read_range(piece: RangeToRead) -> Iterator[pa.RecordBatch]:
         stop = end if piece.end == LATEST else piece.end
         reach = max(stop, start)  # planned on the driver up to piece.end (or from an explicit start)
         if end < reach:  # the log ends before it now
-            if committed is not None and committed > end:
-                data_loss(piece.fail_on_data_loss, piece.log_dir, tp, end, None, committed=committed)
+            if must_reach is not None and must_reach.offset > end:
+                data_loss(piece.fail_on_data_loss, piece.log_dir, tp, end, None, committed=must_reach)
             else:
                 data_loss(piece.fail_on_data_loss, piece.log_dir, tp, reach, None, last=end)
         while start < min(stop, end):

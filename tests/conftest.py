@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -30,6 +31,23 @@ settings.register_profile(
     "seglog", max_examples=50, deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
 )
 settings.load_profile("seglog")
+
+
+@pytest.fixture
+def cut_below_recovery_point(vectors_dir: Path, tmp_path: Path) -> Path:
+    """A broker-written log directory whose partition ``items-0`` (437 records, recovery point 437)
+    has no high watermark entry and whose ``.log`` was cut mid-batch at 1,300,000 bytes: it ends at
+    offset 236, below the offsets the broker flushed (236..436 are lost)."""
+    log_dir = tmp_path / "broker-logs"
+    log_dir.mkdir()
+    shutil.copytree(vectors_dir / "gzip-large-records" / "items-0", log_dir / "items-0")
+    for path in (log_dir / "items-0").iterdir():
+        path.chmod(0o644)
+    (log_dir / "items-0").chmod(0o755)
+    (log_dir / "replication-offset-checkpoint").write_text("0\n0\n")
+    (log_dir / "recovery-point-offset-checkpoint").write_text("0\n1\nitems 0 437\n")
+    os.truncate(log_dir / "items-0" / "00000000000000000000.log", 1_300_000)
+    return log_dir
 
 
 @pytest.fixture(scope="session")

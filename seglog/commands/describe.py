@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 
 from indexer.checkpoint import read_checkpoint
-from indexer.data_loss import offsets_in_no_segment, read_accepted_losses
+from indexer.data_loss import checkpointed_end, offsets_in_no_segment, read_accepted_losses
 from indexer.errors import SeglogError, StorageError, storage_errors
 from indexer.file_names import (
     LOG_START_OFFSET_CHECKPOINT_FILE,
@@ -161,9 +161,13 @@ def describe_log_dir(log_dir: Path, settings: Any, *, verify: bool = False) -> d
                 one["recovery_point"] = recovery_points.get(tp, one["recovery_point"])
                 if hw_unknown:
                     one["high_watermark"] = None
-                committed = high_watermarks.get(tp, 0)
-                if committed > one["log_end_offset"]:  # what Log.open refuses (indexer.data_loss)
-                    one["missing_committed"] = {"first": one["log_end_offset"], "last": committed - 1}
+                must_reach = checkpointed_end(high_watermarks.get(tp), recovery_points.get(tp))
+                if must_reach is not None and must_reach.offset > one["log_end_offset"]:  # indexer.data_loss
+                    one["missing_committed"] = {
+                        "first": one["log_end_offset"],
+                        "last": must_reach.offset - 1,
+                        "checkpoint": must_reach.checkpoint,
+                    }
                 one["accepted_data_loss"] = [
                     a for a in accepted if (a.get("topic"), a.get("partition")) == (topic, partition)
                 ]
@@ -455,8 +459,12 @@ def render_text(description: dict[str, Any]) -> list[str]:
             missing = p["missing_committed"]
             lines.append(
                 f"  committed records missing: offsets {offset_range_text(missing)} (the checkpointed "
-                f"high watermark is {missing['last'] + 1}); writers refuse the partition until the loss is "
-                "accepted: `seglog recover --accept-data-loss`"
+                f"{missing['checkpoint']} is {missing['last'] + 1}); `seglog recover` names them lost"
+                + (
+                    "; writers refuse the partition until the loss is accepted: `seglog recover --accept-data-loss`"
+                    if missing["checkpoint"] == "high watermark"
+                    else "; if they cannot be restored, `seglog recover --accept-data-loss` records the loss"
+                )
             )
         for a in p["accepted_data_loss"]:
             lost = ", ".join(offset_range_text(r) for r in a.get("lost", []))

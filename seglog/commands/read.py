@@ -26,7 +26,7 @@ from __future__ import annotations
 import argparse
 import logging
 
-from indexer.data_loss import missing_committed_records
+from indexer.data_loss import missing_checkpointed_records
 from indexer.errors import OffsetOutOfRangeError, SchemaError, UnknownTopicOrPartitionError
 from indexer.log import Log
 from indexer.log_manager import LogManager
@@ -80,13 +80,11 @@ def run(args: argparse.Namespace) -> int:
     log_dir = log_dir_from_args(args)
     manager = LogManager(log_dir, settings_from_args(args), read_only=True)
     try:
-        # Read before the open: a live writer's log never ends below the high watermark it checkpointed.
-        committed = manager.high_watermark(args.topic, args.partition)
+        # Read before the open: a live writer's log never ends below what it checkpointed.
+        must_reach = manager.checkpointed_end(args.topic, args.partition)
         log = open_partition(manager, args.topic, args.partition)
-        if committed is not None and committed > log.log_end_offset:
-            loss = missing_committed_records(
-                log.directory, log.log_end_offset, committed, "its checkpointed high watermark"
-            )
+        loss = missing_checkpointed_records(log.directory, log.log_end_offset, must_reach)
+        if loss is not None:
             logger.warning("%s; reading up to its log end", loss)
         high_watermark = min(log.high_watermark, log.log_end_offset)
         if args.from_timestamp is not None:

@@ -39,6 +39,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType
 
+from indexer.stop_signals import handling_stop_signals
 from seglog.cli import add_log_config_arguments, partition_count, positive_int, positive_seconds, settings_from_args
 
 logger = logging.getLogger(__name__)
@@ -111,7 +112,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 @contextmanager
 def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
     """SIGINT/SIGTERM/SIGHUP set ``stop``; a second SIGINT raises KeyboardInterrupt. Handlers restored after."""
-    from maintenance.daemon import handling_stop_signals
 
     def handler(signum: int, _frame: FrameType | None) -> None:
         if stop.is_set() and signum == signal.SIGINT:

@@ -32,6 +32,7 @@ import sys
 from pathlib import Path
 
 from indexer.limits import INT32_MAX
+from indexer.stop_signals import stop_signals
 from seglog.cli import (
     add_log_config_arguments,
     existing_directory,
@@ -125,7 +126,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Serve until SIGINT/SIGTERM."""
+    """Serve until SIGINT, SIGTERM or SIGHUP (unless ignored at the start: nohup); 0 after a clean stop."""
     from seglog.serve.server import ServeOptions, serve_forever
 
     log_dir = log_dir_from_args(args, must_exist=False)  # a service waits for it (serve_forever says so)
@@ -150,8 +151,13 @@ def run(args: argparse.Namespace) -> int:
     async def main() -> None:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
+
+        def on_signal(sig: signal.Signals) -> None:
+            said.info("received %s, stopping", sig.name)
+            stop.set()
+
+        for sig in stop_signals():  # SIGHUP too, unless ignored at the start (nohup)
+            loop.add_signal_handler(sig, on_signal, sig)
         await serve_forever(log_dir, settings, options, stop)
 
     asyncio.run(main())

@@ -33,7 +33,7 @@ from pathlib import Path
 from indexer import file_names
 from indexer.checkpoint import read_checkpoint
 from indexer.config import Settings
-from indexer.data_loss import missing_committed_records
+from indexer.data_loss import checkpointed_end, missing_checkpointed_records
 from indexer.errors import SeglogError, StorageError
 from indexer.file_names import TopicPartition
 from indexer.log import Log
@@ -88,6 +88,7 @@ class _Partition:
 class _Checkpoints:
     high_watermarks: dict[TopicPartition, int] = field(default_factory=dict)
     log_start_offsets: dict[TopicPartition, int] = field(default_factory=dict)
+    recovery_points: dict[TopicPartition, int] = field(default_factory=dict)
     stats: tuple[object, object] = (None, None)
 
 
@@ -279,7 +280,8 @@ class Catalog:
             logger.info("%s can be read again", hw_path)
             self._unreadable = None
         log_start_offsets = read_checkpoint(self.log_dir, file_names.LOG_START_OFFSET_CHECKPOINT_FILE, reader=True)
-        self._checkpoints = _Checkpoints(high_watermarks, log_start_offsets, stats)
+        recovery_points = read_checkpoint(self.log_dir, file_names.RECOVERY_POINT_CHECKPOINT_FILE, reader=True)
+        self._checkpoints = _Checkpoints(high_watermarks, log_start_offsets, recovery_points, stats)
         return True
 
     def _reopen(self, tp: TopicPartition, entry: _Partition) -> bool:
@@ -301,10 +303,9 @@ class Catalog:
             entry.problem = str(e)
             return False
         entry.problem = None
-        if high_watermark is not None and high_watermark > log.log_end_offset:
-            loss = missing_committed_records(
-                entry.directory, log.log_end_offset, high_watermark, "its checkpointed high watermark"
-            )
+        must_reach = checkpointed_end(high_watermark, self._checkpoints.recovery_points.get(tp))
+        loss = missing_checkpointed_records(entry.directory, log.log_end_offset, must_reach)
+        if loss is not None:
             logger.warning("%s; served up to offset %d", loss, log.log_end_offset)
         old, entry.log = entry.log, log
         entry.dir_stat, entry.offsets = dir_stat, (high_watermark, log_start_offset)

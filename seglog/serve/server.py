@@ -1117,3 +1117,4 @@ async def serve_forever(log_dir: str | Path, settings: Settings, options: ServeO
         await stop.wait()
     finally:
         await server.close()
+    logger.info("stopped")

@@ -401,6 +401,20 @@ def test_a_log_ending_below_its_committed_offset_is_named_not_read_short_in_sile
     assert "committed records (offsets 6..9) are missing" in err and "seglog recover" in err, err
 
 
+def test_a_log_ending_below_its_recovery_point_is_named_not_read_short_in_silence(
+    cut_below_recovery_point: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A broker's partition without a high watermark entry, cut mid-batch below its recovery point
+    (every offset below it was flushed): ``seglog read`` printed the 236 records left without a word.
+    It still prints them, and names the lost offsets 236..436 and ``seglog recover``."""
+    args = ["read", "--log-dir", str(cut_below_recovery_point), "--topic", "items", "--partition", "0"]
+    assert main([*args, "--from-beginning"]) == 0
+    out, err = capsys.readouterr()
+    assert len(out.splitlines()) == 236
+    assert "ends at offset 236, below its checkpointed recovery point 437" in err, err
+    assert "(offsets 236..436) are missing" in err and "seglog recover" in err, err
+
+
 def test_read_errors(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     log_dir = tmp_path / "logs"
     assert _append(tmp_path, log_dir, [{"value": "x"}]) == 0

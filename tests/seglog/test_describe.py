@@ -404,3 +404,19 @@ def test_verify_names_leftover_swap_cleaned_and_deleted_files_with_what_opening_
         [p] = json.loads(capsys.readouterr().out)["partitions"]
         assert p["leftover_files"] == [] and log.log_end_offset == 24
     assert not [f for f in partition.iterdir() if f.name.endswith((".cleaned", ".swap"))]
+
+
+def test_a_log_ending_below_its_recovery_point_is_reported(
+    cut_below_recovery_point: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without a high watermark entry, the recovery point is the offset the log must reach: describe
+    said nothing of the flushed offsets 236..436 a cut segment lost; it names them (and ``--verify``
+    fails), and ``seglog recover --dry-run`` reports them as committed data it would lose."""
+    doc = _describe(capsys, cut_below_recovery_point)
+    (items,) = doc["partitions"]
+    assert items["missing_committed"] == {"first": 236, "last": 436, "checkpoint": "recovery point"}
+    assert main(["describe", "--log-dir", str(cut_below_recovery_point), "--verify"]) == 1
+    out = capsys.readouterr().out
+    assert "committed records missing: offsets 236..436 (the checkpointed recovery point is 437)" in out, out
+    assert main(["recover", "--log-dir", str(cut_below_recovery_point), "--dry-run"]) == 3
+    assert "items-0: would lose committed offsets 236..436" in capsys.readouterr().out

@@ -110,6 +110,50 @@ def test_stop_with_clients_connected_exits_0_without_tracebacks(
     assert "Traceback" not in server.log_text() and "Exception" not in server.log_text(), server.log_text()
 
 
+def test_sighup_stops_it_cleanly(serve: Callable[..., ServeProcess], tmp_path: Path) -> None:
+    """SIGHUP (the terminal or ssh session that started it closed) killed the server with the default
+    action (exit 129, no close of its connections and group offsets); it stops as on SIGTERM, as
+    ``seglog maintain`` and ``seglog run`` do, and says so."""
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings()) as manager:
+        manager.create_topic("t", 1)
+    server = serve(log_dir)
+    assert server.stop(signal.SIGHUP) == 0
+    assert "received SIGHUP, stopping" in server.log_text(), server.log_text()
+    assert server.log_text().rstrip().endswith("stopped"), server.log_text()
+
+
+def test_a_server_started_under_nohup_keeps_serving_on_sighup(tmp_path: Path) -> None:
+    """SIGHUP ignored when it starts (``nohup``) stays ignored: the server keeps serving."""
+    log_dir = tmp_path / "logs"
+    with LogManager(log_dir, load_settings()) as manager:
+        manager.get_or_create_log("t", 0).append([{"value": "v"}])
+        manager.get_log("t", 0).update_high_watermark(1)  # type: ignore[union-attr]
+    proc = subprocess.Popen(
+        ["nohup", *SEGLOG, "serve", "--log-dir", str(log_dir), "--bind", "127.0.0.1:0"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        found = re.search(r"serving .* on (127\.0\.0\.1:\d+) ", line)
+        assert found, line
+        proc.send_signal(signal.SIGHUP)
+        got = subprocess.run(
+            ["kcat", "-b", found.group(1), "-C", "-e", "-t", "t", "-q", "-f", "%s\n"],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        assert got.stdout == "v\n" and proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(20) == 0
+
+
 def test_where_it_listens_is_said_without_v(tmp_path: Path) -> None:
     """Started without -v it said nothing at all: not that it runs, nor on which port (port 0)."""
     proc = subprocess.Popen(

@@ -15,6 +15,7 @@ import pytest
 from indexer.config import load_settings
 from indexer.log_manager import LogManager
 from indexer.records.file_records import FileRecords
+from tests.serve import clients
 from tests.serve.conftest import ServeProcess, fetch_request
 from tests.serve.test_bad_clients import _read_frame, _request
 
@@ -77,6 +78,19 @@ def test_committed_records_missing_from_the_end_of_the_log_are_a_warning(
         server.log_text()
     )
     assert "served up to offset 0" in server.log_text()
+
+
+def test_a_log_ending_below_its_recovery_point_is_a_warning(
+    serve: Callable[..., ServeProcess], cut_below_recovery_point: Path
+) -> None:
+    """A broker's partition without a high watermark entry, cut below its recovery point: the server
+    served its 236 records to ``kcat -C -e`` in silence; it still serves them, and now names the
+    flushed offsets 236..436 that are gone."""
+    server = serve(cut_below_recovery_point)
+    got = clients.kcat(server.bootstrap, 0, ["items"], partition=0)
+    assert len(got[("items", 0)]) == 236
+    assert "ends at offset 236, below its checkpointed recovery point 437" in server.log_text()
+    assert "(offsets 236..436) are missing" in server.log_text()
 
 
 def test_a_partition_that_cannot_be_opened_is_a_warning_not_silence(

@@ -364,6 +364,19 @@ def test_committed_records_missing_from_the_log_are_reported_and_the_rest_read(
     assert len(warned) == 1 and "committed records (offsets 10..19)" in warned[0], warned
 
 
+def test_a_log_ending_below_its_recovery_point_is_reported(
+    cut_below_recovery_point: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A broker's partition without a high watermark entry, cut below its recovery point: the source
+    planned its 236 records in silence; the driver now names the flushed offsets 236..436 that are gone."""
+    caplog.set_level(logging.WARNING, logger="streaming.reader")
+    source = SeglogDataSource({"subscribe": "items", "path": str(cut_below_recovery_point)})
+    assert len(source.reader(source.schema()).partitions()) == 1
+    warned = [r.getMessage() for r in caplog.records if "are missing" in r.getMessage()]
+    assert len(warned) == 1 and "below its checkpointed recovery point 437" in warned[0], warned
+    assert "(offsets 236..436)" in warned[0], warned
+
+
 @pytest.mark.slow
 def test_a_task_reads_more_than_2_gib_of_values(tmp_path: Path) -> None:
     """A task's range whose values pass 2 GiB within one read step (100,000 records of 512 KiB would
