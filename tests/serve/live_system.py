@@ -382,9 +382,10 @@ class Service:
 
 
 class AppendWriter(threading.Thread):
-    """``seglog append`` in a loop over the partitions, each append of ``records`` records numbered by a
-    sequence (key, value, headers and timestamp follow from it); ``kills`` of the appends, picked by
-    ``rng``, are SIGKILLed after a random delay. ``commits`` holds each append's printed range."""
+    """``seglog append`` in a loop over the partitions, each append of some records numbered by a sequence
+    (:func:`written` gives the key, value and headers of each); a share ``kill_rate`` of the appends, picked
+    by ``rng``, is SIGKILLed after a random delay. ``appended`` holds the sequence numbers of the appends
+    that exited 0, ``killed_seqs`` those of the appends killed (committed or not)."""
 
     def __init__(self, log_dir: Path, workdir: Path, env: dict[str, str], rng: random.Random, kill_rate: float) -> None:
         super().__init__(daemon=True)
@@ -393,6 +394,8 @@ class AppendWriter(threading.Thread):
         self.appends = self.killed = 0
         self.failures: list[str] = []
         self.seq = 0
+        self.appended: set[int] = set()
+        self.killed_seqs: set[int] = set()
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -401,18 +404,12 @@ class AppendWriter(threading.Thread):
             n = self.rng.randint(10, 40)
             lines = []
             now_ms = int(time.time() * 1000)
-            for _ in range(n):
-                s = self.seq
-                self.seq += 1
+            seqs = range(self.seq, self.seq + n)
+            self.seq += n
+            for s in seqs:
+                key, value, headers = written(p, s)
                 lines.append(
-                    json.dumps(
-                        {
-                            "key": None if s % 11 == 0 else f"k{s % 7}",
-                            "value": f"p{p}-s{s}-" + "v" * (60 + s % 90),
-                            "timestamp": now_ms + s % 1000,
-                            "headers": [["seq", str(s)], ["src", "live"]] if s % 3 else [],
-                        }
-                    )
+                    json.dumps({"key": key, "value": value, "timestamp": now_ms + s % 1000, "headers": headers})
                 )
             batch = self.workdir / "batch.jsonl"
             batch.write_text("\n".join(lines) + "\n")
@@ -427,9 +424,46 @@ class AppendWriter(threading.Thread):
                 proc.kill()
                 proc.communicate()
                 self.killed += 1
+                self.killed_seqs.update(seqs)
                 continue
             if proc.returncode != 0:
                 self.failures.append(err.decode())
+            else:
+                self.appended.update(seqs)
+
+
+def written(p: int, s: int) -> tuple[str | None, str, list[list[str]]]:
+    """Key, value and headers of record ``s`` the writer appends to partition ``p``."""
+    key = None if s % 11 == 0 else f"k{s % 7}"
+    return key, f"p{p}-s{s}-" + "v" * (60 + s % 90), [["seq", str(s)], ["src", "live"]] if s % 3 else []
+
+
+def check_writes(writer: AppendWriter, recorder: Recorder) -> list[str]:
+    """What the writer appended against what was committed: every record of an append that exited 0 is
+    committed once, with the key, value and headers written; a killed append's records at most once."""
+    problems: list[str] = []
+    seen: set[int] = set()
+    for p, records in recorder.records.items():
+        for _, offset, key, value, headers, _ in records.values():
+            text = bytes.fromhex(value or "").decode()
+            s = int(text.split("-")[1][1:])
+            want_key, want_value, want_headers = written(p, s)
+            expected = (
+                None if want_key is None else want_key.encode().hex(),
+                want_value.encode().hex(),
+                tuple((k, v.encode().hex()) for k, v in want_headers),
+            )
+            if (key, value, headers) != expected:
+                problems.append(f"{TOPIC}-{p}@{offset}: {(key, value, headers)} is not what was written: {expected}")
+            if s in seen:
+                problems.append(f"{TOPIC}-{p}@{offset}: record {s} committed twice")
+            if s not in writer.appended and s not in writer.killed_seqs:
+                problems.append(f"{TOPIC}-{p}@{offset}: record {s} committed but never appended")
+            seen.add(s)
+    lost = sorted(writer.appended - seen)
+    if lost:
+        problems.append(f"records of appends that exited 0 are not committed: {lost[:20]} ({len(lost)} in all)")
+    return problems
 
 
 class Daemon:
@@ -593,6 +627,8 @@ def _deploy_and_check(
     kcat_err = kcat.stop()
     recorder.stop.set()
     recorder.join(10)
+    if writer_kind == "append":
+        problems += check_writes(writer, recorder)
     daemon.kill(signal.SIGTERM)
     if serves[-1].stop() != 0:
         problems.append("serve did not exit 0 on SIGTERM")
