@@ -585,6 +585,12 @@ class LogLoader:
         for name in sorted(self._names):
             path = self._path(name)
             if not os.access(path, os.R_OK):
+                if name.endswith(file_names.DELETED_FILE_SUFFIX) and not os.path.lexists(path):
+                    # Removed since the listing by the delayed deletion of whoever renamed it (that
+                    # process's earlier hold of the partition, closed since; another daemon): gone, as
+                    # this step would have made it.
+                    self._names.discard(name)
+                    continue
                 raise StorageError(f"Could not read file {path}", path=path)
             if name.endswith(file_names.LOG_FILE_SUFFIX + file_names.DELETED_FILE_SUFFIX) and (
                 (offset := _offset_or_none(name)) is not None

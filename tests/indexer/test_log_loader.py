@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -512,3 +513,32 @@ def test_vectors_load_without_data_loss(vectors_dir: Path, tmp_path: Path, parti
     again = LogLoader(directory, LogConfig(), had_clean_shutdown=True, clock=MockClock()).load()
     assert again.report.steps == [] and again.next_offset == expected_end
     close(again)
+
+
+def test_deleted_files_removed_by_another_thread_while_the_log_opens_are_gone_not_an_error(tmp_path: Path) -> None:
+    """Files renamed ``.deleted`` are removed ``file.delete.delay.ms`` later by whoever renamed them, also
+    after that log was closed (the daemon's borrow gave the partition back; another daemon) and so
+    while a new holder's loader lists and removes the same files: one that vanished between the
+    listing and the loader's look at it is gone, as the loader would have made it, not a file that
+    "could not be read" failing the open (the daemon's retention job failed so on a live directory)."""
+    directory = tmp_path / "t-0"
+    end = write_log(directory)
+    for _ in range(5):
+        names = [directory / f"{base:020d}.{kind}.deleted" for base in range(1000) for kind in ("log", "index")]
+        for name in names:
+            name.write_bytes(b"")
+        started = threading.Event()
+
+        def remove(names: list[Path] = names, started: threading.Event = started) -> None:
+            started.set()
+            for name in reversed(names):
+                name.unlink(missing_ok=True)
+
+        remover = threading.Thread(target=remove)
+        remover.start()
+        started.wait()
+        log = Log.open(directory, CONFIG, clock=MockClock())
+        assert log.log_end_offset == end
+        log.close()
+        remover.join()
+        assert not list(directory.glob("*.deleted"))
