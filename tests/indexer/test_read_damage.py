@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -72,15 +73,26 @@ def _write_log(directory: Path) -> list[Batch]:
     return batches
 
 
+def _flip_in(f: BinaryIO, position: int, mask: int) -> None:
+    """XOR the byte at ``position`` of the open file ``f`` with ``mask``."""
+    f.seek(position)
+    byte = f.read(1)[0]
+    f.seek(-1, os.SEEK_CUR)
+    f.write(bytes([byte ^ mask]))
+
+
+def _flip(batch: Batch, at: int, mask: int) -> None:
+    """XOR the byte ``at`` bytes into ``batch`` (in its file) with ``mask``."""
+    with open(batch.path, "r+b") as f:
+        _flip_in(f, batch.position + at, mask)
+
+
 def _damage(batch: Batch, kind: str, where: int) -> None:
     """Damage ``batch`` in its file; ``where`` picks the byte (a flip) or the cut."""
     with open(batch.path, "r+b") as f:
         if kind == "crc":  # a byte the CRC covers (bytes 21 on), but lastOffsetDelta (see the module doc)
             k = where % (batch.size - 25)
-            f.seek(batch.position + 21 + (k if k < 2 else k + 4))
-            byte = f.read(1)[0]
-            f.seek(-1, os.SEEK_CUR)
-            f.write(bytes([byte ^ 0xFF]))
+            _flip_in(f, batch.position + 21 + (k if k < 2 else k + 4), 0xFF)
         elif kind == "size past the end":
             f.seek(batch.position + 8)
             f.write((0x7FFF0000).to_bytes(4, "big"))
@@ -284,11 +296,7 @@ def test_a_missing_middle_segment_stops_reads_naming_the_offsets(tmp_path: Path)
 
 def _flip_base_offset_low_bit(batch: Batch) -> None:
     """Damage ``batch``'s base offset in place (its lowest bit; the CRC does not cover it): +1 for an even one."""
-    with open(batch.path, "r+b") as f:
-        f.seek(batch.position + 7)
-        byte = f.read(1)[0]
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([byte ^ 0x01]))
+    _flip(batch, 7, 0x01)
 
 
 def test_a_batch_whose_base_offset_was_damaged_is_not_served(tmp_path: Path) -> None:
@@ -360,11 +368,7 @@ def test_a_base_offset_damaged_past_the_high_watermark_is_not_skipped_quietly(tm
         for i, b in enumerate(batches)
         if b.sealed == sealed and 0 < i < len(batches) - 1 and batches[i + 1].path == b.path
     )
-    with open(victim.path, "r+b") as f:
-        f.seek(victim.position + 4)
-        byte = f.read(1)[0]
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([byte ^ 0x02]))
+    _flip(victim, 4, 0x02)
     with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
         for start in (0, victim.base_offset - 1, victim.base_offset):
             offsets, error = _poll(log, start, 1000)
@@ -411,11 +415,7 @@ def test_a_negative_last_offset_delta_does_not_make_a_read_from_its_batch_step_o
     directory = tmp_path / "events-0"
     batches = _write_log(directory)
     victim, following = batches[0], batches[1]
-    with open(victim.path, "r+b") as f:
-        f.seek(victim.position + 23)
-        byte = f.read(1)[0]
-        f.seek(-1, os.SEEK_CUR)
-        f.write(bytes([byte ^ 0x80]))
+    _flip(victim, 23, 0x80)  # lastOffsetDelta's sign bit
     with Log.open(directory, CONFIG, read_only=True, high_watermark=RECORDS) as log:
         for start in range(victim.base_offset, victim.last_offset + 1):
             offsets, error = _poll(log, start, 1000)
