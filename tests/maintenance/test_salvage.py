@@ -690,7 +690,7 @@ def test_a_loss_not_accepted_is_reported_until_accepted_and_its_offsets_never_re
     assert active.stat().st_size == 0  # the refused open left the files as a closed log does (trimmed)
     assert main(["describe", "--log-dir", str(log_dir), "--json", "--verify"]) == 1
     described = json.loads(capsys.readouterr().out)["partitions"][0]
-    assert described["missing_committed"] == {"first": lost["first"], "last": end - 1}
+    assert described["missing_committed"] == {"first": lost["first"], "last": end - 1, "checkpoint": "high watermark"}
 
     # Accepted later, the loss is recorded and writers go on after the gap.
     assert main(["recover", "--log-dir", str(log_dir), "--no-progress", "--accept-data-loss"]) == 0
