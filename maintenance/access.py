@@ -55,7 +55,7 @@ from indexer.lock import MAINTENANCE_ROLE, FileLock, left_by_writer
 from indexer.log import Log
 from indexer.log_loader import UNCLEAN_SHUTDOWN, died_holding_reason
 from indexer.log_manager import check_log_dir_writable
-from maintenance.committed import cut_dead_writers_tail
+from maintenance.committed import cut_dead_writers_tail, lost_offset_ranges
 from maintenance.metadata import PartitionMetadata, scan_partition
 from maintenance.report import JobReport
 
@@ -480,16 +480,13 @@ def recovery_loss(name: str, log: Log, committed: int) -> StorageError | None:
     report = log.recovery_report
     if report is None:
         return None
-    lost = [
-        f"{r.first}..{min(committed, r.end if r.end is not None else committed) - 1}"
-        for r in report.lost_offsets
-        if r.first < committed
-    ]
+    lost = [r for r in lost_offset_ranges(report.lost_offsets, report.next_offset, committed) if r["committed"]]
     if not lost:
         return None
+    ranges = ", ".join(f"{r['first']}..{r['last']}" for r in lost)
     quarantined = ", ".join(report.quarantined) or "none"
     return StorageError(
         f"{name}: recovery on opening it for maintenance removed damaged bytes: committed offsets "
-        f"{', '.join(lost)} are lost (their bytes are in quarantine: {quarantined}; `seglog quarantine list`)",
+        f"{ranges} are lost (their bytes are in quarantine: {quarantined}; `seglog quarantine list`)",
         path=log.directory,
     )

@@ -20,12 +20,14 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import Any
 
 from indexer.checkpoint import read_checkpoint
 from indexer.commit_log import SinkCommit, sink_commits
 from indexer.errors import StorageError
 from indexer.file_names import REPLICATION_OFFSET_CHECKPOINT_FILE, TopicPartition, partition_dir_name
 from indexer.log import Log
+from indexer.salvage import LostRange, merge_lost_ranges
 from indexer.sink_fence import FenceFile, sink_fences
 
 logger = logging.getLogger(__name__)
@@ -100,3 +102,28 @@ def cut_dead_writers_tail(log_dir: Path, tp: TopicPartition, log: Log) -> int:
         "%s: truncated %d uncommitted offsets above %d left by a dead writer", partition_dir_name(*tp), dropped, end
     )
     return dropped
+
+
+def lost_offset_ranges(ranges: list[LostRange], log_end_offset: int, committed: int | None) -> list[dict[str, Any]]:
+    """The offsets a partition lost, as ``{"first", "last", "committed"}`` ranges (``last``
+    inclusive; None: records from ``first`` on, how many the files no longer say).
+
+    ``ranges`` are what recovery removed; a log that ends below ``committed`` lost the rest up to it.
+    A range crossing ``committed`` is split into its committed and uncommitted parts. A removed end
+    of the log is bounded by ``committed``: what lay beyond it was never committed, and how many
+    offsets it held is unknown (its bytes are in quarantine).
+    """
+    known = list(ranges)
+    if committed is not None and log_end_offset < committed:
+        known.append(LostRange(log_end_offset, committed))
+    bound = committed if committed is not None else 0
+    out: list[dict[str, Any]] = []
+    for r in merge_lost_ranges(known):
+        end = r.end if r.end is not None else max(bound, r.first)
+        if r.first < min(end, bound):
+            out.append({"first": r.first, "last": min(end, bound) - 1, "committed": True})
+        if end > max(r.first, bound):
+            out.append({"first": max(r.first, bound), "last": end - 1, "committed": False})
+        if r.end is None and committed is None:
+            out.append({"first": r.first, "last": None, "committed": False})
+    return out

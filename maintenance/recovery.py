@@ -63,14 +63,13 @@ from indexer.lock import RECOVERY_ROLE, FileLock
 from indexer.log import Log
 from indexer.log_loader import LogLoader, RecoveryReport, StepKind
 from indexer.log_manager import check_log_dir_writable, holds_partition_files, write_clean_shutdown_marker
-from indexer.salvage import LostRange, merge_lost_ranges
 from maintenance.access import (
     CHECKPOINT_FILES,
     partition_name,
     released_values,
     write_checkpoint,
 )
-from maintenance.committed import sink_committed_offsets
+from maintenance.committed import lost_offset_ranges, sink_committed_offsets
 from maintenance.metadata import index_problems, scan_partition
 
 logger = logging.getLogger(__name__)
@@ -111,31 +110,6 @@ class PartitionRecovery:
         d = asdict(self)
         d["committed_offsets_lost"] = self.committed_offsets_lost
         return d
-
-
-def lost_offset_ranges(ranges: list[LostRange], log_end_offset: int, committed: int | None) -> list[dict[str, Any]]:
-    """The offsets a partition lost, as ``{"first", "last", "committed"}`` ranges (``last``
-    inclusive; None: records from ``first`` on, how many the files no longer say).
-
-    ``ranges`` are what recovery removed; a log that ends below ``committed`` lost the rest up to it.
-    A range crossing ``committed`` is split into its committed and uncommitted parts. A removed end
-    of the log is bounded by ``committed``: what lay beyond it was never committed, and how many
-    offsets it held is unknown (its bytes are in quarantine).
-    """
-    known = list(ranges)
-    if committed is not None and log_end_offset < committed:
-        known.append(LostRange(log_end_offset, committed))
-    bound = committed if committed is not None else 0
-    out: list[dict[str, Any]] = []
-    for r in merge_lost_ranges(known):
-        end = r.end if r.end is not None else max(bound, r.first)
-        if r.first < min(end, bound):
-            out.append({"first": r.first, "last": min(end, bound) - 1, "committed": True})
-        if end > max(r.first, bound):
-            out.append({"first": max(r.first, bound), "last": end - 1, "committed": False})
-        if r.end is None and committed is None:
-            out.append({"first": r.first, "last": None, "committed": False})
-    return out
 
 
 @dataclass
